@@ -1,0 +1,57 @@
+// Collective communication for gradients and parameters: one interface, an MPI backend for
+// host memory (MpiComm, with a shared-memory fast path inside a node) and an NCCL backend
+// for device memory (NcclComm). make_communicator() in comm_factory.h picks one.
+//
+// Contract (every backend):
+// - Collective: every rank of the group calls the same operations in the same order with the
+//   same counts and dtypes. A mismatch is undefined (typically a hang), as in MPI.
+// - Counts are elements of the view's dtype, never bytes. Messages above INT_MAX elements
+//   are split by the backend.
+// - Threads: a communicator is used by one thread at a time. Non-blocking calls return a
+//   handle; the buffers belong to the operation until wait() returns (or test() says done),
+//   and handles must be waited in the order they were started.
+// - An operation or dtype a backend does not support throws ds::Error naming both.
+#pragma once
+
+#include <memory>
+#include <string_view>
+
+#include "ds/core/buffer.h"
+
+namespace ds {
+
+enum class ReduceOp { Sum, Avg, Max, Min };
+std::string_view reduce_op_name(ReduceOp op);
+
+class CommHandle {
+ public:
+  virtual ~CommHandle() = default;
+  virtual void wait() = 0;  // blocks until the operation completed
+  virtual bool test() = 0;  // true once completed (then wait() returns at once)
+};
+using CommWork = std::unique_ptr<CommHandle>;
+
+class Communicator {
+ public:
+  virtual ~Communicator() = default;
+  virtual int rank() const = 0;
+  virtual int size() const = 0;
+  virtual std::string_view backend() const = 0;  // "mpi", "nccl"
+
+  // In place: buf = op over ranks of buf.
+  virtual void all_reduce(TensorView buf, ReduceOp op) = 0;
+  virtual CommWork iall_reduce(TensorView buf, ReduceOp op) = 0;
+
+  // send.count == recv.count * size(); rank r receives op over ranks of block r of send.
+  virtual void reduce_scatter(TensorView send, TensorView recv, ReduceOp op) = 0;
+  virtual CommWork ireduce_scatter(TensorView send, TensorView recv, ReduceOp op) = 0;
+
+  // recv.count == send.count * size(); block r of recv is rank r's send.
+  virtual void all_gather(TensorView send, TensorView recv) = 0;
+  virtual CommWork iall_gather(TensorView send, TensorView recv) = 0;
+
+  virtual void broadcast(TensorView buf, int root) = 0;
+  virtual void barrier() = 0;
+};
+
+}  // namespace ds

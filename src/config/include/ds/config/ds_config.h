@@ -1,0 +1,132 @@
+// ds_config.json as typed structs, with DeepSpeed's keys and defaults
+// (../shared/reference/deepspeed-engine.md section 1; docs/CONFIG.md lists what we support).
+//
+// Parsing (parse.h) fills every default; resolve_batch_sizes() applies DeepSpeed's
+// batch-size rules once the data-parallel world size is known.
+#pragma once
+
+#include <array>
+#include <cstdint>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include <nlohmann/json.hpp>
+
+namespace ds::config {
+
+struct OptimizerConfig {
+  // Canonical lower-case name: "adam", "adamw", "sgd", "lamb", "adagrad".
+  std::string type = "adam";
+  double lr = 1e-3;
+  std::array<double, 2> betas{0.9, 0.999};
+  double eps = 1e-8;
+  double weight_decay = 0.0;
+  bool bias_correction = true;
+  bool adam_w_mode = true;  // Adam: decoupled decay unless adam_w_mode=false (AdamW: always)
+  // SGD (torch defaults)
+  double momentum = 0.0, dampening = 0.0;
+  bool nesterov = false;
+  // Lamb
+  double max_coeff = 10.0, min_coeff = 0.01;
+  bool eps_inside_sqrt = false;
+  // Adagrad (torch defaults: lr 1e-2, eps 1e-10)
+  double lr_decay = 0.0, initial_accumulator_value = 0.0;
+};
+
+struct SchedulerConfig {
+  // "WarmupLR", "WarmupDecayLR", "WarmupCosineLR", "OneCycle", "LRRangeTest"; empty: none.
+  std::string type;
+  // WarmupLR / WarmupDecayLR
+  double warmup_min_lr = 0.0;
+  std::optional<double> warmup_max_lr;  // None -> the optimizer's lr
+  std::int64_t warmup_num_steps = 1000;
+  std::string warmup_type = "log";  // "log" | "linear"
+  std::optional<std::int64_t> total_num_steps;  // required by WarmupDecayLR, WarmupCosineLR
+  // WarmupCosineLR
+  double warmup_min_ratio = 0.0;
+  double cos_min_ratio = 1e-4;
+  // OneCycle
+  double cycle_min_lr = 0.0, cycle_max_lr = 0.0, decay_lr_rate = 0.0;
+  std::int64_t cycle_first_step_size = 2000;
+  std::optional<std::int64_t> cycle_second_step_size;  // None -> first
+  std::int64_t cycle_first_stair_count = 0;
+  std::optional<std::int64_t> cycle_second_stair_count;  // None -> first
+  std::int64_t decay_step_size = 0;
+  bool cycle_momentum = true;
+  double cycle_min_mom = 0.8, cycle_max_mom = 0.9, decay_mom_rate = 0.0;
+  // LRRangeTest
+  double lr_range_test_min_lr = 1e-3;
+  std::int64_t lr_range_test_step_size = 2000;
+  double lr_range_test_step_rate = 1.0;
+  bool lr_range_test_staircase = false;
+};
+
+struct Fp16Config {
+  bool enabled = false;
+  bool auto_cast = false;
+  double loss_scale = 0.0;  // 0: dynamic
+  int initial_scale_power = 16;
+  int loss_scale_window = 1000;
+  int hysteresis = 2;
+  bool consecutive_hysteresis = false;
+  double min_loss_scale = 1.0;
+};
+
+struct Bf16Config {
+  bool enabled = false;
+  bool check_grad_overflow = true;
+};
+
+struct ZeroConfig {
+  int stage = 0;
+  bool contiguous_gradients = true;
+  bool reduce_scatter = true;
+  std::int64_t reduce_bucket_size = 500000000;     // elements
+  std::int64_t allgather_bucket_size = 500000000;  // elements
+  bool allgather_partitions = true;
+  std::optional<bool> overlap_comm;  // None -> stage == 3
+  bool overlap_comm_effective() const { return overlap_comm.value_or(stage == 3); }
+};
+
+struct CheckpointConfig {
+  std::string tag_validation = "Warn";  // "Ignore" | "Warn" | "Fail" (as written in DeepSpeed docs)
+  bool async_save = false;              // dstrain extension: background snapshot writer
+};
+
+struct CsvMonitorConfig {
+  bool enabled = false;
+  std::string output_path;
+  std::string job_name = "DeepSpeedJobName";
+};
+
+struct DsConfig {
+  // Batch sizes as given (0 = not given), then resolved by resolve_batch_sizes().
+  std::int64_t train_batch_size = 0;
+  std::int64_t train_micro_batch_size_per_gpu = 0;
+  std::int64_t gradient_accumulation_steps = 0;
+
+  std::optional<OptimizerConfig> optimizer;   // None: the client supplies one (we default to Adam)
+  std::optional<SchedulerConfig> scheduler;   // None: constant lr
+  Fp16Config fp16;
+  Bf16Config bf16;
+  ZeroConfig zero_optimization;
+
+  double gradient_clipping = 1.0;  // 0 disables (DeepSpeed >= 0.19.3 default)
+  std::optional<std::int64_t> steps_per_print;  // None: no progress lines
+  bool wall_clock_breakdown = false;
+  bool prescale_gradients = false;
+  double gradient_predivide_factor = 1.0;
+  std::optional<std::string> communication_data_type;  // "fp32" | "fp16" | "bf16"; None -> model dtype
+  bool dataloader_drop_last = false;
+  CheckpointConfig checkpoint;
+  CsvMonitorConfig csv_monitor;
+  std::optional<std::uint64_t> seed;  // dstrain extension (DeepSpeed has no top-level seed)
+
+  // Where it came from ("<json string>" for inline configs), for error messages.
+  std::string source = "<config>";
+  // The document as written (comments stripped), kept for checkpoints and ds_config check.
+  nlohmann::json raw = nlohmann::json::object();
+};
+
+}  // namespace ds::config

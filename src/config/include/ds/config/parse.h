@@ -1,0 +1,34 @@
+// Reading ds_config.json: DeepSpeed's format, with clear errors.
+#pragma once
+
+#include <string>
+#include <vector>
+
+#include "ds/config/ds_config.h"
+
+namespace ds::config {
+
+// Parses a config file (hjson-style // and /* */ comments allowed). Errors (ds::Error) name
+// the file with line:column for syntax errors and duplicate keys, and the key path and the
+// expected type for wrong values. Unknown keys inside a section are errors; unknown top-level
+// keys are warnings with the closest known key ("did you mean gradient_clipping?"), collected
+// into `warnings` (and logged) rather than thrown.
+DsConfig load_config_file(const std::string& path, std::vector<std::string>* warnings = nullptr);
+// Same, from JSON text; `source` names it in messages.
+DsConfig parse_config_text(const std::string& text, const std::string& source = "<json string>",
+                           std::vector<std::string>* warnings = nullptr);
+// Same, from an already-parsed document (no line numbers available).
+DsConfig parse_config_json(const nlohmann::json& doc, const std::string& source = "<json object>",
+                           std::vector<std::string>* warnings = nullptr);
+// DeepSpeed's initialize() also accepts a path or a JSON string in one argument.
+DsConfig load_config(const std::string& path_or_json, std::vector<std::string>* warnings = nullptr);
+
+// DeepSpeed's batch-size rules for a data-parallel world size (section 1.2), filling the
+// missing one of train_batch_size / micro batch / gradient_accumulation_steps. The error
+// shows all four numbers and says which to change.
+void resolve_batch_sizes(DsConfig& cfg, int dp_world_size);
+
+// The fully resolved config, every default filled in, as JSON (ds_config check prints it).
+nlohmann::json to_json(const DsConfig& cfg);
+
+}  // namespace ds::config

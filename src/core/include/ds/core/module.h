@@ -1,0 +1,70 @@
+// The contract between the engine and a model: a user's own model and the built-in ones
+// (src/nn) implement the same interface, and the engine sees models only through it.
+//
+// Call order, per micro-batch: forward(batch) then backward(scale, grad_ready). Parameters
+// and gradients live in engine-owned flat storage that the engine hands over once with
+// bind(); the module reads parameters and accumulates (+=) gradients through those views.
+#pragma once
+
+#include <cstddef>
+#include <cstdint>
+#include <functional>
+#include <numeric>
+#include <span>
+#include <string>
+#include <vector>
+
+#include "ds/core/buffer.h"
+
+namespace ds {
+
+struct ParamInfo {
+  std::string name;                 // "h.0.attn.c_attn.weight": stable, used in checkpoints
+  std::vector<std::int64_t> shape;  // row-major
+  std::size_t numel() const {
+    return std::accumulate(shape.begin(), shape.end(), std::size_t{1},
+                           [](std::size_t a, std::int64_t d) { return a * std::size_t(d); });
+  }
+};
+
+// One micro-batch. Token models read inputs/targets (batch x seq, row-major); feature models
+// read features (batch x feature_dim) and targets (batch). Memory belongs to the caller.
+struct Batch {
+  std::span<const std::int32_t> inputs;
+  std::span<const std::int32_t> targets;
+  std::span<const float> features;
+  std::int64_t batch = 0;
+  std::int64_t seq = 0;
+  std::int64_t feature_dim = 0;
+};
+
+class Module {
+ public:
+  virtual ~Module() = default;
+
+  // Parameters in a fixed order; the engine lays them out in this order.
+  virtual std::vector<ParamInfo> parameters() const = 0;
+
+  // Writes initial fp32 values into params[i] (parameters()[i].numel() floats each).
+  // Called on every rank; the engine then broadcasts rank 0's values so replicas start equal.
+  virtual void init_parameters(std::span<const std::span<float>> params, std::uint64_t seed) = 0;
+
+  // Engine-owned storage for parameters()[i]: params[i] and grads[i] have the same working
+  // dtype (fp32, fp16 or bf16) and stay valid until the next bind().
+  virtual void bind(std::span<const TensorView> params, std::span<const TensorView> grads) = 0;
+
+  // Computes the mean loss of the micro-batch, caching what backward needs.
+  virtual float forward(const Batch& batch) = 0;
+
+  // Accumulates scale * d(loss)/d(param) into the bound gradients (+=, never overwrite:
+  // the engine zeroes them after each optimizer step). Calls grad_ready(i) once per
+  // parameter when its gradient for this micro-batch is final, so the engine can start
+  // reducing a full bucket while the rest of backward runs. `scale` folds in the loss scale
+  // and 1/gradient_accumulation_steps.
+  virtual void backward(float scale, const std::function<void(std::size_t)>& grad_ready) = 0;
+
+  // Loss without caching for backward (validation). Default: forward().
+  virtual float evaluate(const Batch& batch) { return forward(batch); }
+};
+
+}  // namespace ds

@@ -1,0 +1,110 @@
+// fp16 / bf16 conversions: scalar reference plus F16C and AVX-512 bulk paths chosen at run time.
+#include "ds/core/half.h"
+
+#include <immintrin.h>
+
+#include "ds/core/cpu_features.h"
+#include "ds/core/error.h"
+
+namespace ds {
+
+float f16_to_float(f16 h) {
+  const std::uint32_t sign = std::uint32_t(h.bits & 0x8000u) << 16;
+  std::uint32_t exp = (h.bits >> 10) & 0x1fu;
+  std::uint32_t man = h.bits & 0x3ffu;
+  if (exp == 0x1f) return bits_to_float(sign | 0x7f800000u | (man << 13));  // inf / NaN
+  if (exp == 0) {
+    if (man == 0) return bits_to_float(sign);
+    // subnormal: value = man * 2^-24
+    float v = float(man) * (1.0f / 16777216.0f);
+    return sign ? -v : v;
+  }
+  return bits_to_float(sign | ((exp + 112u) << 23) | (man << 13));
+}
+
+f16 float_to_f16(float f) {
+  const std::uint32_t u = float_to_bits(f);
+  const std::uint16_t sign = std::uint16_t((u >> 16) & 0x8000u);
+  const std::uint32_t a = u & 0x7fffffffu;
+  if (a > 0x7f800000u) return f16{std::uint16_t(sign | 0x7e00u | ((a >> 13) & 0x3ffu))};  // NaN
+  if (a >= 0x477ff000u) return f16{std::uint16_t(sign | 0x7c00u)};  // rounds to >= 65520: inf
+  if (a < 0x38800000u) {  // below the smallest normal (2^-14): subnormal or zero
+    // Scale into units of 2^-24 with float arithmetic, which rounds to nearest even.
+    const float v = bits_to_float(a) * 16777216.0f;  // exact: power-of-two scaling
+    const float r = __builtin_nearbyintf(v);         // ties-to-even under the default mode
+    return f16{std::uint16_t(sign | std::uint16_t(r))};
+  }
+  std::uint32_t m = a + 0xfffu + ((a >> 13) & 1u);  // round to nearest even at bit 13
+  m -= 0x38000000u;                                // rebias exponent 127 -> 15
+  return f16{std::uint16_t(sign | (m >> 13))};
+}
+
+namespace {
+
+// --- F16C (8 lanes) ---
+__attribute__((target("f16c,avx"))) void f32_to_f16_f16c(const float* s, f16* d, std::size_t n, std::size_t& i) {
+  for (; i + 8 <= n; i += 8) {
+    __m128i h = _mm256_cvtps_ph(_mm256_loadu_ps(s + i), _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC);
+    _mm_storeu_si128(reinterpret_cast<__m128i*>(d + i), h);
+  }
+}
+__attribute__((target("f16c,avx"))) void f16_to_f32_f16c(const f16* s, float* d, std::size_t n, std::size_t& i) {
+  for (; i + 8 <= n; i += 8) {
+    __m128i h = _mm_loadu_si128(reinterpret_cast<const __m128i*>(s + i));
+    _mm256_storeu_ps(d + i, _mm256_cvtph_ps(h));
+  }
+}
+
+// --- AVX-512 bf16 (16 lanes) by integer rounding, identical to the scalar code ---
+__attribute__((target("avx512f,avx512bw"))) void f32_to_bf16_avx512(const float* s, bf16* d, std::size_t n, std::size_t& i) {
+  const __m512i lsb_mask = _mm512_set1_epi32(1), bias = _mm512_set1_epi32(0x7fff);
+  const __m512i abs_mask = _mm512_set1_epi32(0x7fffffff), inf = _mm512_set1_epi32(0x7f800000);
+  const __m512i qnan = _mm512_set1_epi32(0x00400000);
+  for (; i + 16 <= n; i += 16) {
+    __m512i u = _mm512_loadu_si512(s + i);
+    __mmask16 nan = _mm512_cmpgt_epu32_mask(_mm512_and_si512(u, abs_mask), inf);
+    __m512i r = _mm512_add_epi32(u, _mm512_add_epi32(bias, _mm512_and_si512(_mm512_srli_epi32(u, 16), lsb_mask)));
+    r = _mm512_mask_mov_epi32(r, nan, _mm512_or_si512(u, qnan));
+    _mm256_storeu_si256(reinterpret_cast<__m256i*>(d + i), _mm512_cvtepi32_epi16(_mm512_srli_epi32(r, 16)));
+  }
+}
+__attribute__((target("avx512f,avx512bw"))) void bf16_to_f32_avx512(const bf16* s, float* d, std::size_t n, std::size_t& i) {
+  for (; i + 16 <= n; i += 16) {
+    __m256i h = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(s + i));
+    _mm512_storeu_si512(d + i, _mm512_slli_epi32(_mm512_cvtepu16_epi32(h), 16));
+  }
+}
+
+}  // namespace
+
+void convert_f32_to_f16(const float* src, f16* dst, std::size_t n) {
+  std::size_t i = 0;
+  if (cpu_features().f16c) f32_to_f16_f16c(src, dst, n, i);
+  for (; i < n; ++i) dst[i] = float_to_f16(src[i]);
+}
+void convert_f16_to_f32(const f16* src, float* dst, std::size_t n) {
+  std::size_t i = 0;
+  if (cpu_features().f16c) f16_to_f32_f16c(src, dst, n, i);
+  for (; i < n; ++i) dst[i] = f16_to_float(src[i]);
+}
+void convert_f32_to_bf16(const float* src, bf16* dst, std::size_t n) {
+  std::size_t i = 0;
+  if (cpu_features().avx512bw) f32_to_bf16_avx512(src, dst, n, i);
+  for (; i < n; ++i) dst[i] = float_to_bf16(src[i]);
+}
+void convert_bf16_to_f32(const bf16* src, float* dst, std::size_t n) {
+  std::size_t i = 0;
+  if (cpu_features().avx512bw) bf16_to_f32_avx512(src, dst, n, i);
+  for (; i < n; ++i) dst[i] = bf16_to_float(src[i]);
+}
+
+void convert(const void* src, DType st, void* dst, DType dt, std::size_t n) {
+  if (st == dt) { std::memcpy(dst, src, n * dtype_size(st)); return; }
+  if (st == DType::F32 && dt == DType::F16) return convert_f32_to_f16(static_cast<const float*>(src), static_cast<f16*>(dst), n);
+  if (st == DType::F32 && dt == DType::BF16) return convert_f32_to_bf16(static_cast<const float*>(src), static_cast<bf16*>(dst), n);
+  if (st == DType::F16 && dt == DType::F32) return convert_f16_to_f32(static_cast<const f16*>(src), static_cast<float*>(dst), n);
+  if (st == DType::BF16 && dt == DType::F32) return convert_bf16_to_f32(static_cast<const bf16*>(src), static_cast<float*>(dst), n);
+  DS_THROW("no conversion from " << dtype_name(st) << " to " << dtype_name(dt));
+}
+
+}  // namespace ds

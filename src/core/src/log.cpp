@@ -1,0 +1,48 @@
+#include "ds/core/log.h"
+
+#include <cstdio>
+#include <cstdlib>
+#include <cstring>
+#include <mutex>
+
+#include "ds/core/error.h"
+
+namespace ds::log {
+
+namespace {
+Level initial_level() {
+  const char* v = std::getenv("DS_LOG_LEVEL");
+  if (!v) return Level::Info;
+  if (!std::strcmp(v, "debug")) return Level::Debug;
+  if (!std::strcmp(v, "warn")) return Level::Warn;
+  if (!std::strcmp(v, "error")) return Level::Error;
+  return Level::Info;
+}
+Level g_level = initial_level();
+const bool g_all_ranks = [] { const char* v = std::getenv("DS_LOG_ALL_RANKS"); return v && *v == '1'; }();
+std::mutex g_mutex;
+}  // namespace
+
+void set_level(Level level) { g_level = level; }
+Level level() { return g_level; }
+
+bool enabled(Level lvl) {
+  if (lvl < g_level) return false;
+  if (lvl >= Level::Warn || g_all_ranks) return true;
+  return process_rank() <= 0;
+}
+
+void write(Level lvl, const std::string& message) {
+  static const char* names[] = {"debug", "info", "warning", "error"};
+  std::lock_guard<std::mutex> lock(g_mutex);
+  FILE* out = lvl >= Level::Warn ? stderr : stdout;
+  const int r = process_rank();
+  if (lvl == Level::Info) {
+    std::fprintf(out, "[rank %d] %s\n", r < 0 ? 0 : r, message.c_str());
+  } else {
+    std::fprintf(out, "[rank %d] %s: %s\n", r < 0 ? 0 : r, names[int(lvl)], message.c_str());
+  }
+  std::fflush(out);
+}
+
+}  // namespace ds::log
