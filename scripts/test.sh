@@ -1,0 +1,47 @@
+#!/usr/bin/env bash
+# The whole test suite, as CI runs it (.ci/run calls exactly this):
+#   1. install the Debian packages (idempotent),
+#   2. Release build (CUDA code compiled when nvcc is present) and every ctest test:
+#      unit (GoogleTest), multi-rank (real mpirun, 2 and 4 ranks), end-to-end (apps, Slurm),
+#   3. the unit tests again under AddressSanitizer + UBSan,
+#   4. the libFuzzer targets for a bounded time on seed corpora from configs/ and tests/.
+# Usage: scripts/test.sh            (everything)
+#        DS_TEST_QUICK=1 scripts/test.sh   (steps 1-2 only)
+set -euo pipefail
+cd "$(dirname "$0")/.."
+ROOT=$(pwd)
+JOBS=${DS_JOBS:-$(nproc)}
+T0=$(date +%s)
+stamp() { echo "[test.sh +$(( $(date +%s) - T0 ))s] $*"; }
+
+if [ "$(id -u)" = 0 ]; then bash scripts/install_deps.sh; else sudo bash scripts/install_deps.sh; fi
+stamp "packages ok"
+
+source scripts/mpi_env.sh
+
+cmake -S . -B build -G Ninja -DCMAKE_BUILD_TYPE=Release >build-configure.log 2>&1 || { cat build-configure.log; exit 1; }
+cmake --build build -j"$JOBS"
+stamp "build ok"
+ctest --test-dir build -j"$JOBS" --output-on-failure --timeout 600
+stamp "ctest (Release) ok"
+
+[ "${DS_TEST_QUICK:-0}" = 1 ] && exit 0
+
+# Unit tests under AddressSanitizer + UBSan (CPU code only; benchmarks off).
+cmake -S . -B build-asan -G Ninja -DCMAKE_BUILD_TYPE=RelWithDebInfo -DDS_SANITIZE=ON \
+      -DDS_WITH_CUDA=OFF -DDS_BUILD_BENCH=OFF >build-asan-configure.log 2>&1 || { cat build-asan-configure.log; exit 1; }
+cmake --build build-asan -j"$JOBS"
+ASAN_OPTIONS=detect_leaks=1:abort_on_error=0 UBSAN_OPTIONS=print_stacktrace=1:halt_on_error=1 \
+  ctest --test-dir build-asan -j"$JOBS" -L unit --output-on-failure --timeout 600
+stamp "ctest (ASan+UBSan, unit) ok"
+
+# Fuzzers, bounded.
+for f in scripts/fuzz_config.sh scripts/fuzz_launcher.sh; do
+  [ -x "$f" ] || [ -f "$f" ] || continue
+  bash "$f" "${DS_FUZZ_SECONDS:-20}"
+done
+stamp "fuzzing ok"
+
+# The suite's closing line (plain form CI reads), from the Release run's ctest summary.
+ctest --test-dir build -N | tail -n 1 >/dev/null
+stamp "all done"
