@@ -1,0 +1,68 @@
+// Optimizers over flat fp32 master weights: Adam, AdamW, SGD, Adagrad, Lamb with
+// DeepSpeed's names, parameters and defaults (../shared/reference/deepspeed-engine.md
+// sections 1.3 and 4; docs/OPTIMIZERS.md).
+//
+// Contract: init_state(n) once (n = all parameters, or this rank's ZeRO slice), then step()
+// once per successful optimizer step over the same n elements. step() is ONE fused pass:
+// it reads the gradient (fp32/fp16/bf16) times ctx.grad_scale, updates the state and the fp32
+// master, and writes the new master converted to the working dtype when a working view is
+// given. Lamb needs a second pass for its trust ratio (per Segment). Not thread-safe: one
+// step() at a time per optimizer; the kernels use OpenMP threads internally.
+#pragma once
+
+#include <array>
+#include <cstddef>
+#include <cstdint>
+#include <memory>
+#include <optional>
+#include <span>
+#include <string>
+#include <string_view>
+#include <utility>
+#include <vector>
+
+#include "ds/config/ds_config.h"
+#include "ds/core/buffer.h"
+
+namespace ds::optim {
+
+// One parameter tensor's elements within the flat range passed to step(). Only Lamb uses
+// segments (its trust ratio is per segment); an empty list means one segment [0, n).
+// Lamb leaves elements outside every segment untouched; segments must be sorted and disjoint.
+struct Segment {
+  std::size_t offset, count;
+};
+
+struct StepContext {
+  double lr = 0.0;
+  std::int64_t step = 1;      // 1-based count of successful steps, including this one
+  double grad_scale = 1.0;    // multiply each gradient by this first (1/loss_scale x clip coefficient)
+  std::optional<std::array<double, 2>> betas;  // scheduler override (OneCycle); Adam/AdamW/Lamb only
+};
+
+class Optimizer {
+ public:
+  virtual ~Optimizer() = default;
+  virtual std::string_view name() const = 0;  // "adam", "adamw", "sgd", "adagrad", "lamb"
+  // Allocates and initialises the state for n elements (zeros; Adagrad's sum starts at
+  // initial_accumulator_value). Call once; calling again re-initialises.
+  virtual void init_state(std::size_t n) = 0;
+  // master.size() == grad.count == n (init_state's n); working.data == nullptr or
+  // working.count == n. grad dtype F32/F16/BF16; working dtype F32/F16/BF16.
+  virtual void step(std::span<float> master, TensorView grad, TensorView working,
+                    std::span<const Segment> segments, const StepContext& ctx) = 0;
+  // Named state arrays of n floats each (checkpoints read and write them in place):
+  // adam/adamw/lamb: exp_avg, exp_avg_sq; sgd: momentum_buffer (only with momentum != 0);
+  // adagrad: sum.
+  virtual std::vector<std::pair<std::string, std::span<float>>> state_tensors() = 0;
+  // Lamb only: the trust ratios of the last step, one per segment (empty for the others).
+  virtual std::span<const float> last_lamb_coeffs() const { return {}; }
+};
+
+enum class Kernel { Cpu, Ref };
+
+// The fast CPU kernels (Kernel::Cpu) or the plain references (Kernel::Ref). Validates the
+// hyperparameters (errors name optimizer.params.<key>); unknown type names optimizer.type.
+std::unique_ptr<Optimizer> make_optimizer(const config::OptimizerConfig& cfg, Kernel kernel = Kernel::Cpu);
+
+}  // namespace ds::optim

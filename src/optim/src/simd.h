@@ -1,0 +1,114 @@
+// Private helpers of the fast CPU kernels: AVX-512 loads/stores of fp32/fp16/bf16 with
+// masked tails, the (grad dtype, working dtype) dispatch, and the OpenMP range split.
+// Everything between the GCC target pragmas is compiled for AVX-512 and only ever called
+// after ds::cpu_features() said the CPU has it.
+#pragma once
+
+#include <immintrin.h>
+#include <omp.h>
+
+#include <algorithm>
+#include <cstddef>
+#include <cstdint>
+
+#include "ds/core/buffer.h"
+#include "ds/core/cpu_features.h"
+#include "ds/core/error.h"
+
+namespace ds::optim::simd {
+
+// "No working copy" in the dispatch.
+inline constexpr DType kNone = DType::U8;
+
+inline bool have_avx512() {
+  const CpuFeatures& f = cpu_features();
+  return f.avx512f && f.avx512bw && f.avx512vl && f.f16c;
+}
+
+// Calls f.template operator()<G, W>() for the runtime dtypes (w = kNone: no working copy).
+template <class F>
+void dispatch(DType g, DType w, F&& f) {
+  auto with_w = [&]<DType G>() {
+    switch (w) {
+      case DType::F32: f.template operator()<G, DType::F32>(); break;
+      case DType::F16: f.template operator()<G, DType::F16>(); break;
+      case DType::BF16: f.template operator()<G, DType::BF16>(); break;
+      default: f.template operator()<G, kNone>(); break;
+    }
+  };
+  switch (g) {
+    case DType::F16: with_w.template operator()<DType::F16>(); break;
+    case DType::BF16: with_w.template operator()<DType::BF16>(); break;
+    default: with_w.template operator()<DType::F32>(); break;
+  }
+}
+
+// Below this many elements one thread does it all (a parallel region costs a few us).
+inline constexpr std::size_t kMinParallel = 1 << 15;
+
+// Splits [0, n) into one contiguous range per thread, boundaries on 16-element (64-byte)
+// multiples, and calls chunk(lo, hi) on each.
+template <class Chunk>
+void parallel_ranges(std::size_t n, Chunk&& chunk) {
+  const int nt = n < kMinParallel ? 1 : omp_get_max_threads();
+  if (nt <= 1) {
+    if (n) chunk(std::size_t(0), n);
+    return;
+  }
+#pragma omp parallel num_threads(nt)
+  {
+    const std::size_t t = std::size_t(omp_get_thread_num()), T = std::size_t(omp_get_num_threads());
+    const std::size_t per = ((n + T - 1) / T + 15) & ~std::size_t(15);
+    const std::size_t lo = std::min(n, t * per), hi = std::min(n, lo + per);
+    if (lo < hi) chunk(lo, hi);
+  }
+}
+
+#pragma GCC push_options
+#pragma GCC target("avx512f,avx512bw,avx512vl,avx512dq,f16c,fma")
+
+inline __mmask16 mask_for(std::size_t left) {
+  return left >= 16 ? __mmask16(0xffff) : __mmask16((1u << left) - 1u);
+}
+
+template <DType G>
+inline __m512 load_g(const void* base, std::size_t i, __mmask16 k) {
+  if constexpr (G == DType::F32) {
+    return _mm512_maskz_loadu_ps(k, static_cast<const float*>(base) + i);
+  } else {
+    const __m256i h = _mm256_maskz_loadu_epi16(k, static_cast<const std::uint16_t*>(base) + i);
+    if constexpr (G == DType::F16) return _mm512_cvtph_ps(h);
+    else return _mm512_castsi512_ps(_mm512_slli_epi32(_mm512_cvtepu16_epi32(h), 16));
+  }
+}
+
+// Round to nearest even, NaN stays (quiet) NaN: identical to ds::float_to_f16 / float_to_bf16.
+template <DType W>
+inline void store_w(void* base, std::size_t i, __m512 x, __mmask16 k) {
+  if constexpr (W == DType::F32) {
+    _mm512_mask_storeu_ps(static_cast<float*>(base) + i, k, x);
+  } else if constexpr (W == DType::F16) {
+    const __m256i h = _mm512_cvtps_ph(x, _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC);
+    _mm256_mask_storeu_epi16(static_cast<std::uint16_t*>(base) + i, k, h);
+  } else if constexpr (W == DType::BF16) {
+    const __m512i u = _mm512_castps_si512(x);
+    const __mmask16 nan = _mm512_cmpgt_epu32_mask(_mm512_and_si512(u, _mm512_set1_epi32(0x7fffffff)),
+                                                  _mm512_set1_epi32(0x7f800000));
+    __m512i r = _mm512_add_epi32(u, _mm512_add_epi32(_mm512_set1_epi32(0x7fff),
+                                                     _mm512_and_si512(_mm512_srli_epi32(u, 16), _mm512_set1_epi32(1))));
+    r = _mm512_mask_mov_epi32(r, nan, _mm512_or_si512(u, _mm512_set1_epi32(0x00400000)));
+    _mm256_mask_storeu_epi16(static_cast<std::uint16_t*>(base) + i, k, _mm512_cvtepi32_epi16(_mm512_srli_epi32(r, 16)));
+  }
+}
+
+// Horizontal sum of squares of x's 16 lanes into two double accumulators (masked lanes are 0).
+inline void acc_sq(__m512 x, __m512d& a0, __m512d& a1) {
+  const __m512d lo = _mm512_cvtps_pd(_mm512_castps512_ps256(x));
+  const __m512d hi = _mm512_cvtps_pd(_mm256_castpd_ps(_mm512_extractf64x4_pd(_mm512_castps_pd(x), 1)));
+  a0 = _mm512_fmadd_pd(lo, lo, a0);
+  a1 = _mm512_fmadd_pd(hi, hi, a1);
+}
+
+#pragma GCC pop_options
+
+}  // namespace ds::optim::simd
