@@ -1,0 +1,224 @@
+// The dstrain checkpoint store: sharded HDF5 files, a JSON manifest, an atomic commit, and
+// elastic (re-partitioning) reads. docs/CHECKPOINTS.md documents the layout and protocol.
+//
+//   save_dir/latest                    the newest complete tag (text, no newline)
+//   save_dir/<tag>/model_states.h5     params/<name> (full tensors, working dtype), engine/
+//                                      (counters, scheduler, scaler, ...), client_state/, config
+//   save_dir/<tag>/zero_rank_<r>.h5    this rank's slice of the flat fp32 master and of every
+//                                      optimizer state tensor, with its global offset
+//   save_dir/<tag>/manifest.json       format version, world size, ZeRO stage, dtypes, shapes,
+//                                      partition map, CRC-32C of every tensor dataset
+//
+// This layer knows nothing about the engine: the engine (src/engine/src/engine_checkpoint.cpp)
+// describes what it saves with CheckpointContent and reads back through CheckpointReader.
+// Collective calls take the data-parallel Communicator; every rank calls them in order.
+#pragma once
+
+#include <cstddef>
+#include <cstdint>
+#include <map>
+#include <memory>
+#include <optional>
+#include <string>
+#include <string_view>
+#include <vector>
+
+#include "ds/core/buffer.h"
+#include "ds/core/dtype.h"
+#include "ds/io/h5file.h"
+#include "ds/io/state_value.h"
+#include "ds/mpi/communicator.h"
+
+namespace ds::io {
+
+inline constexpr int kFormatVersion = 1;
+inline constexpr const char* kModelFile = "model_states.h5";
+inline constexpr const char* kManifestFile = "manifest.json";
+inline constexpr const char* kLatestFile = "latest";
+std::string shard_file_name(int rank);  // "zero_rank_<r>.h5"
+
+enum class TagValidation { Ignore, Warn, Fail };
+// "Ignore" | "Warn" | "Fail", case-insensitive (DeepSpeed's checkpoint.tag_validation).
+TagValidation parse_tag_validation(std::string_view s);
+
+// One module parameter, full tensor, as the engine holds it (rank 0's copy is written).
+struct ParamRecord {
+  std::string name;  // no '/' (a dataset name under params/)
+  std::vector<std::int64_t> shape;
+  DType dtype = DType::F32;  // working dtype: F32 | F16 | BF16
+  const void* data = nullptr;
+  std::size_t flat_offset = 0;  // global element offset in the engine's flat space
+  std::size_t numel() const;
+};
+
+// One partitioned flat fp32 tensor: this rank's slice [shard_offset, shard_offset + count).
+struct ShardTensor {
+  std::string name;  // "fp32_master", "optim/exp_avg", ... (same names on every rank)
+  const float* data = nullptr;
+};
+
+struct CheckpointContent {
+  std::vector<ParamRecord> params;
+  std::string working_dtype = "fp32";
+  int zero_stage = 0;
+  std::size_t flat_numel = 0;     // length of the flat space (padding included)
+  bool has_shard = true;          // false: this rank writes no shard (stage 0: only rank 0)
+  std::size_t shard_offset = 0;   // global element offset of this rank's slice
+  std::size_t shard_count = 0;    // elements in the slice
+  std::vector<ShardTensor> shard;
+  StateValue engine_state;        // counters, scheduler, scaler, optimizer scalars (replicated)
+  StateValue client_state;        // the user's tree
+  std::string config_json;        // ds_config as written
+};
+
+struct SaveOptions {
+  bool save_latest = true;
+  bool overwrite = false;  // replace an existing <tag> (atomically, renameat2 RENAME_EXCHANGE)
+  TagValidation tag_validation = TagValidation::Warn;
+  // Deadline of the save's first collective: a save entered by only some ranks fails with a
+  // clear error instead of hanging. DS_CKPT_COLLECTIVE_TIMEOUT_S overrides it.
+  double collective_timeout_s = 300.0;
+};
+
+// Saving in three steps, so that the file writing can run on a background thread while the
+// collectives stay on the caller's thread (async save):
+//   begin_save   (collective)  tag validation under a deadline, tmp dir created
+//   write_local  (local)       this rank's files into the tmp dir, fsynced; no collectives
+//   commit_save  (collective)  failure flags + checksums gathered; rank 0 writes the manifest,
+//                              renames the tmp dir to <tag>, then moves `latest`
+// save_checkpoint() runs the three in a row.
+struct PendingSave {
+  std::string save_dir, tag, tmp_dir, final_dir;
+  SaveOptions options;
+  std::uint64_t id = 0;          // shared by every rank (names the tmp dir)
+  int world_size = 1;
+  std::size_t num_shard_datasets = 0;
+  bool active = false;
+};
+
+struct LocalWriteResult {
+  bool ok = false;
+  std::string error;  // what failed, when !ok
+  // CRC-32C per dataset written by this rank ("params/<name>" in the model file, shard names).
+  std::map<std::string, std::uint32_t> model_crc, shard_crc;
+  // What the manifest needs from rank 0 (filled on rank 0).
+  std::vector<ParamRecord> params_meta;  // data == nullptr
+  std::string working_dtype;
+  int zero_stage = 0;
+  std::size_t flat_numel = 0;
+  bool has_shard = false;
+  std::size_t shard_offset = 0, shard_count = 0;
+  std::vector<std::string> shard_names;
+};
+
+// `content` is only inspected for its layout (layout_signature) here.
+PendingSave begin_save(Communicator& comm, const std::string& save_dir, const std::string& tag,
+                       const SaveOptions& options, const CheckpointContent& content);
+LocalWriteResult write_local(const PendingSave& pending, int rank, const CheckpointContent& content);
+// Returns the committed checkpoint directory. On any rank's failure every rank throws and the
+// tmp dir is removed; the previous checkpoint and `latest` are untouched.
+std::string commit_save(Communicator& comm, PendingSave& pending, const LocalWriteResult& local);
+
+std::string save_checkpoint(Communicator& comm, const std::string& save_dir, const std::string& tag,
+                            const CheckpointContent& content, const SaveOptions& options = SaveOptions());
+
+// A signature of what every rank must agree on (zero stage, flat length, shard names);
+// begin_save fails when ranks disagree.
+std::string layout_signature(const CheckpointContent& content);
+
+// ---------------------------------------------------------------------------------------
+// Loading
+// ---------------------------------------------------------------------------------------
+
+// The tag in <load_dir>/latest (whitespace stripped); std::nullopt when there is no `latest`
+// (DeepSpeed returns (None, None)). ds::Error when load_dir does not exist.
+std::optional<std::string> read_latest(const std::string& load_dir);
+
+struct ManifestParam {
+  std::string name;
+  std::vector<std::int64_t> shape;
+  std::string dtype;
+  std::size_t flat_offset = 0, numel = 0;
+};
+struct ManifestPartition {
+  int rank = 0;
+  std::string file;
+  std::size_t offset = 0, count = 0;
+};
+struct Manifest {
+  int format_version = 0;
+  std::string tag;
+  int world_size = 0;
+  int zero_stage = 0;
+  std::string working_dtype;
+  std::size_t flat_numel = 0;
+  std::vector<ManifestParam> params;
+  std::vector<std::string> shard_datasets;
+  std::vector<ManifestPartition> partitions;
+  std::map<std::string, std::map<std::string, std::uint32_t>> checksums;  // file -> dataset -> crc
+};
+
+// Expected parameter (name + shape) for model checks.
+struct ExpectedParam {
+  std::string name;
+  std::vector<std::int64_t> shape;
+  std::size_t flat_offset = 0;
+};
+
+class CheckpointReader {
+ public:
+  // Opens <load_dir>/<tag>: checks the directory, manifest (format version), and that every
+  // file it names exists. Errors name the path.
+  CheckpointReader(const std::string& load_dir, const std::string& tag);
+  ~CheckpointReader();
+
+  const Manifest& manifest() const { return manifest_; }
+  const std::string& dir() const { return dir_; }
+
+  // Names / shapes check. Returns the list of problems (one line each): missing from the
+  // checkpoint, unexpected in it, shape differs. strict: missing and unexpected are errors;
+  // a shape difference always is. Throws ds::Error listing all problems.
+  void check_model(const std::vector<ExpectedParam>& expected, bool strict) const;
+  // True when the saved flat layout equals `expected` (same offsets), so flat (master,
+  // optimizer) state can be re-cut into the new partitioning.
+  bool same_flat_layout(const std::vector<ExpectedParam>& expected) const;
+
+  // Checksums, streamed through a bounded scratch buffer: the model file's params, and every
+  // shard dataset overlapping [offset, offset + count) of the flat space. ds::Error naming
+  // file and dataset on mismatch.
+  void verify_params(const std::vector<std::string>& names);
+  void verify_flat_range(std::size_t offset, std::size_t count);
+
+  // Reads parameter `name` into dst (numel elements of dst_dtype, converting from the saved
+  // dtype through a reused scratch buffer when they differ).
+  void read_param(const std::string& name, void* dst, DType dst_dtype, std::size_t numel);
+  // Elastic read of the flat fp32 tensor `dataset` ("fp32_master", ...): elements
+  // [offset, offset + count) gathered from every old shard overlapping them (hyperslab reads
+  // into dst, no intermediate copy); elements beyond every old shard (padding) become 0.
+  void read_flat(const std::string& dataset, std::size_t offset, std::size_t count, float* dst);
+  bool has_shard_dataset(const std::string& dataset) const;
+
+  StateValue engine_state();
+  StateValue client_state();
+  std::string config_json();
+
+ private:
+  H5File& model_file();
+  H5File& shard_file(std::size_t partition_index);
+  std::uint32_t expected_crc(const std::string& file, const std::string& dataset) const;
+  std::string dir_;
+  Manifest manifest_;
+  std::unique_ptr<H5File> model_;
+  std::vector<std::unique_ptr<H5File>> shards_;
+  HostBuffer scratch_;  // reused for conversions and checksum streaming
+};
+
+// Removes stale "<tag>.tmp-*" directories left by interrupted saves (returns how many).
+int clean_stale_tmp_dirs(const std::string& save_dir);
+
+// Test hook (docs/CHECKPOINTS.md): DS_CKPT_TEST_KILL_AT=<phase>[@rank] makes the process
+// raise SIGKILL when it reaches <phase>. Phases: begin, shard_write, before_manifest,
+// before_rename, before_latest, after_latest.
+void test_kill_point(std::string_view phase, int rank);
+
+}  // namespace ds::io
