@@ -1,0 +1,89 @@
+// GPT-2 style decoder (pre-LayerNorm blocks, tied token embedding / LM head, final LayerNorm),
+// implementing ds::Module exactly as a user's model would.
+//
+// Parameters (PyTorch Linear layout: weight[out, in]), in this order:
+//   wte.weight [V, C], wpe.weight [block_size, C], then per layer l:
+//   h.l.ln_1.weight/bias [C], h.l.attn.c_attn.weight [3C, C] / bias [3C],
+//   h.l.attn.c_proj.weight [C, C] / bias [C], h.l.ln_2.weight/bias [C],
+//   h.l.mlp.c_fc.weight [4C, C] / bias [4C], h.l.mlp.c_proj.weight [C, 4C] / bias [C],
+//   and ln_f.weight/bias [C]. The LM head reuses wte.weight (tied, as GPT-2).
+// Init as GPT-2: weights N(0, 0.02), the two residual projections (c_proj) N(0, 0.02 /
+// sqrt(2 n_layer)), biases 0, LayerNorm weight 1.
+//
+// Activations are sized at the first forward for a batch x seq and reused (grown only when a
+// larger batch x seq arrives). Not thread-safe: one forward/backward at a time.
+#pragma once
+
+#include <cstdint>
+#include <functional>
+#include <span>
+#include <vector>
+
+#include "ds/core/buffer.h"
+#include "ds/core/module.h"
+#include "ds/nn/params.h"
+
+namespace ds::nn {
+
+struct GptConfig {
+  std::int64_t n_layer = 4;
+  std::int64_t n_head = 4;
+  std::int64_t n_embd = 256;
+  std::int64_t block_size = 128;
+  std::int64_t vocab_size = 256;
+};
+
+class Gpt : public Module {
+ public:
+  explicit Gpt(const GptConfig& cfg);  // validates cfg (n_embd % n_head == 0, all > 0)
+
+  std::vector<ParamInfo> parameters() const override { return ps_.infos(); }
+  void init_parameters(std::span<const std::span<float>> params, std::uint64_t seed) override;
+  void bind(std::span<const TensorView> params, std::span<const TensorView> grads) override;
+  float forward(const Batch& batch) override;
+  void backward(float scale, const std::function<void(std::size_t)>& grad_ready) override;
+  float evaluate(const Batch& batch) override;
+
+  const GptConfig& config() const { return cfg_; }
+  std::size_t num_parameters() const { return ps_.total_numel(); }
+
+  // Training FLOPs per token (forward + backward): 6 * N_matmul + 6 * n_layer * T * C with
+  // T = seq (attention's QK^T and PV, causal half not counted as saved), where N_matmul
+  // counts the weights that enter GEMMs (all Linear weights + the tied LM head; not the
+  // position table, biases or LayerNorms). `seq` defaults to block_size.
+  double flops_per_token(std::int64_t seq = 0) const;
+
+  // Logits (vocab_size floats) for the token after `context` (its last block_size tokens
+  // are used). Overwrites the activations cached by forward(): call outside forward/backward.
+  std::vector<float> logits_last(std::span<const std::int32_t> context);
+  // Samples n_new tokens after context (temperature <= 0: greedy), deterministic per seed.
+  std::vector<std::int32_t> generate(std::span<const std::int32_t> context, int n_new,
+                                     float temperature, std::uint64_t seed);
+
+ private:
+  struct LayerIdx { std::size_t ln1w, ln1b, qkvw, qkvb, projw, projb, ln2w, ln2b, fcw, fcb, fcprojw, fcprojb; };
+  void ensure_scratch(std::int64_t B, std::int64_t T);
+  void run_forward(const std::int32_t* tokens, std::int64_t B, std::int64_t T);
+  float loss_forward(const Batch& batch);
+
+  GptConfig cfg_;
+  ParamSet ps_;
+  std::size_t wte_, wpe_, lnfw_, lnfb_;
+  std::vector<LayerIdx> layers_;
+
+  // Activations and backward scratch (one arena).
+  HostBuffer arena_;
+  std::int64_t cap_bt_ = 0, cap_t_ = 0;
+  int att_slots_ = 0;
+  struct LayerAct { float *ln1, *ln1_mean, *ln1_rstd, *qkv, *att, *atty, *x1, *ln2, *ln2_mean, *ln2_rstd, *fch, *fch_gelu; };
+  std::vector<LayerAct> acts_;
+  std::vector<float*> resid_;  // n_layer + 1 residual streams [BT, C]
+  float *lnf_ = nullptr, *lnf_mean_ = nullptr, *lnf_rstd_ = nullptr, *logits_ = nullptr, *lse_ = nullptr;
+  float *dres_ = nullptr, *dln_ = nullptr, *dqkv_ = nullptr, *datty_ = nullptr, *dfch_ = nullptr,
+        *datt_scratch_ = nullptr;
+  std::vector<std::int32_t> tokens_, targets_;
+  std::int64_t B_ = 0, T_ = 0;
+  bool have_cache_ = false;
+};
+
+}  // namespace ds::nn

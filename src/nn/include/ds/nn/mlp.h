@@ -1,0 +1,57 @@
+// A multilayer perceptron classifier: features -> [Linear -> GELU] x n_hidden_layers ->
+// Linear -> softmax cross-entropy (mean over the batch). Reads Batch.features
+// (batch x in_features) and Batch.targets (batch class ids in [0, n_classes)).
+//
+// Parameters: fc.<i>.weight [hidden, in] / fc.<i>.bias [hidden] for each hidden layer, then
+// head.weight [n_classes, hidden] / head.bias [n_classes]. Init as PyTorch's nn.Linear:
+// weight and bias U(-1/sqrt(fan_in), 1/sqrt(fan_in)).
+#pragma once
+
+#include <cstdint>
+#include <vector>
+
+#include "ds/core/buffer.h"
+#include "ds/core/module.h"
+#include "ds/nn/params.h"
+
+namespace ds::nn {
+
+struct MlpConfig {
+  std::int64_t in_features = 16;
+  std::int64_t hidden = 64;
+  std::int64_t n_classes = 4;
+  std::int64_t n_hidden_layers = 1;
+};
+
+class Mlp : public Module {
+ public:
+  explicit Mlp(const MlpConfig& cfg);
+
+  std::vector<ParamInfo> parameters() const override { return ps_.infos(); }
+  void init_parameters(std::span<const std::span<float>> params, std::uint64_t seed) override;
+  void bind(std::span<const TensorView> params, std::span<const TensorView> grads) override;
+  float forward(const Batch& batch) override;
+  void backward(float scale, const std::function<void(std::size_t)>& grad_ready) override;
+  float evaluate(const Batch& batch) override;
+
+  const MlpConfig& config() const { return cfg_; }
+  // Training FLOPs per sample: 6 * (weights in GEMMs).
+  double flops_per_sample() const;
+
+ private:
+  float run(const Batch& batch);
+  void ensure_scratch(std::int64_t B);
+
+  MlpConfig cfg_;
+  ParamSet ps_;
+  std::vector<std::size_t> w_, b_;  // per linear layer (hidden layers, then head)
+  std::vector<std::int64_t> dims_;  // in, hidden..., classes
+  HostBuffer arena_;
+  std::int64_t cap_b_ = 0, B_ = 0;
+  std::vector<float*> pre_, post_;  // per hidden layer: pre-activation, GELU output
+  float *input_ = nullptr, *logits_ = nullptr, *lse_ = nullptr, *dA_ = nullptr, *dB_ = nullptr;
+  std::vector<std::int32_t> targets_;
+  bool have_cache_ = false;
+};
+
+}  // namespace ds::nn

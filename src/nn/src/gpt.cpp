@@ -1,0 +1,270 @@
+#include "ds/nn/gpt.h"
+
+#include <omp.h>
+
+#include <algorithm>
+#include <cmath>
+#include <cstring>
+#include <random>
+#include <string>
+
+#include "ds/core/error.h"
+#include "ds/nn/kernels.h"
+
+namespace ds::nn {
+
+namespace k = kernels;
+
+Gpt::Gpt(const GptConfig& cfg) : cfg_(cfg) {
+  DS_CHECK(cfg.n_layer > 0 && cfg.n_head > 0 && cfg.n_embd > 0 && cfg.block_size > 0 &&
+               cfg.vocab_size > 0,
+           "GptConfig: n_layer, n_head, n_embd, block_size and vocab_size must all be > 0 (got "
+               << cfg.n_layer << ", " << cfg.n_head << ", " << cfg.n_embd << ", " << cfg.block_size
+               << ", " << cfg.vocab_size << ")");
+  DS_CHECK(cfg.n_embd % cfg.n_head == 0,
+           "GptConfig: n_embd (" << cfg.n_embd << ") must be divisible by n_head (" << cfg.n_head << ")");
+  const std::int64_t C = cfg.n_embd;
+  wte_ = ps_.add("wte.weight", {cfg.vocab_size, C});
+  wpe_ = ps_.add("wpe.weight", {cfg.block_size, C});
+  for (std::int64_t l = 0; l < cfg.n_layer; ++l) {
+    const std::string p = "h." + std::to_string(l) + ".";
+    LayerIdx L;
+    L.ln1w = ps_.add(p + "ln_1.weight", {C});
+    L.ln1b = ps_.add(p + "ln_1.bias", {C});
+    L.qkvw = ps_.add(p + "attn.c_attn.weight", {3 * C, C});
+    L.qkvb = ps_.add(p + "attn.c_attn.bias", {3 * C});
+    L.projw = ps_.add(p + "attn.c_proj.weight", {C, C});
+    L.projb = ps_.add(p + "attn.c_proj.bias", {C});
+    L.ln2w = ps_.add(p + "ln_2.weight", {C});
+    L.ln2b = ps_.add(p + "ln_2.bias", {C});
+    L.fcw = ps_.add(p + "mlp.c_fc.weight", {4 * C, C});
+    L.fcb = ps_.add(p + "mlp.c_fc.bias", {4 * C});
+    L.fcprojw = ps_.add(p + "mlp.c_proj.weight", {C, 4 * C});
+    L.fcprojb = ps_.add(p + "mlp.c_proj.bias", {C});
+    layers_.push_back(L);
+  }
+  lnfw_ = ps_.add("ln_f.weight", {C});
+  lnfb_ = ps_.add("ln_f.bias", {C});
+}
+
+void Gpt::init_parameters(std::span<const std::span<float>> params, std::uint64_t seed) {
+  const auto& infos = ps_.infos();
+  DS_CHECK(params.size() == infos.size(),
+           "Gpt::init_parameters: expected " << infos.size() << " spans, got " << params.size());
+  const float proj_std = 0.02f / std::sqrt(2.0f * float(cfg_.n_layer));
+  for (std::size_t i = 0; i < infos.size(); ++i) {
+    const std::string& n = infos[i].name;
+    DS_CHECK(params[i].size() == infos[i].numel(),
+             "Gpt::init_parameters: '" << n << "' needs " << infos[i].numel() << " floats, got "
+                                       << params[i].size());
+    const bool is_ln = n.find("ln_") != std::string::npos;
+    const bool is_bias = n.size() >= 5 && n.compare(n.size() - 5, 5, ".bias") == 0;
+    if (is_bias) init_constant(params[i], 0.0f);
+    else if (is_ln) init_constant(params[i], 1.0f);
+    else if (n.find("c_proj.weight") != std::string::npos) init_normal(params[i], proj_std, seed, i);
+    else init_normal(params[i], 0.02f, seed, i);
+  }
+}
+
+void Gpt::bind(std::span<const TensorView> params, std::span<const TensorView> grads) {
+  ps_.bind(params, grads);
+  have_cache_ = false;
+}
+
+void Gpt::ensure_scratch(std::int64_t B, std::int64_t T) {
+  const std::int64_t BT = B * T;
+  const int slots = std::max(1, omp_get_max_threads());
+  if (BT <= cap_bt_ && T <= cap_t_ && slots <= att_slots_) return;
+  cap_bt_ = std::max(cap_bt_, BT);
+  cap_t_ = std::max(cap_t_, T);
+  att_slots_ = std::max(att_slots_, slots);
+  const std::int64_t N = cap_bt_, C = cfg_.n_embd, L = cfg_.n_layer, V = cfg_.vocab_size;
+  const std::int64_t NH = cfg_.n_head;
+  // Attention probabilities: B*NH*T*T <= (BT/T)*NH*T*T = BT*NH*T <= cap_bt*NH*cap_t.
+  const std::int64_t att = N * NH * cap_t_;
+  auto pad = [](std::int64_t n) { return (n + 15) / 16 * 16; };  // keep every array 64-byte aligned
+  const std::int64_t per_layer = pad(N * C) * 4 + pad(N) * 4 + pad(3 * N * C) + pad(att) +
+                                 pad(4 * N * C) * 2;
+  const std::int64_t total = per_layer * L + pad(N * C) * (L + 1) + pad(N * C) + pad(N) * 3 +
+                             pad(N * V) + pad(N * C) * 3 + pad(3 * N * C) + pad(4 * N * C) +
+                             pad(cap_t_ * cap_t_) * att_slots_;
+  arena_ = HostBuffer(std::size_t(total), DType::F32);
+  float* p = arena_.as<float>();
+  auto take = [&](std::int64_t n) { float* r = p; p += pad(n); return r; };
+  acts_.assign(std::size_t(L), LayerAct{});
+  for (auto& a : acts_) {
+    a.ln1 = take(N * C); a.ln1_mean = take(N); a.ln1_rstd = take(N);
+    a.qkv = take(3 * N * C); a.att = take(att); a.atty = take(N * C); a.x1 = take(N * C);
+    a.ln2 = take(N * C); a.ln2_mean = take(N); a.ln2_rstd = take(N);
+    a.fch = take(4 * N * C); a.fch_gelu = take(4 * N * C);
+  }
+  resid_.resize(std::size_t(L + 1));
+  for (auto& r : resid_) r = take(N * C);
+  lnf_ = take(N * C); lnf_mean_ = take(N); lnf_rstd_ = take(N); lse_ = take(N);
+  logits_ = take(N * V);
+  dres_ = take(N * C); dln_ = take(N * C); datty_ = take(N * C);
+  dqkv_ = take(3 * N * C); dfch_ = take(4 * N * C);
+  datt_scratch_ = take(cap_t_ * cap_t_ * att_slots_);
+  tokens_.reserve(std::size_t(N));
+  targets_.reserve(std::size_t(N));
+}
+
+void Gpt::run_forward(const std::int32_t* tokens, std::int64_t B, std::int64_t T) {
+  const std::int64_t C = cfg_.n_embd, NH = cfg_.n_head, V = cfg_.vocab_size, N = B * T;
+  ps_.prepare_forward();
+  ensure_scratch(B, T);
+  B_ = B;
+  T_ = T;
+  k::embedding_forward(resid_[0], tokens, ps_.w(wte_), ps_.w(wpe_), B, T, C);
+  for (std::size_t l = 0; l < layers_.size(); ++l) {
+    const LayerIdx& P = layers_[l];
+    const LayerAct& a = acts_[l];
+    const float* x = resid_[l];
+    k::layernorm_forward(a.ln1, a.ln1_mean, a.ln1_rstd, x, ps_.w(P.ln1w), ps_.w(P.ln1b), N, C);
+    k::linear_forward(a.qkv, a.ln1, ps_.w(P.qkvw), ps_.w(P.qkvb), nullptr, N, C, 3 * C);
+    k::attention_forward(a.atty, a.att, a.qkv, B, T, C, NH);
+    k::linear_forward(a.x1, a.atty, ps_.w(P.projw), ps_.w(P.projb), x, N, C, C);
+    k::layernorm_forward(a.ln2, a.ln2_mean, a.ln2_rstd, a.x1, ps_.w(P.ln2w), ps_.w(P.ln2b), N, C);
+    k::linear_forward(a.fch, a.ln2, ps_.w(P.fcw), ps_.w(P.fcb), nullptr, N, C, 4 * C);
+    k::gelu_forward(a.fch_gelu, a.fch, 4 * N * C);
+    k::linear_forward(resid_[l + 1], a.fch_gelu, ps_.w(P.fcprojw), ps_.w(P.fcprojb), a.x1, N, 4 * C, C);
+  }
+  k::layernorm_forward(lnf_, lnf_mean_, lnf_rstd_, resid_.back(), ps_.w(lnfw_), ps_.w(lnfb_), N, C);
+  k::linear_forward(logits_, lnf_, ps_.w(wte_), nullptr, nullptr, N, C, V);
+}
+
+float Gpt::loss_forward(const Batch& batch) {
+  const std::int64_t B = batch.batch, T = batch.seq, V = cfg_.vocab_size;
+  DS_CHECK(B > 0 && T > 0, "Gpt::forward: batch (" << B << ") and seq (" << T << ") must be > 0");
+  DS_CHECK(T <= cfg_.block_size,
+           "Gpt::forward: seq " << T << " exceeds block_size " << cfg_.block_size);
+  const std::size_t N = std::size_t(B * T);
+  DS_CHECK(batch.inputs.size() == N && batch.targets.size() == N,
+           "Gpt::forward: inputs/targets must hold batch*seq = " << N << " tokens, got "
+                                                                 << batch.inputs.size() << "/"
+                                                                 << batch.targets.size());
+  tokens_.assign(batch.inputs.begin(), batch.inputs.end());
+  targets_.assign(batch.targets.begin(), batch.targets.end());
+  for (std::size_t i = 0; i < N; ++i)
+    DS_CHECK(tokens_[i] >= 0 && tokens_[i] < V && targets_[i] >= 0 && targets_[i] < V,
+             "Gpt::forward: token id out of range [0, " << V << ") at position " << i << " (input "
+                                                        << tokens_[i] << ", target " << targets_[i] << ")");
+  run_forward(tokens_.data(), B, T);
+  return k::crossentropy_forward(lse_, logits_, targets_.data(), std::int64_t(N), V);
+}
+
+float Gpt::forward(const Batch& batch) {
+  have_cache_ = false;
+  const float loss = loss_forward(batch);
+  have_cache_ = true;
+  return loss;
+}
+
+float Gpt::evaluate(const Batch& batch) {
+  have_cache_ = false;
+  return loss_forward(batch);
+}
+
+void Gpt::backward(float scale, const std::function<void(std::size_t)>& grad_ready) {
+  DS_CHECK(have_cache_, "Gpt::backward: call forward() first (evaluate() and generation do not "
+                        "keep activations for backward)");
+  have_cache_ = false;
+  const std::int64_t B = B_, T = T_, C = cfg_.n_embd, NH = cfg_.n_head, V = cfg_.vocab_size;
+  const std::int64_t N = B * T;
+  ps_.prepare_backward();
+  // Fused softmax + cross-entropy gradient, in place over the logits.
+  k::crossentropy_backward(logits_, lse_, targets_.data(), N, V, scale);
+  // LM head (tied to wte): dwte += dlogits^T lnf ; dlnf = dlogits wte.
+  k::linear_backward(dln_, ps_.g(wte_), nullptr, logits_, lnf_, ps_.w(wte_), N, C, V, false);
+  std::memset(dres_, 0, std::size_t(N * C) * sizeof(float));
+  k::layernorm_backward(dres_, ps_.g(lnfw_), ps_.g(lnfb_), dln_, resid_.back(), ps_.w(lnfw_),
+                        lnf_mean_, lnf_rstd_, N, C);
+  ps_.finish_grad(lnfw_, grad_ready);
+  ps_.finish_grad(lnfb_, grad_ready);
+  for (std::size_t li = layers_.size(); li-- > 0;) {
+    const LayerIdx& P = layers_[li];
+    const LayerAct& a = acts_[li];
+    // MLP: x2 = x1 + c_proj(gelu(c_fc(ln_2(x1)))); dres holds dL/dx2.
+    k::linear_backward(dfch_, ps_.g(P.fcprojw), ps_.g(P.fcprojb), dres_, a.fch_gelu,
+                       ps_.w(P.fcprojw), N, 4 * C, C, false);
+    ps_.finish_grad(P.fcprojw, grad_ready);
+    ps_.finish_grad(P.fcprojb, grad_ready);
+    k::gelu_backward(dfch_, a.fch, dfch_, 4 * N * C);
+    k::linear_backward(dln_, ps_.g(P.fcw), ps_.g(P.fcb), dfch_, a.ln2, ps_.w(P.fcw), N, C, 4 * C, false);
+    ps_.finish_grad(P.fcw, grad_ready);
+    ps_.finish_grad(P.fcb, grad_ready);
+    k::layernorm_backward(dres_, ps_.g(P.ln2w), ps_.g(P.ln2b), dln_, a.x1, ps_.w(P.ln2w),
+                          a.ln2_mean, a.ln2_rstd, N, C);
+    ps_.finish_grad(P.ln2w, grad_ready);
+    ps_.finish_grad(P.ln2b, grad_ready);
+    // Attention: x1 = x + c_proj(attn(c_attn(ln_1(x)))); dres holds dL/dx1.
+    k::linear_backward(datty_, ps_.g(P.projw), ps_.g(P.projb), dres_, a.atty, ps_.w(P.projw), N, C,
+                       C, false);
+    ps_.finish_grad(P.projw, grad_ready);
+    ps_.finish_grad(P.projb, grad_ready);
+    k::attention_backward(dqkv_, datty_, a.qkv, a.att, B, T, C, NH, datt_scratch_, att_slots_);
+    k::linear_backward(dln_, ps_.g(P.qkvw), ps_.g(P.qkvb), dqkv_, a.ln1, ps_.w(P.qkvw), N, C,
+                       3 * C, false);
+    ps_.finish_grad(P.qkvw, grad_ready);
+    ps_.finish_grad(P.qkvb, grad_ready);
+    k::layernorm_backward(dres_, ps_.g(P.ln1w), ps_.g(P.ln1b), dln_, resid_[li], ps_.w(P.ln1w),
+                          a.ln1_mean, a.ln1_rstd, N, C);
+    ps_.finish_grad(P.ln1w, grad_ready);
+    ps_.finish_grad(P.ln1b, grad_ready);
+  }
+  k::embedding_backward(ps_.g(wte_), ps_.g(wpe_), dres_, tokens_.data(), B, T, C);
+  ps_.finish_grad(wpe_, grad_ready);
+  ps_.finish_grad(wte_, grad_ready);
+}
+
+double Gpt::flops_per_token(std::int64_t seq) const {
+  const double C = double(cfg_.n_embd), L = double(cfg_.n_layer), V = double(cfg_.vocab_size);
+  const double T = double(seq > 0 ? seq : cfg_.block_size);
+  const double n_matmul = L * 12.0 * C * C + V * C;
+  return 6.0 * n_matmul + 12.0 * L * C * T;
+}
+
+std::vector<float> Gpt::logits_last(std::span<const std::int32_t> context) {
+  DS_CHECK(!context.empty(), "Gpt::logits_last: empty context");
+  have_cache_ = false;
+  const std::int64_t V = cfg_.vocab_size;
+  const std::size_t T = std::min<std::size_t>(context.size(), std::size_t(cfg_.block_size));
+  tokens_.assign(context.end() - std::ptrdiff_t(T), context.end());
+  for (std::int32_t t : tokens_)
+    DS_CHECK(t >= 0 && t < V, "Gpt::logits_last: token " << t << " outside [0, " << V << ")");
+  run_forward(tokens_.data(), 1, std::int64_t(T));
+  const float* row = logits_ + (std::int64_t(T) - 1) * V;
+  return std::vector<float>(row, row + V);
+}
+
+std::vector<std::int32_t> Gpt::generate(std::span<const std::int32_t> context, int n_new,
+                                        float temperature, std::uint64_t seed) {
+  std::vector<std::int32_t> ctx(context.begin(), context.end());
+  if (ctx.empty()) ctx.push_back(0);
+  std::vector<std::int32_t> out;
+  std::mt19937_64 rng(seed);
+  for (int i = 0; i < n_new; ++i) {
+    std::vector<float> l = logits_last(ctx);
+    std::int32_t next = 0;
+    if (temperature <= 0.0f) {
+      next = std::int32_t(std::max_element(l.begin(), l.end()) - l.begin());
+    } else {
+      const float mx = *std::max_element(l.begin(), l.end());
+      double sum = 0.0;
+      for (float& v : l) { v = float(std::exp(double(v - mx) / temperature)); sum += v; }
+      // Inverse-CDF sampling with a 53-bit uniform (platform-independent, unlike std:: distributions).
+      const double u = double(rng() >> 11) * (1.0 / 9007199254740992.0) * sum;
+      double acc = 0.0;
+      next = std::int32_t(l.size() - 1);
+      for (std::size_t j = 0; j < l.size(); ++j) {
+        acc += l[j];
+        if (u < acc) { next = std::int32_t(j); break; }
+      }
+    }
+    out.push_back(next);
+    ctx.push_back(next);
+  }
+  return out;
+}
+
+}  // namespace ds::nn

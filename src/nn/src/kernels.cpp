@@ -1,0 +1,383 @@
+// Fast CPU kernels of the built-in layers: see ds/nn/kernels.h.
+//
+// Row kernels are plain loops written so GCC vectorizes them; target_clones builds an
+// AVX-512 and an AVX2+FMA copy beside the baseline one and the loader picks the best the
+// CPU has (the library itself is built for baseline x86-64). exp/tanh use a Cephes-style
+// polynomial that vectorizes (std::exp does not).
+#include "ds/nn/kernels.h"
+
+#include <cblas.h>
+#include <omp.h>
+
+#include <algorithm>
+#include <bit>
+#include <cmath>
+#include <cstdint>
+#include <cstring>
+
+#define DS_CLONES __attribute__((target_clones("arch=x86-64-v4", "arch=x86-64-v3", "default")))
+
+namespace ds::nn::kernels {
+namespace {
+
+// exp(x) to ~2 ulp over [-87, 88] (Cephes expf); inputs outside are clamped.
+inline float fast_exp(float x) {
+  x = std::min(std::max(x, -87.0f), 88.0f);
+  const float fx = std::floor(x * 1.44269504088896341f + 0.5f);
+  const float r = x - fx * 0.693359375f + fx * 2.12194440e-4f;
+  float y = 1.9875691500e-4f;
+  y = y * r + 1.3981999507e-3f;
+  y = y * r + 8.3334519073e-3f;
+  y = y * r + 4.1665795894e-2f;
+  y = y * r + 1.6666665459e-1f;
+  y = y * r + 5.0000001201e-1f;
+  y = y * (r * r) + r + 1.0f;
+  const std::uint32_t bits = std::uint32_t(std::int32_t(fx) + 127) << 23;
+  return y * std::bit_cast<float>(bits);
+}
+
+inline float fast_tanh(float u) { return 1.0f - 2.0f / (fast_exp(2.0f * u) + 1.0f); }
+
+constexpr float kGeluS = 0.7978845608028654f;  // sqrt(2/pi)
+constexpr float kGeluA = 0.044715f;
+
+DS_CLONES void gelu_fwd_block(float* __restrict out, const float* __restrict inp, std::int64_t n) {
+  for (std::int64_t i = 0; i < n; ++i) {
+    const float x = inp[i];
+    const float t = fast_tanh(kGeluS * (x + kGeluA * x * x * x));
+    out[i] = 0.5f * x * (1.0f + t);
+  }
+}
+
+DS_CLONES void gelu_bwd_block(float* dinp, const float* __restrict inp, const float* dout,
+                              std::int64_t n) {
+  for (std::int64_t i = 0; i < n; ++i) {
+    const float x = inp[i];
+    const float t = fast_tanh(kGeluS * (x + kGeluA * x * x * x));
+    const float sech2 = 1.0f - t * t;
+    const float g = 0.5f * (1.0f + t) + 0.5f * x * sech2 * kGeluS * (1.0f + 3.0f * kGeluA * x * x);
+    dinp[i] = dout[i] * g;
+  }
+}
+
+DS_CLONES void ln_fwd_row(float* __restrict o, float* mean_out, float* rstd_out,
+                          const float* __restrict x, const float* __restrict w,
+                          const float* __restrict b, std::int64_t C) {
+  float s = 0.0f;
+#pragma omp simd reduction(+ : s)
+  for (std::int64_t i = 0; i < C; ++i) s += x[i];
+  const float m = s / float(C);
+  float v = 0.0f;
+#pragma omp simd reduction(+ : v)
+  for (std::int64_t i = 0; i < C; ++i) { const float d = x[i] - m; v += d * d; }
+  const float r = 1.0f / std::sqrt(v / float(C) + 1e-5f);
+  for (std::int64_t i = 0; i < C; ++i) o[i] = (x[i] - m) * r * w[i] + b[i];
+  *mean_out = m;
+  *rstd_out = r;
+}
+
+DS_CLONES void ln_bwd_row(float* __restrict dx, const float* __restrict dy,
+                          const float* __restrict x, const float* __restrict w, float m, float r,
+                          std::int64_t C) {
+  float a = 0.0f, bsum = 0.0f;
+#pragma omp simd reduction(+ : a, bsum)
+  for (std::int64_t i = 0; i < C; ++i) {
+    const float n = (x[i] - m) * r;
+    const float dn = w[i] * dy[i];
+    a += dn;
+    bsum += dn * n;
+  }
+  a /= float(C);
+  bsum /= float(C);
+  for (std::int64_t i = 0; i < C; ++i) {
+    const float n = (x[i] - m) * r;
+    dx[i] += (w[i] * dy[i] - a - n * bsum) * r;
+  }
+}
+
+// Column sums over rows for a block of up to 16 columns: dst[c] += sum_r src[r*ld + c].
+DS_CLONES void colsum_block(float* __restrict dst, const float* __restrict src, std::int64_t rows,
+                            std::int64_t ld, std::int64_t width) {
+  float acc[16] = {0};
+  for (std::int64_t r = 0; r < rows; ++r) {
+    const float* s = src + r * ld;
+    for (std::int64_t c = 0; c < width; ++c) acc[c] += s[c];
+  }
+  for (std::int64_t c = 0; c < width; ++c) dst[c] += acc[c];
+}
+
+// LayerNorm's dw += dy * xhat, db += dy over rows, for a block of up to 16 columns.
+DS_CLONES void ln_param_block(float* __restrict dw, float* __restrict db, const float* __restrict dy,
+                              const float* __restrict x, const float* mean, const float* rstd,
+                              std::int64_t rows, std::int64_t ld, std::int64_t width) {
+  float aw[16] = {0}, ab[16] = {0};
+  for (std::int64_t r = 0; r < rows; ++r) {
+    const float* d = dy + r * ld;
+    const float* xr = x + r * ld;
+    const float m = mean[r], s = rstd[r];
+    for (std::int64_t c = 0; c < width; ++c) {
+      aw[c] += d[c] * (xr[c] - m) * s;
+      ab[c] += d[c];
+    }
+  }
+  for (std::int64_t c = 0; c < width; ++c) { dw[c] += aw[c]; db[c] += ab[c]; }
+}
+
+// Row softmax of the causal row i (entries 0..i), scaled scores in place; rest zeroed.
+DS_CLONES void causal_softmax_row(float* __restrict row, std::int64_t valid, std::int64_t T) {
+  float mx = -INFINITY;
+  for (std::int64_t j = 0; j < valid; ++j) mx = std::max(mx, row[j]);
+  float s = 0.0f;
+  for (std::int64_t j = 0; j < valid; ++j) { const float e = fast_exp(row[j] - mx); row[j] = e; s += e; }
+  const float inv = 1.0f / s;
+  for (std::int64_t j = 0; j < valid; ++j) row[j] *= inv;
+  for (std::int64_t j = valid; j < T; ++j) row[j] = 0.0f;
+}
+
+// dS = P * (dP - sum(P * dP)) on the causal part, zero elsewhere (in place over dP).
+DS_CLONES void softmax_bwd_row(float* __restrict dp, const float* __restrict p, std::int64_t valid,
+                               std::int64_t T) {
+  float s = 0.0f;
+#pragma omp simd reduction(+ : s)
+  for (std::int64_t j = 0; j < valid; ++j) s += p[j] * dp[j];
+  for (std::int64_t j = 0; j < valid; ++j) dp[j] = p[j] * (dp[j] - s);
+  for (std::int64_t j = valid; j < T; ++j) dp[j] = 0.0f;
+}
+
+DS_CLONES float xent_fwd_row(const float* __restrict l, std::int64_t V, float* lse_out) {
+  float mx = -INFINITY;
+  for (std::int64_t j = 0; j < V; ++j) mx = std::max(mx, l[j]);
+  float s = 0.0f;
+#pragma omp simd reduction(+ : s)
+  for (std::int64_t j = 0; j < V; ++j) s += fast_exp(l[j] - mx);
+  const float lse = mx + std::log(s);
+  *lse_out = lse;
+  return lse;
+}
+
+DS_CLONES void xent_bwd_row(float* __restrict l, float lse, std::int64_t V, float k) {
+  for (std::int64_t j = 0; j < V; ++j) l[j] = k * fast_exp(l[j] - lse);
+}
+
+DS_CLONES void fill_bias_row(float* __restrict o, const float* __restrict bias,
+                             const float* __restrict res, std::int64_t OC) {
+  if (res && bias) {
+    for (std::int64_t j = 0; j < OC; ++j) o[j] = res[j] + bias[j];
+  } else if (bias) {
+    for (std::int64_t j = 0; j < OC; ++j) o[j] = bias[j];
+  } else {
+    for (std::int64_t j = 0; j < OC; ++j) o[j] = res[j];
+  }
+}
+
+DS_CLONES void add_block(float* __restrict a, const float* __restrict b, std::int64_t n) {
+  for (std::int64_t i = 0; i < n; ++i) a[i] += b[i];
+}
+
+DS_CLONES void emb_fwd_row(float* __restrict o, const float* __restrict a, const float* __restrict p,
+                           std::int64_t C) {
+  if (p) {
+    for (std::int64_t i = 0; i < C; ++i) o[i] = a[i] + p[i];
+  } else {
+    for (std::int64_t i = 0; i < C; ++i) o[i] = a[i];
+  }
+}
+
+constexpr std::int64_t kChunk = 4096;
+// Below this much work a parallel region costs more than it saves (and on a loaded machine a
+// descheduled thread stalls the barrier): run on the calling thread.
+constexpr std::int64_t kParallelMin = 32768;
+
+}  // namespace
+
+void linear_forward(float* out, const float* inp, const float* w, const float* bias,
+                    const float* residual, std::int64_t N, std::int64_t C, std::int64_t OC) {
+  float beta = 0.0f;
+  if (bias || residual) {
+    if (!(residual == out && !bias)) {
+#pragma omp parallel for schedule(static) if (N * OC > kParallelMin)
+      for (std::int64_t r = 0; r < N; ++r)
+        fill_bias_row(out + r * OC, bias, residual ? residual + r * OC : nullptr, OC);
+    }
+    beta = 1.0f;
+  }
+  cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, int(N), int(OC), int(C), 1.0f, inp, int(C),
+              w, int(C), beta, out, int(OC));
+}
+
+void linear_backward(float* dinp, float* dw, float* dbias, const float* dout, const float* inp,
+                     const float* w, std::int64_t N, std::int64_t C, std::int64_t OC,
+                     bool accumulate_dinp) {
+  if (dinp)
+    cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, int(N), int(C), int(OC), 1.0f, dout,
+                int(OC), w, int(C), accumulate_dinp ? 1.0f : 0.0f, dinp, int(C));
+  cblas_sgemm(CblasRowMajor, CblasTrans, CblasNoTrans, int(OC), int(C), int(N), 1.0f, dout, int(OC),
+              inp, int(C), 1.0f, dw, int(C));
+  if (dbias) {
+    const std::int64_t blocks = (OC + 15) / 16;
+#pragma omp parallel for schedule(static) if (N * OC > kParallelMin)
+    for (std::int64_t b = 0; b < blocks; ++b) {
+      const std::int64_t c0 = b * 16;
+      colsum_block(dbias + c0, dout + c0, N, OC, std::min<std::int64_t>(16, OC - c0));
+    }
+  }
+}
+
+void layernorm_forward(float* out, float* mean, float* rstd, const float* inp, const float* w,
+                       const float* b, std::int64_t N, std::int64_t C) {
+#pragma omp parallel for schedule(static) if (N * C > kParallelMin)
+  for (std::int64_t r = 0; r < N; ++r)
+    ln_fwd_row(out + r * C, mean + r, rstd + r, inp + r * C, w, b, C);
+}
+
+void layernorm_backward(float* dinp, float* dw, float* db, const float* dout, const float* inp,
+                        const float* w, const float* mean, const float* rstd, std::int64_t N,
+                        std::int64_t C) {
+  const std::int64_t blocks = (C + 15) / 16;
+#pragma omp parallel if (N * C > kParallelMin)
+  {
+#pragma omp for schedule(static) nowait
+    for (std::int64_t r = 0; r < N; ++r)
+      ln_bwd_row(dinp + r * C, dout + r * C, inp + r * C, w, mean[r], rstd[r], C);
+#pragma omp for schedule(static)
+    for (std::int64_t b = 0; b < blocks; ++b) {
+      const std::int64_t c0 = b * 16;
+      ln_param_block(dw + c0, db + c0, dout + c0, inp + c0, mean, rstd, N, C,
+                     std::min<std::int64_t>(16, C - c0));
+    }
+  }
+}
+
+void gelu_forward(float* out, const float* inp, std::int64_t n) {
+  const std::int64_t chunks = (n + kChunk - 1) / kChunk;
+#pragma omp parallel for schedule(static) if (n > kParallelMin)
+  for (std::int64_t c = 0; c < chunks; ++c) {
+    const std::int64_t i0 = c * kChunk;
+    gelu_fwd_block(out + i0, inp + i0, std::min(kChunk, n - i0));
+  }
+}
+
+void gelu_backward(float* dinp, const float* inp, const float* dout, std::int64_t n) {
+  const std::int64_t chunks = (n + kChunk - 1) / kChunk;
+#pragma omp parallel for schedule(static) if (n > kParallelMin)
+  for (std::int64_t c = 0; c < chunks; ++c) {
+    const std::int64_t i0 = c * kChunk;
+    gelu_bwd_block(dinp + i0, inp + i0, dout + i0, std::min(kChunk, n - i0));
+  }
+}
+
+void attention_forward(float* out, float* att, const float* qkv, std::int64_t B, std::int64_t T,
+                       std::int64_t C, std::int64_t NH) {
+  const std::int64_t hd = C / NH;
+  const float scale = 1.0f / std::sqrt(float(hd));
+  const int C3 = int(3 * C);
+  // One (batch, head) per task; OpenBLAS runs single-threaded inside a parallel region.
+#pragma omp parallel for schedule(dynamic, 1) if (B * NH * T * T * hd > kParallelMin)
+  for (std::int64_t bh = 0; bh < B * NH; ++bh) {
+    const std::int64_t b = bh / NH, h = bh % NH;
+    const float* q = qkv + b * T * 3 * C + h * hd;
+    const float* k = q + C;
+    const float* v = q + 2 * C;
+    float* S = att + bh * T * T;
+    cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, int(T), int(T), int(hd), scale, q, C3, k,
+                C3, 0.0f, S, int(T));
+    for (std::int64_t i = 0; i < T; ++i) causal_softmax_row(S + i * T, i + 1, T);
+    cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, int(T), int(hd), int(T), 1.0f, S, int(T),
+                v, C3, 0.0f, out + b * T * C + h * hd, int(C));
+  }
+}
+
+void attention_backward(float* dqkv, const float* dout, const float* qkv, const float* att,
+                        std::int64_t B, std::int64_t T, std::int64_t C, std::int64_t NH,
+                        float* scratch, int scratch_slots) {
+  const std::int64_t hd = C / NH;
+  const float scale = 1.0f / std::sqrt(float(hd));
+  const int C3 = int(3 * C);
+  const int threads = std::max(1, std::min(scratch_slots, omp_get_max_threads()));
+#pragma omp parallel for schedule(dynamic, 1) num_threads(threads) if (B * NH * T * T * hd > kParallelMin)
+  for (std::int64_t bh = 0; bh < B * NH; ++bh) {
+    const std::int64_t b = bh / NH, h = bh % NH;
+    const float* q = qkv + b * T * 3 * C + h * hd;
+    const float* k = q + C;
+    const float* v = q + 2 * C;
+    float* dq = dqkv + b * T * 3 * C + h * hd;
+    float* dk = dq + C;
+    float* dv = dq + 2 * C;
+    const float* P = att + bh * T * T;
+    const float* dy = dout + b * T * C + h * hd;
+    float* dP = scratch + std::int64_t(omp_get_thread_num()) * T * T;
+    // dP = dY V^T ; dV = P^T dY
+    cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, int(T), int(T), int(hd), 1.0f, dy, int(C),
+                v, C3, 0.0f, dP, int(T));
+    cblas_sgemm(CblasRowMajor, CblasTrans, CblasNoTrans, int(T), int(hd), int(T), 1.0f, P, int(T),
+                dy, int(C), 0.0f, dv, C3);
+    for (std::int64_t i = 0; i < T; ++i) softmax_bwd_row(dP + i * T, P + i * T, i + 1, T);
+    // dQ = scale dS K ; dK = scale dS^T Q
+    cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, int(T), int(hd), int(T), scale, dP,
+                int(T), k, C3, 0.0f, dq, C3);
+    cblas_sgemm(CblasRowMajor, CblasTrans, CblasNoTrans, int(T), int(hd), int(T), scale, dP, int(T),
+                q, C3, 0.0f, dk, C3);
+  }
+}
+
+void embedding_forward(float* out, const std::int32_t* tokens, const float* wte, const float* wpe,
+                       std::int64_t B, std::int64_t T, std::int64_t C) {
+#pragma omp parallel for schedule(static) if (B * T * C > kParallelMin)
+  for (std::int64_t r = 0; r < B * T; ++r) {
+    const std::int64_t t = r % T;
+    emb_fwd_row(out + r * C, wte + std::int64_t(tokens[r]) * C, wpe ? wpe + t * C : nullptr, C);
+  }
+}
+
+void embedding_backward(float* dwte, float* dwpe, const float* dout, const std::int32_t* tokens,
+                        std::int64_t B, std::int64_t T, std::int64_t C) {
+  // Threads own disjoint channel ranges, so repeated tokens never race.
+  const std::int64_t blocks = (C + 15) / 16;
+#pragma omp parallel for schedule(static) if (B * T * C > kParallelMin)
+  for (std::int64_t blk = 0; blk < blocks; ++blk) {
+    const std::int64_t c0 = blk * 16, w = std::min<std::int64_t>(16, C - c0);
+    for (std::int64_t r = 0; r < B * T; ++r) {
+      const float* d = dout + r * C + c0;
+      float* a = dwte + std::int64_t(tokens[r]) * C + c0;
+      for (std::int64_t c = 0; c < w; ++c) a[c] += d[c];
+      if (dwpe) {
+        float* p = dwpe + (r % T) * C + c0;
+        for (std::int64_t c = 0; c < w; ++c) p[c] += d[c];
+      }
+    }
+  }
+}
+
+float crossentropy_forward(float* lse, const float* logits, const std::int32_t* targets,
+                           std::int64_t N, std::int64_t V) {
+  double total = 0.0;
+#pragma omp parallel for schedule(static) reduction(+ : total) if (N * V > kParallelMin)
+  for (std::int64_t r = 0; r < N; ++r) {
+    const float* l = logits + r * V;
+    const float z = xent_fwd_row(l, V, lse + r);
+    total += double(z - l[targets[r]]);
+  }
+  return float(total / double(N));
+}
+
+void crossentropy_backward(float* logits, const float* lse, const std::int32_t* targets,
+                           std::int64_t N, std::int64_t V, float scale) {
+  const float k = scale / float(N);
+#pragma omp parallel for schedule(static) if (N * V > kParallelMin)
+  for (std::int64_t r = 0; r < N; ++r) {
+    float* l = logits + r * V;
+    xent_bwd_row(l, lse[r], V, k);
+    l[targets[r]] -= k;
+  }
+}
+
+void add_inplace(float* a, const float* b, std::int64_t n) {
+  const std::int64_t chunks = (n + kChunk - 1) / kChunk;
+#pragma omp parallel for schedule(static) if (n > kParallelMin)
+  for (std::int64_t c = 0; c < chunks; ++c) {
+    const std::int64_t i0 = c * kChunk;
+    add_block(a + i0, b + i0, std::min(kChunk, n - i0));
+  }
+}
+
+}  // namespace ds::nn::kernels
