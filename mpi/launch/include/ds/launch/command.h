@@ -1,0 +1,57 @@
+// Argument vectors for the engines that start the ranks (Open MPI mpirun, MPICH Hydra
+// mpiexec, Slurm srun) and the per-rank shim that gives each rank DeepSpeed's variables.
+#pragma once
+
+#include <string>
+#include <vector>
+
+#include "ds/launch/env_file.h"
+#include "ds/launch/resolve.h"
+
+namespace ds::launch {
+
+enum class Launcher { OpenMPI, MPICH, Slurm };
+Launcher parse_launcher(const std::string& name);  // case-insensitive; throws on unknown
+const char* launcher_name(Launcher l);
+
+struct CommandOptions {
+  Launcher launcher = Launcher::OpenMPI;
+  std::string launcher_args;       // shell-split and spliced in after the engine's own flags
+  bool no_local_rank = false;
+  bool as_root = false;            // add Open MPI's --allow-run-as-root
+  std::string shim;                // absolute path of the dsrun executable (runs --rank_shim)
+  std::string program;
+  std::vector<std::string> program_args;
+};
+
+struct Command {
+  std::vector<std::string> argv;   // argv[0] is looked up in PATH
+  EnvList exports;                 // what the ranks get on top of the engine's environment
+};
+
+// The exports ranks receive: default prefixes (for multi-node jobs PYTHONPATH gets the
+// working directory in front, as DeepSpeed), DS_PYTHON, then the env-file entries (later wins).
+EnvList collect_exports(const EnvList& environ, const EnvList& from_files, const std::string& cwd,
+                        bool multi_node);
+
+Command build_command(const Resolution& res, const CommandOptions& opts, const EnvList& exports,
+                      const EnvList& environ);
+
+// --- the per-rank shim (dsrun --rank_shim ...) ---
+struct RankEnv {
+  int rank = 0, local_rank = 0, world_size = 0, local_size = 0, cross_rank = 0, cross_size = 0;
+  std::string cuda_visible_devices;
+};
+// The rank from the engine's variables: OMPI_COMM_WORLD_RANK, PMI_RANK, PMIX_RANK,
+// SLURM_PROCID (in that order; MPI families beat SLURM_* as inside sbatch they coexist), and
+// checks that the engine's size and local rank agree with world_info.
+RankEnv compute_rank_env(const WorldInfo& world, const EnvList& environ);
+
+// The program's argv with --local_rank=N in DeepSpeed's place: right after the script.
+// "x.py" runs as `<python> -u x.py`; for a python interpreter the flag goes after the
+// script / -m module / -c command.
+std::vector<std::string> program_argv(const std::string& program,
+                                      const std::vector<std::string>& args, int local_rank,
+                                      bool no_local_rank, const std::string& python);
+
+}  // namespace ds::launch

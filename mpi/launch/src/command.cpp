@@ -1,0 +1,269 @@
+// Engine command lines and the per-rank shim's computations.
+#include "ds/launch/command.h"
+
+#include <algorithm>
+#include <cctype>
+
+#include "ds/core/error.h"
+#include "ds/launch/shell.h"
+#include "ds/launch/world_info.h"
+
+namespace ds::launch {
+namespace {
+
+bool contains_token(const std::vector<std::string>& v, std::string_view needle) {
+  return std::any_of(v.begin(), v.end(), [&](const std::string& s) {
+    return s.find(needle) != std::string::npos;
+  });
+}
+
+// Hosts with at least one slot, with their counts (0-slot hosts run nothing).
+std::vector<std::pair<std::string, int>> active_hosts(const WorldInfo& w) {
+  std::vector<std::pair<std::string, int>> out;
+  for (const auto& [h, s] : w) {
+    DS_CHECK(valid_host_name(h), "invalid host name '" << h << "'");
+    if (!s.empty()) out.emplace_back(h, static_cast<int>(s.size()));
+  }
+  return out;
+}
+
+int equal_slots(const std::vector<std::pair<std::string, int>>& hosts, const char* who) {
+  int ppn = hosts.front().second;
+  for (const auto& [h, n] : hosts) {
+    DS_CHECK(n == ppn, who << " requires the same number of slots on every host ('"
+                           << hosts.front().first << "' has " << ppn << ", '" << h << "' has "
+                           << n << ")");
+  }
+  return ppn;
+}
+
+bool parse_int_env(const EnvList& env, std::string_view key, int& out) {
+  const std::string* v = env_get(env, key);
+  if (v == nullptr || v->empty()) return false;
+  std::size_t used = 0;
+  long x = 0;
+  try {
+    x = std::stol(*v, &used);
+  } catch (const std::exception&) {
+    DS_THROW(key << "='" << *v << "' is not an integer");
+  }
+  DS_CHECK(used == v->size() && x >= 0 && x < (1L << 30), key << "='" << *v << "' is not a valid count");
+  out = static_cast<int>(x);
+  return true;
+}
+
+}  // namespace
+
+Launcher parse_launcher(const std::string& name) {
+  std::string l = name;
+  std::transform(l.begin(), l.end(), l.begin(), [](unsigned char c) { return std::tolower(c); });
+  if (l == "openmpi") return Launcher::OpenMPI;
+  if (l == "mpich") return Launcher::MPICH;
+  if (l == "slurm") return Launcher::Slurm;
+  DS_THROW("unknown --launcher '" << name << "' (openmpi, mpich or slurm)");
+}
+
+const char* launcher_name(Launcher l) {
+  switch (l) {
+    case Launcher::OpenMPI: return "openmpi";
+    case Launcher::MPICH: return "mpich";
+    case Launcher::Slurm: return "slurm";
+  }
+  return "?";
+}
+
+EnvList collect_exports(const EnvList& environ, const EnvList& from_files, const std::string& cwd,
+                        bool multi_node) {
+  EnvList out = default_exports(environ);
+  if (multi_node) {
+    const std::string* pp = env_get(environ, "PYTHONPATH");
+    env_set(out, "PYTHONPATH", (pp != nullptr && !pp->empty()) ? cwd + ":" + *pp : cwd);
+  }
+  if (const std::string* py = env_get(environ, "DS_PYTHON")) env_set(out, "DS_PYTHON", *py);
+  for (const auto& [k, v] : from_files) env_set(out, k, v);
+  return out;
+}
+
+Command build_command(const Resolution& res, const CommandOptions& opts, const EnvList& exports,
+                      const EnvList& environ) {
+  DS_CHECK(!opts.program.empty(), "no PROGRAM given");
+  DS_CHECK(!opts.shim.empty(), "internal: shim path missing");
+  auto hosts = active_hosts(res.world);
+  DS_CHECK(!hosts.empty(), "no host has slots");
+  const int total = world_size(res.world);
+  const std::vector<std::string> extra = shell_split(opts.launcher_args);
+
+  std::vector<std::string> shim = {opts.shim, "--rank_shim",
+                                   "--world_info=" + base64_urlsafe_encode(world_info_json(res.world)),
+                                   "--master_addr=" + res.master_addr,
+                                   "--master_port=" + std::to_string(res.master_port)};
+  if (opts.no_local_rank) shim.push_back("--no_local_rank");
+  shim.push_back("--");
+  shim.push_back(opts.program);
+  shim.insert(shim.end(), opts.program_args.begin(), opts.program_args.end());
+
+  Command cmd;
+  cmd.exports = exports;
+  std::vector<std::string>& a = cmd.argv;
+  switch (opts.launcher) {
+    case Launcher::OpenMPI: {
+      a = {"mpirun"};
+      if (opts.as_root) a.push_back("--allow-run-as-root");
+      a.insert(a.end(), {"-np", std::to_string(total), "--host"});
+      std::string hl;
+      if (!res.multi_node) {
+        hl = "localhost:" + std::to_string(total);  // local mode: this machine only
+      } else {
+        for (const auto& [h, n] : hosts) hl += (hl.empty() ? "" : ",") + h + ":" + std::to_string(n);
+      }
+      a.push_back(hl);
+      a.insert(a.end(), {"--map-by", "slot", "--bind-to", "none"});
+      if (res.multi_node) {
+        // DeepSpeed's eth0 default, suppressed when the user chose interfaces.
+        if (!contains_token(extra, "btl_tcp_if_include") && !contains_token(extra, "btl_tcp_if_exclude") &&
+            env_get(environ, "OMPI_MCA_btl_tcp_if_include") == nullptr &&
+            env_get(environ, "OMPI_MCA_btl_tcp_if_exclude") == nullptr) {
+          a.insert(a.end(), {"--mca", "btl_tcp_if_include", "eth0"});
+        }
+        // Fail fast on unreachable hosts instead of waiting for TCP's timeout.
+        if (!contains_token(extra, "plm_rsh_args") && env_get(environ, "OMPI_MCA_plm_rsh_args") == nullptr) {
+          a.insert(a.end(), {"--mca", "plm_rsh_args", "-o BatchMode=yes -o ConnectTimeout=10"});
+        }
+      }
+      a.insert(a.end(), extra.begin(), extra.end());
+      if (res.multi_node && env_get(exports, "UCX_TLS") == nullptr) {
+        a.insert(a.end(), {"-x", "UCX_TLS=tcp"});
+      }
+      for (const auto& [k, v] : exports) a.insert(a.end(), {"-x", k + "=" + v});
+      break;
+    }
+    case Launcher::MPICH: {
+      int ppn = equal_slots(hosts, "--launcher mpich");
+      std::string hl;
+      if (!res.multi_node) {
+        hl = "localhost";
+      } else {
+        for (const auto& [h, n] : hosts) hl += (hl.empty() ? "" : ",") + h;
+      }
+      a = {"mpiexec", "-n", std::to_string(total), "-ppn", std::to_string(ppn), "-hosts", hl};
+      a.insert(a.end(), extra.begin(), extra.end());
+      for (const auto& [k, v] : exports) a.insert(a.end(), {"-genv", k, v});
+      break;
+    }
+    case Launcher::Slurm: {
+      int ppn = equal_slots(hosts, "--launcher slurm");
+      // srun inherits its environment (--export=ALL): exports ride in front through env(1),
+      // which keeps values with commas intact (--export=K=V would split them).
+      a = {"env"};
+      for (const auto& [k, v] : exports) a.push_back(k + "=" + v);
+      std::string hl;
+      for (const auto& [h, n] : hosts) hl += (hl.empty() ? "" : ",") + h;
+      a.insert(a.end(), {"srun", "-n", std::to_string(total), "-N", std::to_string(hosts.size()),
+                         "--ntasks-per-node=" + std::to_string(ppn), "--nodelist=" + hl,
+                         "--export=ALL"});
+      a.insert(a.end(), extra.begin(), extra.end());
+      break;
+    }
+  }
+  a.insert(a.end(), shim.begin(), shim.end());
+  return cmd;
+}
+
+RankEnv compute_rank_env(const WorldInfo& world, const EnvList& environ) {
+  RankEnv r;
+  int rank = -1, size = -1, local = -1;
+  const char* from = nullptr;
+  if (parse_int_env(environ, "OMPI_COMM_WORLD_RANK", rank)) {
+    from = "OMPI_COMM_WORLD_RANK";
+    parse_int_env(environ, "OMPI_COMM_WORLD_SIZE", size);
+    parse_int_env(environ, "OMPI_COMM_WORLD_LOCAL_RANK", local);
+  } else if (parse_int_env(environ, "PMI_RANK", rank)) {
+    from = "PMI_RANK";
+    parse_int_env(environ, "PMI_SIZE", size);
+    parse_int_env(environ, "MPI_LOCALRANKID", local);
+  } else if (parse_int_env(environ, "PMIX_RANK", rank)) {
+    from = "PMIX_RANK";
+    int sp = -1;
+    if (parse_int_env(environ, "SLURM_PROCID", sp) && sp == rank) {
+      parse_int_env(environ, "SLURM_NTASKS", size);
+      parse_int_env(environ, "SLURM_LOCALID", local);
+    }
+  } else if (parse_int_env(environ, "SLURM_PROCID", rank)) {
+    from = "SLURM_PROCID";
+    parse_int_env(environ, "SLURM_NTASKS", size);
+    parse_int_env(environ, "SLURM_LOCALID", local);
+  }
+  DS_CHECK(from != nullptr,
+           "no rank in the environment (OMPI_COMM_WORLD_RANK, PMI_RANK, PMIX_RANK, SLURM_PROCID): "
+           "the rank shim must be started by mpirun, mpiexec or srun");
+  const int ws = world_size(world);
+  DS_CHECK(size < 0 || size == ws, "the launcher started " << size << " ranks but world_info has "
+                                                           << ws << " slots");
+  RankPlace p = place_rank(world, rank);
+  DS_CHECK(local < 0 || local == p.local_rank,
+           "rank " << rank << " (" << from << ") was placed as local rank " << local
+                   << " but world_info puts it at local rank " << p.local_rank << " of host '"
+                   << world[static_cast<std::size_t>(p.node)].first
+                   << "': the launcher's mapping differs from host-major order");
+  r.rank = rank;
+  r.local_rank = p.local_rank;
+  r.world_size = ws;
+  r.local_size = p.local_size;
+  r.cross_rank = p.node;
+  r.cross_size = static_cast<int>(world.size());
+  const auto& slots = world[static_cast<std::size_t>(p.node)].second;
+  for (std::size_t i = 0; i < slots.size(); ++i) {
+    if (i) r.cuda_visible_devices += ',';
+    r.cuda_visible_devices += std::to_string(slots[i]);
+  }
+  return r;
+}
+
+std::vector<std::string> program_argv(const std::string& program,
+                                      const std::vector<std::string>& args, int local_rank,
+                                      bool no_local_rank, const std::string& python) {
+  const std::string flag = "--local_rank=" + std::to_string(local_rank);
+  std::vector<std::string> out;
+  if (program.ends_with(".py")) {
+    out = {python, "-u", program};
+    if (!no_local_rank) out.push_back(flag);
+    out.insert(out.end(), args.begin(), args.end());
+    return out;
+  }
+  out = {program};
+  std::string base = program.substr(program.find_last_of('/') + 1);
+  bool is_python = base.starts_with("python");
+  std::size_t insert_at = 0;  // index into args after which the flag goes
+  if (is_python) {
+    // After the script, "-m module" or "-c command"; interpreter options come first.
+    std::size_t i = 0;
+    insert_at = args.size();
+    while (i < args.size()) {
+      const std::string& x = args[i];
+      if (x == "-m" || x == "-c") {
+        insert_at = std::min(i + 2, args.size());
+        break;
+      }
+      if (x == "-W" || x == "-X") {
+        i += 2;
+        continue;
+      }
+      if (x == "-") {
+        insert_at = i + 1;
+        break;
+      }
+      if (!x.empty() && x[0] == '-') {
+        ++i;
+        continue;
+      }
+      insert_at = i + 1;
+      break;
+    }
+  }
+  for (std::size_t i = 0; i < insert_at; ++i) out.push_back(args[i]);
+  if (!no_local_rank) out.push_back(flag);
+  for (std::size_t i = insert_at; i < args.size(); ++i) out.push_back(args[i]);
+  return out;
+}
+
+}  // namespace ds::launch

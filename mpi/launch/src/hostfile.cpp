@@ -1,0 +1,169 @@
+// Hostfile grammar (launcher-spec.md 3 and 14; docs/LAUNCHER.md "Hostfile dialects").
+#include "ds/launch/hostfile.h"
+
+#include <cerrno>
+#include <cstring>
+#include <fstream>
+#include <sstream>
+#include <sys/stat.h>
+
+#include "ds/core/error.h"
+
+namespace ds::launch {
+namespace {
+
+constexpr long kMaxSlots = 1 << 20;
+
+bool is_space(char c) { return c == ' ' || c == '\t' || c == '\r' || c == '\n' || c == '\v' || c == '\f'; }
+
+std::string_view trim(std::string_view s) {
+  while (!s.empty() && is_space(s.front())) s.remove_prefix(1);
+  while (!s.empty() && is_space(s.back())) s.remove_suffix(1);
+  return s;
+}
+
+// Digits only, no sign; false on anything else or on overflow beyond kMaxSlots.
+bool parse_count(std::string_view s, long& out) {
+  if (s.empty() || s.size() > 9) return false;
+  long v = 0;
+  for (char c : s) {
+    if (c < '0' || c > '9') return false;
+    v = v * 10 + (c - '0');
+  }
+  if (v > kMaxSlots) return false;
+  out = v;
+  return true;
+}
+
+std::string printable(std::string_view s) {
+  std::string out;
+  for (unsigned char c : s) {
+    if (c >= 0x20 && c < 0x7f) {
+      out.push_back(static_cast<char>(c));
+    } else {
+      char buf[8];
+      std::snprintf(buf, sizeof buf, "\\x%02x", c);
+      out += buf;
+    }
+  }
+  return out;
+}
+
+}  // namespace
+
+bool valid_host_name(std::string_view host) {
+  if (host.empty() || host.size() > 253 || host.front() == '-') return false;
+  for (char c : host) {
+    bool ok = (c >= 'a' && c <= 'z') || (c >= 'A' && c <= 'Z') || (c >= '0' && c <= '9') ||
+              c == '.' || c == '-' || c == '_';
+    if (!ok) return false;
+  }
+  return true;
+}
+
+Pool parse_hostfile(std::string_view text, const std::string& source) {
+  Pool pool;
+  std::vector<int> first_line;  // line of each pool entry, for duplicate messages
+  int lineno = 0;
+  std::size_t pos = 0;
+  while (pos < text.size()) {
+    std::size_t nl = text.find('\n', pos);
+    if (nl == std::string_view::npos) nl = text.size();
+    std::string_view raw = text.substr(pos, nl - pos);
+    pos = nl + 1;
+    ++lineno;
+    std::string_view line = trim(raw);
+    // A '#' starts a comment anywhere (Open MPI and DeepSpeed both ignore trailing comments).
+    std::size_t hash = line.find('#');
+    if (hash != std::string_view::npos) line = trim(line.substr(0, hash));
+    if (line.empty()) continue;
+    auto where = [&] { return source + ":" + std::to_string(lineno) + ": "; };
+    DS_CHECK(line.find('\0') == std::string_view::npos,
+             where() << "NUL byte in hostfile line");
+
+    // Host token: up to the first blank or ':'.
+    std::size_t end = 0;
+    while (end < line.size() && !is_space(line[end]) && line[end] != ':' && line[end] != '=') ++end;
+    std::string_view host = line.substr(0, end);
+    std::string_view rest = trim(line.substr(end));
+    DS_CHECK(!host.empty(), where() << "malformed line '" << printable(line)
+                                    << "' (expected 'host slots=N' or 'host:N')");
+    DS_CHECK(valid_host_name(host),
+             where() << "invalid host name '" << printable(host)
+                     << "' (letters, digits, '.', '-', '_' only; user@host is not supported)");
+    long slots = -1, max_slots = -1;
+    if (!rest.empty() && rest.front() == ':') {
+      // Horovod / Hydra form host:N.
+      std::string_view n = rest.substr(1);
+      DS_CHECK(!n.empty() && n.find_first_of(" \t") == std::string_view::npos,
+               where() << "malformed line '" << printable(line) << "' (expected 'host:N')");
+      DS_CHECK(parse_count(n, slots), where() << "bad slot count '" << printable(n) << "' for host '"
+                                              << host << "' (a non-negative integer <= "
+                                              << kMaxSlots << ")");
+    } else {
+      DS_CHECK(!rest.empty(), where() << "host '" << host
+                                      << "' has no slot count (write '" << host
+                                      << " slots=N' or '" << host << ":N')");
+      // key=value pairs; blanks around '=' allowed as in Open MPI's lexer.
+      std::string_view r = rest;
+      while (!r.empty()) {
+        std::size_t k = 0;
+        while (k < r.size() && !is_space(r[k]) && r[k] != '=') ++k;
+        std::string_view key = r.substr(0, k);
+        r = trim(r.substr(k));
+        DS_CHECK(!key.empty() && !r.empty() && r.front() == '=',
+                 where() << "malformed line '" << printable(line)
+                         << "' (expected 'host slots=N [max_slots=M]')");
+        r = trim(r.substr(1));
+        std::size_t v = 0;
+        while (v < r.size() && !is_space(r[v])) ++v;
+        std::string_view value = r.substr(0, v);
+        r = trim(r.substr(v));
+        long n = 0;
+        bool is_slots = key == "slots" || key == "cpu" || key == "count";
+        bool is_max = key == "max_slots" || key == "max-slots" || key == "slots_max" ||
+                      key == "slots-max";
+        DS_CHECK(is_slots || is_max, where() << "unknown key '" << printable(key) << "' for host '"
+                                             << host << "' (known: slots, max_slots)");
+        DS_CHECK(parse_count(value, n),
+                 where() << "bad slot count '" << printable(value) << "' for host '" << host
+                         << "' (" << key << " must be a non-negative integer <= " << kMaxSlots
+                         << ")");
+        long& dst = is_slots ? slots : max_slots;
+        DS_CHECK(dst < 0, where() << "'" << key << "' given twice for host '" << host << "'");
+        dst = n;
+      }
+      DS_CHECK(slots >= 0, where() << "host '" << host << "' has max_slots but no slots=N");
+      DS_CHECK(max_slots < 0 || max_slots >= slots,
+               where() << "host '" << host << "': max_slots=" << max_slots << " is less than slots="
+                       << slots);
+    }
+    for (std::size_t i = 0; i < pool.size(); ++i) {
+      DS_CHECK(pool[i].host != host, where() << "duplicate host '" << host << "' (first on line "
+                                             << first_line[i] << ")");
+    }
+    pool.push_back({std::string(host), static_cast<int>(slots)});
+    first_line.push_back(lineno);
+  }
+  DS_CHECK(!pool.empty(), source << ": hostfile is empty (no 'host slots=N' lines)");
+  return pool;
+}
+
+bool read_hostfile(const std::string& path, Pool& pool) {
+  pool.clear();
+  struct stat st{};
+  if (::stat(path.c_str(), &st) != 0) {
+    DS_CHECK(errno == ENOENT || errno == ENOTDIR,
+             "cannot read hostfile " << path << ": " << std::strerror(errno));
+    return false;
+  }
+  DS_CHECK(!S_ISDIR(st.st_mode), "hostfile " << path << " is a directory");
+  std::ifstream in(path, std::ios::binary);
+  DS_CHECK(in.good(), "cannot read hostfile " << path << ": " << std::strerror(errno));
+  std::ostringstream ss;
+  ss << in.rdbuf();
+  pool = parse_hostfile(ss.str(), path);
+  return true;
+}
+
+}  // namespace ds::launch

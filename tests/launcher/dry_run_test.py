@@ -1,0 +1,164 @@
+#!/usr/bin/env python3
+"""dsrun --dry_run contract: first line is one JSON object {"world_info", "host_order",
+"world_size", "master_addr", "master_port"}, second line the command; errors exit non-zero.
+Usage: dry_run_test.py <path to dsrun>"""
+import json
+import os
+import shlex
+import subprocess
+import sys
+import tempfile
+
+DSRUN = sys.argv[1]
+TMP = tempfile.mkdtemp(prefix="dsrun_dry_")
+failures = []
+
+
+def hostfile(text, name="hf"):
+    path = os.path.join(TMP, name)
+    with open(path, "w") as f:
+        f.write(text)
+    return path
+
+
+def run(args, env_extra=None, env_drop=("CUDA_VISIBLE_DEVICES", "SLURM_JOB_ID", "SLURM_JOB_NODELIST",
+                                        "SLURM_NODELIST", "DS_ENV_FILE")):
+    env = {k: v for k, v in os.environ.items() if k not in env_drop}
+    env["HOME"] = TMP  # no stray ~/.deepspeed_env
+    env.update(env_extra or {})
+    return subprocess.run([DSRUN, "--dry_run"] + args, capture_output=True, text=True, env=env, cwd=TMP,
+                          timeout=30)
+
+
+def ok(args, want_world, want_master=None, port=29500, env=None, check=None):
+    p = run(args, env)
+    if p.returncode != 0:
+        failures.append(f"{args}: rc {p.returncode}: {p.stderr.strip()}")
+        return None
+    lines = p.stdout.splitlines()
+    j = json.loads(lines[0])
+    if list(j.keys()) != ["world_info", "host_order", "world_size", "master_addr", "master_port"]:
+        failures.append(f"{args}: keys {list(j.keys())}")
+    got = list(j["world_info"].items())
+    if got != want_world:
+        failures.append(f"{args}: world_info {got} != {want_world}")
+    if j["host_order"] != [h for h, _ in want_world]:
+        failures.append(f"{args}: host_order {j['host_order']}")
+    if j["world_size"] != sum(len(s) for _, s in want_world):
+        failures.append(f"{args}: world_size {j['world_size']}")
+    if want_master is not None and j["master_addr"] != want_master:
+        failures.append(f"{args}: master_addr {j['master_addr']} != {want_master}")
+    if j["master_port"] != port:
+        failures.append(f"{args}: master_port {j['master_port']}")
+    argv = shlex.split(lines[1])
+    if check:
+        check(args, argv)
+    return argv
+
+
+def err(args, needle, env=None):
+    p = run(args, env)
+    if p.returncode == 0:
+        failures.append(f"{args}: expected an error, got rc 0: {p.stdout}")
+    elif needle not in p.stderr:
+        failures.append(f"{args}: error {p.stderr.strip()!r} lacks {needle!r}")
+
+
+hf2x4 = hostfile("worker-0 slots=4\nworker-1 slots=4\n", "hf2x4")
+hf3x4 = hostfile("# cluster\nworker-1 slots=4\nworker-2:4\nworker-3 slots=4 max_slots=8  # note\n", "hf3x4")
+W4 = [0, 1, 2, 3]
+
+# Hostfile order, all slots, master = first host, default port.
+ok(["--hostfile", hf2x4, "prog"], [("worker-0", W4), ("worker-1", W4)], "worker-0")
+ok(["-H", hf3x4, "--exclude=worker-2:0@worker-3:0,1", "prog"],
+   [("worker-1", W4), ("worker-2", [1, 2, 3]), ("worker-3", [2, 3])])
+ok(["-H", hf2x4, "-i", "worker-1:3,0@worker-0:1,1", "prog"], [("worker-0", [1]), ("worker-1", [0, 3])])
+ok(["-H", hf2x4, "--include", "worker-0@worker-1:0,2", "prog"], [("worker-0", W4), ("worker-1", [0, 2])])
+ok(["-H", hf2x4, "-e", "worker-1", "prog"], [("worker-0", W4)])
+ok(["-H", hf2x4, "--num_nodes", "1", "prog"], [("worker-0", W4)])
+ok(["-H", hf2x4, "--num_gpus", "2", "prog"], [("worker-0", [0, 1]), ("worker-1", [0, 1])])
+ok(["-H", hf2x4, "--num_accelerators", "1", "--master_addr", "10.0.0.1", "--master_port", "1234", "prog"],
+   [("worker-0", [0]), ("worker-1", [0])], "10.0.0.1", 1234)
+ok(["-H", hostfile("a slots=0\nb slots=2\n", "hf0"), "prog"], [("a", []), ("b", [0, 1])])
+
+# Everything after PROGRAM is the program's, including dsrun-looking flags.
+def passthrough(args, argv):
+    i = argv.index("--")
+    if argv[i + 1:] != ["prog", "--hostfile", "x", "--foo", "--dry_run"]:
+        failures.append(f"passthrough: {argv[i + 1:]}")
+ok(["-H", hf2x4, "prog", "--hostfile", "x", "--foo", "--dry_run"], [("worker-0", W4), ("worker-1", W4)],
+   check=passthrough)
+
+# The command: multi-node mpirun with hosts:slots, shim with world_info (urlsafe base64 JSON).
+def mpirun_multi(args, argv):
+    import base64
+    if argv[0] != "mpirun" or argv[argv.index("-np") + 1] != "4":
+        failures.append(f"mpirun argv {argv}")
+    if argv[argv.index("--host") + 1] != "worker-0:2,worker-1:2":
+        failures.append(f"--host {argv}")
+    wi = [a for a in argv if a.startswith("--world_info=")][0].split("=", 1)[1]
+    if json.loads(base64.urlsafe_b64decode(wi)) != {"worker-0": [0, 1], "worker-1": [0, 1]}:
+        failures.append(f"world_info b64 {wi}")
+    if "--no_local_rank" not in argv or "-x" not in argv:
+        failures.append(f"flags {argv}")
+ok(["-H", hf2x4, "--num_gpus", "2", "--no_local_rank", "prog"], [("worker-0", [0, 1]), ("worker-1", [0, 1])],
+   check=mpirun_multi)
+
+def mpich(args, argv):
+    if argv[:7] != ["mpiexec", "-n", "8", "-ppn", "4", "-hosts", "worker-0,worker-1"]:
+        failures.append(f"mpich {argv}")
+ok(["-H", hf2x4, "--launcher", "MPICH", "prog"], [("worker-0", W4), ("worker-1", W4)], check=mpich)
+
+def slurm(args, argv):
+    i = argv.index("srun")
+    if argv[0] != "env" or argv[i:i + 6] != ["srun", "-n", "8", "-N", "2", "--ntasks-per-node=4"]:
+        failures.append(f"slurm {argv}")
+ok(["-H", hf2x4, "--launcher", "slurm", "prog"], [("worker-0", W4), ("worker-1", W4)], check=slurm)
+
+def launcher_args(args, argv):
+    if "eth0" in argv or argv[argv.index("btl_tcp_if_include") + 1] != "eth1":
+        failures.append(f"launcher_args {argv}")
+ok(["-H", hf2x4, "--launcher_args", "--mca btl_tcp_if_include eth1", "prog"],
+   [("worker-0", W4), ("worker-1", W4)], check=launcher_args)
+
+# No hostfile: localhost, 127.0.0.1 even with --master_addr; CUDA_VISIBLE_DEVICES -> include.
+nohf = os.path.join(TMP, "missing")
+def local(args, argv):
+    if argv[argv.index("--host") + 1] != "localhost:2":
+        failures.append(f"local {argv}")
+ok(["-H", nohf, "--num_gpus", "2", "--master_addr", "10.1.1.1", "prog"], [("localhost", [0, 1])], "127.0.0.1",
+   check=local)
+ok(["-H", nohf, "prog"], [("localhost", [0, 1, 2])], env={"LOCAL_SIZE": "3"})
+ok(["-H", nohf, "prog"], [("localhost", [0, 2])], env={"LOCAL_SIZE": "4", "CUDA_VISIBLE_DEVICES": "2,0"})
+ok(["-H", nohf, "--num_gpus", "1", "prog"], [("localhost", [0])], env={"LOCAL_SIZE": "4", "CUDA_VISIBLE_DEVICES": "2"})
+
+# Slurm allocation without hostfile.
+slurm_env = {"SLURM_JOB_ID": "42", "SLURM_JOB_NODELIST": "node[08-10]", "SLURM_TASKS_PER_NODE": "2(x3)"}
+ok(["-H", nohf, "prog"], [("node08", [0, 1]), ("node09", [0, 1]), ("node10", [0, 1])], "node08", env=slurm_env)
+
+# Errors: non-zero exit and a message naming the problem.
+err(["-H", hostfile("", "empty"), "prog"], "hostfile is empty")
+err(["-H", hostfile("a slots=1\nb\n", "bad"), "prog"], "bad:2: host 'b' has no slot count")
+err(["-H", hostfile("a slots=1\na slots=1\n", "dup"), "prog"], "dup:2: duplicate host 'a'")
+err(["-H", hostfile("a slots=x\n", "badn"), "prog"], "badn:1: bad slot count 'x'")
+err(["-H", hf2x4, "-i", "worker-0", "-e", "worker-1", "prog"], "mutually exclusive")
+err(["-H", hf2x4, "-i", "jeff", "prog"], "host 'jeff' not found")
+err(["-H", hf2x4, "-i", "worker-1:4", "prog"], "no slot 4 on host 'worker-1'")
+err(["-H", hf2x4, "-e", "worker-0@worker-1", "prog"], "no resources")
+err(["-H", hf2x4, "-i", "worker-0", "--num_nodes", "1", "prog"], "cannot combine")
+err(["-H", hf2x4, "--num_gpus", "5", "prog"], "exceeds the 4 slots")
+err(["-H", nohf, "--num_nodes", "2", "prog"], "no hostfile")
+err(["-H", hf2x4, "--launcher", "pdsh", "prog"], "unknown --launcher 'pdsh'")
+err(["-H", hostfile("a slots=1\nb slots=2\n", "uneven"), "--launcher", "mpich", "prog"], "same number of slots")
+err(["-H", hf2x4], "no PROGRAM")
+err(["-H", hf2x4, "--master_port", "0", "prog"], "--master_port")
+err(["-H", hf2x4, "--launcher_args", "'open", "prog"], "unterminated")
+with open(os.path.join(TMP, ".deepspeed_env"), "w") as f:
+    f.write("OK=1\n\nBAD LINE\n")
+err(["-H", hf2x4, "prog"], ".deepspeed_env:3: malformed line")
+os.remove(os.path.join(TMP, ".deepspeed_env"))
+
+if failures:
+    print("\n".join(failures))
+    sys.exit(1)
+print("dry-run contract: all checks passed")

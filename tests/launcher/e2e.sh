@@ -1,0 +1,157 @@
+#!/usr/bin/env bash
+# End-to-end dsrun tests through real mpirun. Usage: e2e.sh <case>; env from ctest:
+# DS_BINARY_DIR, DS_SOURCE_DIR (see tests/launcher/CMakeLists.txt).
+set -euo pipefail
+case_name=${1:?case}
+DSRUN=${DSRUN:-$DS_BINARY_DIR/apps/dsrun/dsrun}
+HELLO=${HELLO:-$DS_BINARY_DIR/tests/launcher/ds_launch_hello}
+SRC=${DS_SOURCE_DIR:-$(cd "$(dirname "$0")/../.." && pwd)}
+export DS_PYTHON=/usr/bin/python3
+T=$(mktemp -d /tmp/dsrun_e2e.XXXXXX)
+trap 'rm -rf "$T"' EXIT
+fail() { echo "FAIL: $*" >&2; exit 1; }
+
+# Waits (bounded) until N pid files exist; polling a condition, not a timed sleep.
+wait_pids() {
+  local dir=$1 n=$2 i
+  for i in $(seq 1 600); do
+    [ "$(ls "$dir"/*.pid 2>/dev/null | wc -l)" -ge "$n" ] && return 0
+    sleep 0.1
+  done
+  fail "ranks did not start ($(ls "$dir"))"
+}
+# True when none of the pids in dir/*.pid is alive (zombies count as gone).
+all_gone() {
+  local f p st
+  for f in "$1"/*.pid; do
+    p=$(cat "$f")
+    if [ -r /proc/$p/stat ]; then
+      st=$(sed 's/.*) //' /proc/$p/stat | cut -d' ' -f1)
+      [ "$st" = Z ] || { echo "pid $p still alive (state $st)"; return 1; }
+    fi
+  done
+  return 0
+}
+check_hello() {  # file nranks
+  local out=$1 n=$2 r
+  [ "$(grep -c '^hello ' "$out")" = "$n" ] || { cat "$out"; fail "expected $n hello lines"; }
+  for r in $(seq 0 $((n - 1))); do
+    grep -q "^hello rank=$r size=$n sum=$((n * (n + 1) / 2)) expect=$((n * (n + 1) / 2)) .* RANK=$r LOCAL_RANK=$r WORLD_SIZE=$n LOCAL_SIZE=$n CROSS_RANK=0 CROSS_SIZE=1 MASTER_ADDR=localhost MASTER_PORT=29511 .*args=--local_rank=$r|x|a b" "$out" \
+      || { cat "$out"; fail "rank $r line wrong"; }
+  done
+}
+
+case $case_name in
+  ranks2|ranks4)
+    n=${case_name#ranks}
+    printf 'localhost slots=%s\n' "$n" > "$T/hf"
+    "$DSRUN" --hostfile "$T/hf" --master_port 29511 "$HELLO" x 'a b' > "$T/out" 2>&1 || { cat "$T/out"; fail "rc $?"; }
+    check_hello "$T/out" "$n"
+    ;;
+  include)  # include picks slots 1,3 of 4: 2 ranks, CUDA_VISIBLE_DEVICES=1,3, LOCAL_RANK 0/1
+    printf 'localhost slots=4\n' > "$T/hf"
+    "$DSRUN" -H "$T/hf" -i localhost:3,1 --no_local_rank "$HELLO" > "$T/out" 2>&1 || { cat "$T/out"; fail "rc"; }
+    grep -q "rank=1 size=2 .*LOCAL_RANK=1 WORLD_SIZE=2 LOCAL_SIZE=2 .*CUDA_VISIBLE_DEVICES=1,3 args=$" "$T/out" || { cat "$T/out"; fail "include"; }
+    ;;
+  python)  # a plain Python script (no MPI) under dsrun gets DeepSpeed's variables
+    printf 'localhost slots=2\n' > "$T/hf"
+    mkdir "$T/o"
+    DS_PRINT_ENV_DIR=$T/o "$DSRUN" -H "$T/hf" "$SRC/tests/launcher/print_env.py" --user-arg 'sp ace' > "$T/out" 2>&1 || { cat "$T/out"; fail "rc"; }
+    /usr/bin/python3 - "$T/o" <<'PY'
+import json, sys
+d = sys.argv[1]
+for r in range(2):
+    j = json.load(open(f"{d}/{r}.json"))
+    assert j["argv"][1:] == [f"--local_rank={r}", "--user-arg", "sp ace"], j["argv"]
+    e = j["env"]
+    want = {"RANK": str(r), "LOCAL_RANK": str(r), "WORLD_SIZE": "2", "LOCAL_SIZE": "2", "CROSS_RANK": "0",
+            "CROSS_SIZE": "1", "MASTER_ADDR": "localhost", "MASTER_PORT": "29500", "CUDA_VISIBLE_DEVICES": "0,1"}
+    for k, v in want.items():
+        assert e.get(k) == v, (r, k, e.get(k), v)
+print("python ranks ok")
+PY
+    ;;
+  envfile)  # .deepspeed_env from $HOME then cwd (cwd wins); values arrive byte-for-byte
+    mkdir -p "$T/home" "$T/work" "$T/o"
+    printf 'localhost slots=2\n' > "$T/hf"
+    {
+      printf '# comment line\n\n'
+      printf 'DS_T_SPACES=  two  spaces  \n'
+      printf 'DS_T_QUOTES="double" '"'"'single'"'"' \\"esc\\"\n'
+      printf 'DS_T_DOLLAR=$HOME ${X} $(id) `id` ;|&<>*?~!\n'
+      printf 'DS_T_EQ=a=b==c\n'
+      printf 'DS_T_OVERRIDE=home\n'
+      printf 'DS_T_UTF8=caf\xc3\xa9 \xe2\x82\xac\n'
+      printf 'DS_T_EMPTY=\n'
+    } > "$T/home/.deepspeed_env"
+    printf 'DS_T_OVERRIDE=cwd wins\r\n   # indented comment\nDS_T_CWD_ONLY=1\n' > "$T/work/.deepspeed_env"
+    (cd "$T/work" && HOME=$T/home NCCL_T_PREFIX='n c c l $x' DS_PRINT_ENV_DIR=$T/o \
+       "$DSRUN" -H "$T/hf" --force_multi --no_ssh_check --launcher_args "--mca btl_tcp_if_include lo" \
+       "$SRC/tests/launcher/print_env.py") > "$T/out" 2>&1 || { cat "$T/out"; fail "rc"; }
+    /usr/bin/python3 - "$T/o" "$T/work" <<'PY'
+import json, sys
+d, work = sys.argv[1], sys.argv[2]
+want = {
+    "DS_T_SPACES": "  two  spaces  ",
+    "DS_T_QUOTES": "\"double\" 'single' \\\"esc\\\"",
+    "DS_T_DOLLAR": "$HOME ${X} $(id) `id` ;|&<>*?~!",
+    "DS_T_EQ": "a=b==c",
+    "DS_T_OVERRIDE": "cwd wins",
+    "DS_T_UTF8": "caf\u00e9 \u20ac",
+    "DS_T_EMPTY": "",
+    "DS_T_CWD_ONLY": "1",
+    "NCCL_T_PREFIX": "n c c l $x",
+    "UCX_TLS": "tcp",
+}
+for r in range(2):
+    e = json.load(open(f"{d}/{r}.json", encoding="utf-8"))["env"]
+    for k, v in want.items():
+        assert e.get(k) == v, (r, k, e.get(k), v)
+    assert e["PYTHONPATH"].split(":")[0] == work, e["PYTHONPATH"]
+print("env byte-for-byte ok")
+PY
+    # DS_ENV_FILE names the file; a malformed line is an error naming file and line.
+    printf 'GOOD=1\nthis line is bad\n' > "$T/work/custom.env"
+    if (cd "$T/work" && HOME=$T/home DS_ENV_FILE=custom.env "$DSRUN" -H "$T/hf" "$HELLO") > "$T/err" 2>&1; then
+      fail "malformed env file accepted"
+    fi
+    grep -q "custom.env:2: malformed line" "$T/err" || { cat "$T/err"; fail "env error message"; }
+    ;;
+  failure)  # rank 1 exits 7: the others are stopped, dsrun exits 7, no rank is left
+    printf 'localhost slots=4\n' > "$T/hf"
+    mkdir "$T/p"
+    rc=0
+    DS_HELLO_PID_DIR=$T/p DS_HELLO_FAIL_RANK=1 DS_HELLO_FAIL_CODE=7 "$DSRUN" -H "$T/hf" "$HELLO" > "$T/out" 2>&1 || rc=$?
+    [ "$rc" = 7 ] || { cat "$T/out"; fail "exit code $rc, want 7"; }
+    [ "$(ls "$T/p"/*.pid | wc -l)" = 4 ] || fail "not all ranks started"
+    all_gone "$T/p" || fail "ranks left behind after failure"
+    ;;
+  signal)  # SIGTERM (and SIGINT) to dsrun stop every rank; nothing is left behind
+    for sig in TERM INT; do
+      printf 'localhost slots=4\n' > "$T/hf"
+      rm -rf "$T/p"; mkdir "$T/p"
+      DS_HELLO_PID_DIR=$T/p DS_HELLO_BLOCK=1 "$DSRUN" -H "$T/hf" "$HELLO" > "$T/out" 2>&1 &
+      dpid=$!
+      wait_pids "$T/p" 4
+      start=$(date +%s)
+      kill -$sig $dpid
+      rc=0; wait $dpid || rc=$?
+      took=$(( $(date +%s) - start ))
+      [ "$rc" -ge 128 ] || { cat "$T/out"; fail "SIG$sig: dsrun rc $rc"; }
+      all_gone "$T/p" || fail "SIG$sig: ranks left behind"
+      echo "SIG$sig: dsrun rc=$rc after ${took}s, all 4 ranks gone"
+      [ "$took" -le 20 ] || fail "SIG$sig: took ${took}s"
+    done
+    ;;
+  unreachable)  # an unresolvable host fails fast with a clear message (ssh check, then mpirun)
+    printf 'localhost slots=1\nnosuchhost.invalid slots=1\n' > "$T/hf"
+    rc=0; "$DSRUN" -H "$T/hf" --force_multi -i nosuchhost.invalid "$HELLO" > "$T/out" 2>&1 || rc=$?
+    [ "$rc" != 0 ] || fail "unreachable host accepted"
+    grep -q "host 'nosuchhost.invalid' is unreachable" "$T/out" || { cat "$T/out"; fail "message"; }
+    rc=0; "$DSRUN" -H "$T/hf" --no_ssh_check --launcher_args "--mca btl_tcp_if_include lo" "$HELLO" > "$T/out" 2>&1 || rc=$?
+    [ "$rc" != 0 ] || fail "mpirun accepted an unreachable host"
+    grep -qi "nosuchhost" "$T/out" || { cat "$T/out"; fail "mpirun message does not name the host"; }
+    ;;
+  *) fail "unknown case $case_name" ;;
+esac
+echo "PASS $case_name"

@@ -1,0 +1,191 @@
+// .deepspeed_env parsing, exports, shell quoting, engine command lines and the rank shim.
+#include <gtest/gtest.h>
+
+#include "ds/core/error.h"
+#include "ds/launch/command.h"
+#include "ds/launch/env_file.h"
+#include "ds/launch/shell.h"
+#include "ds/launch/world_info.h"
+
+using namespace ds::launch;
+using V = std::vector<std::string>;
+
+namespace {
+std::string error_of(const std::function<void()>& f) {
+  try {
+    f();
+  } catch (const ds::Error& e) {
+    return e.what();
+  }
+  return "";
+}
+Resolution res_of(WorldInfo w, bool multi) {
+  Resolution r;
+  r.world = std::move(w);
+  r.master_addr = "h0";
+  r.master_port = 1234;
+  r.multi_node = multi;
+  return r;
+}
+}  // namespace
+
+TEST(EnvFile, Parse) {
+  EnvList e = parse_env_file(
+      "# comment\n\nNCCL_IB_DISABLE=1\n  NCCL_SOCKET_IFNAME=eth0\nA=x=y\nB= sp ace \"q\" 'q' $HOME \\n\r\n"
+      "C=\n  # indented comment\nNCCL_IB_DISABLE=2\n",
+      "f");
+  ASSERT_EQ(e.size(), 5u);
+  EXPECT_EQ(e[0], (std::pair<std::string, std::string>{"NCCL_IB_DISABLE", "2"}));  // later wins
+  EXPECT_EQ(e[1].second, "eth0");
+  EXPECT_EQ(e[2].second, "x=y");
+  EXPECT_EQ(e[3].second, " sp ace \"q\" 'q' $HOME \\n");
+  EXPECT_EQ(e[4].second, "");
+  EXPECT_NE(error_of([] { parse_env_file("A=1\nnovalue\n", "envf"); }).find("envf:2: malformed"), std::string::npos);
+  EXPECT_NE(error_of([] { parse_env_file("1A=1\n", "envf"); }).find("envf:1: bad variable name '1A'"), std::string::npos);
+  EXPECT_NE(error_of([] { parse_env_file("=1\n", "envf"); }).find("bad variable name"), std::string::npos);
+  EXPECT_NE(error_of([] { parse_env_file("A B=1\n", "envf"); }).find("bad variable name 'A B'"), std::string::npos);
+  EXPECT_NE(error_of([] { parse_env_file(std::string("A=\0\n", 4), "envf"); }).find("NUL"), std::string::npos);
+}
+
+TEST(EnvFile, DefaultExportsAndPaths) {
+  EnvList env = {{"NCCL_DEBUG", "INFO"}, {"HOME", "/root"}, {"PYTHONPATH", "/p"}, {"UCX_TLS", "rc"},
+                 {"MV2_X", "1"}, {"MLFLOW_URI", "u"}, {"AZUREML_RUN_ID", "r"}, {"OTHER", "no"},
+                 {"XNCCL", "no"}};
+  EnvList d = default_exports(env);
+  V keys;
+  for (auto& [k, v] : d) keys.push_back(k);
+  EXPECT_EQ(keys, (V{"NCCL_DEBUG", "PYTHONPATH", "UCX_TLS", "MV2_X", "MLFLOW_URI", "AZUREML_RUN_ID"}));
+  env.emplace_back("AISC_JOB_NAME", "j");
+  env.emplace_back("NCCL_IB_HCA", "mlx5");
+  d = default_exports(env);
+  EXPECT_EQ(env_get(d, "NCCL_IB_HCA"), nullptr);
+  EXPECT_EQ(env_file_paths({{"HOME", "/h"}}, "/w"), (V{"/h/.deepspeed_env", "/w/.deepspeed_env"}));
+  EXPECT_EQ(env_file_paths({{"HOME", "/h"}, {"DS_ENV_FILE", "my.env"}}, "/w"), (V{"/h/my.env", "/w/my.env"}));
+  EXPECT_EQ(env_file_paths({{"DS_ENV_FILE", "/abs/e"}}, "/w"), (V{"/abs/e"}));
+  EXPECT_EQ(env_file_paths({{"HOME", "/w"}}, "/w"), (V{"/w/.deepspeed_env"}));
+  EnvList ex = collect_exports({{"PYTHONPATH", "/p"}, {"NCCL_A", "1"}}, {{"NCCL_A", "2"}}, "/w", true);
+  EXPECT_EQ(*env_get(ex, "PYTHONPATH"), "/w:/p");
+  EXPECT_EQ(*env_get(ex, "NCCL_A"), "2");
+  ex = collect_exports({{"PYTHONPATH", "/p"}}, {}, "/w", false);
+  EXPECT_EQ(*env_get(ex, "PYTHONPATH"), "/p");
+}
+
+TEST(Shell, QuoteAndSplit) {
+  EXPECT_EQ(shell_quote("abc/d-e.f:1,2=3@%+"), "abc/d-e.f:1,2=3@%+");
+  EXPECT_EQ(shell_quote(""), "''");
+  EXPECT_EQ(shell_quote("a b"), "'a b'");
+  EXPECT_EQ(shell_quote("it's $x"), "'it'\"'\"'s $x'");
+  EXPECT_EQ(shell_join({"a", "b c"}), "a 'b c'");
+  EXPECT_EQ(shell_split("--mca btl_tcp_if_include eth1 -x 'A=b c' \"d\\\"e\" f\\ g"),
+            (V{"--mca", "btl_tcp_if_include", "eth1", "-x", "A=b c", "d\"e", "f g"}));
+  EXPECT_TRUE(shell_split("   ").empty());
+  EXPECT_EQ(shell_split("''"), (V{""}));
+  EXPECT_THROW(shell_split("'open"), ds::Error);
+  EXPECT_THROW(shell_split("\"open"), ds::Error);
+  for (std::string s : {"plain", "a b", "it's", "$HOME \"q\"", "", "back\\slash"}) {
+    EXPECT_EQ(shell_split(shell_quote(s)), (V{s})) << s;
+  }
+}
+
+TEST(Command, OpenMpiLocal) {
+  CommandOptions o;
+  o.shim = "/bin/dsrun";
+  o.program = "./prog";
+  o.program_args = {"--hostfile", "x", "a b"};
+  Command c = build_command(res_of({{"localhost", {0, 1}}}, false), o, {{"NCCL_X", "a b"}}, {});
+  std::string wi = base64_urlsafe_encode(R"({"localhost": [0, 1]})");
+  EXPECT_EQ(c.argv, (V{"mpirun", "-np", "2", "--host", "localhost:2", "--map-by", "slot", "--bind-to",
+                       "none", "-x", "NCCL_X=a b", "/bin/dsrun", "--rank_shim", "--world_info=" + wi,
+                       "--master_addr=h0", "--master_port=1234", "--", "./prog", "--hostfile", "x",
+                       "a b"}));
+  o.as_root = true;
+  o.no_local_rank = true;
+  c = build_command(res_of({{"w0", {0, 1}}}, false), o, {}, {});
+  EXPECT_EQ(c.argv[1], "--allow-run-as-root");
+  EXPECT_EQ(c.argv[5], "localhost:2");  // one host, no --force_multi: this machine
+  EXPECT_NE(std::find(c.argv.begin(), c.argv.end(), "--no_local_rank"), c.argv.end());
+}
+
+TEST(Command, OpenMpiMulti) {
+  CommandOptions o;
+  o.shim = "/bin/dsrun";
+  o.program = "p";
+  Resolution r = res_of({{"a", {0, 1}}, {"z", {}}, {"b", {0}}}, true);
+  Command c = build_command(r, o, {}, {});
+  V want_prefix = {"mpirun", "-np", "3", "--host", "a:2,b:1", "--map-by", "slot", "--bind-to", "none",
+                   "--mca", "btl_tcp_if_include", "eth0", "--mca", "plm_rsh_args",
+                   "-o BatchMode=yes -o ConnectTimeout=10", "-x", "UCX_TLS=tcp", "/bin/dsrun"};
+  EXPECT_EQ(V(c.argv.begin(), c.argv.begin() + static_cast<long>(want_prefix.size())), want_prefix);
+  // User-chosen interfaces suppress eth0 (launcher_args or environment).
+  o.launcher_args = "-mca btl_tcp_if_include eth1";
+  c = build_command(r, o, {{"UCX_TLS", "rc"}}, {});
+  EXPECT_EQ(std::count(c.argv.begin(), c.argv.end(), "eth0"), 0);
+  EXPECT_NE(std::find(c.argv.begin(), c.argv.end(), "eth1"), c.argv.end());
+  EXPECT_EQ(std::count(c.argv.begin(), c.argv.end(), "UCX_TLS=tcp"), 0);
+  o.launcher_args.clear();
+  c = build_command(r, o, {}, {{"OMPI_MCA_btl_tcp_if_include", "10.0.0.0/8"}, {"OMPI_MCA_plm_rsh_args", "x"}});
+  EXPECT_EQ(std::count(c.argv.begin(), c.argv.end(), "eth0"), 0);
+  EXPECT_EQ(std::count(c.argv.begin(), c.argv.end(), "plm_rsh_args"), 0);
+}
+
+TEST(Command, MpichAndSlurm) {
+  CommandOptions o;
+  o.shim = "/bin/dsrun";
+  o.program = "p";
+  o.launcher = Launcher::MPICH;
+  Resolution r = res_of({{"a", {0, 1}}, {"b", {0, 1}}}, true);
+  Command c = build_command(r, o, {{"K", "v w"}}, {});
+  EXPECT_EQ(V(c.argv.begin(), c.argv.begin() + 10),
+            (V{"mpiexec", "-n", "4", "-ppn", "2", "-hosts", "a,b", "-genv", "K", "v w"}));
+  Resolution uneven = res_of({{"a", {0, 1}}, {"b", {0}}}, true);
+  EXPECT_NE(error_of([&] { build_command(uneven, o, {}, {}); }).find("same number of slots"), std::string::npos);
+  o.launcher = Launcher::Slurm;
+  c = build_command(r, o, {{"K", "v,w"}}, {});
+  EXPECT_EQ(V(c.argv.begin(), c.argv.begin() + 9),
+            (V{"env", "K=v,w", "srun", "-n", "4", "-N", "2", "--ntasks-per-node=2", "--nodelist=a,b"}));
+  EXPECT_NE(error_of([&] { build_command(uneven, o, {}, {}); }).find("same number of slots"), std::string::npos);
+  EXPECT_EQ(parse_launcher("OpenMPI"), Launcher::OpenMPI);
+  EXPECT_EQ(parse_launcher("SLURM"), Launcher::Slurm);
+  EXPECT_NE(error_of([] { parse_launcher("pdsh"); }).find("unknown --launcher 'pdsh'"), std::string::npos);
+}
+
+TEST(Shim, RankEnvFromEngines) {
+  WorldInfo w = {{"a", {1, 3}}, {"b", {0, 1, 2}}};
+  RankEnv r = compute_rank_env(w, {{"OMPI_COMM_WORLD_RANK", "3"}, {"OMPI_COMM_WORLD_SIZE", "5"},
+                                   {"OMPI_COMM_WORLD_LOCAL_RANK", "1"}, {"SLURM_PROCID", "0"}});
+  EXPECT_EQ(r.rank, 3);
+  EXPECT_EQ(r.local_rank, 1);
+  EXPECT_EQ(r.world_size, 5);
+  EXPECT_EQ(r.local_size, 3);
+  EXPECT_EQ(r.cross_rank, 1);
+  EXPECT_EQ(r.cross_size, 2);
+  EXPECT_EQ(r.cuda_visible_devices, "0,1,2");
+  r = compute_rank_env(w, {{"PMI_RANK", "1"}, {"PMI_SIZE", "5"}});
+  EXPECT_EQ(r.cuda_visible_devices, "1,3");
+  EXPECT_EQ(r.local_rank, 1);
+  r = compute_rank_env(w, {{"SLURM_PROCID", "2"}, {"SLURM_NTASKS", "5"}, {"SLURM_LOCALID", "0"}});
+  EXPECT_EQ(r.cross_rank, 1);
+  r = compute_rank_env(w, {{"PMIX_RANK", "4"}, {"SLURM_PROCID", "4"}, {"SLURM_NTASKS", "5"}});
+  EXPECT_EQ(r.local_rank, 2);
+  EXPECT_NE(error_of([&] { compute_rank_env(w, {}); }).find("no rank"), std::string::npos);
+  EXPECT_NE(error_of([&] { compute_rank_env(w, {{"OMPI_COMM_WORLD_RANK", "0"}, {"OMPI_COMM_WORLD_SIZE", "4"}}); })
+                .find("started 4 ranks"), std::string::npos);
+  EXPECT_NE(error_of([&] { compute_rank_env(w, {{"OMPI_COMM_WORLD_RANK", "2"}, {"OMPI_COMM_WORLD_LOCAL_RANK", "2"}}); })
+                .find("host-major"), std::string::npos);
+  EXPECT_NE(error_of([&] { compute_rank_env(w, {{"OMPI_COMM_WORLD_RANK", "x"}}); }).find("not an integer"),
+            std::string::npos);
+  EXPECT_THROW(compute_rank_env(w, {{"OMPI_COMM_WORLD_RANK", "9"}}), ds::Error);
+}
+
+TEST(Shim, ProgramArgv) {
+  EXPECT_EQ(program_argv("./t", {"a", "b"}, 2, false, "py"), (V{"./t", "--local_rank=2", "a", "b"}));
+  EXPECT_EQ(program_argv("./t", {"a"}, 2, true, "py"), (V{"./t", "a"}));
+  EXPECT_EQ(program_argv("train.py", {"--x"}, 1, false, "py"), (V{"py", "-u", "train.py", "--local_rank=1", "--x"}));
+  EXPECT_EQ(program_argv("/usr/bin/python3", {"-u", "s.py", "--x"}, 0, false, "py"),
+            (V{"/usr/bin/python3", "-u", "s.py", "--local_rank=0", "--x"}));
+  EXPECT_EQ(program_argv("python3", {"-m", "pkg.mod", "a"}, 0, false, "py"),
+            (V{"python3", "-m", "pkg.mod", "--local_rank=0", "a"}));
+  EXPECT_EQ(program_argv("python3", {"-W", "ignore", "-c", "code"}, 3, false, "py"),
+            (V{"python3", "-W", "ignore", "-c", "code", "--local_rank=3"}));
+  EXPECT_EQ(program_argv("python3", {}, 0, false, "py"), (V{"python3", "--local_rank=0"}));
+}
