@@ -1,0 +1,117 @@
+// The train app's flag parsing and model-shape resolution (no MPI needed).
+#include <gtest/gtest.h>
+
+#include <vector>
+
+#include "ds/core/error.h"
+#include "model_spec.h"
+#include "options.h"
+#include "report.h"
+
+namespace {
+
+using ds::train::parse_options;
+using ds::train::ParseResult;
+
+ParseResult parse(std::vector<const char*> args) {
+  args.insert(args.begin(), "train");
+  return parse_options(int(args.size()), args.data());
+}
+
+TEST(TrainOptions, ConfigAndRunFlags) {
+  auto r = parse({"--config", "c.json", "--steps", "7", "--seed", "9", "--n_layer", "2", "--data", "x.txt",
+                  "--save_dir", "ck", "--save_interval", "3", "--eval_interval", "5"});
+  ASSERT_TRUE(r.options) << r.message;
+  EXPECT_EQ(r.options->config, "c.json");
+  EXPECT_EQ(r.options->steps, 7);
+  EXPECT_FALSE(r.options->epochs);
+  EXPECT_EQ(r.options->seed, 9u);
+  EXPECT_EQ(r.options->n_layer, 2);
+  EXPECT_FALSE(r.options->n_head);
+  EXPECT_EQ(r.options->data, "x.txt");
+  EXPECT_EQ(r.options->save_interval, 3);
+  EXPECT_EQ(r.options->eval_interval, 5);
+}
+
+TEST(TrainOptions, DeepSpeedForms) {
+  auto r = parse({"--local_rank=0", "--deepspeed", "--deepspeed_config", "ds.json"});
+  ASSERT_TRUE(r.options) << r.message;
+  EXPECT_EQ(r.options->config, "ds.json");
+  EXPECT_TRUE(r.options->deepspeed);
+  EXPECT_EQ(r.options->local_rank, 0);
+
+  auto same = parse({"--config", "ds.json", "--deepspeed_config", "ds.json"});
+  EXPECT_TRUE(same.options) << same.message;
+  auto differ = parse({"--config", "a.json", "--deepspeed_config", "b.json"});
+  EXPECT_FALSE(differ.options);
+  EXPECT_NE(differ.message.find("different"), std::string::npos) << differ.message;
+}
+
+TEST(TrainOptions, Errors) {
+  auto bogus = parse({"--config", "c.json", "--bogus"});
+  EXPECT_FALSE(bogus.options);
+  EXPECT_TRUE(bogus.message_is_error);
+  EXPECT_NE(bogus.exit_code, 0);
+  EXPECT_NE(bogus.message.find("--bogus"), std::string::npos) << bogus.message;
+
+  auto none = parse({"--steps", "3"});
+  EXPECT_FALSE(none.options);
+  EXPECT_NE(none.message.find("config"), std::string::npos) << none.message;
+
+  EXPECT_FALSE(parse({"--config", "c", "--steps", "3", "--epochs", "1"}).options);
+  EXPECT_FALSE(parse({"--config", "c", "--steps", "0"}).options);
+  EXPECT_FALSE(parse({"--config", "c", "--steps", "x"}).options);
+  EXPECT_FALSE(parse({"--config", "c", "--model", "rnn"}).options);
+
+  auto help = parse({"--help"});
+  EXPECT_FALSE(help.options);
+  EXPECT_EQ(help.exit_code, 0);
+  EXPECT_FALSE(help.message_is_error);
+  EXPECT_NE(help.message.find("--save_interval"), std::string::npos);
+}
+
+TEST(ModelSpec, DefaultsConfigThenFlags) {
+  ds::train::TrainOptions o;
+  auto def = ds::train::resolve_model_spec(nullptr, o, "c.json");
+  EXPECT_EQ(def.type, "gpt");
+  EXPECT_EQ(def.vocab_size, 0);  // from the data
+
+  nlohmann::json section = {{"type", "gpt"}, {"n_layer", 3}, {"n_head", 2}, {"n_embd", 64}, {"block_size", 32}};
+  auto cfg = ds::train::resolve_model_spec(section, o, "c.json");
+  EXPECT_EQ(cfg.n_layer, 3);
+  EXPECT_EQ(cfg.n_embd, 64);
+  EXPECT_EQ(cfg.block_size, 32);
+
+  o.n_layer = 1;
+  o.block_size = 8;
+  auto flags = ds::train::resolve_model_spec(section, o, "c.json");
+  EXPECT_EQ(flags.n_layer, 1);
+  EXPECT_EQ(flags.block_size, 8);
+  EXPECT_EQ(flags.n_head, 2);
+}
+
+TEST(ModelSpec, Errors) {
+  ds::train::TrainOptions o;
+  auto msg = [&](const nlohmann::json& s) {
+    try {
+      ds::train::resolve_model_spec(s, o, "c.json");
+    } catch (const ds::Error& e) {
+      return std::string(e.what());
+    }
+    return std::string();
+  };
+  EXPECT_NE(msg({{"n_layers", 2}}).find("model.n_layers"), std::string::npos);
+  EXPECT_NE(msg({{"n_layer", 0}}).find("model.n_layer"), std::string::npos);
+  EXPECT_NE(msg({{"n_layer", "2"}}).find("model.n_layer"), std::string::npos);
+  EXPECT_NE(msg({{"type", "rnn"}}).find("model.type"), std::string::npos);
+  EXPECT_NE(msg({{"n_embd", 30}, {"n_head", 4}}).find("divisible"), std::string::npos);
+  EXPECT_NE(msg(nlohmann::json::array()).find("object"), std::string::npos);
+}
+
+TEST(Report, Formatting) {
+  EXPECT_EQ(ds::train::format_duration(65), "1:05");
+  EXPECT_EQ(ds::train::format_duration(3723), "1:02:03");
+  EXPECT_EQ(ds::train::printable(std::string("a\nb\x01\xff")), "a\nb??");
+}
+
+}  // namespace

@@ -1,0 +1,49 @@
+#!/usr/bin/env bash
+# Bad input gets one clear `train: error:` line and a non-zero exit, and a failure on one
+# rank only takes the whole job down (ctest's timeout catches a hang).
+source "$(dirname "$0")/lib.sh"
+
+# expect_error NAME PATTERN NP args...: train must fail, its stderr must have the error line
+# and mention PATTERN.
+expect_error() {
+  local name=$1 pattern=$2 np=$3; shift 3
+  if run_train "$np" "$name" "$@"; then fail "$name: exited 0"; fi
+  grep -q 'train: error: ' "$name.err" || { cat "$name.err"; fail "$name: no 'train: error:' line"; }
+  grep -q -- "$pattern" "$name.err" || { cat "$name.err"; fail "$name: error does not mention '$pattern'"; }
+  local lines
+  lines=$(grep -c 'train: error: ' "$name.err")
+  echo "ok: $name ($lines error line(s)): $(grep -m1 'train: error: ' "$name.err")"
+}
+
+expect_error bad_flag '--bogus' 2 --config "$CONFIGS/default.json" --bogus 3
+expect_error bad_value '--steps' 2 --config "$CONFIGS/default.json" --steps zero
+expect_error no_config 'config' 1
+expect_error missing_config 'nope.json' 2 --config nope.json
+expect_error missing_data 'no_such_file.txt' 2 --config "$CONFIGS/default.json" "${TINY[@]}" --data no_such_file.txt
+expect_error steps_and_epochs 'epochs' 1 --config "$CONFIGS/default.json" --steps 3 --epochs 1
+expect_error bad_heads 'n_head' 1 --config "$CONFIGS/default.json" --n_embd 30 --n_head 4
+expect_error bad_model '--model' 1 --config "$CONFIGS/default.json" --model rnn
+printf '{"train_micro_batch_size_per_gpu": 4, "gradient_clipping": "x"}' > bad_value.json
+expect_error config_type 'gradient_clipping' 2 --config bad_value.json "${TINY[@]}"
+printf '{"train_micro_batch_size_per_gpu": 4,, }' > bad_syntax.json
+expect_error config_syntax 'bad_syntax.json' 2 --config bad_syntax.json "${TINY[@]}"
+
+# Clean errors: exactly one error line for an error every rank sees.
+[ "$(grep -c 'train: error: ' missing_data.err)" = 1 ] || fail "missing_data: expected one error line"
+[ "$(grep -c 'train: error: ' bad_flag.err)" = 1 ] || fail "bad_flag: expected one error line"
+
+# --help works and exits 0.
+run_train 1 help --help || fail "--help exited non-zero"
+grep -q -- '--deepspeed_config' help.out || fail "--help does not list --deepspeed_config"
+
+# A failure on rank 1 only (MPMD: only rank 1 is given a missing data file): the job ends
+# non-zero instead of rank 0 waiting forever.
+rc=0
+"$MPIEXEC" --oversubscribe --bind-to none \
+  -np 1 "$TRAIN" --config "$CONFIGS/default.json" "${TINY[@]}" --steps 3 : \
+  -np 1 "$TRAIN" --config "$CONFIGS/default.json" "${TINY[@]}" --steps 3 --data only_rank1_missing.txt \
+  >mpmd.out 2>mpmd.err || rc=$?
+[ "$rc" != 0 ] || fail "rank-1-only failure: mpirun exited 0"
+grep -q 'only_rank1_missing.txt' mpmd.err || { cat mpmd.err; fail "rank-1-only failure: no error naming the file"; }
+echo "ok: rank-1-only failure ended the job (rc $rc)"
+echo "PASS"
