@@ -1,0 +1,154 @@
+// Training throughput of the built-in GPT on the CPU (issue 6 item 7), our side:
+// tokens/s of forward + backward + a fused AdamW step, and the compute bound (model
+// FLOPs/token over the sgemm rate OpenBLAS reaches here, measured in the same run).
+// bench/train/run.sh runs this beside the same model in PyTorch and prints the table.
+//
+//   bench_train [--dtype fp32|bf16|fp16] [--steps N] [--warmup N] [--layers 4] [--heads 4]
+//               [--embd 256] [--seq 128] [--vocab 256] [--batch 8] [--json]
+#include <cblas.h>
+#include <omp.h>
+
+#include <algorithm>
+#include <chrono>
+#include <cmath>
+#include <cstdio>
+#include <cstring>
+#include <string>
+#include <vector>
+
+#include "ds/core/buffer.h"
+#include "ds/core/half.h"
+#include "ds/data/dataset.h"
+#include "ds/data/sampler.h"
+#include "ds/nn/gpt.h"
+
+namespace {
+
+double now() {
+  return std::chrono::duration<double>(std::chrono::steady_clock::now().time_since_epoch()).count();
+}
+
+// Median sgemm GFLOP/s at the model's largest GEMM shape (BT x 4C x C) and at n = 1024.
+double sgemm_gflops(int M, int N, int K, int reps) {
+  ds::HostBuffer a(std::size_t(M) * K, ds::DType::F32), b(std::size_t(N) * K, ds::DType::F32),
+      c(std::size_t(M) * N, ds::DType::F32);
+  for (std::size_t i = 0; i < a.count(); ++i) a.as<float>()[i] = float(i % 7) * 0.1f;
+  for (std::size_t i = 0; i < b.count(); ++i) b.as<float>()[i] = float(i % 5) * 0.1f;
+  std::vector<double> t;
+  for (int r = 0; r < reps + 2; ++r) {
+    const double t0 = now();
+    cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, M, N, K, 1.0f, a.as<float>(), K, b.as<float>(), K,
+                0.0f, c.as<float>(), N);
+    if (r >= 2) t.push_back(now() - t0);
+  }
+  std::sort(t.begin(), t.end());
+  return 2.0 * M * N * K / t[t.size() / 2] / 1e9;
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  std::string dtype = "fp32";
+  int steps = 20, warmup = 3;
+  ds::nn::GptConfig cfg{4, 4, 256, 128, 256};
+  std::int64_t B = 8;
+  bool json = false;
+  for (int i = 1; i < argc; ++i) {
+    std::string a = argv[i];
+    auto next = [&] { return std::string(i + 1 < argc ? argv[++i] : ""); };
+    if (a == "--dtype") dtype = next();
+    else if (a == "--steps") steps = std::stoi(next());
+    else if (a == "--warmup") warmup = std::stoi(next());
+    else if (a == "--layers") cfg.n_layer = std::stoi(next());
+    else if (a == "--heads") cfg.n_head = std::stoi(next());
+    else if (a == "--embd") cfg.n_embd = std::stoi(next());
+    else if (a == "--seq") cfg.block_size = std::stoi(next());
+    else if (a == "--vocab") cfg.vocab_size = std::stoi(next());
+    else if (a == "--batch") B = std::stoi(next());
+    else if (a == "--json") json = true;
+    else { std::fprintf(stderr, "bench_train: error: unknown flag %s\n", a.c_str()); return 2; }
+  }
+  const ds::DType dt = ds::parse_dtype(dtype);
+  const std::int64_t T = cfg.block_size;
+  ds::nn::Gpt model(cfg);
+  auto infos = model.parameters();
+  // Engine-like flat storage: fp32 master + Adam moments, working params/grads in dt.
+  const std::size_t P = model.num_parameters();
+  ds::HostBuffer master(P, ds::DType::F32), m1(P, ds::DType::F32), m2(P, ds::DType::F32);
+  ds::HostBuffer work(P, dt), grad(P, dt);
+  std::vector<std::span<float>> spans;
+  std::vector<ds::TensorView> pv, gv;
+  std::size_t off = 0;
+  const std::size_t es = ds::dtype_size(dt);
+  for (auto& p : infos) {
+    spans.push_back({master.as<float>() + off, p.numel()});
+    pv.push_back({static_cast<char*>(work.data()) + off * es, p.numel(), dt});
+    gv.push_back({static_cast<char*>(grad.data()) + off * es, p.numel(), dt});
+    off += p.numel();
+  }
+  model.init_parameters(spans, 1234);
+  ds::convert(master.data(), ds::DType::F32, work.data(), dt, P);
+  model.bind(pv, gv);
+
+  auto data = ds::data::TextDataset::embedded();
+  ds::data::Loader loader(data, T, ds::data::DistributedSampler(data.num_samples(T), 1, 0, std::size_t(B), true, 1, true));
+
+  std::vector<float> gtmp(dt == ds::DType::F32 ? 0 : P);
+  double t_fwd = 0, t_bwd = 0, t_opt = 0, t_total = 0;
+  float loss = 0, first_loss = 0;
+  const float lr = 1e-3f, b1 = 0.9f, b2 = 0.95f, eps = 1e-8f, wd = 0.1f;
+  for (int s = 0; s < warmup + steps; ++s) {
+    ds::Batch batch = loader.next();
+    const double t0 = now();
+    loss = model.forward(batch);
+    if (s == 0) first_loss = loss;
+    const double t1 = now();
+    model.backward(1.0f, {});
+    const double t2 = now();
+    // Fused AdamW over the flat fp32 master (grads read in the working dtype), then zero
+    // grads and write back the working params.
+    const float* g = dt == ds::DType::F32 ? grad.as<float>() : gtmp.data();
+    if (dt != ds::DType::F32) ds::convert(grad.data(), dt, gtmp.data(), ds::DType::F32, P);
+    const int step = s + 1;
+    const float c1 = 1.0f / (1.0f - std::pow(b1, float(step))), c2 = 1.0f / (1.0f - std::pow(b2, float(step)));
+    float* w = master.as<float>();
+    float* mm = m1.as<float>();
+    float* vv = m2.as<float>();
+#pragma omp parallel for schedule(static)
+    for (std::int64_t i = 0; i < std::int64_t(P); ++i) {
+      const float gi = g[i];
+      mm[i] = b1 * mm[i] + (1 - b1) * gi;
+      vv[i] = b2 * vv[i] + (1 - b2) * gi * gi;
+      w[i] -= lr * (mm[i] * c1 / (std::sqrt(vv[i] * c2) + eps) + wd * w[i]);
+    }
+    std::memset(grad.data(), 0, grad.bytes());
+    ds::convert(master.data(), ds::DType::F32, work.data(), dt, P);  // fp32: a copy
+    const double t3 = now();
+    if (s >= warmup) { t_fwd += t1 - t0; t_bwd += t2 - t1; t_opt += t3 - t2; t_total += t3 - t0; }
+  }
+  const double tokens = double(B * T) * steps;
+  const double tps = tokens / t_total;
+  const double fpt = model.flops_per_token(T);
+  const int threads = omp_get_max_threads();
+  const double gf_model = sgemm_gflops(int(B * T), int(4 * cfg.n_embd), int(cfg.n_embd), 10);
+  const double gf_1024 = sgemm_gflops(1024, 1024, 1024, 5);
+  const double bound = std::max(gf_model, gf_1024) * 1e9 / fpt;
+  if (json) {
+    std::printf("{\"impl\": \"dstrain\", \"dtype\": \"%s\", \"threads\": %d, \"tokens_per_s\": %.1f, "
+                "\"fwd_ms\": %.2f, \"bwd_ms\": %.2f, \"opt_ms\": %.2f, \"flops_per_token\": %.0f, "
+                "\"sgemm_gflops_model\": %.1f, \"sgemm_gflops_1024\": %.1f, \"bound_tokens_per_s\": %.1f, "
+                "\"loss_first\": %.4f, \"loss_last\": %.4f, \"params\": %zu}\n",
+                dtype.c_str(), threads, tps, 1e3 * t_fwd / steps, 1e3 * t_bwd / steps, 1e3 * t_opt / steps,
+                fpt, gf_model, gf_1024, bound, first_loss, loss, P);
+  } else {
+    std::printf("dstrain GPT %lldL %lldH %lld wide, seq %lld, vocab %lld, batch %lld, %s, %d threads, %zu params\n",
+                (long long)cfg.n_layer, (long long)cfg.n_head, (long long)cfg.n_embd, (long long)T,
+                (long long)cfg.vocab_size, (long long)B, dtype.c_str(), threads, P);
+    std::printf("  tokens/s %.0f  (fwd %.1f ms, bwd %.1f ms, adamw %.1f ms per step)  loss %.3f -> %.3f\n", tps,
+                1e3 * t_fwd / steps, 1e3 * t_bwd / steps, 1e3 * t_opt / steps, first_loss, loss);
+    std::printf("  model %.1f MFLOP/token; sgemm %.0f GFLOP/s (model shape), %.0f GFLOP/s (n=1024); "
+                "bound %.0f tokens/s; achieved %.0f%% of bound\n",
+                fpt / 1e6, gf_model, gf_1024, bound, 100.0 * tps / bound);
+  }
+  return 0;
+}
