@@ -1,0 +1,62 @@
+// A small JSON reader that remembers where every value and key came from.
+//
+// nlohmann::json can neither report the line:column of a key nor detect duplicate keys, and
+// both are what a user needs to fix a config. This reader accepts strict JSON plus what
+// DeepSpeed's hjson reader also takes and users actually write: // and /* */ and # comments
+// and trailing commas. Keys and strings must be double-quoted. Errors (ds::Error) read
+// "source:line:column: message"; columns count characters (UTF-8 code points) from 1.
+#pragma once
+
+#include <cstdint>
+#include <string>
+#include <string_view>
+#include <vector>
+
+#include <nlohmann/json.hpp>
+
+namespace ds::config {
+
+struct SourcePos {
+  int line = 0;    // 1-based; 0: unknown (a document that did not come from text)
+  int column = 0;  // 1-based, in characters
+  bool known() const { return line > 0; }
+};
+
+struct JsonNode {
+  enum class Kind { Null, Bool, Int, UInt, Double, String, Array, Object };
+  struct Member;
+
+  Kind kind = Kind::Null;
+  SourcePos pos;               // where the value starts
+  bool boolean = false;        // Bool
+  std::int64_t int_value = 0;  // Int (fits int64)
+  std::uint64_t uint_value = 0;  // UInt (above INT64_MAX)
+  double double_value = 0.0;   // Double
+  std::string str;             // String (valid UTF-8)
+  std::vector<JsonNode> items;   // Array
+  std::vector<Member> members;   // Object, in document order, keys unique
+
+  bool is_number() const { return kind == Kind::Int || kind == Kind::UInt || kind == Kind::Double; }
+  double as_double() const;  // any number kind
+  const Member* find(std::string_view key) const;  // Object only; nullptr when absent
+};
+
+struct JsonNode::Member {
+  std::string key;
+  SourcePos key_pos;
+  JsonNode value;
+};
+
+// Parses text into a positioned tree. Nesting deeper than max_depth is an error (the reader
+// is recursive; the limit keeps hostile input from exhausting the stack).
+JsonNode parse_json(std::string_view text, const std::string& source, int max_depth = 128);
+
+// Conversions to and from nlohmann::json (positions are lost / unknown).
+nlohmann::json to_nlohmann(const JsonNode& node);
+JsonNode from_nlohmann(const nlohmann::json& value);
+
+// A short human description of a value for "got ..." in messages: "abc" in quotes for
+// strings (truncated), numbers as written, true/false/null, "an object", "an array".
+std::string describe(const JsonNode& node);
+
+}  // namespace ds::config

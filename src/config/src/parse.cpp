@@ -1,0 +1,886 @@
+// ds_config.json -> DsConfig, following DeepSpeed's runtime/config.py rules
+// (../shared/reference/deepspeed-engine.md section 1) with stricter, located errors.
+#include "ds/config/parse.h"
+
+#include <algorithm>
+#include <cctype>
+#include <cmath>
+#include <cstdint>
+#include <fstream>
+#include <limits>
+#include <map>
+#include <sstream>
+#include <sys/stat.h>
+
+#include "ds/config/json_reader.h"
+#include "ds/core/error.h"
+#include "ds/core/log.h"
+
+namespace ds::config {
+
+namespace {
+
+using K = JsonNode::Kind;
+using Member = JsonNode::Member;
+constexpr std::int64_t kIntMax = std::numeric_limits<std::int64_t>::max();
+constexpr double kInf = std::numeric_limits<double>::infinity();
+
+std::string lower(std::string s) {
+  for (auto& c : s) c = static_cast<char>(std::tolower(static_cast<unsigned char>(c)));
+  return s;
+}
+
+// Case-insensitive Levenshtein distance (keys are short; O(n*m) is fine).
+size_t edit_distance(const std::string& a_in, const std::string& b_in) {
+  const std::string a = lower(a_in), b = lower(b_in);
+  std::vector<size_t> prev(b.size() + 1), cur(b.size() + 1);
+  for (size_t j = 0; j <= b.size(); ++j) prev[j] = j;
+  for (size_t i = 1; i <= a.size(); ++i) {
+    cur[0] = i;
+    for (size_t j = 1; j <= b.size(); ++j) {
+      cur[j] = std::min({prev[j] + 1, cur[j - 1] + 1, prev[j - 1] + (a[i - 1] == b[j - 1] ? 0 : 1)});
+    }
+    std::swap(prev, cur);
+  }
+  return prev[b.size()];
+}
+
+// The closest candidate if it is close enough to be a plausible typo.
+std::string closest(const std::string& key, const std::vector<std::string>& candidates) {
+  if (key.size() > 200) return {};  // not a typo; keeps the cost bounded on hostile input
+  std::string best;
+  size_t best_d = std::numeric_limits<size_t>::max();
+  for (const auto& c : candidates) {
+    const size_t d = edit_distance(key, c);
+    if (d < best_d) {
+      best_d = d;
+      best = c;
+    }
+  }
+  const size_t limit = std::max<size_t>(2, key.size() / 3);
+  if (best.empty() || best_d > limit || best_d >= key.size()) return {};
+  return best;
+}
+
+std::string jquote(const std::string& s) {
+  return nlohmann::json(s).dump(-1, ' ', false, nlohmann::json::error_handler_t::replace);
+}
+
+std::string join(const std::vector<std::string>& v, const char* sep = ", ") {
+  std::string s;
+  for (size_t i = 0; i < v.size(); ++i) s += (i ? sep : "") + v[i];
+  return s;
+}
+
+// Where the keys of the sections live, to point a misplaced key at its real section
+// ("loss_scale" under bf16 belongs in fp16: DeepSpeed issue #1809's complaint).
+const std::vector<std::pair<std::string, std::vector<std::string>>>& section_keys() {
+  static const std::vector<std::pair<std::string, std::vector<std::string>>> table = {
+      {"fp16", {"enabled", "auto_cast", "loss_scale", "initial_scale_power", "loss_scale_window",
+                "hysteresis", "consecutive_hysteresis", "min_loss_scale"}},
+      {"bf16", {"enabled", "check_grad_overflow"}},
+      {"zero_optimization", {"stage", "contiguous_gradients", "reduce_scatter", "reduce_bucket_size",
+                             "allgather_bucket_size", "allgather_partitions", "overlap_comm"}},
+      {"checkpoint", {"tag_validation", "async_save"}},
+      {"csv_monitor", {"enabled", "output_path", "job_name"}},
+      {"optimizer.params", {"lr", "betas", "eps", "weight_decay", "bias_correction", "adam_w_mode",
+                            "momentum", "dampening", "nesterov", "max_coeff", "min_coeff",
+                            "eps_inside_sqrt", "lr_decay", "initial_accumulator_value"}},
+      {"scheduler.params", {"warmup_min_lr", "warmup_max_lr", "warmup_num_steps", "warmup_type",
+                            "total_num_steps", "warmup_min_ratio", "cos_min_ratio", "cycle_min_lr",
+                            "cycle_max_lr", "decay_lr_rate", "cycle_first_step_size",
+                            "cycle_second_step_size", "cycle_first_stair_count",
+                            "cycle_second_stair_count", "decay_step_size", "cycle_momentum",
+                            "cycle_min_mom", "cycle_max_mom", "decay_mom_rate",
+                            "lr_range_test_min_lr", "lr_range_test_step_size",
+                            "lr_range_test_step_rate", "lr_range_test_staircase"}},
+  };
+  return table;
+}
+
+// The section (other than `except`) that has `key`, or "".
+std::string section_of(const std::string& key, const std::string& except) {
+  for (const auto& [section, keys] : section_keys()) {
+    if (section == except) continue;
+    if (std::find(keys.begin(), keys.end(), key) != keys.end()) return section;
+  }
+  return {};
+}
+
+struct Ctx {
+  std::string source;
+  std::vector<std::string>* warnings = nullptr;
+  std::map<std::string, SourcePos> pos;  // key path -> where the key was written
+
+  std::string where(SourcePos p) const {
+    if (!p.known()) return source;
+    return source + ":" + std::to_string(p.line) + ":" + std::to_string(p.column);
+  }
+  [[noreturn]] void fail(SourcePos p, const std::string& path, const std::string& message) const {
+    DS_THROW(where(p) << ": " << (path.empty() ? "" : path + ": ") << message);
+  }
+  // A failure about a key already read (cross-field checks).
+  [[noreturn]] void fail_key(const std::string& path, const std::string& message) const {
+    auto it = pos.find(path);
+    fail(it == pos.end() ? SourcePos{} : it->second, path, message);
+  }
+  void warn(SourcePos p, const std::string& message) {
+    const std::string text = where(p) + ": " + message;
+    if (warnings) warnings->push_back(text);
+    DS_WARN(text);
+  }
+};
+
+// Allowed range of a number, and its wording for "expected ...".
+struct Range {
+  double lo = -kInf, hi = kInf;
+  bool lo_open = false, hi_open = false;
+  bool contains(double v) const {
+    if (std::isnan(v)) return false;
+    if (lo_open ? !(v > lo) : !(v >= lo)) return false;
+    if (hi_open ? !(v < hi) : !(v <= hi)) return false;
+    return true;
+  }
+  std::string text() const {
+    auto num = [](double v) {
+      if (std::floor(v) == v && std::abs(v) < 1e15) return std::to_string(static_cast<long long>(v));
+      return nlohmann::json(v).dump();
+    };
+    const bool has_lo = lo != -kInf, has_hi = hi != kInf;
+    if (has_lo && has_hi) {
+      return "in " + std::string(lo_open ? "(" : "[") + num(lo) + ", " + num(hi) + (hi_open ? ")" : "]");
+    }
+    if (has_lo) return std::string(lo_open ? "> " : ">= ") + num(lo);
+    if (has_hi) return std::string(hi_open ? "< " : "<= ") + num(hi);
+    return "";
+  }
+};
+Range any_number() { return {}; }
+Range at_least(double v) { return Range{v, kInf, false, false}; }
+Range above(double v) { return Range{v, kInf, true, false}; }
+Range unit_open() { return Range{0.0, 1.0, false, true}; }  // [0, 1)
+
+bool is_auto(const JsonNode& n) { return n.kind == K::String && n.str == "auto"; }
+
+// One JSON object of the config: typed getters mark keys as known; finish() rejects the rest.
+class Section {
+ public:
+  Section(Ctx& ctx, const JsonNode& node, SourcePos key_pos, std::string path)
+      : ctx_(ctx), node_(node), path_(std::move(path)) {
+    if (node.kind != K::Object) {
+      ctx.fail(key_pos.known() ? key_pos : node.pos, path_, "expected an object, got " + describe(node));
+    }
+  }
+
+  Ctx& ctx() { return ctx_; }
+  const std::string& path() const { return path_; }
+  std::string sub(const std::string& key) const { return path_.empty() ? key : path_ + "." + key; }
+
+  // The member for key, or nullptr when absent or "auto" (DeepSpeed drops "auto" values so
+  // the default applies). Marks the key as known and remembers its position.
+  const Member* get(const std::string& key, bool supported = true) {
+    (supported ? supported_ : accepted_).push_back(key);
+    const Member* m = node_.find(key);
+    if (!m) return nullptr;
+    ctx_.pos[sub(key)] = m->key_pos;
+    if (is_auto(m->value)) return nullptr;
+    return m;
+  }
+  bool has(const std::string& key) const { return node_.find(key) != nullptr; }
+
+  // DeepSpeed keys we accept with any value and do not act on (docs/CONFIG.md lists them).
+  void accept(std::initializer_list<const char*> keys) {
+    for (const char* k : keys) accepted_.emplace_back(k);
+  }
+
+  [[noreturn]] void type_error(const Member& m, const std::string& expected) {
+    ctx_.fail(m.key_pos, sub(m.key), "expected " + expected + ", got " + describe(m.value));
+  }
+
+  bool read_bool(const Member& m) {
+    if (m.value.kind != K::Bool) type_error(m, "true or false");
+    return m.value.boolean;
+  }
+  double read_number(const Member& m, Range r) {
+    const std::string expected = "a number" + (r.text().empty() ? "" : " " + r.text());
+    if (!m.value.is_number()) type_error(m, expected);
+    const double v = m.value.as_double();
+    if (!r.contains(v)) type_error(m, expected);
+    return v;
+  }
+  std::int64_t read_int(const Member& m, std::int64_t lo, std::int64_t hi) {
+    std::string expected = "an integer";
+    if (lo != std::numeric_limits<std::int64_t>::min() && hi != kIntMax) {
+      expected += " in [" + std::to_string(lo) + ", " + std::to_string(hi) + "]";
+    } else if (lo != std::numeric_limits<std::int64_t>::min()) {
+      expected += " >= " + std::to_string(lo);
+    }
+    std::int64_t v = 0;
+    const JsonNode& n = m.value;
+    if (n.kind == K::Int) {
+      v = n.int_value;
+    } else if (n.kind == K::Double && std::floor(n.double_value) == n.double_value &&
+               std::abs(n.double_value) < 9.0e15) {
+      v = static_cast<std::int64_t>(n.double_value);  // 5e8 is how DeepSpeed configs write sizes
+    } else {
+      type_error(m, expected);
+    }
+    if (v < lo || v > hi) type_error(m, expected);
+    return v;
+  }
+  std::string read_string(const Member& m) {
+    if (m.value.kind != K::String) type_error(m, "a string");
+    return m.value.str;
+  }
+
+  // Typed optional fields: left at their default when absent or "auto".
+  void boolean(const std::string& key, bool& out) {
+    if (const Member* m = get(key)) out = read_bool(*m);
+  }
+  void number(const std::string& key, double& out, Range r) {
+    if (const Member* m = get(key)) out = read_number(*m, r);
+  }
+  template <class T>
+  void integer(const std::string& key, T& out, std::int64_t lo = 0, std::int64_t hi = kIntMax) {
+    hi = std::min<std::int64_t>(hi, static_cast<std::int64_t>(std::numeric_limits<T>::max()));
+    if (const Member* m = get(key)) out = static_cast<T>(read_int(*m, lo, hi));
+  }
+  void string(const std::string& key, std::string& out) {
+    if (const Member* m = get(key)) out = read_string(*m);
+  }
+  // Optional fields where null also means "not given".
+  void number_opt(const std::string& key, std::optional<double>& out, Range r) {
+    if (const Member* m = get(key)) {
+      if (m->value.kind == K::Null) out.reset();
+      else out = read_number(*m, r);
+    }
+  }
+  void integer_opt(const std::string& key, std::optional<std::int64_t>& out, std::int64_t lo = 0) {
+    if (const Member* m = get(key)) {
+      if (m->value.kind == K::Null) out.reset();
+      else out = read_int(*m, lo, kIntMax);
+    }
+  }
+  // A DeepSpeed bool we accept only at its default (the other value changes behaviour that
+  // dstrain does not implement): a clear error instead of silently ignoring it.
+  void only_default(const std::string& key, bool default_value, const std::string& why) {
+    if (const Member* m = get(key, false)) {
+      if (read_bool(*m) != default_value) ctx_.fail(m->key_pos, sub(key), why);
+    }
+  }
+
+  // Unknown keys are errors, with the closest known key and where a misplaced key belongs.
+  void finish() {
+    for (const auto& m : node_.members) {
+      if (known(m.key)) continue;
+      std::vector<std::string> all = supported_;
+      all.insert(all.end(), accepted_.begin(), accepted_.end());
+      std::string msg = "unknown key in " + path_;
+      const std::string guess = closest(m.key, all);
+      const std::string elsewhere = section_of(m.key, path_);
+      if (!guess.empty()) {
+        msg += " (did you mean " + jquote(guess) + "?)";
+      } else if (!elsewhere.empty()) {
+        msg += " (\"" + m.key + "\" belongs in " + elsewhere + ")";
+      }
+      std::vector<std::string> keys = supported_;
+      std::sort(keys.begin(), keys.end());
+      keys.erase(std::unique(keys.begin(), keys.end()), keys.end());
+      msg += "; supported keys: " + join(keys);
+      ctx_.fail(m.key_pos, sub(m.key), msg);
+    }
+  }
+
+  // Top level: unknown keys are warnings (DeepSpeed ignores them silently).
+  void finish_top_level() {
+    std::vector<std::string> all = supported_;
+    all.insert(all.end(), accepted_.begin(), accepted_.end());
+    for (const auto& m : node_.members) {
+      if (known(m.key)) continue;
+      std::string msg = "unknown top-level key " + jquote(m.key);
+      const std::string guess = closest(m.key, all);
+      const std::string elsewhere = section_of(m.key, "");
+      if (!guess.empty()) {
+        msg += " (did you mean " + jquote(guess) + "?)";
+      } else if (!elsewhere.empty()) {
+        msg += " (did you mean " + jquote(elsewhere + "." + m.key) + "?)";
+      }
+      msg += " is ignored";
+      ctx_.warn(m.key_pos, msg);
+    }
+  }
+
+ private:
+  bool known(const std::string& key) const {
+    return std::find(supported_.begin(), supported_.end(), key) != supported_.end() ||
+           std::find(accepted_.begin(), accepted_.end(), key) != accepted_.end();
+  }
+
+  Ctx& ctx_;
+  const JsonNode& node_;
+  std::string path_;
+  std::vector<std::string> supported_, accepted_;
+};
+
+// ---------------------------------------------------------------------------------------
+// optimizer {type, params}  (DeepSpeed config.py + engine._configure_basic_optimizer)
+// ---------------------------------------------------------------------------------------
+
+const char* kSupportedOptimizers = "Adam, AdamW, SGD, Lamb, Adagrad";
+
+std::string canonical_optimizer(Ctx& ctx, const Member& m) {
+  const std::string& type = m.value.str;
+  const std::string l = lower(type);
+  // DeepSpeed lower-cases names in its own list; anything else is a case-sensitive
+  // torch.optim lookup, so "SGD" works and "sgd" does not.
+  if (l == "adam" || l == "adamw" || l == "lamb" || l == "adagrad") return l;
+  if (type == "SGD") return "sgd";
+  if (l == "sgd") {
+    ctx.fail(m.key_pos, "optimizer.type",
+             jquote(type) + " is not a supported optimizer name: DeepSpeed looks SGD up in torch.optim, "
+             "case-sensitively; write \"SGD\"");
+  }
+  static const std::vector<std::string> deepspeed_only = {
+      "onebitadam", "zerooneadam", "onebitlamb", "lion", "muon", "muadam", "muadamw", "musgd",
+      "cpuadam", "fusedadam", "rmsprop", "adamax", "adadelta", "sparseadam", "nadam", "radam", "lbfgs", "asgd", "rprop"};
+  if (std::find(deepspeed_only.begin(), deepspeed_only.end(), l) != deepspeed_only.end()) {
+    ctx.fail(m.key_pos, "optimizer.type",
+             "optimizer " + jquote(type) + " is not supported by dstrain; supported: " + kSupportedOptimizers);
+  }
+  std::string msg = "unknown optimizer " + jquote(type);
+  const std::string guess = closest(type, {"Adam", "AdamW", "SGD", "Lamb", "Adagrad"});
+  if (!guess.empty()) msg += " (did you mean " + jquote(guess) + "?)";
+  ctx.fail(m.key_pos, "optimizer.type", msg + "; supported: " + kSupportedOptimizers);
+}
+
+void read_betas(Section& s, std::array<double, 2>& betas) {
+  const Member* m = s.get("betas");
+  if (!m) return;
+  const std::string expected = "an array of two numbers in [0, 1)";
+  if (m->value.kind != K::Array || m->value.items.size() != 2) s.type_error(*m, expected);
+  for (size_t i = 0; i < 2; ++i) {
+    const JsonNode& b = m->value.items[i];
+    if (!b.is_number() || !unit_open().contains(b.as_double())) {
+      s.ctx().fail(b.pos.known() ? b.pos : m->key_pos, s.sub("betas") + "[" + std::to_string(i) + "]",
+                   "expected a number in [0, 1), got " + describe(b));
+    }
+    betas[i] = b.as_double();
+  }
+}
+
+OptimizerConfig parse_optimizer(Ctx& ctx, const Member& section) {
+  Section s(ctx, section.value, section.key_pos, "optimizer");
+  s.accept({"legacy_fusion"});
+  const Member* type = s.get("type");
+  if (!type) ctx.fail(section.key_pos, "optimizer", std::string("missing \"type\" (one of ") + kSupportedOptimizers + ")");
+  if (type->value.kind != K::String) s.type_error(*type, std::string("an optimizer name (") + kSupportedOptimizers + ")");
+
+  OptimizerConfig o;
+  o.type = canonical_optimizer(ctx, *type);
+  if (o.type == "adagrad") {  // torch.optim.Adagrad's defaults
+    o.lr = 1e-2;
+    o.eps = 1e-10;
+  }
+  if (o.type == "adamw") o.adam_w_mode = true;
+
+  const Member* params = s.get("params");
+  if (params && params->value.kind != K::Null) {
+    Section p(ctx, params->value, params->key_pos, "optimizer.params");
+    if (const Member* mg = p.get("max_grad_norm", false)) {
+      ctx.fail(mg->key_pos, "optimizer.params.max_grad_norm",
+               "is not accepted here (DeepSpeed raises ValueError): use the top-level \"gradient_clipping\" instead");
+    }
+    p.number("lr", o.lr, at_least(0));
+    p.number("weight_decay", o.weight_decay, at_least(0));
+    const std::string amsgrad_msg = "amsgrad is not supported (DeepSpeed's FusedAdam rejects it too); remove it";
+    if (o.type == "adam" || o.type == "adamw") {
+      read_betas(p, o.betas);
+      p.number("eps", o.eps, at_least(0));
+      p.boolean("bias_correction", o.bias_correction);
+      if (const Member* m = p.get("adam_w_mode")) {
+        const bool v = p.read_bool(*m);
+        if (o.type == "adam") {
+          o.adam_w_mode = v;
+        } else if (!v) {
+          ctx.warn(m->key_pos, "optimizer.params.adam_w_mode false has no effect with type AdamW "
+                               "(DeepSpeed applies decoupled weight decay for AdamW regardless)");
+        }
+      }
+      if (const Member* m = p.get("torch_adam", false)) {
+        p.read_bool(*m);
+        DS_INFO(ctx.where(m->key_pos) << ": optimizer.params.torch_adam is accepted and ignored: "
+                                         "dstrain has one Adam implementation per device");
+      }
+      p.only_default("amsgrad", false, amsgrad_msg);
+    } else if (o.type == "lamb") {
+      read_betas(p, o.betas);
+      p.number("eps", o.eps, at_least(0));
+      p.boolean("bias_correction", o.bias_correction);
+      p.boolean("eps_inside_sqrt", o.eps_inside_sqrt);
+      p.number("max_coeff", o.max_coeff, above(0));
+      p.number("min_coeff", o.min_coeff, at_least(0));
+      p.only_default("amsgrad", false, amsgrad_msg);
+      if (o.min_coeff > o.max_coeff) {
+        ctx.fail_key("optimizer.params.min_coeff", "must be <= max_coeff (" + nlohmann::json(o.max_coeff).dump() + ")");
+      }
+    } else if (o.type == "sgd") {
+      p.number("momentum", o.momentum, at_least(0));
+      p.number("dampening", o.dampening, any_number());
+      p.boolean("nesterov", o.nesterov);
+      p.only_default("maximize", false, "maximize is not supported; remove it");
+      p.accept({"foreach", "differentiable", "fused"});
+      if (o.nesterov && (o.momentum <= 0 || o.dampening != 0)) {
+        ctx.fail_key("optimizer.params.nesterov", "Nesterov momentum requires a momentum > 0 and zero dampening (as torch.optim.SGD)");
+      }
+    } else {  // adagrad
+      p.number("eps", o.eps, at_least(0));
+      p.number("lr_decay", o.lr_decay, at_least(0));
+      p.number("initial_accumulator_value", o.initial_accumulator_value, at_least(0));
+      p.only_default("maximize", false, "maximize is not supported; remove it");
+      p.accept({"foreach", "differentiable", "fused"});
+    }
+    p.finish();
+  }
+  s.finish();
+  return o;
+}
+
+// ---------------------------------------------------------------------------------------
+// scheduler {type, params}  (DeepSpeed runtime/lr_schedules.py constructors)
+// ---------------------------------------------------------------------------------------
+
+const std::vector<std::string>& scheduler_types() {
+  static const std::vector<std::string> t = {"WarmupLR", "WarmupDecayLR", "WarmupCosineLR", "OneCycle", "LRRangeTest"};
+  return t;
+}
+
+void read_warmup_type(Section& p, SchedulerConfig& c) {
+  if (const Member* m = p.get("warmup_type")) {
+    const std::string v = p.read_string(*m);
+    if (v == "log" || v == "linear") {
+      c.warmup_type = v;
+    } else {  // DeepSpeed prints a note and uses log
+      p.ctx().warn(m->key_pos, p.sub("warmup_type") + ": unknown warmup_type " + jquote(v) +
+                                   " (expected \"log\" or \"linear\"); using \"log\" as DeepSpeed does");
+      c.warmup_type = "log";
+    }
+  }
+}
+
+SchedulerConfig parse_scheduler(Ctx& ctx, const Member& section) {
+  Section s(ctx, section.value, section.key_pos, "scheduler");
+  const std::string supported = join(scheduler_types());
+  const Member* type = s.get("type");
+  if (!type) ctx.fail(section.key_pos, "scheduler", "missing \"type\" (one of " + supported + ")");
+  if (type->value.kind != K::String) s.type_error(*type, "a scheduler name (" + supported + ")");
+  SchedulerConfig c;
+  c.type = type->value.str;
+  const auto& types = scheduler_types();
+  if (std::find(types.begin(), types.end(), c.type) == types.end()) {
+    std::string msg = "unknown scheduler " + jquote(c.type);
+    const std::string guess = closest(c.type, types);
+    if (!guess.empty()) msg += " (did you mean " + jquote(guess) + "?)";
+    ctx.fail(type->key_pos, "scheduler.type", msg + "; supported: " + supported);
+  }
+  if (c.type == "WarmupDecayLR") c.warmup_max_lr = 1e-3;  // its constructor default, unlike WarmupLR's
+
+  const Member* params = s.get("params");
+  const bool needs_total = c.type == "WarmupDecayLR" || c.type == "WarmupCosineLR";
+  const bool needs_cycle = c.type == "OneCycle";
+  if (!params || params->value.kind == K::Null) {
+    if (needs_total) ctx.fail(section.key_pos, "scheduler.params.total_num_steps", "is required for " + c.type);
+    if (needs_cycle) ctx.fail(section.key_pos, "scheduler.params.cycle_min_lr", "cycle_min_lr and cycle_max_lr are required for OneCycle");
+    s.finish();
+    return c;
+  }
+  Section p(ctx, params->value, params->key_pos, "scheduler.params");
+  if (const Member* m = p.get("last_batch_iteration")) {
+    if (p.read_int(*m, std::numeric_limits<std::int64_t>::min(), kIntMax) != -1) {
+      ctx.fail(m->key_pos, "scheduler.params.last_batch_iteration",
+               "only -1 (a fresh start) is supported: a resumed run restores the scheduler from its checkpoint");
+    }
+  }
+  if (c.type == "WarmupLR" || c.type == "WarmupDecayLR") {
+    p.number("warmup_min_lr", c.warmup_min_lr, at_least(0));
+    p.number_opt("warmup_max_lr", c.warmup_max_lr, at_least(0));
+    if (c.type == "WarmupDecayLR" && !c.warmup_max_lr) c.warmup_max_lr = 1e-3;
+    p.integer("warmup_num_steps", c.warmup_num_steps, 1);
+    read_warmup_type(p, c);
+  } else if (c.type == "WarmupCosineLR") {
+    p.number("warmup_min_ratio", c.warmup_min_ratio, at_least(0));
+    p.number("cos_min_ratio", c.cos_min_ratio, at_least(0));
+    p.integer("warmup_num_steps", c.warmup_num_steps, 1);
+    read_warmup_type(p, c);
+  } else if (c.type == "OneCycle") {
+    const Member* lo = p.get("cycle_min_lr");
+    const Member* hi = p.get("cycle_max_lr");
+    if (!lo || !hi) {
+      ctx.fail(params->key_pos, "scheduler.params", "cycle_min_lr and cycle_max_lr are required for OneCycle");
+    }
+    c.cycle_min_lr = p.read_number(*lo, at_least(0));
+    c.cycle_max_lr = p.read_number(*hi, at_least(0));
+    p.number("decay_lr_rate", c.decay_lr_rate, at_least(0));
+    p.integer("cycle_first_step_size", c.cycle_first_step_size, 1);
+    p.integer_opt("cycle_second_step_size", c.cycle_second_step_size, 1);
+    p.integer("cycle_first_stair_count", c.cycle_first_stair_count, 0);
+    p.integer_opt("cycle_second_stair_count", c.cycle_second_stair_count, 0);
+    p.integer("decay_step_size", c.decay_step_size, 0);
+    p.boolean("cycle_momentum", c.cycle_momentum);
+    p.number("cycle_min_mom", c.cycle_min_mom, unit_open());
+    p.number("cycle_max_mom", c.cycle_max_mom, unit_open());
+    p.number("decay_mom_rate", c.decay_mom_rate, any_number());
+  } else {  // LRRangeTest
+    p.number("lr_range_test_min_lr", c.lr_range_test_min_lr, at_least(0));
+    p.integer("lr_range_test_step_size", c.lr_range_test_step_size, 1);
+    p.number("lr_range_test_step_rate", c.lr_range_test_step_rate, any_number());
+    p.boolean("lr_range_test_staircase", c.lr_range_test_staircase);
+  }
+  if (needs_total) {
+    p.integer_opt("total_num_steps", c.total_num_steps, 1);
+    if (!c.total_num_steps) ctx.fail(params->key_pos, "scheduler.params.total_num_steps", "is required for " + c.type);
+    if (*c.total_num_steps < c.warmup_num_steps) {
+      ctx.warn(ctx.pos["scheduler.params.total_num_steps"],
+               "scheduler.params.total_num_steps " + std::to_string(*c.total_num_steps) +
+                   " is less than warmup_num_steps " + std::to_string(c.warmup_num_steps));
+    }
+  }
+  p.finish();
+  s.finish();
+  return c;
+}
+
+// ---------------------------------------------------------------------------------------
+// fp16 / bf16 / zero_optimization / checkpoint / csv_monitor
+// ---------------------------------------------------------------------------------------
+
+void parse_fp16(Ctx& ctx, const Member& section, Fp16Config& c) {
+  Section s(ctx, section.value, section.key_pos, "fp16");
+  s.boolean("enabled", c.enabled);
+  s.boolean("auto_cast", c.auto_cast);
+  s.number("loss_scale", c.loss_scale, at_least(0));
+  s.integer("initial_scale_power", c.initial_scale_power, 0, 127);
+  s.integer("loss_scale_window", c.loss_scale_window, 0);
+  s.integer("hysteresis", c.hysteresis, 0);
+  s.boolean("consecutive_hysteresis", c.consecutive_hysteresis);
+  s.number("min_loss_scale", c.min_loss_scale, any_number());
+  s.only_default("fp16_master_weights_and_grads", false,
+                 "fp16 master weights are not supported: dstrain keeps fp32 master weights");
+  s.finish();
+  if (c.loss_scale == 0) {  // dynamic scaling: DeepSpeed's validators
+    if (c.loss_scale_window <= 0) ctx.fail_key("fp16.loss_scale_window", "must be > 0 with dynamic loss scaling (loss_scale 0)");
+    if (!(c.min_loss_scale > 0)) ctx.fail_key("fp16.min_loss_scale", "must be > 0 with dynamic loss scaling (loss_scale 0)");
+  }
+}
+
+void parse_bf16(Ctx& ctx, const Member& section, Bf16Config& c) {
+  Section s(ctx, section.value, section.key_pos, section.key);
+  s.boolean("enabled", c.enabled);
+  s.boolean("check_grad_overflow", c.check_grad_overflow);
+  if (const Member* m = s.get("immediate_grad_update", false)) s.read_bool(*m);
+  s.only_default("bf16_master_weights_and_grads", false,
+                 "bf16 master weights are not supported: dstrain keeps fp32 master weights");
+  s.only_default("bf16_optimizer_states", false,
+                 "bf16 optimizer states are not supported: dstrain keeps fp32 optimizer states");
+  s.finish();
+}
+
+void check_offload(Section& s, const std::string& key) {
+  const Member* m = s.get(key, false);
+  if (!m || m->value.kind == K::Null) return;
+  Section o(s.ctx(), m->value, m->key_pos, s.sub(key));
+  if (const Member* d = o.get("device")) {
+    const std::string dev = lower(o.read_string(*d));
+    if (dev != "none" && dev != "cpu" && dev != "nvme") o.type_error(*d, "\"none\", \"cpu\" or \"nvme\"");
+    if (dev != "none") {
+      s.ctx().fail(d->key_pos, o.sub("device"),
+                   "offloading is not supported by dstrain; remove " + key + " or set its device to \"none\"");
+    }
+  }
+  o.accept({"nvme_path", "buffer_count", "buffer_size", "max_in_cpu", "pin_memory", "pipeline_read",
+            "pipeline_write", "fast_init", "ratio", "super_offload", "cpuadam_cores_perc", "pipeline"});
+  o.finish();
+}
+
+void parse_zero(Ctx& ctx, const Member& section, ZeroConfig& c) {
+  if (section.value.kind == K::Bool) {
+    // Deprecated bool form: true is stage 1 with allgather_bucket_size from "allgather_size".
+    c.stage = section.value.boolean ? 1 : 0;
+    ctx.warn(section.key_pos, std::string("\"zero_optimization\": ") + (section.value.boolean ? "true" : "false") +
+                                  " is deprecated; write {\"stage\": " + std::to_string(c.stage) + "}");
+    return;
+  }
+  Section s(ctx, section.value, section.key_pos, "zero_optimization");
+  if (const Member* m = s.get("stage")) {
+    const std::int64_t st = s.read_int(*m, 0, 3);
+    if (st == 3) {
+      ctx.fail(m->key_pos, "zero_optimization.stage",
+               "ZeRO stage 3 is not supported by dstrain; only stages 0, 1 and 2 are supported");
+    }
+    c.stage = static_cast<int>(st);
+  }
+  s.boolean("contiguous_gradients", c.contiguous_gradients);
+  s.boolean("reduce_scatter", c.reduce_scatter);
+  s.integer("reduce_bucket_size", c.reduce_bucket_size, 1);
+  if (const Member* m = s.get("allgather_bucket_size")) {
+    c.allgather_bucket_size = s.read_int(*m, 2, kIntMax);
+    if (c.allgather_bucket_size % 2 != 0) s.type_error(*m, "an even integer (DeepSpeed asserts a multiple of 2)");
+  }
+  s.boolean("allgather_partitions", c.allgather_partitions);
+  if (const Member* m = s.get("overlap_comm")) {
+    if (m->value.kind == K::Null) c.overlap_comm.reset();
+    else c.overlap_comm = s.read_bool(*m);
+  }
+  check_offload(s, "offload_optimizer");
+  check_offload(s, "offload_param");
+  s.only_default("cpu_offload", false, "offloading is not supported by dstrain; remove cpu_offload");
+  s.only_default("cpu_offload_param", false, "offloading is not supported by dstrain; remove cpu_offload_param");
+  s.only_default("legacy_stage1", false, "legacy_stage1 was removed from DeepSpeed and is not supported");
+  s.accept({"cpu_offload_use_pin_memory", "use_multi_rank_bucket_allreduce", "load_from_fp32_weights",
+            "elastic_checkpoint", "sub_group_size", "ignore_unused_parameters", "round_robin_gradients",
+            "zero_hpz_partition_size", "zero_quantized_weights", "zero_quantized_nontrainable_weights",
+            "zero_quantized_gradients", "memory_efficient_linear", "mics_shard_size",
+            "mics_hierarchical_params_gather", "pipeline_loading_checkpoint", "log_trace_cache_warnings",
+            "leaf_module", "override_module_apply", "zeropp_loco_param",
+            // stage-3 keys, under both their stage3_ and bare names (populate_by_name)
+            "stage3_prefetch_bucket_size", "prefetch_bucket_size", "stage3_param_persistence_threshold",
+            "param_persistence_threshold", "stage3_model_persistence_threshold", "model_persistence_threshold",
+            "stage3_max_live_parameters", "max_live_parameters", "stage3_max_reuse_distance",
+            "max_reuse_distance", "stage3_gather_16bit_weights_on_model_save",
+            "gather_16bit_weights_on_model_save", "stage3_gather_fp16_weights_on_model_save",
+            "stage3_module_granularity_threshold", "module_granularity_threshold",
+            "stage3_use_all_reduce_for_fetch_params", "use_all_reduce_for_fetch_params",
+            "stage3_allgather_sequential", "allgather_sequential"});
+  s.finish();
+}
+
+void parse_checkpoint(Ctx& ctx, const Member& section, CheckpointConfig& c) {
+  Section s(ctx, section.value, section.key_pos, "checkpoint");
+  if (const Member* m = s.get("tag_validation")) {
+    const std::string v = lower(s.read_string(*m));
+    if (v == "ignore") c.tag_validation = "Ignore";
+    else if (v == "warn") c.tag_validation = "Warn";
+    else if (v == "fail") c.tag_validation = "Fail";
+    else s.type_error(*m, "\"Ignore\", \"Warn\" or \"Fail\"");
+  }
+  s.boolean("async_save", c.async_save);
+  s.accept({"load_universal", "use_node_local_storage", "parallel_write", "checkpoint_serialization", "writer"});
+  s.finish();
+}
+
+void parse_csv_monitor(Ctx& ctx, const Member& section, CsvMonitorConfig& c) {
+  Section s(ctx, section.value, section.key_pos, "csv_monitor");
+  s.boolean("enabled", c.enabled);
+  s.string("output_path", c.output_path);
+  s.string("job_name", c.job_name);
+  s.finish();
+}
+
+// ---------------------------------------------------------------------------------------
+// The document
+// ---------------------------------------------------------------------------------------
+
+DsConfig parse_root(const JsonNode& root, const std::string& source, std::vector<std::string>* warnings) {
+  Ctx ctx;
+  ctx.source = source;
+  ctx.warnings = warnings;
+  if (root.kind != K::Object) ctx.fail(root.pos, "", "a config must be a JSON object, got " + describe(root));
+
+  DsConfig cfg;
+  cfg.source = source;
+  cfg.raw = to_nlohmann(root);
+  Section top(ctx, root, {}, "");
+
+  // Batch sizes: "auto" or null mean "not given" (HF-style configs write "auto").
+  auto batch = [&](const char* key, std::int64_t& out) {
+    if (const Member* m = top.get(key)) {
+      if (m->value.kind != K::Null) out = top.read_int(*m, 1, kIntMax);
+    }
+  };
+  batch("train_batch_size", cfg.train_batch_size);
+  batch("train_micro_batch_size_per_gpu", cfg.train_micro_batch_size_per_gpu);
+  batch("gradient_accumulation_steps", cfg.gradient_accumulation_steps);
+
+  if (const Member* m = top.get("optimizer"); m && m->value.kind != K::Null) cfg.optimizer = parse_optimizer(ctx, *m);
+  if (const Member* m = top.get("scheduler"); m && m->value.kind != K::Null) cfg.scheduler = parse_scheduler(ctx, *m);
+  if (const Member* m = top.get("fp16")) parse_fp16(ctx, *m, cfg.fp16);
+
+  // "bf16", or its legacy name "bfloat16" when "bf16" is absent.
+  const Member* bf16 = top.get("bf16");
+  const Member* bfloat16 = top.get("bfloat16");
+  if (bf16 && bfloat16) {
+    ctx.warn(bfloat16->key_pos, "\"bfloat16\" is ignored because \"bf16\" is also given (DeepSpeed uses \"bf16\")");
+  }
+  std::string bf16_path = "bf16";
+  if (bf16) {
+    parse_bf16(ctx, *bf16, cfg.bf16);
+  } else if (bfloat16) {
+    parse_bf16(ctx, *bfloat16, cfg.bf16);
+    bf16_path = "bfloat16";
+  }
+
+  if (const Member* m = top.get("zero_optimization")) parse_zero(ctx, *m, cfg.zero_optimization);
+  if (const Member* m = top.get("allgather_size")) {
+    const std::int64_t v = top.read_int(*m, 2, kIntMax);
+    if (v % 2 != 0) top.type_error(*m, "an even integer");
+    const Member* z = root.find("zero_optimization");
+    if (z && z->value.kind == K::Bool) cfg.zero_optimization.allgather_bucket_size = v;
+  }
+
+  top.number("gradient_clipping", cfg.gradient_clipping, at_least(0));
+  if (const Member* m = top.get("steps_per_print")) {
+    if (m->value.kind == K::Null) cfg.steps_per_print.reset();
+    else cfg.steps_per_print = top.read_int(*m, 1, kIntMax);
+  }
+  top.boolean("wall_clock_breakdown", cfg.wall_clock_breakdown);
+  top.boolean("prescale_gradients", cfg.prescale_gradients);
+  top.number("gradient_predivide_factor", cfg.gradient_predivide_factor, above(0));
+  if (const Member* m = top.get("communication_data_type"); m && m->value.kind != K::Null) {
+    if (m->value.kind != K::String) top.type_error(*m, "\"fp32\", \"fp16\" or \"bf16\"");
+    const std::string v = lower(m->value.str);
+    if (v != "fp32" && v != "fp16" && v != "bf16") top.type_error(*m, "\"fp32\", \"fp16\" or \"bf16\"");
+    cfg.communication_data_type = v;
+  }
+  top.boolean("dataloader_drop_last", cfg.dataloader_drop_last);
+  if (const Member* m = top.get("checkpoint"); m && m->value.kind != K::Null) parse_checkpoint(ctx, *m, cfg.checkpoint);
+  if (const Member* m = top.get("csv_monitor"); m && m->value.kind != K::Null) parse_csv_monitor(ctx, *m, cfg.csv_monitor);
+  if (const Member* m = top.get("seed"); m && m->value.kind != K::Null) {
+    if (m->value.kind == K::UInt) cfg.seed = m->value.uint_value;
+    else cfg.seed = static_cast<std::uint64_t>(top.read_int(*m, 0, kIntMax));
+  }
+  top.get("model");  // the train app's model section; kept in raw
+
+  // DeepSpeed keys whose non-default value changes behaviour we do not implement.
+  if (const Member* m = top.get("amp", false); m && m->value.kind != K::Null) {
+    Section a(ctx, m->value, m->key_pos, "amp");
+    a.only_default("enabled", false, "Apex AMP is not supported; use fp16 or bf16");
+    a.accept({"opt_level", "cast_model_type", "patch_torch_functions", "keep_batchnorm_fp32",
+              "master_weights", "loss_scale", "min_loss_scale", "max_loss_scale"});
+    a.finish();
+  }
+  if (const Member* m = top.get("elasticity", false); m && m->value.kind == K::Object) {
+    if (const Member* e = m->value.find("enabled"); e && e->value.kind == K::Bool && e->value.boolean) {
+      ctx.fail(e->key_pos, "elasticity.enabled", "elastic training is not supported by dstrain");
+    }
+  }
+  if (const Member* m = top.get("sequence_parallel_size", false)) {
+    if (top.read_int(*m, 1, kIntMax) != 1) top.type_error(*m, "1 (sequence parallelism is not supported)");
+  }
+  if (const Member* m = top.get("gradient_allreduce_op", false)) {
+    if (m->value.kind != K::String || lower(m->value.str) != "mean") {
+      top.type_error(*m, "\"mean\" (dstrain always averages gradients)");
+    }
+  }
+  if (const Member* m = top.get("managed_gradient_accumulation", false)) {
+    if (!top.read_bool(*m)) {
+      ctx.fail(m->key_pos, "managed_gradient_accumulation", "false is not supported: dstrain owns the accumulation boundary");
+    }
+  }
+  // DeepSpeed top-level keys accepted with no effect (docs/CONFIG.md).
+  top.accept({"memory_breakdown", "dump_state", "sparse_gradients", "disable_allgather",
+              "zero_allow_untested_optimizer", "zero_force_ds_cpu_optimizer", "activation_checkpointing",
+              "flops_profiler", "tensorboard", "wandb", "comet", "comms_logger", "data_types", "timers",
+              "log_level", "vocabulary_size", "torch_autocast", "autotuning", "compression_training",
+              "data_efficiency", "curriculum_learning", "aio", "sparse_attention", "hybrid_engine", "compile",
+              "eigenvalue", "progressive_layer_drop", "quantize_training", "nebula", "pipeline",
+              "weight_quantization", "graph_harvesting", "use_data_before_expert_parallelism",
+              "fp32_allreduce", "monitor_config"});
+  top.finish_top_level();
+
+  // Cross-field rules.
+  if (cfg.fp16.enabled && cfg.bf16.enabled) {
+    ctx.fail_key(bf16_path + ".enabled",
+                 "fp16 and bf16 cannot both be enabled (DeepSpeed: \"bfloat16 and fp16 modes cannot be "
+                 "simultaneously enabled\"); set one of fp16.enabled, " + bf16_path + ".enabled to false");
+  }
+  if (cfg.optimizer && cfg.optimizer->type == "lamb" && cfg.fp16.loss_scale != 0) {
+    ctx.fail_key("fp16.loss_scale", "Lamb requires dynamic loss scaling (DeepSpeed asserts it): set fp16.loss_scale to 0");
+  }
+  if (cfg.zero_optimization.stage == 2 && cfg.zero_optimization.reduce_scatter) {
+    if (cfg.gradient_predivide_factor != 1.0) {
+      ctx.fail_key("gradient_predivide_factor",
+                   "must be 1 with zero_optimization.stage 2 and reduce_scatter (DeepSpeed asserts this); "
+                   "set zero_optimization.reduce_scatter to false or remove gradient_predivide_factor");
+    }
+    if (cfg.prescale_gradients) {
+      ctx.fail_key("prescale_gradients",
+                   "cannot be true with zero_optimization.stage 2 and reduce_scatter (DeepSpeed asserts this); "
+                   "set zero_optimization.reduce_scatter to false");
+    }
+  }
+  return cfg;
+}
+
+bool file_exists(const std::string& path) {
+  struct stat st {};
+  return ::stat(path.c_str(), &st) == 0 && S_ISREG(st.st_mode);
+}
+
+// URL-safe (or standard) base64, padding optional; nullopt when it is not base64.
+std::optional<std::string> base64_decode(const std::string& in) {
+  auto value = [](char c) -> int {
+    if (c >= 'A' && c <= 'Z') return c - 'A';
+    if (c >= 'a' && c <= 'z') return c - 'a' + 26;
+    if (c >= '0' && c <= '9') return c - '0' + 52;
+    if (c == '-' || c == '+') return 62;
+    if (c == '_' || c == '/') return 63;
+    return -1;
+  };
+  std::string s = in;
+  while (!s.empty() && std::isspace(static_cast<unsigned char>(s.back()))) s.pop_back();
+  while (!s.empty() && s.back() == '=') s.pop_back();
+  if (s.empty() || s.size() % 4 == 1) return std::nullopt;
+  std::string out;
+  std::uint32_t acc = 0;
+  int bits = 0;
+  for (char c : s) {
+    const int v = value(c);
+    if (v < 0) return std::nullopt;
+    acc = (acc << 6) | static_cast<std::uint32_t>(v);
+    bits += 6;
+    if (bits >= 8) {
+      bits -= 8;
+      out += static_cast<char>((acc >> bits) & 0xFF);
+    }
+  }
+  return out;
+}
+
+}  // namespace
+
+DsConfig parse_config_text(const std::string& text, const std::string& source, std::vector<std::string>* warnings) {
+  return parse_root(parse_json(text, source), source, warnings);
+}
+
+DsConfig parse_config_json(const nlohmann::json& doc, const std::string& source, std::vector<std::string>* warnings) {
+  return parse_root(from_nlohmann(doc), source, warnings);
+}
+
+DsConfig load_config_file(const std::string& path, std::vector<std::string>* warnings) {
+  std::ifstream in(path, std::ios::binary);
+  DS_CHECK(in.good(), "cannot open config file " << path);
+  std::ostringstream ss;
+  ss << in.rdbuf();
+  DS_CHECK(!in.bad(), "cannot read config file " << path);
+  return parse_config_text(ss.str(), path, warnings);
+}
+
+DsConfig load_config(const std::string& path_or_json, std::vector<std::string>* warnings) {
+  if (file_exists(path_or_json)) return load_config_file(path_or_json, warnings);
+  const size_t first = path_or_json.find_first_not_of(" \t\r\n");
+  if (first != std::string::npos && path_or_json[first] == '{') {
+    return parse_config_text(path_or_json, "<json string>", warnings);
+  }
+  if (auto decoded = base64_decode(path_or_json)) {
+    const size_t f = decoded->find_first_not_of(" \t\r\n");
+    if (f != std::string::npos && (*decoded)[f] == '{') {
+      return parse_config_text(*decoded, "<base64 config>", warnings);
+    }
+  }
+  std::string shown = path_or_json.size() > 80 ? path_or_json.substr(0, 80) + "..." : path_or_json;
+  DS_THROW("config " << jquote(shown) << " is neither an existing file, nor JSON text, nor base64-encoded JSON"
+                     << (path_or_json.find('/') != std::string::npos || path_or_json.ends_with(".json")
+                             ? " (no such file)"
+                             : ""));
+}
+
+}  // namespace ds::config

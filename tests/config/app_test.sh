@@ -1,0 +1,94 @@
+#!/usr/bin/env bash
+# ds_config run as a user runs it: exit codes, stdout JSON, stderr messages.
+# Usage: app_test.sh <path to ds_config>
+set -u
+APP=$1
+DATA=$(cd "$(dirname "$0")" && pwd)/data
+PY=${DS_SYSTEM_PYTHON:-/usr/bin/python3}
+TMP=$(mktemp -d)
+trap 'rm -rf "$TMP"' EXIT
+fails=0
+
+fail() { echo "FAIL: $*"; fails=$((fails + 1)); }
+
+# run NAME EXPECTED_RC ARGS...: runs the app, stdout/stderr into $TMP/NAME.{out,err}
+run() {
+  local name=$1 want=$2
+  shift 2
+  "$APP" "$@" >"$TMP/$name.out" 2>"$TMP/$name.err"
+  local rc=$?
+  if [ "$rc" -ne "$want" ]; then
+    fail "$name: exit code $rc, expected $want (stderr: $(head -c 400 "$TMP/$name.err"))"
+  fi
+}
+expect_err() {  # NAME TEXT: stderr contains TEXT
+  grep -qF -- "$2" "$TMP/$1.err" || fail "$1: stderr lacks '$2': $(head -c 400 "$TMP/$1.err")"
+}
+json_check() {  # NAME PYTHON-EXPR over j (the parsed stdout)
+  "$PY" -c "import json,sys; j=json.load(open('$TMP/$1.out')); sys.exit(0 if ($2) else 1)" ||
+    fail "$1: stdout check failed: $2"
+}
+
+# Good files: exit 0, resolved JSON on stdout, nothing but warnings on stderr.
+run full 0 check "$DATA/good_full.json" --world_size 2
+json_check full "j['train_batch_size']==16 and j['train_micro_batch_size_per_gpu']==4 and j['gradient_accumulation_steps']==2"
+json_check full "j['optimizer']['type']=='AdamW' and j['optimizer']['params']['lr']==3e-4 and j['zero_optimization']['stage']==2"
+json_check full "j['scheduler']['params']['total_num_steps']==20 and j['fp16']['enabled'] and j['model']['kind']=='mlp'"
+json_check full "j['communication_data_type']=='fp16' and j['seed']==1234 and j['steps_per_print']==10"
+[ -s "$TMP/full.err" ] && fail "full: unexpected stderr: $(cat "$TMP/full.err")"
+
+run minimal 0 check "$DATA/good_minimal.json" --world_size 3
+json_check minimal "j['train_batch_size']==6 and j['gradient_accumulation_steps']==1 and j['optimizer'] is None and j['gradient_clipping']==1.0"
+run minimal_ws1 0 check "$DATA/good_minimal.json"
+json_check minimal_ws1 "j['train_batch_size']==2"
+
+run auto 0 check "$DATA/good_hf_auto.json" --world_size 2
+json_check auto "j['train_batch_size']==8 and j['optimizer']['params']['lr']==1e-3 and j['fp16']['enabled']==False"
+
+# The resolved output is itself a valid config that resolves to the same thing.
+run roundtrip 0 check "$TMP/full.out" --world_size 2
+cmp -s "$TMP/full.out" "$TMP/roundtrip.out" || fail "roundtrip: resolved config changed when re-read"
+
+# Inline JSON text is accepted too (DeepSpeed's initialize() takes a path or JSON).
+run inline 0 check '{"train_batch_size": 4}' --world_size 2
+json_check inline "j['train_micro_batch_size_per_gpu']==2"
+
+# Warnings go to stderr, exit 0.
+run warn 0 check "$DATA/warn_top_level.json"
+expect_err warn "warn_top_level.json:3:3: unknown top-level key \"gradient_cliping\" (did you mean \"gradient_clipping\"?)"
+json_check warn "j['gradient_clipping']==1.0"
+
+# Bad files: exit 1, one "ds_config: error:" line naming file:line:column and the key.
+run syntax 1 check "$DATA/bad_syntax.json"
+expect_err syntax "ds_config: error: $DATA/bad_syntax.json:5:5: expected ',' or '}' after the value of \"enabled\""
+run type 1 check "$DATA/bad_type.json"
+expect_err type "bad_type.json:4:5: fp16.loss_scale: expected a number >= 0, got \"abc\""
+run unknown 1 check "$DATA/bad_unknown_key.json"
+expect_err unknown "bad_unknown_key.json:5:5: zero_optimization.reduce_bucket_sise: unknown key in zero_optimization (did you mean \"reduce_bucket_size\"?)"
+run dup 1 check "$DATA/bad_duplicate.json"
+expect_err dup "bad_duplicate.json:4:3: duplicate key \"fp16\""
+run batch 1 check "$DATA/bad_batch.json" --world_size 2
+expect_err batch "train_batch_size 10 != train_micro_batch_size_per_gpu 3 * gradient_accumulation_steps 1 (derived) * world_size 2; set train_batch_size to 6"
+run batch_ws5 1 check "$DATA/bad_batch.json" --world_size 5
+expect_err batch_ws5 "gradient_accumulation_steps = train_batch_size 10 // train_micro_batch_size_per_gpu 3 // world_size 5 = 0, which must be > 0"
+run both 1 check "$DATA/bad_fp16_bf16.json"
+expect_err both "bad_fp16_bf16.json:4:12: bf16.enabled: fp16 and bf16 cannot both be enabled"
+run stage3 1 check "$DATA/bad_stage3.json"
+expect_err stage3 "zero_optimization.stage: ZeRO stage 3 is not supported by dstrain; only stages 0, 1 and 2 are supported"
+run mgn 1 check "$DATA/bad_max_grad_norm.json"
+expect_err mgn "optimizer.params.max_grad_norm: is not accepted here"
+run missing 1 check "$TMP/does_not_exist.json"
+expect_err missing "ds_config: error: config \"$TMP/does_not_exist.json\" is neither an existing file"
+[ "$(wc -l <"$TMP/type.err")" -eq 1 ] || fail "type: error is not one line: $(cat "$TMP/type.err")"
+[ -s "$TMP/type.out" ] && fail "type: stdout not empty on error"
+
+# Usage errors: non-zero, no crash.
+"$APP" >"$TMP/noargs.out" 2>&1 && fail "no subcommand accepted"
+grep -q "subcommand" "$TMP/noargs.out" || fail "no usage message without a subcommand: $(cat "$TMP/noargs.out")"
+"$APP" check "$DATA/good_minimal.json" --world_size 0 >/dev/null 2>&1 && fail "world_size 0 accepted"
+
+if [ "$fails" -ne 0 ]; then
+  echo "$fails check(s) failed"
+  exit 1
+fi
+echo "ds_config app: all checks passed"

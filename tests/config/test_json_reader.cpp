@@ -1,0 +1,113 @@
+// The positioned JSON reader: comments, positions, duplicate keys, malformed input.
+#include <gtest/gtest.h>
+
+#include <string>
+
+#include "ds/config/json_reader.h"
+#include "ds/core/error.h"
+
+namespace {
+
+using ds::config::JsonNode;
+using ds::config::parse_json;
+
+std::string error_of(const std::string& text) {
+  try {
+    parse_json(text, "ds.json");
+  } catch (const ds::Error& e) {
+    return e.what();
+  }
+  return "<no error>";
+}
+
+#define EXPECT_HAS(hay, needle) EXPECT_NE(std::string(hay).find(needle), std::string::npos) << "in: " << (hay)
+
+TEST(JsonReader, CommentsAndTrailingCommas) {
+  const JsonNode n = parse_json(
+      "// leading comment\n{\n  \"a\": 1, // line\n  /* block\n  comment */ \"b\": [1, 2,],\n  # hash\n  \"c\": {\"d\": true,},\n}\n",
+      "x");
+  ASSERT_EQ(n.kind, JsonNode::Kind::Object);
+  ASSERT_EQ(n.members.size(), 3u);
+  EXPECT_EQ(n.members[0].key, "a");
+  EXPECT_EQ(n.members[1].value.items.size(), 2u);
+  EXPECT_TRUE(n.members[2].value.find("d")->value.boolean);
+}
+
+TEST(JsonReader, PositionsOfKeysAndValues) {
+  const JsonNode n = parse_json("{\n  \"fp16\": {\n    \"loss_scale\": 128\n  }\n}", "x");
+  const auto* fp16 = n.find("fp16");
+  ASSERT_NE(fp16, nullptr);
+  EXPECT_EQ(fp16->key_pos.line, 2);
+  EXPECT_EQ(fp16->key_pos.column, 3);
+  const auto* ls = fp16->value.find("loss_scale");
+  EXPECT_EQ(ls->key_pos.line, 3);
+  EXPECT_EQ(ls->key_pos.column, 5);
+  EXPECT_EQ(ls->value.pos.column, 19);
+  // Columns count characters, not bytes: "é" is one column.
+  const JsonNode u = parse_json("{\"é\": 1, \"k\": 2}", "x");
+  EXPECT_EQ(u.find("k")->key_pos.column, 10);
+}
+
+TEST(JsonReader, Numbers) {
+  const JsonNode n = parse_json("[0, -5, 18446744073709551615, 1.5e-3, 5e8, -0.0, 1e-400]", "x");
+  using K = JsonNode::Kind;
+  EXPECT_EQ(n.items[0].kind, K::Int);
+  EXPECT_EQ(n.items[1].int_value, -5);
+  EXPECT_EQ(n.items[2].kind, K::UInt);
+  EXPECT_EQ(n.items[2].uint_value, 18446744073709551615ull);
+  EXPECT_DOUBLE_EQ(n.items[3].double_value, 1.5e-3);
+  EXPECT_EQ(n.items[4].kind, K::Double);
+  EXPECT_EQ(n.items[6].double_value, 0.0);
+  EXPECT_HAS(error_of("{\"a\": 01}"), "ds.json:1:7: numbers must not have leading zeros");
+  EXPECT_HAS(error_of("{\"a\": 1.}"), "ds.json:1:9: expected a digit after '.'");
+  EXPECT_HAS(error_of("{\"a\": -}"), "expected a digit after '-'");
+  EXPECT_HAS(error_of("{\"a\": 1e999}"), "out of range");
+  EXPECT_HAS(error_of("{\"a\": NaN}"), "NaN and Infinity are not valid JSON");
+}
+
+TEST(JsonReader, StringsAndEscapes) {
+  const JsonNode n = parse_json(R"(["a\"b\\\/\n\t", "\u00e9\ud83d\ude00"])", "x");
+  EXPECT_EQ(n.items[0].str, "a\"b\\/\n\t");
+  EXPECT_EQ(n.items[1].str, "\xC3\xA9\xF0\x9F\x98\x80");
+  EXPECT_HAS(error_of("{\"a\": \"x\\q\"}"), "invalid escape \\q");
+  EXPECT_HAS(error_of("{\"a\": \"\\ud800\"}"), "unpaired UTF-16 surrogate");
+  EXPECT_HAS(error_of("{\"a\": \"\xC3\x28\"}"), "ds.json:1:8: invalid UTF-8 in string");
+  EXPECT_HAS(error_of("{\"a\": \"abc\n\"}"), "ds.json:1:7: unterminated string");
+  EXPECT_HAS(error_of("{\"a\": 'x'}"), "double quotes");
+}
+
+TEST(JsonReader, SyntaxErrorsNameLineAndColumn) {
+  EXPECT_HAS(error_of("{\n  \"a\": 1\n  \"b\": 2\n}"), "ds.json:3:3: expected ',' or '}' after the value of \"a\"");
+  EXPECT_HAS(error_of("{\n  \"a\" 1\n}"), "ds.json:2:7: expected ':' after key \"a\"");
+  EXPECT_HAS(error_of("{\n  a: 1\n}"), "ds.json:2:3: keys must be in double quotes");
+  EXPECT_HAS(error_of("{\"a\": [1, 2}"), "ds.json:1:12: expected ',' or ']'");
+  EXPECT_HAS(error_of("{\"a\": 1"), "ds.json:1:1: unterminated object");
+  EXPECT_HAS(error_of("{} x"), "ds.json:1:4: unexpected 'x' after the end of the JSON document");
+  EXPECT_HAS(error_of("  "), "ds.json:1:3: empty document");
+  EXPECT_HAS(error_of("{/* open"), "ds.json:1:2: unterminated /* comment");
+  EXPECT_HAS(error_of("{\"a\": tru}"), "ds.json:1:7: unexpected word 'tru'");
+  EXPECT_HAS(error_of("{\"a\": True}"), "JSON spells these true, false, null");
+}
+
+TEST(JsonReader, DuplicateKeysAreErrorsWithPath) {
+  EXPECT_HAS(error_of("{\n  \"fp16\": {\n    \"enabled\": true,\n    \"enabled\": false\n  }\n}"),
+             "ds.json:4:5: duplicate key \"fp16.enabled\" (first at line 3, column 5)");
+  EXPECT_HAS(error_of("{\"a\": [{\"x\": 1, \"x\": 2}]}"), "duplicate key \"a[0].x\"");
+}
+
+TEST(JsonReader, DepthLimitAndBom) {
+  std::string deep(1000, '[');
+  EXPECT_HAS(error_of(deep), "nesting deeper than");
+  const JsonNode n = parse_json("\xEF\xBB\xBF{\"a\": 1}", "x");
+  EXPECT_EQ(n.find("a")->key_pos.column, 2);
+}
+
+TEST(JsonReader, RoundTripThroughNlohmann) {
+  const JsonNode n = parse_json(R"({"a": [1, -2, 2.5, "s", null, true], "b": {"c": 18446744073709551615}})", "x");
+  const nlohmann::json j = ds::config::to_nlohmann(n);
+  EXPECT_EQ(j["a"][2], 2.5);
+  EXPECT_EQ(j["b"]["c"].get<std::uint64_t>(), 18446744073709551615ull);
+  EXPECT_EQ(ds::config::to_nlohmann(ds::config::from_nlohmann(j)), j);
+}
+
+}  // namespace

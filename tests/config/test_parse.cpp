@@ -1,0 +1,388 @@
+// ds_config.json parsing: defaults, types, sections, DeepSpeed's rules, and the messages.
+#include <gtest/gtest.h>
+
+#include <cstdio>
+#include <fstream>
+#include <string>
+#include <vector>
+
+#include "ds/config/parse.h"
+#include "ds/core/error.h"
+
+namespace {
+
+using namespace ds::config;
+
+#define EXPECT_HAS(hay, needle) EXPECT_NE(std::string(hay).find(needle), std::string::npos) << "in: " << (hay)
+
+DsConfig parse(const std::string& text, std::vector<std::string>* warnings = nullptr) {
+  return parse_config_text(text, "ds.json", warnings);
+}
+
+std::string error_of(const std::string& text) {
+  try {
+    parse(text);
+  } catch (const ds::Error& e) {
+    return e.what();
+  }
+  return "<no error>";
+}
+
+TEST(ConfigParse, EmptyConfigHasDeepSpeedDefaults) {
+  std::vector<std::string> warnings;
+  const DsConfig c = parse("{}", &warnings);
+  EXPECT_TRUE(warnings.empty());
+  EXPECT_EQ(c.train_batch_size, 0);
+  EXPECT_FALSE(c.optimizer);
+  EXPECT_FALSE(c.scheduler);
+  EXPECT_FALSE(c.fp16.enabled);
+  EXPECT_EQ(c.fp16.loss_scale, 0.0);
+  EXPECT_EQ(c.fp16.initial_scale_power, 16);
+  EXPECT_EQ(c.fp16.loss_scale_window, 1000);
+  EXPECT_EQ(c.fp16.hysteresis, 2);
+  EXPECT_EQ(c.fp16.min_loss_scale, 1.0);
+  EXPECT_TRUE(c.bf16.check_grad_overflow);
+  EXPECT_EQ(c.zero_optimization.stage, 0);
+  EXPECT_EQ(c.zero_optimization.reduce_bucket_size, 500000000);
+  EXPECT_FALSE(c.zero_optimization.overlap_comm_effective());
+  EXPECT_EQ(c.gradient_clipping, 1.0);  // DeepSpeed >= 0.19.3
+  EXPECT_FALSE(c.steps_per_print);
+  EXPECT_EQ(c.gradient_predivide_factor, 1.0);
+  EXPECT_FALSE(c.communication_data_type);
+  EXPECT_EQ(c.checkpoint.tag_validation, "Warn");
+  EXPECT_EQ(c.csv_monitor.job_name, "DeepSpeedJobName");
+  EXPECT_FALSE(c.seed);
+  EXPECT_EQ(c.source, "ds.json");
+}
+
+TEST(ConfigParse, FullConfigWithComments) {
+  const DsConfig c = parse(R"({
+    // DeepSpeed reads config files with hjson: comments are fine
+    "train_batch_size": 32, "train_micro_batch_size_per_gpu": 4, "gradient_accumulation_steps": 4,
+    "optimizer": {"type": "Adam", "params": {"lr": 3e-4, "betas": [0.8, 0.99], "eps": 1e-6,
+                  "weight_decay": 0.01, "bias_correction": false, "adam_w_mode": false}},
+    "scheduler": {"type": "WarmupLR", "params": {"warmup_min_lr": 1e-5, "warmup_num_steps": 50, "warmup_type": "linear"}},
+    "fp16": {"enabled": true, "loss_scale": 0, "initial_scale_power": 12, "loss_scale_window": 100,
+             "hysteresis": 3, "consecutive_hysteresis": true, "min_loss_scale": 0.5, "auto_cast": true},
+    "zero_optimization": {"stage": 2, "reduce_bucket_size": 5e7, "allgather_bucket_size": 2e8,
+                          "overlap_comm": true, "contiguous_gradients": false, "reduce_scatter": true},
+    "gradient_clipping": 0.5, "steps_per_print": 10, "wall_clock_breakdown": true,
+    "communication_data_type": "FP32", "dataloader_drop_last": true, "seed": 42,
+    "checkpoint": {"tag_validation": "fail", "async_save": true},
+    "csv_monitor": {"enabled": true, "output_path": "logs/", "job_name": "run1"}
+  })");
+  EXPECT_EQ(c.train_batch_size, 32);
+  EXPECT_EQ(c.gradient_accumulation_steps, 4);
+  ASSERT_TRUE(c.optimizer);
+  EXPECT_EQ(c.optimizer->type, "adam");
+  EXPECT_EQ(c.optimizer->lr, 3e-4);
+  EXPECT_EQ(c.optimizer->betas[0], 0.8);
+  EXPECT_EQ(c.optimizer->eps, 1e-6);
+  EXPECT_FALSE(c.optimizer->bias_correction);
+  EXPECT_FALSE(c.optimizer->adam_w_mode);
+  ASSERT_TRUE(c.scheduler);
+  EXPECT_EQ(c.scheduler->type, "WarmupLR");
+  EXPECT_EQ(c.scheduler->warmup_num_steps, 50);
+  EXPECT_EQ(c.scheduler->warmup_type, "linear");
+  EXPECT_FALSE(c.scheduler->warmup_max_lr);  // None: the optimizer's lr
+  EXPECT_TRUE(c.fp16.enabled && c.fp16.auto_cast && c.fp16.consecutive_hysteresis);
+  EXPECT_EQ(c.fp16.initial_scale_power, 12);
+  EXPECT_EQ(c.fp16.min_loss_scale, 0.5);
+  EXPECT_EQ(c.zero_optimization.stage, 2);
+  EXPECT_EQ(c.zero_optimization.reduce_bucket_size, 50000000);
+  EXPECT_EQ(c.zero_optimization.allgather_bucket_size, 200000000);
+  EXPECT_TRUE(c.zero_optimization.overlap_comm_effective());
+  EXPECT_EQ(c.gradient_clipping, 0.5);
+  EXPECT_EQ(c.steps_per_print.value(), 10);
+  EXPECT_EQ(c.communication_data_type.value(), "fp32");
+  EXPECT_EQ(c.seed.value(), 42u);
+  EXPECT_EQ(c.checkpoint.tag_validation, "Fail");
+  EXPECT_TRUE(c.checkpoint.async_save);
+  EXPECT_EQ(c.csv_monitor.output_path, "logs/");
+  EXPECT_EQ(c.raw["fp16"]["hysteresis"], 3);
+}
+
+TEST(ConfigParse, TypeErrorsNamePositionKeyPathAndExpectedType) {
+  EXPECT_HAS(error_of("{\n  \"fp16\": {\n    \"loss_scale\": \"abc\"\n  }\n}"),
+             "ds.json:3:5: fp16.loss_scale: expected a number >= 0, got \"abc\"");
+  EXPECT_HAS(error_of("{\"fp16\": {\"enabled\": 1}}"), "ds.json:1:11: fp16.enabled: expected true or false, got 1");
+  EXPECT_HAS(error_of("{\"fp16\": true}"), "ds.json:1:2: fp16: expected an object, got true");
+  EXPECT_HAS(error_of("{\"train_batch_size\": 2.5}"), "train_batch_size: expected an integer >= 1, got 2.5");
+  EXPECT_HAS(error_of("{\"train_batch_size\": 0}"), "train_batch_size: expected an integer >= 1, got 0");
+  EXPECT_HAS(error_of("{\"gradient_clipping\": -1}"), "gradient_clipping: expected a number >= 0, got -1");
+  EXPECT_HAS(error_of("{\"steps_per_print\": \"10\"}"), "steps_per_print: expected an integer >= 1, got \"10\"");
+  EXPECT_HAS(error_of("{\"zero_optimization\": {\"stage\": \"2\"}}"), "zero_optimization.stage: expected an integer in [0, 3]");
+  EXPECT_HAS(error_of("{\"optimizer\": {\"type\": \"Adam\", \"params\": {\"betas\": [0.9]}}}"),
+             "optimizer.params.betas: expected an array of two numbers in [0, 1), got an array");
+  EXPECT_HAS(error_of("{\"optimizer\": {\"type\": \"Adam\", \"params\": {\"betas\": [0.9, 1.5]}}}"),
+             "ds.json:1:58: optimizer.params.betas[1]: expected a number in [0, 1), got 1.5");
+  EXPECT_HAS(error_of("[1]"), "ds.json:1:1: a config must be a JSON object, got an array");
+}
+
+TEST(ConfigParse, UnknownSectionKeysAreErrorsWithSuggestion) {
+  const std::string e = error_of("{\n  \"fp16\": {\"enabled\": true, \"loss_scal\": 0}\n}");
+  EXPECT_HAS(e, "ds.json:2:29: fp16.loss_scal: unknown key in fp16 (did you mean \"loss_scale\"?)");
+  EXPECT_HAS(e, "supported keys: auto_cast, consecutive_hysteresis, enabled");
+  // A key in the wrong section says where it belongs (DeepSpeed issue #1809).
+  EXPECT_HAS(error_of("{\"bf16\": {\"enabled\": true, \"initial_scale_power\": 8}}"),
+             "bf16.initial_scale_power: unknown key in bf16 (\"initial_scale_power\" belongs in fp16)");
+  EXPECT_HAS(error_of("{\"zero_optimization\": {\"stgae\": 1}}"), "(did you mean \"stage\"?)");
+  EXPECT_HAS(error_of("{\"checkpoint\": {\"tag_validaton\": \"Warn\"}}"), "did you mean \"tag_validation\"?");
+  EXPECT_HAS(error_of("{\"csv_monitor\": {\"enable\": true}}"), "csv_monitor.enable: unknown key in csv_monitor (did you mean \"enabled\"?)");
+  EXPECT_HAS(error_of("{\"optimizer\": {\"type\": \"Adam\", \"params\": {\"lrr\": 1}}}"),
+             "optimizer.params.lrr: unknown key in optimizer.params (did you mean \"lr\"?)");
+  EXPECT_HAS(error_of("{\"optimizer\": {\"type\": \"SGD\", \"params\": {\"betas\": [0.9, 0.9]}}}"),
+             "optimizer.params.betas: unknown key in optimizer.params");
+  EXPECT_HAS(error_of("{\"scheduler\": {\"type\": \"WarmupLR\", \"params\": {\"warmup_max\": 1}}}"),
+             "did you mean \"warmup_max_lr\"?");
+  EXPECT_HAS(error_of("{\"optimizer\": {\"type\": \"Adam\", \"param\": {}}}"), "optimizer.param: unknown key in optimizer (did you mean \"params\"?)");
+}
+
+TEST(ConfigParse, UnknownTopLevelKeysAreWarnings) {
+  std::vector<std::string> w;
+  const DsConfig c = parse("{\n  \"gradient_cliping\": 0.5,\n  \"stage\": 2,\n  \"zzz_unrelated\": 1\n}", &w);
+  EXPECT_EQ(c.gradient_clipping, 1.0);  // ignored, as DeepSpeed ignores it
+  ASSERT_EQ(w.size(), 3u);
+  EXPECT_HAS(w[0], "ds.json:2:3: unknown top-level key \"gradient_cliping\" (did you mean \"gradient_clipping\"?)");
+  EXPECT_HAS(w[1], "unknown top-level key \"stage\" (did you mean \"zero_optimization.stage\"?)");
+  EXPECT_HAS(w[2], "unknown top-level key \"zzz_unrelated\" is ignored");
+}
+
+TEST(ConfigParse, AcceptedDeepSpeedKeysAndModelDoNotWarn) {
+  std::vector<std::string> w;
+  parse(R"({"memory_breakdown": false, "dump_state": false, "sparse_gradients": false,
+            "zero_allow_untested_optimizer": true, "amp": {"enabled": false},
+            "activation_checkpointing": {"partition_activations": false}, "flops_profiler": {"enabled": false},
+            "tensorboard": {"enabled": true, "output_path": "tb"}, "wandb": {"enabled": false},
+            "comms_logger": {"enabled": false}, "data_types": {"grad_accum_dtype": "fp32"},
+            "timers": {"throughput": {"enabled": true}}, "model": {"kind": "gpt2", "layers": 2},
+            "sequence_parallel_size": 1, "gradient_allreduce_op": "mean"})",
+        &w);
+  EXPECT_TRUE(w.empty()) << w.front();
+  EXPECT_HAS(error_of("{\"amp\": {\"enabled\": true}}"), "amp.enabled: Apex AMP is not supported");
+  EXPECT_HAS(error_of("{\"sequence_parallel_size\": 2}"), "sequence parallelism is not supported");
+  EXPECT_HAS(error_of("{\"gradient_allreduce_op\": \"sum\"}"), "gradient_allreduce_op: expected \"mean\"");
+  EXPECT_HAS(error_of("{\"elasticity\": {\"enabled\": true}}"), "elastic training is not supported");
+}
+
+TEST(ConfigParse, AutoValuesMeanTheDefault) {
+  const DsConfig c = parse(R"({"train_batch_size": "auto", "train_micro_batch_size_per_gpu": 2,
+      "gradient_accumulation_steps": "auto", "gradient_clipping": "auto",
+      "fp16": {"enabled": "auto", "loss_scale": "auto", "initial_scale_power": "auto"},
+      "zero_optimization": {"stage": 1, "reduce_bucket_size": "auto"},
+      "optimizer": {"type": "AdamW", "params": {"lr": "auto", "weight_decay": "auto"}},
+      "scheduler": {"type": "WarmupLR", "params": {"warmup_max_lr": "auto", "warmup_num_steps": "auto"}}})");
+  EXPECT_EQ(c.train_batch_size, 0);
+  EXPECT_EQ(c.gradient_accumulation_steps, 0);
+  EXPECT_EQ(c.gradient_clipping, 1.0);
+  EXPECT_FALSE(c.fp16.enabled);
+  EXPECT_EQ(c.fp16.initial_scale_power, 16);
+  EXPECT_EQ(c.zero_optimization.reduce_bucket_size, 500000000);
+  EXPECT_EQ(c.optimizer->lr, 1e-3);
+  EXPECT_FALSE(c.scheduler->warmup_max_lr);
+  EXPECT_EQ(c.scheduler->warmup_num_steps, 1000);
+}
+
+TEST(ConfigParse, OptimizerNamesFollowDeepSpeedCaseRules) {
+  EXPECT_EQ(parse(R"({"optimizer": {"type": "ADAM"}})").optimizer->type, "adam");
+  EXPECT_EQ(parse(R"({"optimizer": {"type": "adamw"}})").optimizer->type, "adamw");
+  EXPECT_TRUE(parse(R"({"optimizer": {"type": "AdamW", "params": {"adam_w_mode": true}}})").optimizer->adam_w_mode);
+  EXPECT_EQ(parse(R"({"optimizer": {"type": "SGD"}})").optimizer->type, "sgd");
+  EXPECT_EQ(parse(R"({"optimizer": {"type": "LAMB"}})").optimizer->type, "lamb");
+  EXPECT_EQ(parse(R"({"optimizer": {"type": "Adagrad"}})").optimizer->type, "adagrad");
+  EXPECT_HAS(error_of(R"({"optimizer": {"type": "sgd"}})"), "optimizer.type: \"sgd\" is not a supported optimizer name");
+  EXPECT_HAS(error_of(R"({"optimizer": {"type": "sgd"}})"), "write \"SGD\"");
+  EXPECT_HAS(error_of(R"({"optimizer": {"type": "OneBitAdam"}})"),
+             "optimizer \"OneBitAdam\" is not supported by dstrain; supported: Adam, AdamW, SGD, Lamb, Adagrad");
+  EXPECT_HAS(error_of(R"({"optimizer": {"type": "Adamm"}})"),
+             "unknown optimizer \"Adamm\" (did you mean \"Adam\"?); supported: Adam, AdamW, SGD, Lamb, Adagrad");
+  EXPECT_HAS(error_of(R"({"optimizer": {"params": {}}})"), "optimizer: missing \"type\"");
+  EXPECT_HAS(error_of(R"({"optimizer": {"type": 3}})"), "optimizer.type: expected an optimizer name");
+}
+
+TEST(ConfigParse, OptimizerPerTypeDefaultsAndParams) {
+  const auto ada = parse(R"({"optimizer": {"type": "Adagrad", "params": {"lr_decay": 0.1, "initial_accumulator_value": 0.5}}})").optimizer;
+  EXPECT_EQ(ada->lr, 1e-2);
+  EXPECT_EQ(ada->eps, 1e-10);
+  EXPECT_EQ(ada->lr_decay, 0.1);
+  EXPECT_EQ(ada->initial_accumulator_value, 0.5);
+  const auto adam = parse(R"({"optimizer": {"type": "Adam"}})").optimizer;
+  EXPECT_EQ(adam->lr, 1e-3);
+  EXPECT_EQ(adam->eps, 1e-8);
+  EXPECT_TRUE(adam->adam_w_mode);  // DeepSpeed's default: decoupled weight decay
+  const auto sgd = parse(R"({"optimizer": {"type": "SGD", "params": {"lr": 0.1, "momentum": 0.9, "nesterov": true}}})").optimizer;
+  EXPECT_EQ(sgd->momentum, 0.9);
+  EXPECT_TRUE(sgd->nesterov);
+  EXPECT_HAS(error_of(R"({"optimizer": {"type": "SGD", "params": {"nesterov": true}}})"), "Nesterov momentum requires");
+  const auto lamb = parse(R"({"optimizer": {"type": "Lamb", "params": {"max_coeff": 5, "min_coeff": 0.1, "eps_inside_sqrt": true}}})").optimizer;
+  EXPECT_EQ(lamb->max_coeff, 5.0);
+  EXPECT_EQ(lamb->min_coeff, 0.1);
+  EXPECT_TRUE(lamb->eps_inside_sqrt);
+  EXPECT_HAS(error_of(R"({"optimizer": {"type": "Lamb", "params": {"max_coeff": 0.1, "min_coeff": 1}}})"), "must be <= max_coeff");
+  EXPECT_HAS(error_of(R"({"optimizer": {"type": "Adam", "params": {"lr": -1}}})"), "optimizer.params.lr: expected a number >= 0, got -1");
+  EXPECT_HAS(error_of(R"({"optimizer": {"type": "Adam", "params": {"amsgrad": true}}})"), "amsgrad is not supported");
+}
+
+TEST(ConfigParse, MaxGradNormAndTorchAdam) {
+  EXPECT_HAS(error_of("{\"optimizer\": {\"type\": \"Adam\",\n \"params\": {\"max_grad_norm\": 1.0}}}"),
+             "ds.json:2:13: optimizer.params.max_grad_norm: is not accepted here (DeepSpeed raises ValueError): use the top-level \"gradient_clipping\" instead");
+  std::vector<std::string> w;
+  const auto c = parse(R"({"optimizer": {"type": "Adam", "params": {"torch_adam": true}}})", &w);
+  EXPECT_EQ(c.optimizer->type, "adam");
+  EXPECT_TRUE(w.empty());
+  EXPECT_HAS(error_of(R"({"optimizer": {"type": "Adam", "params": {"torch_adam": "yes"}}})"), "torch_adam: expected true or false");
+  std::vector<std::string> w2;
+  parse(R"({"optimizer": {"type": "AdamW", "params": {"adam_w_mode": false}}})", &w2);
+  ASSERT_EQ(w2.size(), 1u);
+  EXPECT_HAS(w2[0], "adam_w_mode false has no effect with type AdamW");
+}
+
+TEST(ConfigParse, Schedulers) {
+  const auto wd = parse(R"({"scheduler": {"type": "WarmupDecayLR", "params": {"total_num_steps": 100, "warmup_num_steps": 10}}})").scheduler;
+  EXPECT_EQ(wd->total_num_steps.value(), 100);
+  EXPECT_EQ(wd->warmup_max_lr.value(), 1e-3);  // WarmupDecayLR's own default
+  const auto cos = parse(R"({"scheduler": {"type": "WarmupCosineLR", "params": {"total_num_steps": 100,
+      "warmup_min_ratio": 0.1, "cos_min_ratio": 0.01, "warmup_num_steps": 5}}})").scheduler;
+  EXPECT_EQ(cos->warmup_min_ratio, 0.1);
+  EXPECT_EQ(cos->cos_min_ratio, 0.01);
+  const auto oc = parse(R"({"scheduler": {"type": "OneCycle", "params": {"cycle_min_lr": 1e-4, "cycle_max_lr": 1e-3,
+      "cycle_first_step_size": 10, "cycle_momentum": false, "decay_step_size": 5, "decay_lr_rate": 0.1}}})").scheduler;
+  EXPECT_EQ(oc->cycle_max_lr, 1e-3);
+  EXPECT_EQ(oc->cycle_first_step_size, 10);
+  EXPECT_FALSE(oc->cycle_second_step_size);
+  EXPECT_FALSE(oc->cycle_momentum);
+  const auto rt = parse(R"({"scheduler": {"type": "LRRangeTest", "params": {"lr_range_test_min_lr": 1e-5,
+      "lr_range_test_step_size": 10, "lr_range_test_step_rate": 2, "lr_range_test_staircase": true}}})").scheduler;
+  EXPECT_EQ(rt->lr_range_test_step_size, 10);
+  EXPECT_TRUE(rt->lr_range_test_staircase);
+
+  EXPECT_HAS(error_of(R"({"scheduler": {"type": "WarmupDecayLR", "params": {"warmup_num_steps": 10}}})"),
+             "scheduler.params.total_num_steps: is required for WarmupDecayLR");
+  EXPECT_HAS(error_of(R"({"scheduler": {"type": "WarmupCosineLR"}})"), "scheduler.params.total_num_steps: is required for WarmupCosineLR");
+  EXPECT_HAS(error_of(R"({"scheduler": {"type": "OneCycle", "params": {"cycle_min_lr": 0.1}}})"), "cycle_min_lr and cycle_max_lr are required");
+  EXPECT_HAS(error_of(R"({"scheduler": {"type": "warmuplr"}})"),
+             "unknown scheduler \"warmuplr\" (did you mean \"WarmupLR\"?); supported: WarmupLR, WarmupDecayLR, WarmupCosineLR, OneCycle, LRRangeTest");
+  EXPECT_HAS(error_of(R"({"scheduler": {"type": "StepLR"}})"), "unknown scheduler \"StepLR\"");
+  EXPECT_HAS(error_of(R"({"scheduler": {"type": "WarmupLR", "params": {"warmup_num_steps": 0}}})"),
+             "warmup_num_steps: expected an integer >= 1, got 0");
+  EXPECT_HAS(error_of(R"({"scheduler": {"type": "WarmupLR", "params": {"last_batch_iteration": 5}}})"), "only -1");
+  std::vector<std::string> w;
+  const auto odd = parse(R"({"scheduler": {"type": "WarmupLR", "params": {"warmup_type": "cubic"}}})", &w).scheduler;
+  EXPECT_EQ(odd->warmup_type, "log");
+  ASSERT_EQ(w.size(), 1u);
+  EXPECT_HAS(w[0], "unknown warmup_type \"cubic\"");
+}
+
+TEST(ConfigParse, PrecisionRules) {
+  EXPECT_HAS(error_of("{\"fp16\": {\"enabled\": true},\n \"bf16\": {\"enabled\": true}}"),
+             "ds.json:2:11: bf16.enabled: fp16 and bf16 cannot both be enabled");
+  EXPECT_TRUE(parse(R"({"bfloat16": {"enabled": true}})").bf16.enabled);  // legacy name
+  EXPECT_HAS(error_of(R"({"fp16": {"enabled": true}, "bfloat16": {"enabled": true}})"), "bfloat16.enabled: fp16 and bf16 cannot both be enabled");
+  std::vector<std::string> w;
+  EXPECT_FALSE(parse(R"({"bf16": {"enabled": false}, "bfloat16": {"enabled": true}})", &w).bf16.enabled);
+  ASSERT_EQ(w.size(), 1u);
+  EXPECT_HAS(w[0], "\"bfloat16\" is ignored because \"bf16\" is also given");
+  EXPECT_HAS(error_of(R"({"optimizer": {"type": "Lamb"}, "fp16": {"enabled": true, "loss_scale": 128}})"),
+             "fp16.loss_scale: Lamb requires dynamic loss scaling");
+  EXPECT_EQ(parse(R"({"optimizer": {"type": "Lamb"}, "fp16": {"enabled": true}})").fp16.loss_scale, 0.0);
+  EXPECT_HAS(error_of(R"({"fp16": {"loss_scale_window": 0}})"), "fp16.loss_scale_window: must be > 0 with dynamic loss scaling");
+  EXPECT_EQ(parse(R"({"fp16": {"loss_scale": 1024, "loss_scale_window": 0}})").fp16.loss_scale, 1024.0);
+  EXPECT_HAS(error_of(R"({"fp16": {"min_loss_scale": 0}})"), "fp16.min_loss_scale: must be > 0");
+  EXPECT_HAS(error_of(R"({"fp16": {"loss_scale": true}})"), "fp16.loss_scale: expected a number >= 0, got true");
+  EXPECT_HAS(error_of(R"({"bf16": {"bf16_master_weights_and_grads": true}})"), "bf16 master weights are not supported");
+  EXPECT_EQ(parse(R"({"communication_data_type": "BF16"})").communication_data_type.value(), "bf16");
+  EXPECT_HAS(error_of(R"({"communication_data_type": "int8"})"), "communication_data_type: expected \"fp32\", \"fp16\" or \"bf16\", got \"int8\"");
+}
+
+TEST(ConfigParse, ZeroForms) {
+  std::vector<std::string> w;
+  const DsConfig t = parse(R"({"zero_optimization": true, "allgather_size": 1000})", &w);
+  EXPECT_EQ(t.zero_optimization.stage, 1);
+  EXPECT_EQ(t.zero_optimization.allgather_bucket_size, 1000);
+  ASSERT_EQ(w.size(), 1u);
+  EXPECT_HAS(w[0], "is deprecated; write {\"stage\": 1}");
+  EXPECT_EQ(parse(R"({"zero_optimization": false})").zero_optimization.stage, 0);
+  EXPECT_HAS(error_of("{\"zero_optimization\": {\n  \"stage\": 3}}"),
+             "ds.json:2:3: zero_optimization.stage: ZeRO stage 3 is not supported by dstrain; only stages 0, 1 and 2 are supported");
+  EXPECT_HAS(error_of(R"({"zero_optimization": {"stage": 4}})"), "expected an integer in [0, 3], got 4");
+  EXPECT_HAS(error_of(R"({"zero_optimization": {"allgather_bucket_size": 3}})"), "expected an even integer");
+  EXPECT_HAS(error_of(R"({"zero_optimization": {"offload_optimizer": {"device": "cpu"}}})"),
+             "zero_optimization.offload_optimizer.device: offloading is not supported by dstrain");
+  EXPECT_EQ(parse(R"({"zero_optimization": {"stage": 1, "offload_optimizer": {"device": "none"}, "sub_group_size": 1e9,
+                      "stage3_max_live_parameters": 1e9, "round_robin_gradients": false}})").zero_optimization.stage, 1);
+  EXPECT_HAS(error_of(R"({"zero_optimization": {"stage": 2}, "gradient_predivide_factor": 2})"),
+             "gradient_predivide_factor: must be 1 with zero_optimization.stage 2 and reduce_scatter");
+  EXPECT_HAS(error_of(R"({"zero_optimization": {"stage": 2}, "prescale_gradients": true})"), "prescale_gradients: cannot be true");
+  EXPECT_TRUE(parse(R"({"zero_optimization": {"stage": 2, "reduce_scatter": false}, "prescale_gradients": true})").prescale_gradients);
+  EXPECT_FALSE(parse(R"({"zero_optimization": {"stage": 1, "overlap_comm": null}})").zero_optimization.overlap_comm);
+}
+
+TEST(ConfigParse, CheckpointAndMonitor) {
+  EXPECT_EQ(parse(R"({"checkpoint": {"tag_validation": "IGNORE"}})").checkpoint.tag_validation, "Ignore");
+  EXPECT_EQ(parse(R"({"checkpoint": {"tag_validation": "Warn"}})").checkpoint.tag_validation, "Warn");
+  EXPECT_HAS(error_of(R"({"checkpoint": {"tag_validation": "Strict"}})"),
+             "checkpoint.tag_validation: expected \"Ignore\", \"Warn\" or \"Fail\", got \"Strict\"");
+  EXPECT_HAS(error_of(R"({"csv_monitor": {"job_name": 5}})"), "csv_monitor.job_name: expected a string, got 5");
+  EXPECT_EQ(parse(R"({"seed": 18446744073709551615})").seed.value(), 18446744073709551615ull);
+  EXPECT_HAS(error_of(R"({"seed": -1})"), "seed: expected an integer >= 0, got -1");
+}
+
+TEST(ConfigParse, JsonObjectFormHasNoPositions) {
+  nlohmann::json doc = {{"fp16", {{"loss_scale", "abc"}}}};
+  try {
+    parse_config_json(doc, "<dict>");
+    FAIL() << "no error";
+  } catch (const ds::Error& e) {
+    EXPECT_HAS(e.what(), "<dict>: fp16.loss_scale: expected a number >= 0, got \"abc\"");
+  }
+  const DsConfig c = parse_config_json({{"train_batch_size", 8}, {"optimizer", {{"type", "SGD"}}}});
+  EXPECT_EQ(c.train_batch_size, 8);
+  EXPECT_EQ(c.optimizer->type, "sgd");
+}
+
+TEST(ConfigParse, ResolvedJsonRoundTrips) {
+  for (const char* text : {
+           R"({"train_batch_size": 8, "optimizer": {"type": "Adam"}, "scheduler": {"type": "WarmupLR"}, "fp16": {"enabled": true}})",
+           R"({"train_micro_batch_size_per_gpu": 2, "optimizer": {"type": "SGD", "params": {"momentum": 0.9}},
+               "scheduler": {"type": "OneCycle", "params": {"cycle_min_lr": 0.01, "cycle_max_lr": 0.1}}, "bf16": {"enabled": true}, "seed": 7})",
+           R"({"train_batch_size": 16, "gradient_accumulation_steps": 2, "optimizer": {"type": "Lamb"},
+               "scheduler": {"type": "WarmupCosineLR", "params": {"total_num_steps": 50, "warmup_num_steps": 10}}, "zero_optimization": {"stage": 2}, "model": {"kind": "mlp"}})",
+           R"({"train_batch_size": 4, "optimizer": {"type": "Adagrad"}, "scheduler": {"type": "LRRangeTest"}, "steps_per_print": 5})",
+           R"({"train_batch_size": 4, "optimizer": {"type": "AdamW"}, "scheduler": {"type": "WarmupDecayLR", "params": {"total_num_steps": 9, "warmup_num_steps": 3}}})"}) {
+    DsConfig c = parse(text);
+    resolve_batch_sizes(c, 2);
+    const nlohmann::json j = to_json(c);
+    for (const char* key : {"train_batch_size", "optimizer", "scheduler", "fp16", "bf16", "zero_optimization", "gradient_clipping",
+                            "steps_per_print", "communication_data_type", "checkpoint", "csv_monitor", "seed"}) {
+      EXPECT_TRUE(j.contains(key)) << key;
+    }
+    std::vector<std::string> w;
+    DsConfig again = parse_config_text(j.dump(2), "resolved.json", &w);
+    resolve_batch_sizes(again, 2);
+    EXPECT_TRUE(w.empty()) << w.front();
+    EXPECT_EQ(to_json(again), j) << text;
+  }
+}
+
+TEST(ConfigLoad, PathJsonTextAndBase64) {
+  const std::string path = testing::TempDir() + "ds_config_load_test.json";
+  {
+    std::ofstream f(path);
+    f << "{\n  // file\n  \"train_batch_size\": 4\n}\n";
+  }
+  EXPECT_EQ(load_config(path).train_batch_size, 4);
+  EXPECT_EQ(load_config(path).source, path);
+  EXPECT_EQ(load_config_file(path).train_batch_size, 4);
+  EXPECT_EQ(load_config("  {\"train_batch_size\": 6}").train_batch_size, 6);
+  // base64.urlsafe_b64encode(b'{"train_batch_size": 12, "x": "??>"}')
+  EXPECT_EQ(load_config("eyJ0cmFpbl9iYXRjaF9zaXplIjogMTIsICJ4IjogIj8_PiJ9").train_batch_size, 12);
+  try {
+    load_config("configs/missing.json");
+    FAIL() << "no error";
+  } catch (const ds::Error& e) {
+    EXPECT_HAS(e.what(), "config \"configs/missing.json\" is neither an existing file, nor JSON text, nor base64-encoded JSON (no such file)");
+  }
+  std::remove(path.c_str());
+}
+
+}  // namespace
