@@ -51,7 +51,7 @@ case $case_name in
   include)  # include picks slots 1,3 of 4: 2 ranks, CUDA_VISIBLE_DEVICES=1,3, LOCAL_RANK 0/1
     printf 'localhost slots=4\n' > "$T/hf"
     "$DSRUN" -H "$T/hf" -i localhost:3,1 --no_local_rank "$HELLO" > "$T/out" 2>&1 || { cat "$T/out"; fail "rc"; }
-    grep -q "rank=1 size=2 .*LOCAL_RANK=1 WORLD_SIZE=2 LOCAL_SIZE=2 .*CUDA_VISIBLE_DEVICES=1,3 args=$" "$T/out" || { cat "$T/out"; fail "include"; }
+    grep -q "rank=1 size=2 .*LOCAL_RANK=1 WORLD_SIZE=2 LOCAL_SIZE=2 .*CUDA_VISIBLE_DEVICES=1,3 netns=.* args=$" "$T/out" || { cat "$T/out"; fail "include"; }
     ;;
   python)  # a plain Python script (no MPI) under dsrun gets DeepSpeed's variables
     printf 'localhost slots=2\n' > "$T/hf"
