@@ -1,0 +1,93 @@
+// MpiComm: ds::Communicator on host memory over MPI, with a shared-memory fast path.
+//
+// Plain path: MPI_Allreduce / MPI_Reduce_scatter_block / MPI_Allgather / MPI_Bcast on our
+// own duplicate of the communicator (MPI_ERRORS_RETURN), and the MPI_I* forms for the
+// non-blocking calls. F16 and BF16 use user-defined MPI_Ops over a 2-byte contiguous type;
+// avg is sum then divide by size(). Counts above max_count (INT_MAX) are split.
+//
+// Shared-memory path (docs/DISTRIBUTED.md "Shared-memory collectives"): ranks of one node
+// (MPI_Comm_split_type SHARED) share one MPI-3 window (MPI_Win_allocate_shared, allocated
+// once, two half-segments per rank used alternately, so a chunk needs only the barriers that
+// order it). all_reduce: each rank copies its chunk in, barrier, reduces its own slice from
+// every peer's segment in rank order (so the result is the same on every rank), barrier,
+// copies the reduced chunk out. Across nodes (uniform ranks per node): the reduced slice is
+// all-reduced among the ranks with the same local rank (one MPI_Allreduce per slice) before
+// the copy-out. reduce_scatter and all_gather use the window inside a single node and plain
+// MPI across nodes. Messages below shm_min_bytes use plain MPI (lower latency).
+//
+// Non-blocking shm operations run on a progress thread (one per communicator, FIFO) when MPI
+// provides MPI_THREAD_MULTIPLE, so they overlap with the caller's compute; otherwise they
+// run to completion inside the i*() call. Non-blocking plain-path operations are MPI_I*
+// requests on the caller's thread. A blocking shm operation first waits for the queued ones.
+#pragma once
+
+#include <mpi.h>
+
+#include <climits>
+#include <cstddef>
+#include <memory>
+
+#include "ds/mpi/communicator.h"
+
+namespace ds {
+
+namespace detail { struct MpiRuntime; }
+
+struct MpiCommOptions {
+  bool shm = true;                              // DS_COMM_SHM=0 turns the shm path off
+  std::size_t shm_chunk_bytes = 8u << 20;       // per half-segment (DS_COMM_SHM_CHUNK)
+  std::size_t shm_min_bytes = 32u << 10;        // smaller messages take plain MPI (DS_COMM_SHM_MIN)
+  int ranks_per_node = 0;                       // >0: consecutive groups act as nodes (tests)
+  std::size_t max_count = INT_MAX;              // split limit for MPI counts (tests lower it)
+  bool progress_thread = true;                  // DS_COMM_PROGRESS_THREAD=0 runs shm i*() inline
+  // Defaults overridden by DS_COMM_SHM, DS_COMM_SHM_CHUNK, DS_COMM_SHM_MIN,
+  // DS_COMM_RANKS_PER_NODE, DS_COMM_PROGRESS_THREAD.
+  static MpiCommOptions from_env();
+};
+
+class MpiComm final : public Communicator {
+ public:
+  // Collective over `comm`. Duplicates it (the caller keeps ownership of `comm`).
+  explicit MpiComm(MPI_Comm comm, MpiCommOptions options = MpiCommOptions::from_env(),
+                   std::shared_ptr<detail::MpiRuntime> runtime = nullptr);
+  ~MpiComm() override;
+  MpiComm(const MpiComm&) = delete;
+  MpiComm& operator=(const MpiComm&) = delete;
+
+  int rank() const override;
+  int size() const override;
+  std::string_view backend() const override { return "mpi"; }
+
+  void all_reduce(TensorView buf, ReduceOp op) override;
+  CommWork iall_reduce(TensorView buf, ReduceOp op) override;
+  void reduce_scatter(TensorView send, TensorView recv, ReduceOp op) override;
+  CommWork ireduce_scatter(TensorView send, TensorView recv, ReduceOp op) override;
+  void all_gather(TensorView send, TensorView recv) override;
+  CommWork iall_gather(TensorView send, TensorView recv) override;
+  void broadcast(TensorView buf, int root) override;
+  void barrier() override;
+
+  // Plain-MPI versions of the collectives (no shm), for tests and benchmarks.
+  void all_reduce_mpi(TensorView buf, ReduceOp op);
+  void reduce_scatter_mpi(TensorView send, TensorView recv, ReduceOp op);
+  void all_gather_mpi(TensorView send, TensorView recv);
+
+  bool shm_enabled() const;     // a window exists (more than one rank per node)
+  int node_size() const;        // ranks in this rank's node group
+  int num_nodes() const;
+  bool uses_progress_thread() const;
+  MPI_Comm mpi_comm() const;    // our duplicate
+  const MpiCommOptions& options() const;
+
+  struct Impl;
+
+ private:
+  std::unique_ptr<Impl> impl_;
+};
+
+// MPI datatype and op for a dtype / reduction (F16/BF16 and their ops are user-defined,
+// created on first use). Throw ds::Error naming op and dtype when unsupported.
+MPI_Datatype mpi_datatype(DType t);
+MPI_Op mpi_reduce_op(ReduceOp op, DType t);
+
+}  // namespace ds

@@ -1,0 +1,53 @@
+// NcclComm: ds::Communicator on device memory over NCCL (compiled when NCCL is found).
+//
+// Bootstrap: rank 0 creates the ncclUniqueId and broadcasts it over the MPI communicator,
+// then every rank calls ncclCommInitRank on device `device`. Operations run on the
+// communicator's own stream; before each one the stream waits on an event recorded on the
+// caller's compute stream (set_compute_stream), so gradients produced there are complete.
+// Blocking calls return when the operation finished on the device; non-blocking calls
+// return a handle whose wait() blocks the host until the operation's event completed (and
+// makes the compute stream wait on it). On any NCCL error the communicator is aborted
+// (ncclCommAbort) and ds::Error is thrown (DS_NCCL_CHECK). Buffers are device pointers;
+// counts are elements.
+#pragma once
+
+#include <mpi.h>
+
+#include <memory>
+
+#include "ds/mpi/communicator.h"
+
+namespace ds {
+
+class NcclComm final : public Communicator {
+ public:
+  // Collective over `comm` (MPI, used for the id broadcast only).
+  NcclComm(MPI_Comm comm, int device);
+  ~NcclComm() override;  // ncclCommDestroy, or ncclCommAbort after an error
+  NcclComm(const NcclComm&) = delete;
+  NcclComm& operator=(const NcclComm&) = delete;
+
+  int rank() const override;
+  int size() const override;
+  std::string_view backend() const override { return "nccl"; }
+
+  // A cudaStream_t (void* keeps CUDA headers out of this header); nullptr = legacy default stream.
+  void set_compute_stream(void* stream);
+  void* stream() const;  // the communicator's own cudaStream_t
+
+  void all_reduce(TensorView buf, ReduceOp op) override;
+  CommWork iall_reduce(TensorView buf, ReduceOp op) override;
+  void reduce_scatter(TensorView send, TensorView recv, ReduceOp op) override;
+  CommWork ireduce_scatter(TensorView send, TensorView recv, ReduceOp op) override;
+  void all_gather(TensorView send, TensorView recv) override;
+  CommWork iall_gather(TensorView send, TensorView recv) override;
+  void broadcast(TensorView buf, int root) override;
+  void barrier() override;
+
+  struct Impl;
+
+ private:
+  std::unique_ptr<Impl> impl_;
+};
+
+}  // namespace ds
