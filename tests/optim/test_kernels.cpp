@@ -1,0 +1,246 @@
+// Fast CPU kernels (*_cpu) against the references (*_ref) at awkward sizes, for every
+// gradient dtype, working dtype and several thread counts.
+//
+// Tolerance: adam, sgd and adagrad must match BITWISE (master, state and working copy):
+// both perform the same IEEE fp32 operations in the same order without FMA contraction.
+// Lamb's elementwise math is identical too, but its two norms are summed in a different
+// order (blocks of lanes vs one sequential double sum), which can move the fp32 trust ratio
+// by an ulp, so Lamb is compared to 2e-6 relative.
+#include <gtest/gtest.h>
+#include <omp.h>
+
+#include <cmath>
+#include <cstring>
+#include <random>
+#include <vector>
+
+#include "ds/core/half.h"
+#include "ds/optim/kernels.h"
+
+using ds::DType;
+using ds::TensorView;
+using namespace ds::optim;
+
+namespace {
+
+const std::size_t kSizes[] = {1, 7, 278011};
+const DType kGradTypes[] = {DType::F32, DType::F16, DType::BF16};
+const DType kWorkTypes[] = {DType::U8 /*none*/, DType::F32, DType::F16, DType::BF16};
+
+std::vector<float> randv(std::size_t n, unsigned seed, float scale, float offset = 0.f) {
+  std::mt19937 rng(seed);
+  std::normal_distribution<float> nd(0.f, 1.f);
+  std::vector<float> v(n);
+  for (auto& x : v) x = offset + scale * nd(rng);
+  return v;
+}
+
+// A gradient buffer of dtype t holding (rounded) values.
+struct Grad {
+  std::vector<unsigned char> bytes;
+  TensorView view;
+  Grad(const std::vector<float>& v, DType t) : bytes(v.size() * ds::dtype_size(t) + 1) {
+    view = {bytes.data(), v.size(), t};
+    ds::convert(v.data(), DType::F32, bytes.data(), t, v.size());
+  }
+};
+
+struct Working {
+  std::vector<unsigned char> bytes;
+  TensorView view;
+  Working(std::size_t n, DType t) {
+    if (t == DType::U8) return;  // no working copy
+    bytes.assign(n * ds::dtype_size(t) + 1, 0xAB);
+    view = {bytes.data(), n, t};
+  }
+};
+
+bool same_bits(const std::vector<float>& a, const std::vector<float>& b) {
+  return a.size() == b.size() && std::memcmp(a.data(), b.data(), a.size() * 4) == 0;
+}
+
+std::size_t first_diff(const std::vector<float>& a, const std::vector<float>& b) {
+  for (std::size_t i = 0; i < a.size(); ++i)
+    if (std::memcmp(&a[i], &b[i], 4) != 0) return i;
+  return a.size();
+}
+
+// Runs `steps` steps of kernel `fast` and `ref` (same signature, bound by the caller) on
+// equal inputs and checks bitwise equality of p, the states and the working copy.
+template <class Run>
+void compare_bitwise(const char* what, std::size_t nstates, Run run) {
+  for (int threads : {1, 3}) {
+    omp_set_num_threads(threads);
+    for (std::size_t n : kSizes) {
+      for (DType gt : kGradTypes) {
+        for (DType wt : kWorkTypes) {
+          // Every working dtype with fp32 grads; otherwise none and the grad's own dtype.
+          if (gt != DType::F32 && wt != DType::U8 && wt != gt) continue;
+          std::vector<float> p_ref = randv(n, 1, 1.f), p_fast = p_ref;
+          std::vector<std::vector<float>> s_ref(nstates, std::vector<float>(n, 0.f)), s_fast = s_ref;
+          Working w_ref(n, wt), w_fast(n, wt);
+          for (int step = 1; step <= 3; ++step) {
+            Grad g(randv(n, 100 + step, 0.5f), gt);
+            run(false, step, p_ref, s_ref, g.view, w_ref.view, n);
+            run(true, step, p_fast, s_fast, g.view, w_fast.view, n);
+          }
+          ASSERT_TRUE(same_bits(p_ref, p_fast)) << what << " n=" << n << " grad " << ds::dtype_name(gt)
+                                                << " threads " << threads << " first diff at " << first_diff(p_ref, p_fast);
+          for (std::size_t s = 0; s < nstates; ++s) ASSERT_TRUE(same_bits(s_ref[s], s_fast[s])) << what << " state " << s;
+          ASSERT_EQ(w_ref.bytes, w_fast.bytes) << what << " working copy, n=" << n;
+          if (wt != DType::U8) {  // the working copy is the new master, converted
+            std::vector<unsigned char> expect(w_ref.bytes.size(), 0xAB);
+            ds::convert(p_ref.data(), DType::F32, expect.data(), wt, n);
+            ASSERT_EQ(expect, w_ref.bytes) << what;
+          }
+        }
+      }
+    }
+  }
+  omp_set_num_threads(1);
+}
+
+}  // namespace
+
+TEST(Kernels, AdamFastEqualsRefBitwise) {
+  for (bool adamw : {true, false}) {
+    for (bool bias : {true, false}) {
+      compare_bitwise(adamw ? "adamw" : "adam-l2", 2, [&](bool fast, int step, std::vector<float>& p,
+                                                           std::vector<std::vector<float>>& s, TensorView g,
+                                                           TensorView w, std::size_t n) {
+        AdamHyper h;
+        h.lr = 1e-2f; h.weight_decay = 0.05f; h.adam_w_mode = adamw; h.grad_scale = 0.25f;
+        h.bc1 = bias ? float(1 - std::pow(0.9, step)) : 1.f;
+        h.bc2 = bias ? float(1 - std::pow(0.999, step)) : 1.f;
+        (fast ? adam_cpu : adam_ref)(p.data(), s[0].data(), s[1].data(), g, w, n, h);
+      });
+    }
+  }
+}
+
+TEST(Kernels, SgdFastEqualsRefBitwise) {
+  struct V { float mom, damp, wd; bool nesterov; };
+  for (V v : {V{0.f, 0.f, 0.f, false}, V{0.9f, 0.f, 0.01f, true}, V{0.9f, 0.1f, 0.f, false}}) {
+    compare_bitwise("sgd", 1, [&](bool fast, int step, std::vector<float>& p, std::vector<std::vector<float>>& s,
+                                  TensorView g, TensorView w, std::size_t n) {
+      SgdHyper h;
+      h.lr = 0.05f; h.momentum = v.mom; h.dampening = v.damp; h.weight_decay = v.wd; h.nesterov = v.nesterov;
+      h.first_step = step == 1; h.grad_scale = 0.5f;
+      (fast ? sgd_cpu : sgd_ref)(p.data(), v.mom != 0 ? s[0].data() : nullptr, g, w, n, h);
+    });
+  }
+}
+
+TEST(Kernels, AdagradFastEqualsRefBitwise) {
+  compare_bitwise("adagrad", 1, [&](bool fast, int step, std::vector<float>& p, std::vector<std::vector<float>>& s,
+                                    TensorView g, TensorView w, std::size_t n) {
+    AdagradHyper h;
+    h.clr = 0.05f / (1 + (step - 1) * 0.01f); h.eps = 1e-10f; h.weight_decay = 0.01f; h.grad_scale = 2.f;
+    (fast ? adagrad_cpu : adagrad_ref)(p.data(), s[0].data(), g, w, n, h);
+  });
+}
+
+TEST(Kernels, LambFastMatchesRefPerSegment) {
+  const std::size_t n = 278011;
+  std::vector<std::vector<Segment>> layouts = {
+      {},                                                   // whole range
+      {{0, n}},                                             // one explicit segment
+      {{0, 1}, {1, 7}, {8, 100000}, {100008, n - 100008}},  // uneven, covering
+      {{3, 5}, {20, 70000}, {70100, 65537}, {200000, 1}},   // gaps (left untouched)
+  };
+  for (int threads : {1, 3}) {
+    omp_set_num_threads(threads);
+    for (const auto& segs : layouts) {
+      struct Combo { DType gt, wt; bool inside; };
+      for (Combo cb : {Combo{DType::F32, DType::U8, false}, Combo{DType::F32, DType::F32, true},
+                       Combo{DType::F16, DType::F16, false}, Combo{DType::BF16, DType::BF16, true},
+                       Combo{DType::BF16, DType::F16, false}}) {
+        const DType gt = cb.gt, wt = cb.wt;
+        const bool inside = cb.inside;
+        {
+          {
+            std::vector<float> p_ref = randv(n, 1, 1.f), p_fast = p_ref, p0 = p_ref;
+            std::vector<float> m_ref(n), v_ref(n), m_fast(n), v_fast(n);
+            Working w_ref(n, wt), w_fast(n, wt);
+            const std::size_t ns = segs.empty() ? 1 : segs.size();
+            std::vector<float> c_ref(ns), c_fast(ns);
+            for (int step = 1; step <= 3; ++step) {
+              Grad g(randv(n, 200 + step, 0.5f), gt);
+              LambHyper h;
+              h.step_size = 1e-2f * std::sqrt(1 - std::pow(0.999f, step)) / (1 - std::pow(0.9f, step));
+              h.weight_decay = 0.01f; h.eps_inside_sqrt = inside; h.grad_scale = 0.5f;
+              lamb_ref(p_ref.data(), m_ref.data(), v_ref.data(), g.view, w_ref.view, n, segs, h, c_ref);
+              lamb_cpu(p_fast.data(), m_fast.data(), v_fast.data(), g.view, w_fast.view, n, segs, h, c_fast);
+            }
+            ASSERT_TRUE(same_bits(m_ref, m_fast));  // the moments do not depend on the norms
+            ASSERT_TRUE(same_bits(v_ref, v_fast));
+            for (std::size_t s = 0; s < ns; ++s) EXPECT_NEAR(c_ref[s], c_fast[s], 2e-6 * c_ref[s]);
+            for (std::size_t i = 0; i < n; ++i)
+              ASSERT_NEAR(p_ref[i], p_fast[i], 2e-6f * std::fabs(p_ref[i]) + 1e-9f) << "i=" << i;
+            if (segs.size() == 4 && segs[0].offset == 3) {  // the gaps stay untouched
+              EXPECT_EQ(p_fast[0], p0[0]);
+              EXPECT_EQ(p_fast[199999], p0[199999]);
+              EXPECT_EQ(p_ref[n - 1], p0[n - 1]);
+            }
+          }
+        }
+      }
+    }
+  }
+  omp_set_num_threads(1);
+}
+
+TEST(Kernels, LambMatchesDeepSpeedFormulaTranscription) {
+  // FusedLamb written out in double, tensor by tensor, from the spec (section 4).
+  const std::size_t n = 1000;
+  const std::vector<Segment> segs = {{0, 10}, {10, 490}, {500, 500}};
+  std::vector<float> p = randv(n, 9, 1.f), m(n), v(n);
+  std::vector<double> pd(p.begin(), p.end()), md(n), vd(n);
+  const double lr = 1e-2, b1 = 0.9, b2 = 0.999, eps = 1e-8, wd = 0.01, mn = 0.01, mx = 10.0;
+  std::vector<float> coeffs(segs.size());
+  for (int t = 1; t <= 10; ++t) {
+    std::vector<float> g = randv(n, 300 + t, t == 3 ? 0.f : 0.3f);  // step 3: zero grads
+    LambHyper h;
+    h.beta1 = float(b1); h.beta2 = float(b2); h.eps = float(eps); h.weight_decay = float(wd);
+    h.step_size = float(lr * std::sqrt(1 - std::pow(b2, t)) / (1 - std::pow(b1, t)));
+    lamb_cpu(p.data(), m.data(), v.data(), TensorView{g.data(), n, DType::F32}, TensorView{}, n, segs, h, coeffs);
+    for (const Segment& s : segs) {
+      std::vector<double> u(s.count);
+      double pn = 0, un = 0;
+      for (std::size_t j = 0; j < s.count; ++j) {
+        const std::size_t i = s.offset + j;
+        md[i] = b1 * md[i] + (1 - b1) * g[i];
+        vd[i] = b2 * vd[i] + (1 - b2) * double(g[i]) * g[i];
+        u[j] = md[i] / (std::sqrt(vd[i]) + eps) + wd * pd[i];
+        pn += pd[i] * pd[i];
+        un += u[j] * u[j];
+      }
+      double c = (pn == 0 || un == 0) ? 1.0 : std::clamp(std::sqrt(pn) / std::sqrt(un), mn, mx);
+      const double step_size = lr * std::sqrt(1 - std::pow(b2, t)) / (1 - std::pow(b1, t));
+      for (std::size_t j = 0; j < s.count; ++j) pd[s.offset + j] -= step_size * c * u[j];
+    }
+  }
+  for (std::size_t i = 0; i < n; ++i) EXPECT_NEAR(p[i], pd[i], 1e-5 * std::fabs(pd[i]) + 1e-6) << "i=" << i;
+}
+
+TEST(Kernels, LambTrustRatioClampAndZeroNorms) {
+  EXPECT_EQ(lamb_trust_ratio(0.0, 4.0, 0.01f, 10.f), 1.f);
+  EXPECT_EQ(lamb_trust_ratio(4.0, 0.0, 0.01f, 10.f), 1.f);
+  EXPECT_EQ(lamb_trust_ratio(1e6, 1.0, 0.01f, 10.f), 10.f);
+  EXPECT_EQ(lamb_trust_ratio(1.0, 1e6, 0.01f, 10.f), 0.01f);
+  EXPECT_FLOAT_EQ(lamb_trust_ratio(4.0, 1.0, 0.01f, 10.f), 2.f);
+}
+
+TEST(Kernels, GradScaleIsFoldedIn) {
+  // grads x 4 with grad_scale 1/4 == grads with grad_scale 1 (powers of two: exact).
+  const std::size_t n = 4099;
+  std::vector<float> g = randv(n, 5, 1.f), g4(n);
+  for (std::size_t i = 0; i < n; ++i) g4[i] = 4.f * g[i];
+  std::vector<float> p1 = randv(n, 6, 1.f), p2 = p1, m1(n), v1(n), m2(n), v2(n);
+  AdamHyper h;
+  h.bc1 = 0.1f; h.bc2 = 0.001f;
+  adam_cpu(p1.data(), m1.data(), v1.data(), TensorView{g.data(), n, DType::F32}, {}, n, h);
+  h.grad_scale = 0.25f;
+  adam_cpu(p2.data(), m2.data(), v2.data(), TensorView{g4.data(), n, DType::F32}, {}, n, h);
+  EXPECT_TRUE(same_bits(p1, p2));
+}
