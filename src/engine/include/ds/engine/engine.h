@@ -1,0 +1,215 @@
+// The training engine: DeepSpeed's deepspeed.initialize() and DeepSpeedEngine in C++
+// (../shared/reference/deepspeed-engine.md §2, §4, §5, §6, §8; docs/ENGINE.md).
+//
+//   auto [engine, optimizer, scheduler] = ds::initialize("ds.json", model);   // or a DsConfig
+//   for (each micro-batch) {                 // on EVERY micro-batch, as in DeepSpeed
+//     float loss = engine->forward(batch);
+//     engine->backward(loss);                // grads += loss_scale/gas * dL/dparam
+//     engine->step();                        // optimizer step only at the accumulation boundary
+//   }
+//
+// All public calls except the accessors are collective over the data-parallel communicator:
+// every rank calls them in the same order. The engine owns the flat parameter/gradient
+// storage and binds the module's views into it once, at initialize.
+#pragma once
+
+#include <cstdint>
+#include <memory>
+#include <optional>
+#include <string>
+#include <utility>
+#include <vector>
+
+#include "ds/config/ds_config.h"
+#include "ds/core/buffer.h"
+#include "ds/core/module.h"
+#include "ds/core/timer.h"
+#include "ds/engine/memory.h"
+#include "ds/engine/partition.h"
+#include "ds/io/state_value.h"
+#include "ds/mpi/communicator.h"
+#include "ds/precision/loss_scaler.h"
+
+namespace ds::optim { class Optimizer; }
+namespace ds::sched { class LrScheduler; }
+
+namespace ds {
+
+namespace engine { class CsvMonitor; }
+
+// Engine::load_checkpoint options (DeepSpeed's keyword arguments).
+struct LoadOptions {
+  bool load_module_strict = true;
+  bool load_optimizer_states = true;
+  bool load_lr_scheduler_states = true;
+  bool load_module_only = false;
+};
+
+class Engine {
+ public:
+  using LoadOptions = ds::LoadOptions;
+
+  // Use ds::initialize(); this constructor does the work. `module` must outlive the engine.
+  Engine(config::DsConfig cfg, Module& module, std::shared_ptr<Communicator> comm,
+         std::shared_ptr<void> dist_keepalive = nullptr);
+  ~Engine();
+  Engine(const Engine&) = delete;
+  Engine& operator=(const Engine&) = delete;
+
+  // --- the training call pattern (collective) ---
+  // Runs the module's forward on this rank's micro-batch; returns the mean loss, unscaled.
+  float forward(const Batch& batch);
+  // Backward with scale = loss_scale / gradient_accumulation_steps; returns loss / gas as
+  // DeepSpeed does. During the last micro-batch of a cycle (every micro-batch under ZeRO-2)
+  // full gradient buckets start their non-blocking reduction while backward runs.
+  float backward(float loss);
+  // Called on every micro-batch: micro_steps += 1; at the boundary averages, unscales,
+  // checks overflow, clips, updates, steps the scheduler (see docs/ENGINE.md).
+  void step();
+  // Validation loss (no gradients, no counters).
+  float evaluate(const Batch& batch) { return module_->evaluate(batch); }
+
+  // --- checkpoints (defined in engine_checkpoint.cpp by the checkpoint owner) ---
+  void save_checkpoint(const std::string& save_dir, std::optional<std::string> tag = std::nullopt,
+                       const io::StateValue& client_state = io::StateValue(), bool save_latest = true);
+  std::optional<std::pair<std::string, io::StateValue>> load_checkpoint(
+      const std::string& load_dir, std::optional<std::string> tag = std::nullopt,
+      const LoadOptions& options = LoadOptions());
+
+  // --- counters and state (DeepSpeed's names) ---
+  std::int64_t global_steps() const { return global_steps_; }
+  std::int64_t global_samples() const { return global_samples_; }
+  std::int64_t micro_steps() const { return micro_steps_; }
+  std::int64_t skipped_steps() const { return skipped_steps_; }
+  // DeepSpeed: (micro_steps + 1) % gas == 0, evaluated before step() increments micro_steps.
+  bool is_gradient_accumulation_boundary() const {
+    return (micro_steps_ + 1) % cfg_.gradient_accumulation_steps == 0;
+  }
+  // True when the last step() applied an optimizer update (boundary and no overflow).
+  bool was_step_applied() const { return last_step_applied_; }
+  double get_lr() const;                                   // lr the NEXT optimizer step applies
+  double loss_scale() const { return scaler_.scale(); }    // scale the next backward uses
+  double get_global_grad_norm() const { return global_grad_norm_; }  // last boundary, unscaled, pre-clip
+  std::int64_t train_batch_size() const { return cfg_.train_batch_size; }
+  std::int64_t train_micro_batch_size_per_gpu() const { return cfg_.train_micro_batch_size_per_gpu; }
+  std::int64_t gradient_accumulation_steps() const { return cfg_.gradient_accumulation_steps; }
+  const config::DsConfig& config() const { return cfg_; }
+  Communicator& comm() const { return *comm_; }
+  std::shared_ptr<Communicator> comm_ptr() const { return comm_; }
+  int zero_stage() const { return map_.stage; }
+  DType working_dtype() const { return wdtype_; }
+  DType communication_dtype() const { return comm_dtype_; }
+  const engine::PartitionMap& partition_map() const { return map_; }
+  Module& module() const { return *module_; }
+  optim::Optimizer* optimizer() const { return optimizer_.get(); }
+  sched::LrScheduler* lr_scheduler() const { return scheduler_.get(); }
+  const precision::LossScaler& loss_scaler() const { return scaler_; }
+
+  // Bytes this rank really allocated for model states (no activations).
+  engine::ModelStateBytes memory_report() const;
+
+  // Full fp32 copy of the current working parameters (flat, unpadded), for tests and export.
+  std::vector<float> gather_params_fp32() const;
+  // Mean ms per phase since the last progress line: "forward", "backward", "reduce", "step".
+  const Timers& timers() const { return timers_; }
+
+ private:
+  friend struct EngineCheckpointAccess;
+
+  struct Bucket {
+    std::size_t begin = 0, end = 0;  // global flat range [begin, end)
+    int params_total = 0;            // parameters intersecting the range
+    int params_ready = 0;            // grad_ready calls seen for them this backward
+    bool launched = false;
+    CommWork work;
+  };
+
+  void validate_config();
+  void build_buckets();
+  void on_grad_ready(std::size_t param_index);
+  void launch_ready_buckets();  // launches complete buckets in index order
+  void launch_bucket(Bucket& b);
+  void finish_bucket(Bucket& b);
+  void launch_all_and_wait();
+  void zero_grads();
+  void boundary_step();
+  void allgather_params();
+  void report_progress(bool overflow, double loss, double step_ms);
+
+  // ---- configuration ----
+  config::DsConfig cfg_;                    // resolved (batch sizes filled for world_)
+  Module* module_ = nullptr;
+  std::shared_ptr<Communicator> comm_;      // data-parallel group (all ranks)
+  std::shared_ptr<void> dist_keepalive_;    // the distributed context when initialize made it
+  int rank_ = 0, world_ = 1;
+  DType wdtype_ = DType::F32;               // working params and grads: F32 | F16 | BF16
+  DType comm_dtype_ = DType::F32;           // communication_data_type (default: wdtype_)
+
+  // ---- flat storage (allocated once in the constructor) ----
+  // map_: global layout. Parameter i occupies [map_.params[i].offset, +numel) in params_ and
+  // grads_. Elements [total_numel, padded_numel) are zero padding (ZeRO only).
+  engine::PartitionMap map_;
+  engine::RankSlice slice_;                 // this rank's slice (stage 0: the whole space)
+  std::vector<engine::SliceSegment> segments_;  // parameter pieces inside slice_
+  HostBuffer params_;    // padded_numel x wdtype_: working parameters (full on every rank)
+  HostBuffer grads_;     // padded_numel x wdtype_: bound gradients (full on every rank; the
+                         // Module contract needs a full buffer). Stage 2: after each micro-
+                         // step's reduction only slice_ is kept (the accumulated, reduced
+                         // partition gradient); other ranks' parts are zeroed.
+  HostBuffer comm_buf_;  // padded_numel x comm_dtype_ only when comm_dtype_ != wdtype_
+  HostBuffer gather_send_;  // ZeRO all-gather staging: gather_chunk_ x wdtype_ (own slice chunk)
+  HostBuffer gather_recv_;  // W x gather_chunk_ x wdtype_, only when chunks are smaller than a slice
+  std::size_t gather_chunk_ = 0;  // elements per rank per all-gather (allgather_bucket_size / W)
+  HostBuffer master_;    // slice_.count x F32: fp32 master of this rank's slice; element j
+                         // is global flat element slice_.offset + j
+  std::vector<TensorView> param_views_, grad_views_;  // what the module was bound to
+
+  // ---- optimizer, scaler, scheduler ----
+  std::unique_ptr<optim::Optimizer> optimizer_;  // state sized for slice_.count elements
+  std::unique_ptr<sched::LrScheduler> scheduler_;  // null: constant lr from the optimizer config
+  precision::LossScaler scaler_;                 // fp16 dynamic/static; scale 1 otherwise
+
+  // ---- counters (DeepSpeed semantics) ----
+  std::int64_t global_steps_ = 0;    // boundaries reached (skipped ones included)
+  std::int64_t global_samples_ = 0;  // += train_batch_size per boundary
+  std::int64_t micro_steps_ = 0;     // step() calls
+  std::int64_t skipped_steps_ = 0;   // boundaries whose update was skipped (overflow / NaN)
+  std::int64_t applied_steps_ = 0;   // optimizer updates applied (the optimizer's `step` t)
+  double global_grad_norm_ = 0.0;    // last boundary: unscaled, pre-clip; -1 if inf/NaN
+  bool last_step_applied_ = false;
+
+  // ---- per accumulation cycle ----
+  std::vector<Bucket> buckets_;                  // buckets_[0] holds the END of the flat space
+  std::vector<std::vector<std::size_t>> param_buckets_;  // param -> buckets it intersects
+  std::vector<std::uint8_t> param_ready_;        // grad_ready seen this backward
+  std::size_t next_launch_ = 0;                  // buckets launch strictly in index order
+  bool reducing_this_backward_ = false;
+  bool cycle_reduced_ = false;                   // stage 0/1: this cycle's grads were reduced
+  double backward_scale_ = 1.0;                  // the loss scale the cycle's backwards used
+  double cycle_loss_sum_ = 0.0;                  // sum of forward losses in this cycle
+  int cycle_losses_ = 0;
+  bool cycle_loss_nonfinite_ = false;
+  double pre_factor_ = 1.0, post_factor_ = 1.0;  // gradient averaging (prescale / predivide)
+
+  // ---- reporting ----
+  Timers timers_;
+  Stopwatch step_clock_;           // since the last boundary (for samples/s)
+  double last_loss_ = 0.0;
+  double last_lr_ = 0.0;           // lr of the last boundary (applied, or would have been)
+  std::unique_ptr<engine::CsvMonitor> csv_;
+};
+
+// DeepSpeed's (engine, optimizer, lr_scheduler) tuple, minus the data loader.
+struct InitResult {
+  std::unique_ptr<Engine> engine;
+  optim::Optimizer* optimizer = nullptr;
+  sched::LrScheduler* lr_scheduler = nullptr;
+};
+
+// config: a path to ds_config.json or the JSON text itself. comm: the data-parallel group;
+// nullptr initializes MPI (ds::init_distributed) and uses COMM_WORLD. Batch sizes are
+// resolved for comm->size(); config errors surface unchanged as ds::Error.
+InitResult initialize(const std::string& config, Module& module, std::shared_ptr<Communicator> comm = nullptr);
+InitResult initialize(config::DsConfig config, Module& module, std::shared_ptr<Communicator> comm = nullptr);
+
+}  // namespace ds

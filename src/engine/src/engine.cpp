@@ -1,0 +1,573 @@
+// The training engine (docs/ENGINE.md). DeepSpeed references are to
+// ../shared/reference/deepspeed-engine.md sections.
+#include "ds/engine/engine.h"
+
+#include <algorithm>
+#include <cmath>
+#include <cstring>
+#include <sstream>
+
+#include "ds/config/parse.h"
+#include "ds/core/error.h"
+#include "ds/core/half.h"
+#include "ds/core/log.h"
+#include "ds/engine/monitor.h"
+#include "ds/mpi/init.h"
+#include "ds/optim/optimizer.h"
+#include "ds/precision/grad_stats.h"
+#include "ds/sched/lr_scheduler.h"
+
+namespace ds {
+
+namespace {
+
+TensorView sub_view(const HostBuffer& b, DType t, std::size_t offset, std::size_t count) {
+  auto* base = static_cast<char*>(const_cast<void*>(b.data()));
+  return TensorView{base + offset * dtype_size(t), count, t};
+}
+
+// x *= f over a F32 / F16 / BF16 view (prescaled gradient averaging).
+void scale_in_place(TensorView v, float f) {
+  if (f == 1.0f || v.count == 0) return;
+  switch (v.dtype) {
+    case DType::F32: {
+      float* p = v.as<float>();
+#pragma omp parallel for schedule(static) if (v.count > (1u << 16))
+      for (std::int64_t i = 0; i < std::int64_t(v.count); ++i) p[i] *= f;
+      return;
+    }
+    case DType::F16: {
+      f16* p = v.as<f16>();
+#pragma omp parallel for schedule(static) if (v.count > (1u << 16))
+      for (std::int64_t i = 0; i < std::int64_t(v.count); ++i) p[i] = float_to_f16(f16_to_float(p[i]) * f);
+      return;
+    }
+    case DType::BF16: {
+      bf16* p = v.as<bf16>();
+#pragma omp parallel for schedule(static) if (v.count > (1u << 16))
+      for (std::int64_t i = 0; i < std::int64_t(v.count); ++i) p[i] = float_to_bf16(bf16_to_float(p[i]) * f);
+      return;
+    }
+    default:
+      DS_THROW("gradient scaling: unsupported dtype " << dtype_name(v.dtype));
+  }
+}
+
+void zero_range(const HostBuffer& b, DType t, std::size_t begin, std::size_t end) {
+  if (end <= begin) return;
+  TensorView v = sub_view(b, t, begin, end - begin);
+  std::memset(v.data, 0, v.bytes());
+}
+
+}  // namespace
+
+// ----------------------------------------------------------------------------------------
+// initialize
+// ----------------------------------------------------------------------------------------
+
+InitResult initialize(config::DsConfig cfg, Module& module, std::shared_ptr<Communicator> comm) {
+  std::shared_ptr<void> keepalive;
+  if (!comm) {
+    auto ctx = std::make_shared<DistributedContext>(init_distributed());
+    comm = ctx->comm;
+    keepalive = ctx;
+  }
+  InitResult r;
+  r.engine = std::make_unique<Engine>(std::move(cfg), module, std::move(comm), std::move(keepalive));
+  r.optimizer = r.engine->optimizer();
+  r.lr_scheduler = r.engine->lr_scheduler();
+  return r;
+}
+
+InitResult initialize(const std::string& config, Module& module, std::shared_ptr<Communicator> comm) {
+  std::vector<std::string> warnings;
+  return initialize(config::load_config(config, &warnings), module, std::move(comm));
+}
+
+// ----------------------------------------------------------------------------------------
+// construction
+// ----------------------------------------------------------------------------------------
+
+Engine::Engine(config::DsConfig cfg, Module& module, std::shared_ptr<Communicator> comm,
+               std::shared_ptr<void> dist_keepalive)
+    : cfg_(std::move(cfg)), module_(&module), comm_(std::move(comm)), dist_keepalive_(std::move(dist_keepalive)) {
+  DS_CHECK(comm_ != nullptr, "ds::Engine needs a communicator");
+  rank_ = comm_->rank();
+  world_ = comm_->size();
+  config::resolve_batch_sizes(cfg_, world_);
+  validate_config();
+
+  // ---- layout ----
+  const auto infos = module_->parameters();
+  DS_CHECK(!infos.empty(), "the module has no parameters: nothing to train");
+  map_ = engine::make_partition_map(infos, world_, cfg_.zero_optimization.stage);
+  DS_CHECK(map_.total_numel > 0, "the module's parameters have zero elements in total");
+  slice_ = map_.slices[std::size_t(rank_)];
+  segments_ = map_.segments(rank_);
+
+  // ---- storage, allocated once ----
+  params_ = HostBuffer(map_.padded_numel, wdtype_);
+  grads_ = HostBuffer(map_.padded_numel, wdtype_);
+  if (comm_dtype_ != wdtype_ && world_ > 1) comm_buf_ = HostBuffer(map_.padded_numel, comm_dtype_);
+  master_ = HostBuffer(slice_.count, DType::F32);
+  if (map_.stage >= 1 && world_ > 1) {
+    const std::size_t per_rank = std::size_t(std::max<std::int64_t>(1, cfg_.zero_optimization.allgather_bucket_size / world_));
+    gather_chunk_ = std::min(per_rank, map_.partition_numel);
+    gather_send_ = HostBuffer(gather_chunk_, wdtype_);
+    if (gather_chunk_ < map_.partition_numel) gather_recv_ = HostBuffer(gather_chunk_ * std::size_t(world_), wdtype_);
+  }
+
+  // ---- initial values: module init on fp32 scratch, rank 0's values broadcast ----
+  {
+    HostBuffer scratch(map_.padded_numel, DType::F32);
+    float* s = scratch.as<float>();
+    std::vector<std::span<float>> spans;
+    spans.reserve(map_.params.size());
+    for (const auto& p : map_.params) spans.emplace_back(s + p.offset, p.numel);
+    module_->init_parameters(spans, cfg_.seed.value_or(42));
+    if (world_ > 1) comm_->broadcast(TensorView{s, map_.padded_numel, DType::F32}, 0);
+    std::memcpy(master_.data(), s + slice_.offset, slice_.count * sizeof(float));
+    convert(s, DType::F32, params_.data(), wdtype_, map_.padded_numel);
+  }
+
+  // ---- bind the module's views ----
+  for (const auto& p : map_.params) {
+    param_views_.push_back(sub_view(params_, wdtype_, p.offset, p.numel));
+    grad_views_.push_back(sub_view(grads_, wdtype_, p.offset, p.numel));
+  }
+  module_->bind(param_views_, grad_views_);
+
+  // ---- optimizer, scaler, scheduler ----
+  const config::OptimizerConfig ocfg = cfg_.optimizer.value_or(config::OptimizerConfig{});
+  optimizer_ = optim::make_optimizer(ocfg);
+  optimizer_->init_state(map_.stage >= 1 ? slice_.real_count : map_.total_numel);
+  if (cfg_.fp16.enabled) {
+    precision::LossScalerConfig sc;
+    if (cfg_.fp16.loss_scale > 0) {
+      sc = precision::LossScalerConfig::fixed(cfg_.fp16.loss_scale);
+    } else {
+      sc.dynamic = true;
+      sc.initial_scale_power = cfg_.fp16.initial_scale_power;
+      sc.window = cfg_.fp16.loss_scale_window;
+      sc.hysteresis = cfg_.fp16.hysteresis;
+      sc.consecutive_hysteresis = cfg_.fp16.consecutive_hysteresis;
+      sc.min_scale = cfg_.fp16.min_loss_scale;
+      sc.raise_at_min_scale = true;
+    }
+    scaler_ = precision::LossScaler(sc);
+  }
+  scheduler_ = sched::make_scheduler(cfg_.scheduler.value_or(config::SchedulerConfig{}), ocfg.lr, ocfg.betas);
+
+  // ---- gradient averaging factors (§5 "DP gradient averaging") ----
+  if (world_ > 1) {
+    const double W = world_, pd = cfg_.gradient_predivide_factor;
+    if (cfg_.prescale_gradients) {
+      pre_factor_ = 1.0 / W;
+      post_factor_ = 1.0;
+    } else {
+      pre_factor_ = pd != 1.0 ? 1.0 / pd : 1.0;
+      post_factor_ = pd / W;
+    }
+    // Stage 2 keeps the accumulated partition inside the reduced buffer, so a pre-scale
+    // would rescale it again every micro-step: apply the whole factor after the reduction.
+    if (map_.stage == 2) {
+      post_factor_ *= pre_factor_;
+      pre_factor_ = 1.0;
+    }
+  }
+
+  build_buckets();
+  param_ready_.assign(map_.params.size(), 0);
+
+  if (cfg_.csv_monitor.enabled && rank_ == 0)
+    csv_ = std::make_unique<engine::CsvMonitor>(cfg_.csv_monitor.output_path, cfg_.csv_monitor.job_name);
+
+  DS_INFO("dstrain engine: " << map_.params.size() << " parameter tensors, " << map_.total_numel
+          << " parameters, ZeRO stage " << map_.stage << ", " << dtype_name(wdtype_) << " working / "
+          << dtype_name(comm_dtype_) << " communication, world size " << world_ << ", micro batch "
+          << cfg_.train_micro_batch_size_per_gpu << " x gas " << cfg_.gradient_accumulation_steps
+          << " -> train batch " << cfg_.train_batch_size << "; model states per rank: "
+          << memory_report().to_string());
+  step_clock_.reset();
+}
+
+Engine::~Engine() {
+  // Outstanding non-blocking operations own their buffers until waited.
+  for (auto& b : buckets_) {
+    if (b.work) {
+      try {
+        b.work->wait();
+      } catch (...) {
+      }
+    }
+  }
+}
+
+void Engine::validate_config() {
+  const auto& c = cfg_;
+  DS_CHECK(!(c.fp16.enabled && c.bf16.enabled),
+           c.source << ": fp16.enabled and bf16.enabled are both true; enable at most one");
+  DS_CHECK(c.zero_optimization.stage >= 0 && c.zero_optimization.stage <= 2,
+           c.source << ": zero_optimization.stage " << c.zero_optimization.stage
+                    << " is not supported (dstrain implements stages 0, 1 and 2)");
+  DS_CHECK(c.gradient_accumulation_steps >= 1 && c.train_micro_batch_size_per_gpu >= 1,
+           c.source << ": batch sizes did not resolve (gradient_accumulation_steps "
+                    << c.gradient_accumulation_steps << ", train_micro_batch_size_per_gpu "
+                    << c.train_micro_batch_size_per_gpu << ")");
+  DS_CHECK(c.gradient_clipping >= 0, c.source << ": gradient_clipping must be >= 0, got " << c.gradient_clipping);
+  DS_CHECK(c.gradient_predivide_factor > 0,
+           c.source << ": gradient_predivide_factor must be > 0, got " << c.gradient_predivide_factor);
+  DS_CHECK(c.zero_optimization.reduce_bucket_size > 0,
+           c.source << ": zero_optimization.reduce_bucket_size must be > 0");
+  DS_CHECK(c.zero_optimization.allgather_bucket_size > 0,
+           c.source << ": zero_optimization.allgather_bucket_size must be > 0");
+  wdtype_ = c.fp16.enabled ? DType::F16 : c.bf16.enabled ? DType::BF16 : DType::F32;
+  comm_dtype_ = wdtype_;
+  if (c.communication_data_type) {
+    DType t;
+    try {
+      t = parse_dtype(*c.communication_data_type);
+    } catch (const Error&) {
+      DS_THROW(c.source << ": communication_data_type '" << *c.communication_data_type
+                        << "' is not one of fp32, fp16, bf16");
+    }
+    DS_CHECK(t == DType::F32 || t == DType::F16 || t == DType::BF16,
+             c.source << ": communication_data_type '" << *c.communication_data_type
+                      << "' is not one of fp32, fp16, bf16");
+    comm_dtype_ = t;
+  }
+  const std::string opt = c.optimizer ? c.optimizer->type : "adam";
+  if (opt == "lamb") {
+    DS_CHECK(!(c.fp16.enabled && c.fp16.loss_scale > 0),
+             c.source << ": the Lamb optimizer needs dynamic loss scaling with fp16 (DeepSpeed's "
+                         "FusedLamb); remove fp16.loss_scale or set it to 0");
+    DS_CHECK(c.zero_optimization.stage == 0,
+             c.source << ": the Lamb optimizer computes per-tensor trust ratios and is not supported with "
+                         "ZeRO (zero_optimization.stage " << c.zero_optimization.stage
+                      << "); use Adam/AdamW with ZeRO or stage 0 with Lamb");
+  }
+}
+
+void Engine::build_buckets() {
+  // Buckets cover the padded flat space from its END backwards (backward finishes the last
+  // parameters first); buckets_[0] is the tail. Sizes: reduce_bucket_size elements, at most
+  // the whole space (a small model gets one bucket and allocates nothing extra: buckets are
+  // ranges of grads_, reduced in place).
+  const std::size_t total = map_.padded_numel;
+  const std::size_t bsz = std::size_t(std::min<std::int64_t>(cfg_.zero_optimization.reduce_bucket_size,
+                                                             std::int64_t(total)));
+  buckets_.clear();
+  for (std::size_t end = total; end > 0;) {
+    const std::size_t begin = end > bsz ? end - bsz : 0;
+    Bucket b;
+    b.begin = begin;
+    b.end = end;
+    buckets_.push_back(std::move(b));
+    end = begin;
+  }
+  param_buckets_.assign(map_.params.size(), {});
+  for (std::size_t k = 0; k < buckets_.size(); ++k) {
+    for (std::size_t i = 0; i < map_.params.size(); ++i) {
+      const auto& p = map_.params[i];
+      if (p.numel == 0) continue;
+      if (p.offset < buckets_[k].end && p.offset + p.numel > buckets_[k].begin) {
+        buckets_[k].params_total++;
+        param_buckets_[i].push_back(k);
+      }
+    }
+  }
+}
+
+// ----------------------------------------------------------------------------------------
+// forward / backward
+// ----------------------------------------------------------------------------------------
+
+float Engine::forward(const Batch& batch) {
+  timers_.start("forward");
+  const float loss = module_->forward(batch);
+  timers_.stop("forward");
+  if (std::isfinite(loss)) {
+    cycle_loss_sum_ += loss;
+  } else {
+    cycle_loss_nonfinite_ = true;
+  }
+  cycle_losses_++;
+  last_loss_ = loss;
+  return loss;
+}
+
+float Engine::backward(float loss) {
+  timers_.start("backward");
+  const double gas = double(cfg_.gradient_accumulation_steps);
+  backward_scale_ = scaler_.scale();
+  const float scale = float(backward_scale_ / gas);
+  reducing_this_backward_ = world_ > 1 && (map_.stage == 2 || is_gradient_accumulation_boundary());
+  if (reducing_this_backward_) {
+    for (auto& b : buckets_) {
+      b.params_ready = 0;
+      b.launched = false;
+    }
+    std::fill(param_ready_.begin(), param_ready_.end(), 0);
+    next_launch_ = 0;
+  }
+  module_->backward(scale, [this](std::size_t i) { on_grad_ready(i); });
+  timers_.stop("backward");
+  if (reducing_this_backward_) {
+    timers_.start("reduce");
+    // Buckets whose parameters never reported (unused parameters, a module without
+    // callbacks) start now, still in index order so every rank issues the same sequence.
+    for (; next_launch_ < buckets_.size(); ++next_launch_) launch_bucket(buckets_[next_launch_]);
+    if (map_.stage == 2) {
+      // ZeRO-2 reduces every micro-step: keep only this rank's slice (which accumulates the
+      // reduced sums across micro-steps: other ranks contribute zeros there), drop the rest.
+      for (auto& b : buckets_) finish_bucket(b);
+      zero_range(grads_, wdtype_, 0, slice_.offset);
+      zero_range(grads_, wdtype_, slice_.offset + slice_.count, map_.padded_numel);
+    } else {
+      cycle_reduced_ = true;  // waited for in step()
+    }
+    timers_.stop("reduce");
+    reducing_this_backward_ = false;
+  }
+  return float(loss / gas);
+}
+
+void Engine::on_grad_ready(std::size_t i) {
+  if (!reducing_this_backward_) return;
+  DS_CHECK(i < param_ready_.size(), "Module::backward reported grad_ready(" << i << ") but the module has "
+                                    << param_ready_.size() << " parameters");
+  if (param_ready_[i]) return;  // a repeated call changes nothing
+  param_ready_[i] = 1;
+  for (std::size_t k : param_buckets_[i]) buckets_[k].params_ready++;
+  launch_ready_buckets();
+}
+
+void Engine::launch_ready_buckets() {
+  while (next_launch_ < buckets_.size() &&
+         buckets_[next_launch_].params_ready >= buckets_[next_launch_].params_total) {
+    launch_bucket(buckets_[next_launch_]);
+    ++next_launch_;
+  }
+}
+
+void Engine::launch_bucket(Bucket& b) {
+  if (b.launched) return;
+  const std::size_t n = b.end - b.begin;
+  TensorView g = sub_view(grads_, wdtype_, b.begin, n);
+  TensorView wire = g;
+  if (comm_buf_.bytes() > 0) {
+    wire = sub_view(comm_buf_, comm_dtype_, b.begin, n);
+    convert(g.data, wdtype_, wire.data, comm_dtype_, n);
+  }
+  scale_in_place(wire, float(pre_factor_));
+  b.work = comm_->iall_reduce(wire, ReduceOp::Sum);
+  b.launched = true;
+}
+
+void Engine::finish_bucket(Bucket& b) {
+  if (!b.work) return;
+  b.work->wait();
+  b.work.reset();
+  if (comm_buf_.bytes() > 0) {
+    const std::size_t n = b.end - b.begin;
+    convert(sub_view(comm_buf_, comm_dtype_, b.begin, n).data, comm_dtype_,
+            sub_view(grads_, wdtype_, b.begin, n).data, wdtype_, n);
+  }
+}
+
+void Engine::launch_all_and_wait() {
+  for (auto& b : buckets_) {
+    b.launched = false;
+    launch_bucket(b);
+  }
+  for (auto& b : buckets_) finish_bucket(b);
+}
+
+void Engine::zero_grads() { std::memset(grads_.data(), 0, grads_.bytes()); }
+
+// ----------------------------------------------------------------------------------------
+// step
+// ----------------------------------------------------------------------------------------
+
+void Engine::step() {
+  if (is_gradient_accumulation_boundary()) {
+    boundary_step();
+  } else {
+    last_step_applied_ = false;
+  }
+  micro_steps_ += 1;
+}
+
+void Engine::boundary_step() {
+  // 1. Finish the gradient reduction (stages 0/1: the buckets the last backward started).
+  timers_.start("reduce");
+  if (world_ > 1 && map_.stage < 2) {
+    if (cycle_reduced_) {
+      for (auto& b : buckets_) finish_bucket(b);
+    } else {
+      launch_all_and_wait();  // step() without a boundary backward: still reduce
+    }
+  }
+  cycle_reduced_ = false;
+  timers_.stop("reduce");
+
+  timers_.start("step");
+  // 2. One fused pass over this rank's gradients: sum of squares + inf/NaN; agreed across
+  //    ranks together with the loss in ONE small all-reduce.
+  const bool partitioned = map_.stage >= 1;
+  const std::size_t g_off = partitioned ? slice_.offset : 0;
+  const std::size_t g_cnt = partitioned ? slice_.real_count : map_.total_numel;
+  const precision::GradStats st = precision::grad_stats(sub_view(grads_, wdtype_, g_off, g_cnt), 1.0);
+  double red[4] = {st.has_inf_or_nan ? 0.0 : st.sum_of_squares, st.has_inf_or_nan ? 1.0 : 0.0,
+                   cycle_loss_nonfinite_ ? 1.0 : 0.0, cycle_losses_ > 0 ? cycle_loss_sum_ / cycle_losses_ : 0.0};
+  if (world_ > 1) comm_->all_reduce(TensorView{red, 4, DType::F64}, ReduceOp::Sum);
+  const double sumsq = partitioned ? red[0] : (st.has_inf_or_nan ? 0.0 : st.sum_of_squares);
+  const bool grads_bad = red[1] > 0;
+  const bool loss_bad = red[2] > 0;
+  const double mean_loss = red[3] / world_;
+
+  const double used_scale = backward_scale_;  // the scale backward multiplied by
+  global_grad_norm_ = grads_bad ? -1.0 : std::sqrt(sumsq) * post_factor_ / used_scale;
+
+  bool overflow;
+  if (wdtype_ == DType::F16) {
+    overflow = grads_bad || loss_bad;
+  } else if (wdtype_ == DType::BF16) {
+    overflow = (grads_bad && cfg_.bf16.check_grad_overflow) || loss_bad;
+  } else {
+    overflow = grads_bad || loss_bad;
+  }
+
+  const double lr = scheduler_->lr();
+  last_lr_ = lr;
+  if (wdtype_ == DType::F16) {
+    scaler_.update(overflow);  // throws when stuck at the minimum scale; logs OVERFLOW lines
+  } else if (overflow) {
+    DS_WARN("non-finite " << (loss_bad ? "loss" : "gradients") << " at step " << global_steps_ + 1
+            << ": skipping the optimizer step (skipped steps so far: " << skipped_steps_ + 1 << ")");
+  }
+
+  if (overflow) {
+    skipped_steps_ += 1;
+    last_step_applied_ = false;
+  } else {
+    // 3. Clip (§4): coef = 1 / max(1, (norm + 1e-6) / clip) on the unscaled averaged grads;
+    //    1/loss_scale, the averaging post-factor and the clip coefficient fold into one
+    //    grad_scale the optimizer applies in its single pass.
+    double coef = 1.0;
+    if (cfg_.gradient_clipping > 0) {
+      const double f = (global_grad_norm_ + 1e-6) / cfg_.gradient_clipping;
+      if (f > 1.0) coef = 1.0 / f;
+    }
+    optim::StepContext ctx;
+    ctx.lr = lr;
+    ctx.step = ++applied_steps_;
+    ctx.grad_scale = post_factor_ / used_scale * coef;
+    ctx.betas = scheduler_->betas();
+    const std::size_t n = partitioned ? slice_.real_count : map_.total_numel;
+    if (n > 0) {
+      std::vector<optim::Segment> segs;
+      segs.reserve(segments_.size());
+      for (const auto& s : segments_) segs.push_back(optim::Segment{s.slice_offset, s.count});
+      optimizer_->step(std::span<float>(master_.as<float>(), n), sub_view(grads_, wdtype_, g_off, n),
+                       sub_view(params_, wdtype_, g_off, n), segs, ctx);
+    }
+    // 4. ZeRO: every rank gets every updated slice.
+    if (partitioned && world_ > 1) allgather_params();
+    scheduler_->step();
+    last_step_applied_ = true;
+  }
+  zero_grads();
+  global_steps_ += 1;
+  global_samples_ += cfg_.train_batch_size;
+  timers_.stop("step");
+
+  const double step_ms = step_clock_.elapsed_ms();
+  step_clock_.reset();
+  report_progress(overflow, mean_loss, step_ms);
+  cycle_loss_sum_ = 0;
+  cycle_losses_ = 0;
+  cycle_loss_nonfinite_ = false;
+}
+
+void Engine::allgather_params() {
+  // Updated working params of each slice -> every rank, allgather_bucket_size elements per
+  // collective (gather_chunk_ per rank).
+  const std::size_t S = map_.partition_numel, W = std::size_t(world_), es = dtype_size(wdtype_);
+  char* base = static_cast<char*>(params_.data());
+  for (std::size_t c = 0; c < S; c += gather_chunk_) {
+    const std::size_t k = std::min(gather_chunk_, S - c);
+    std::memcpy(gather_send_.data(), base + (slice_.offset + c) * es, k * es);
+    TensorView send{gather_send_.data(), k, wdtype_};
+    if (gather_chunk_ == S) {
+      comm_->all_gather(send, TensorView{base, S * W, wdtype_});
+    } else {
+      char* rb = static_cast<char*>(gather_recv_.data());
+      comm_->all_gather(send, TensorView{rb, k * W, wdtype_});
+      for (std::size_t r = 0; r < W; ++r) {
+        if (int(r) == rank_) continue;
+        std::memcpy(base + (r * S + c) * es, rb + r * k * es, k * es);
+      }
+    }
+  }
+}
+
+// ----------------------------------------------------------------------------------------
+// reporting and accessors
+// ----------------------------------------------------------------------------------------
+
+void Engine::report_progress(bool overflow, double loss, double step_ms) {
+  if (csv_) {
+    engine::CsvRow row;
+    row.step = global_steps_;
+    row.samples = global_samples_;
+    row.loss = loss;
+    row.lr = last_lr_;
+    row.loss_scale = backward_scale_;
+    row.grad_norm = global_grad_norm_;
+    row.overflow = overflow;
+    row.skipped_steps = skipped_steps_;
+    row.step_time_ms = step_ms;
+    csv_->write(row);
+  }
+  if (cfg_.steps_per_print && *cfg_.steps_per_print > 0 && global_steps_ % *cfg_.steps_per_print == 0) {
+    std::ostringstream os;
+    os.precision(6);
+    os << "step=" << global_steps_ << " loss=" << loss << " lr=" << last_lr_ << " loss_scale=" << backward_scale_
+       << " grad_norm=" << global_grad_norm_ << " skipped=" << skipped_steps_
+       << " samples/s=" << (step_ms > 0 ? double(cfg_.train_batch_size) * 1000.0 / step_ms : 0.0)
+       << " step_time_ms=" << step_ms;
+    if (cfg_.wall_clock_breakdown) {
+      const auto per_step = [&](const char* n) {
+        const int steps = std::max<std::int64_t>(1, *cfg_.steps_per_print);
+        return timers_.total_ms(n) / steps;
+      };
+      os << " | forward_ms=" << per_step("forward") << " backward_ms=" << per_step("backward")
+         << " reduce_ms=" << per_step("reduce") << " step_ms=" << per_step("step");
+      timers_.reset();
+    }
+    DS_INFO(os.str());
+  }
+}
+
+double Engine::get_lr() const { return scheduler_->lr(); }
+
+engine::ModelStateBytes Engine::memory_report() const {
+  engine::ModelStateBytes b;
+  b.params = params_.bytes();
+  b.grads = grads_.bytes();
+  b.master = master_.bytes();
+  std::size_t opt = 0;
+  for (const auto& t : optimizer_->state_tensors()) opt += t.second.size() * sizeof(float);
+  b.optimizer_state = opt;
+  b.comm_scratch = comm_buf_.bytes() + gather_send_.bytes() + gather_recv_.bytes();
+  return b;
+}
+
+std::vector<float> Engine::gather_params_fp32() const {
+  std::vector<float> out(map_.total_numel);
+  convert(params_.data(), wdtype_, out.data(), DType::F32, map_.total_numel);
+  return out;
+}
+
+}  // namespace ds

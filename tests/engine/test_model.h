@@ -1,0 +1,196 @@
+// Test fixtures for the engine: a small MLP regression Module (fp32 math, any working dtype),
+// fault injection (inf gradients, NaN loss), a world-size-1 Communicator, and data.
+#pragma once
+
+#include <algorithm>
+#include <cmath>
+#include <cstdint>
+#include <cstring>
+#include <limits>
+#include <memory>
+#include <set>
+#include <string>
+#include <vector>
+
+#include "ds/core/half.h"
+#include "ds/core/module.h"
+#include "ds/mpi/communicator.h"
+
+namespace ds::test {
+
+// y = w2 . relu(W1 x + b1) + b2; loss = mean over the batch of (y - t)^2 / 2.
+// Parameters: fc1.weight [H, D], fc1.bias [H], fc2.weight [1, H], fc2.bias [1]
+// (plus `extra` tiny tensors "extra.k" [1] that add to y: tensors smaller than the world).
+class TestMlp : public Module {
+ public:
+  enum class ReadyOrder { Reverse, Forward, Never, Twice };
+
+  TestMlp(int d, int h, int extra = 0) : d_(d), h_(h), extra_(extra) {}
+
+  std::set<int> inf_grad_on_backward;  // backward call indices (0-based) that write +inf
+  std::set<int> nan_loss_on_forward;   // forward call indices that return NaN
+  ReadyOrder order = ReadyOrder::Reverse;
+
+  std::vector<ParamInfo> parameters() const override {
+    std::vector<ParamInfo> p{{"fc1.weight", {h_, d_}}, {"fc1.bias", {h_}}, {"fc2.weight", {1, h_}}, {"fc2.bias", {1}}};
+    for (int k = 0; k < extra_; ++k) p.push_back({"extra." + std::to_string(k), {1}});
+    return p;
+  }
+
+  void init_parameters(std::span<const std::span<float>> params, std::uint64_t seed) override {
+    std::uint64_t s = seed * 0x9E3779B97F4A7C15ull + 1;
+    for (std::size_t i = 0; i < params.size(); ++i) {
+      for (float& v : params[i]) {
+        s ^= s << 13; s ^= s >> 7; s ^= s << 17;
+        // multiples of 1/64 in [-0.5, 0.5): exact in fp16 and bf16 too
+        v = float(std::int64_t(s % 64) - 32) / 64.0f;
+      }
+    }
+  }
+
+  void bind(std::span<const TensorView> params, std::span<const TensorView> grads) override {
+    p_.assign(params.begin(), params.end());
+    g_.assign(grads.begin(), grads.end());
+  }
+
+  float forward(const Batch& b) override {
+    const int call = forward_calls_++;
+    load();
+    B_ = int(b.batch);
+    x_.assign(b.features.begin(), b.features.end());
+    t_.resize(std::size_t(B_));
+    for (int i = 0; i < B_; ++i) t_[std::size_t(i)] = float(b.targets[std::size_t(i)]);
+    h_act_.assign(std::size_t(B_) * std::size_t(h_), 0.f);
+    y_.assign(std::size_t(B_), 0.f);
+    double loss = 0;
+    for (int n = 0; n < B_; ++n) {
+      float y = w_[3][0];
+      for (int k = 0; k < extra_; ++k) y += w_[4 + std::size_t(k)][0];
+      for (int j = 0; j < h_; ++j) {
+        float a = w_[1][std::size_t(j)];
+        for (int i = 0; i < d_; ++i) a += w_[0][std::size_t(j * d_ + i)] * x_[std::size_t(n * d_ + i)];
+        a = a > 0 ? a : 0;
+        h_act_[std::size_t(n * h_ + j)] = a;
+        y += w_[2][std::size_t(j)] * a;
+      }
+      y_[std::size_t(n)] = y;
+      const double e = double(y) - t_[std::size_t(n)];
+      loss += 0.5 * e * e;
+    }
+    if (nan_loss_on_forward.count(call)) return std::numeric_limits<float>::quiet_NaN();
+    return float(loss / B_);
+  }
+
+  void backward(float scale, const std::function<void(std::size_t)>& ready) override {
+    const int call = backward_calls_++;
+    std::vector<std::vector<float>> g(w_.size());
+    for (std::size_t i = 0; i < w_.size(); ++i) g[i].assign(w_[i].size(), 0.f);
+    for (int n = 0; n < B_; ++n) {
+      const float dy = scale * (y_[std::size_t(n)] - t_[std::size_t(n)]) / float(B_);
+      g[3][0] += dy;
+      for (int k = 0; k < extra_; ++k) g[4 + std::size_t(k)][0] += dy;
+      for (int j = 0; j < h_; ++j) {
+        const float a = h_act_[std::size_t(n * h_ + j)];
+        g[2][std::size_t(j)] += dy * a;
+        if (a <= 0) continue;
+        const float dh = dy * w_[2][std::size_t(j)];
+        g[1][std::size_t(j)] += dh;
+        for (int i = 0; i < d_; ++i) g[0][std::size_t(j * d_ + i)] += dh * x_[std::size_t(n * d_ + i)];
+      }
+    }
+    if (inf_grad_on_backward.count(call)) g[1][0] = std::numeric_limits<float>::infinity();
+    // Accumulate in reverse parameter order (what a real backward does), reporting each.
+    std::vector<std::size_t> idx(w_.size());
+    for (std::size_t i = 0; i < idx.size(); ++i) idx[i] = idx.size() - 1 - i;
+    if (order == ReadyOrder::Forward) std::reverse(idx.begin(), idx.end());
+    for (std::size_t i : idx) {
+      accumulate(i, g[i]);
+      if (order != ReadyOrder::Never) ready(i);
+      if (order == ReadyOrder::Twice) ready(i);
+    }
+  }
+
+  int forward_calls() const { return forward_calls_; }
+
+ private:
+  static float read(const TensorView& v, std::size_t i) {
+    switch (v.dtype) {
+      case DType::F16: return f16_to_float(v.as<f16>()[i]);
+      case DType::BF16: return bf16_to_float(v.as<bf16>()[i]);
+      default: return v.as<float>()[i];
+    }
+  }
+  static void write(const TensorView& v, std::size_t i, float x) {
+    switch (v.dtype) {
+      case DType::F16: v.as<f16>()[i] = float_to_f16(x); break;
+      case DType::BF16: v.as<bf16>()[i] = float_to_bf16(x); break;
+      default: v.as<float>()[i] = x;
+    }
+  }
+  void load() {
+    w_.resize(p_.size());
+    for (std::size_t i = 0; i < p_.size(); ++i) {
+      w_[i].resize(p_[i].count);
+      for (std::size_t k = 0; k < p_[i].count; ++k) w_[i][k] = read(p_[i], k);
+    }
+  }
+  void accumulate(std::size_t i, const std::vector<float>& g) {
+    for (std::size_t k = 0; k < g.size(); ++k) write(g_[i], k, read(g_[i], k) + g[k]);
+  }
+
+  int d_, h_, extra_;
+  std::vector<TensorView> p_, g_;
+  std::vector<std::vector<float>> w_;
+  std::vector<float> x_, t_, h_act_, y_;
+  int B_ = 0;
+  int forward_calls_ = 0, backward_calls_ = 0;
+};
+
+// A deterministic data set: features are multiples of 1/4 in [-1, 1], targets small ints.
+struct Data {
+  int d;
+  std::vector<float> x;
+  std::vector<std::int32_t> t;
+  Data(int n, int dim, std::uint64_t seed = 7) : d(dim) {
+    std::uint64_t s = seed + 12345;
+    auto next = [&] { s ^= s << 13; s ^= s >> 7; s ^= s << 17; return s; };
+    for (int i = 0; i < n * dim; ++i) x.push_back(float(std::int64_t(next() % 9) - 4) / 4.0f);
+    for (int i = 0; i < n; ++i) t.push_back(std::int32_t(next() % 5) - 2);
+  }
+  // Samples [first, first + count).
+  Batch batch(int first, int count) const {
+    Batch b;
+    b.features = std::span<const float>(x.data() + std::size_t(first) * std::size_t(d), std::size_t(count * d));
+    b.targets = std::span<const std::int32_t>(t.data() + first, std::size_t(count));
+    b.batch = count;
+    b.feature_dim = d;
+    return b;
+  }
+};
+
+// World size 1: every collective is the identity (or a copy).
+class SelfComm final : public Communicator {
+ public:
+  int rank() const override { return 0; }
+  int size() const override { return 1; }
+  std::string_view backend() const override { return "self"; }
+  void all_reduce(TensorView, ReduceOp) override {}
+  CommWork iall_reduce(TensorView, ReduceOp) override { return std::make_unique<Done>(); }
+  void reduce_scatter(TensorView s, TensorView r, ReduceOp) override { copy(s, r); }
+  CommWork ireduce_scatter(TensorView s, TensorView r, ReduceOp) override { copy(s, r); return std::make_unique<Done>(); }
+  void all_gather(TensorView s, TensorView r) override { copy(s, r); }
+  CommWork iall_gather(TensorView s, TensorView r) override { copy(s, r); return std::make_unique<Done>(); }
+  void broadcast(TensorView, int) override {}
+  void barrier() override {}
+
+ private:
+  struct Done final : CommHandle {
+    void wait() override {}
+    bool test() override { return true; }
+  };
+  static void copy(TensorView s, TensorView r) {
+    if (s.data != r.data) std::memmove(r.data, s.data, std::min(s.bytes(), r.bytes()));
+  }
+};
+
+}  // namespace ds::test
