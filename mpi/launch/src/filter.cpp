@@ -101,7 +101,9 @@ WorldInfo apply_filters(const Pool& pool, std::string_view include, std::string_
   const WorldInfo filter = parse_node_filter(inc ? include : exclude, flag);
 
   WorldInfo picked = inc ? WorldInfo{} : full;
-  for (const auto& [host, slots] : filter) {
+  for (const auto& entry : filter) {
+    const std::string& host = entry.first;
+    const std::vector<int>& slots = entry.second;
     const std::vector<int>* have = find(full, host);
     DS_CHECK(have != nullptr, flag << ": host '" << host << "' not found in the hostfile");
     for (int s : slots) {
