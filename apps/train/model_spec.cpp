@@ -1,0 +1,71 @@
+#include "model_spec.h"
+
+#include <sstream>
+
+#include "ds/core/error.h"
+
+namespace ds::train {
+
+std::string ModelSpec::describe() const {
+  std::ostringstream os;
+  if (type == "gpt") {
+    os << "gpt n_layer=" << n_layer << " n_head=" << n_head << " n_embd=" << n_embd
+       << " block_size=" << block_size << " vocab_size=" << vocab_size;
+  } else {
+    os << "mlp n_layer=" << n_layer << " n_embd=" << n_embd << " block_size=" << block_size
+       << " vocab_size=" << vocab_size;
+  }
+  return os.str();
+}
+
+namespace {
+
+std::int64_t positive_int(const nlohmann::json& section, const char* key, std::int64_t fallback,
+                          const std::string& source) {
+  if (!section.contains(key)) return fallback;
+  const auto& v = section.at(key);
+  DS_CHECK(v.is_number_integer() && v.get<std::int64_t>() > 0,
+           source << ": model." << key << " must be a positive integer, got " << v.dump());
+  return v.get<std::int64_t>();
+}
+
+}  // namespace
+
+ModelSpec resolve_model_spec(const nlohmann::json& section, const TrainOptions& opts,
+                             const std::string& source) {
+  ModelSpec m;
+  if (!section.is_null()) {
+    DS_CHECK(section.is_object(), source << ": \"model\" must be an object, got " << section.dump());
+    static const char* known[] = {"type", "n_layer", "n_head", "n_embd", "block_size", "vocab_size"};
+    for (const auto& [key, value] : section.items()) {
+      bool ok = false;
+      for (const char* k : known) ok = ok || key == k;
+      DS_CHECK(ok, source << ": unknown key model." << key
+                          << " (known: type, n_layer, n_head, n_embd, block_size, vocab_size)");
+    }
+    if (section.contains("type")) {
+      const auto& t = section.at("type");
+      DS_CHECK(t.is_string() && (t == "gpt" || t == "mlp"),
+               source << ": model.type must be \"gpt\" or \"mlp\", got " << t.dump());
+      m.type = t.get<std::string>();
+    }
+    m.n_layer = positive_int(section, "n_layer", m.n_layer, source);
+    m.n_head = positive_int(section, "n_head", m.n_head, source);
+    m.n_embd = positive_int(section, "n_embd", m.n_embd, source);
+    m.block_size = positive_int(section, "block_size", m.block_size, source);
+    m.vocab_size = positive_int(section, "vocab_size", 0, source);
+  }
+  if (opts.model) m.type = *opts.model;
+  if (opts.n_layer) m.n_layer = *opts.n_layer;
+  if (opts.n_head) m.n_head = *opts.n_head;
+  if (opts.n_embd) m.n_embd = *opts.n_embd;
+  if (opts.block_size) m.block_size = *opts.block_size;
+  if (m.type == "gpt") {
+    DS_CHECK(m.n_embd % m.n_head == 0, "n_embd (" << m.n_embd << ") must be divisible by n_head ("
+                                                  << m.n_head << "); set --n_embd/--n_head or model.n_embd/model.n_head in "
+                                                  << source);
+  }
+  return m;
+}
+
+}  // namespace ds::train

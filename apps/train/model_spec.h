@@ -1,0 +1,31 @@
+// Which built-in model to train and its shape: defaults, then the config's "model" section,
+// then the command-line flags (the last one given wins).
+#pragma once
+
+#include <cstdint>
+#include <string>
+
+#include <nlohmann/json.hpp>
+
+#include "options.h"
+
+namespace ds::train {
+
+struct ModelSpec {
+  std::string type = "gpt";       // gpt | mlp
+  std::int64_t n_layer = 4;
+  std::int64_t n_head = 4;
+  std::int64_t n_embd = 128;
+  std::int64_t block_size = 64;
+  std::int64_t vocab_size = 0;  // 0: from the data (256 for text, the token file's vocab)
+
+  std::string describe() const;
+};
+
+// `model_section` is the config's top-level "model" object (or null when absent); `source`
+// names the config file in errors. Throws ds::Error naming the key for unknown keys and bad
+// values, and for shapes the model cannot take (n_embd not divisible by n_head).
+ModelSpec resolve_model_spec(const nlohmann::json& model_section, const TrainOptions& opts,
+                             const std::string& source);
+
+}  // namespace ds::train

@@ -1,0 +1,118 @@
+#include "options.h"
+
+#include <CLI/CLI.hpp>
+
+#include "ds/engine/args.h"
+
+namespace ds::train {
+
+namespace {
+
+// An option bound to std::optional<T>: set only when the flag is given.
+template <typename T>
+CLI::Option* add_optional(CLI::App& app, const std::string& name, std::optional<T>& target,
+                          const std::string& help) {
+  return app.add_option_function<T>(name, [&target](const T& v) { target = v; }, help);
+}
+
+}  // namespace
+
+ParseResult parse_options(int argc, const char* const* argv) {
+  TrainOptions o;
+  CLI::App app{
+      "dstrain train: trains the built-in GPT or MLP on the embedded corpus or a data file\n"
+      "with DeepSpeed's ds_config.json semantics.\n"
+      "  mpirun -np N train --config ds_config.json [flags]",
+      "train"};
+  app.get_formatter()->column_width(34);
+
+  app.add_option("--config", o.config, "DeepSpeed config file (ds_config.json)");
+  // DeepSpeed's --deepspeed, --deepspeed_config FILE, --local_rank N (and --deepscale aliases).
+  engine::DeepSpeedArgs ds_args;
+  engine::add_deepspeed_args(app, ds_args);
+
+  add_optional(app, "--model", o.model, "Model: gpt (default) or mlp")
+      ->check(CLI::IsMember({"gpt", "mlp"}));
+  add_optional(app, "--n_layer", o.n_layer, "Transformer blocks (GPT) / hidden layers (MLP)")
+      ->check(CLI::Range(std::int64_t{1}, std::int64_t{1024}));
+  add_optional(app, "--n_head", o.n_head, "Attention heads (GPT)")
+      ->check(CLI::Range(std::int64_t{1}, std::int64_t{1024}));
+  add_optional(app, "--n_embd", o.n_embd, "Embedding / hidden width")
+      ->check(CLI::Range(std::int64_t{1}, std::int64_t{1} << 20));
+  add_optional(app, "--block_size", o.block_size, "Context length in tokens (bytes)")
+      ->check(CLI::Range(std::int64_t{1}, std::int64_t{1} << 20));
+
+  app.add_option("--data", o.data,
+                 "Training data: a text file (bytes are tokens) or a binary token file "
+                 "(.bin/.tok); default: the embedded corpus");
+  auto* steps = add_optional(app, "--steps", o.steps, "Optimizer steps to run")
+                    ->check(CLI::Range(std::int64_t{1}, std::int64_t{1} << 40));
+  auto* epochs = add_optional(app, "--epochs", o.epochs, "Epochs to run (instead of --steps)")
+                     ->check(CLI::Range(std::int64_t{1}, std::int64_t{1} << 20));
+  steps->excludes(epochs);
+  add_optional(app, "--seed", o.seed, "Seed for init, data order and sampling (default: config seed, else 1234)");
+  add_optional(app, "--eval_interval", o.eval_interval, "Validation every N steps (0: only at the end)")
+      ->check(CLI::Range(std::int64_t{0}, std::int64_t{1} << 40));
+  add_optional(app, "--eval_iters", o.eval_iters, "Validation micro-batches per rank (0: no validation)")
+      ->check(CLI::Range(std::int64_t{0}, std::int64_t{1} << 20));
+  app.add_option("--val_fraction", o.val_fraction, "Fraction of the data held out for validation")
+      ->check(CLI::Range(0.0, 0.5));
+
+  app.add_option("--save_dir", o.save_dir, "Checkpoint directory (saves at --save_interval and at the end)");
+  add_optional(app, "--save_interval", o.save_interval, "Save every N steps (0: only at the end)")
+      ->check(CLI::Range(std::int64_t{0}, std::int64_t{1} << 40));
+  app.add_option("--load_dir", o.load_dir, "Resume from this checkpoint directory");
+  app.add_option("--ckpt_id", o.ckpt_id, "Checkpoint tag to load (default: <load_dir>/latest)");
+
+  app.add_option("--loss_csv", o.loss_csv, "Rank 0 writes step,loss,lr,grad_norm,loss_scale,val_loss here");
+  app.add_option("--sample_tokens", o.sample_tokens, "Bytes of text generated at the end (0: none)")
+      ->check(CLI::Range(std::int64_t{0}, std::int64_t{1} << 20));
+  app.add_option("--progress", o.progress, "auto (bar on a terminal), bar, or lines")
+      ->check(CLI::IsMember({"auto", "bar", "lines"}));
+
+  ParseResult r;
+  try {
+    app.parse(argc, argv);
+  } catch (const CLI::CallForHelp&) {
+    r.message = app.help();
+    return r;
+  } catch (const CLI::CallForAllHelp&) {
+    r.message = app.help("", CLI::AppFormatMode::All);
+    return r;
+  } catch (const CLI::ParseError& e) {
+    r.message = std::string(e.what()) + " (see train --help)";
+    r.exit_code = 2;
+    r.message_is_error = true;
+    return r;
+  }
+
+  o.deepspeed = ds_args.deepspeed;
+  if (ds_args.local_rank >= 0) o.local_rank = ds_args.local_rank;
+  const std::string& deepspeed_config = ds_args.deepspeed_config;
+  if (!deepspeed_config.empty()) {
+    if (!o.config.empty() && o.config != deepspeed_config) {
+      r.message = "--config '" + o.config + "' and --deepspeed_config '" + deepspeed_config +
+                  "' name different files; give one";
+      r.exit_code = 2;
+      r.message_is_error = true;
+      return r;
+    }
+    o.config = deepspeed_config;
+  }
+  if (o.config.empty()) {
+    r.message = "a config file is required: --config ds_config.json (or --deepspeed_config)";
+    r.exit_code = 2;
+    r.message_is_error = true;
+    return r;
+  }
+  if (!o.load_dir.empty() && o.ckpt_id.empty() == false && o.ckpt_id.find('/') != std::string::npos) {
+    r.message = "--ckpt_id '" + o.ckpt_id + "' must be a tag (a directory name inside --load_dir), not a path";
+    r.exit_code = 2;
+    r.message_is_error = true;
+    return r;
+  }
+  r.options = std::move(o);
+  return r;
+}
+
+}  // namespace ds::train

@@ -1,0 +1,406 @@
+// The training job: prepare() (local: config, model shape, data, model object) and run()
+// (collective: engine, loop, validation, checkpoints, sample, summary).
+#include "train_loop.h"
+
+#include <unistd.h>
+
+#include <omp.h>
+
+#include <algorithm>
+#include <cmath>
+#include <cstdio>
+#include <cstdlib>
+#include <filesystem>
+#include <random>
+#include <sstream>
+#include <thread>
+#include <vector>
+
+#include "ds/config/parse.h"
+#include "ds/core/error.h"
+#include "ds/data/dataset.h"
+#include "ds/data/sampler.h"
+#include "ds/engine/args.h"
+#include "ds/engine/engine.h"
+#include "ds/io/state_value.h"
+#include "ds/nn/gpt.h"
+#include "ds/nn/mlp.h"
+#include "model_spec.h"
+#include "report.h"
+
+namespace ds::train {
+
+namespace {
+constexpr std::uint64_t kDefaultSeed = 1234;
+constexpr std::int64_t kDefaultSteps = 500;
+constexpr std::int64_t kDefaultEvalIters = 20;
+constexpr std::int64_t kLossWindow = 10;  // the summary's train loss: mean of the last steps
+}  // namespace
+
+struct Job {
+  TrainOptions opts;
+  config::DsConfig cfg;  // batch sizes resolved for the world size
+  ModelSpec spec;
+  std::uint64_t seed = kDefaultSeed;
+  data::TextDataset train_data, val_data;
+  std::unique_ptr<Module> model;
+  nn::Gpt* gpt = nullptr;  // == model.get() for --model gpt
+  std::int64_t steps_per_epoch = 0;  // optimizer steps per epoch of the training split
+  std::int64_t total_steps = 0;      // the run ends after this global step
+  std::int64_t eval_interval = 0;
+  std::int64_t eval_iters = 0;
+  bool bar = false;
+  double flops_per_token = 0;
+};
+
+void JobDeleter::operator()(Job* j) const { delete j; }
+
+namespace {
+
+// Two ranks on two cores: without OMP_NUM_THREADS every rank would start one OpenMP thread
+// per core and they would fight over the cores. Split the cores among this node's ranks.
+void choose_threads(const DistributedContext& dist) {
+  if (std::getenv("OMP_NUM_THREADS")) return;
+  const unsigned cores = std::max(1u, std::thread::hardware_concurrency());
+  omp_set_num_threads(std::max(1, int(cores) / std::max(1, dist.local_size)));
+}
+
+// --model mlp on byte-level text: the MLP classifies the next byte from the one-hot
+// encoding of the last block_size bytes (one prediction per sequence).
+class MlpBatcher {
+ public:
+  MlpBatcher(std::int64_t seq, std::int64_t vocab) : seq_(seq), vocab_(vocab) {}
+  Batch operator()(const Batch& tokens) {
+    const std::int64_t B = tokens.batch;
+    features_.assign(std::size_t(B * seq_ * vocab_), 0.0f);
+    targets_.resize(std::size_t(B));
+    for (std::int64_t b = 0; b < B; ++b) {
+      for (std::int64_t t = 0; t < seq_; ++t)
+        features_[std::size_t((b * seq_ + t) * vocab_ + tokens.inputs[std::size_t(b * seq_ + t)])] = 1.0f;
+      targets_[std::size_t(b)] = tokens.targets[std::size_t(b * seq_ + seq_ - 1)];
+    }
+    Batch out;
+    out.features = features_;
+    out.targets = targets_;
+    out.batch = B;
+    out.feature_dim = seq_ * vocab_;
+    return out;
+  }
+
+ private:
+  std::int64_t seq_, vocab_;
+  std::vector<float> features_;
+  std::vector<std::int32_t> targets_;
+};
+
+// Whether rank 0's stdout reaches a person at a terminal. Open MPI gives local ranks a pty
+// even when mpirun's own output goes to a pipe or a file, so under a launcher we look at
+// where the launching process (our parent: mpirun, or the local daemon) writes.
+bool stdout_is_terminal() {
+  if (!::isatty(STDOUT_FILENO)) return false;
+  const bool launched = std::getenv("OMPI_COMM_WORLD_SIZE") || std::getenv("PMI_SIZE") ||
+                        std::getenv("PMIX_RANK") || std::getenv("SLURM_STEP_ID");
+  if (!launched) return true;
+  std::error_code ec;
+  const auto target =
+      std::filesystem::read_symlink("/proc/" + std::to_string(::getppid()) + "/fd/1", ec).string();
+  if (ec) return true;  // cannot tell: trust isatty
+  return target.rfind("/dev/pts/", 0) == 0 || target.rfind("/dev/tty", 0) == 0;
+}
+
+std::string tag_for_step(std::int64_t step) { return "global_step" + std::to_string(step); }
+
+}  // namespace
+
+JobPtr prepare(const TrainOptions& opts, const DistributedContext& dist) {
+  JobPtr job(new Job);
+  Job& j = *job;
+  j.opts = opts;
+
+  // --local_rank as DeepSpeed's launchers pass it: must agree with the environment.
+  engine::DeepSpeedArgs ds_args;
+  ds_args.local_rank = opts.local_rank.value_or(-1);
+  const int local_rank = engine::resolve_local_rank(ds_args);
+  DS_CHECK(!opts.local_rank || local_rank == dist.local_rank,
+           "--local_rank " << *opts.local_rank << " disagrees with MPI's local rank " << dist.local_rank);
+
+  DS_CHECK(std::filesystem::exists(opts.config), "config file " << opts.config << " does not exist");
+  j.cfg = config::load_config_file(opts.config);
+  config::resolve_batch_sizes(j.cfg, dist.world_size);
+  j.spec = resolve_model_spec(j.cfg.raw.contains("model") ? j.cfg.raw.at("model") : nlohmann::json(nullptr),
+                              opts, opts.config);
+  j.seed = opts.seed ? *opts.seed : j.cfg.seed.value_or(kDefaultSeed);
+  j.cfg.seed = j.seed;  // the engine seeds the model init with it
+
+  // Data: the embedded corpus, a text file, or a token file (by magic).
+  data::TextDataset all;
+  if (opts.data.empty()) {
+    all = data::TextDataset::embedded();
+  } else {
+    DS_CHECK(std::filesystem::exists(opts.data), "--data " << opts.data << ": no such file");
+    char magic[8] = {};
+    if (std::FILE* f = std::fopen(opts.data.c_str(), "rb")) {
+      const std::size_t got = std::fread(magic, 1, sizeof magic, f);
+      std::fclose(f);
+      all = (got == 8 && std::string_view(magic, 8) == "DSTOKENS") ? data::TextDataset::from_token_file(opts.data)
+                                                                     : data::TextDataset::from_file(opts.data);
+    } else {
+      DS_THROW("--data " << opts.data << ": cannot open for reading");
+    }
+  }
+  const std::string data_name = opts.data.empty() ? std::string("the embedded corpus") : opts.data;
+  if (j.spec.vocab_size == 0) j.spec.vocab_size = all.vocab_size();
+  DS_CHECK(all.vocab_size() <= j.spec.vocab_size,
+           data_name << " has vocab size " << all.vocab_size() << " but model.vocab_size is " << j.spec.vocab_size);
+  const std::int64_t seq = j.spec.block_size;
+  const auto min_val_tokens = std::size_t(seq * dist.world_size + 1);
+  std::tie(j.train_data, j.val_data) = all.split(opts.val_fraction, opts.val_fraction > 0 ? min_val_tokens : 0);
+  const std::size_t train_samples = j.train_data.num_samples(seq);
+  DS_CHECK(train_samples >= std::size_t(dist.world_size),
+           data_name << " is too small: " << all.size() << " tokens give " << train_samples
+                     << " training windows of block_size+1 = " << seq + 1 << " tokens; need at least one per rank ("
+                     << dist.world_size << "). Use a smaller --block_size or more data");
+
+  const auto mb = std::size_t(j.cfg.train_micro_batch_size_per_gpu);
+  const std::int64_t gas = j.cfg.gradient_accumulation_steps;
+  {
+    data::DistributedSampler probe(train_samples, dist.world_size, dist.rank, mb, true, j.seed,
+                                   j.cfg.dataloader_drop_last);
+    DS_CHECK(probe.steps_per_epoch() > 0,
+             data_name << " gives " << train_samples << " training windows: fewer than one micro-batch of "
+                       << mb << " per rank with dataloader_drop_last; lower train_micro_batch_size_per_gpu");
+    j.steps_per_epoch = std::max<std::int64_t>(1, std::int64_t(probe.steps_per_epoch()) / gas);
+  }
+
+  // Run length: --steps, --epochs, the scheduler's total_num_steps, or the default.
+  if (opts.steps)
+    j.total_steps = *opts.steps;
+  else if (opts.epochs)
+    j.total_steps = *opts.epochs * j.steps_per_epoch;
+  else if (j.cfg.scheduler && j.cfg.scheduler->total_num_steps)
+    j.total_steps = *j.cfg.scheduler->total_num_steps;
+  else
+    j.total_steps = kDefaultSteps;
+  j.eval_iters = opts.eval_iters.value_or(kDefaultEvalIters);
+  j.eval_interval = opts.eval_interval.value_or(std::max<std::int64_t>(1, j.total_steps / 5));
+
+  // Progress bar only on a terminal (rank 0's stdout); the engine's steps_per_print lines
+  // would tear it, so they are left to the lines mode.
+  j.bar = opts.progress == "bar" || (opts.progress == "auto" && stdout_is_terminal());
+  if (j.bar) j.cfg.steps_per_print.reset();
+
+  if (j.spec.type == "gpt") {
+    nn::GptConfig g;
+    g.n_layer = j.spec.n_layer;
+    g.n_head = j.spec.n_head;
+    g.n_embd = j.spec.n_embd;
+    g.block_size = j.spec.block_size;
+    g.vocab_size = j.spec.vocab_size;
+    auto gpt = std::make_unique<nn::Gpt>(g);
+    j.gpt = gpt.get();
+    j.flops_per_token = gpt->flops_per_token();
+    j.model = std::move(gpt);
+  } else {
+    nn::MlpConfig m;
+    m.in_features = j.spec.block_size * j.spec.vocab_size;
+    m.hidden = j.spec.n_embd;
+    m.n_classes = j.spec.vocab_size;
+    m.n_hidden_layers = j.spec.n_layer;
+    auto mlp = std::make_unique<nn::Mlp>(m);
+    // FLOPs per sample spread over the block_size tokens a sample reads.
+    j.flops_per_token = mlp->flops_per_sample() / double(j.spec.block_size);
+    j.model = std::move(mlp);
+  }
+  choose_threads(dist);
+  return job;
+}
+
+void run(Job& j, const DistributedContext& dist) {
+  const bool rank0 = dist.rank == 0;
+  const std::int64_t seq = j.spec.block_size;
+  const std::int64_t gas = j.cfg.gradient_accumulation_steps;
+  const auto mb = std::size_t(j.cfg.train_micro_batch_size_per_gpu);
+  Communicator& comm = *dist.comm;
+
+  auto init = ds::initialize(j.cfg, *j.model, dist.comm);
+  Engine& engine = *init.engine;
+
+  data::Loader train_loader(j.train_data, seq,
+                            data::DistributedSampler(j.train_data.num_samples(seq), dist.world_size, dist.rank, mb,
+                                                     true, j.seed, j.cfg.dataloader_drop_last));
+  const std::size_t val_samples = j.val_data.size() > 0 ? j.val_data.num_samples(seq) : 0;
+  std::optional<data::Loader> val_loader;
+  if (val_samples >= std::size_t(dist.world_size) && j.eval_iters > 0)
+    val_loader.emplace(j.val_data, seq,
+                       data::DistributedSampler(val_samples, dist.world_size, dist.rank, mb, false, j.seed, false));
+  std::mt19937_64 rng(j.seed);
+
+  // Resume: the engine restores parameters, optimizer, scheduler and counters; the client
+  // state carries the step, the sampler position and our RNG.
+  std::int64_t start_step = 0;
+  if (!j.opts.load_dir.empty()) {
+    std::optional<std::string> tag;
+    if (!j.opts.ckpt_id.empty()) tag = j.opts.ckpt_id;
+    auto loaded = engine.load_checkpoint(j.opts.load_dir, tag);
+    DS_CHECK(loaded.has_value(), "--load_dir " << j.opts.load_dir << ": no checkpoint found"
+                                               << (tag ? " with tag " + *tag : std::string(" (no 'latest' file)")));
+    const io::StateValue& cs = loaded->second;
+    DS_CHECK(cs.is_map() && cs.contains("step"),
+             "checkpoint " << loaded->first << " has no 'step' in its client state (not saved by train)");
+    start_step = cs.at("step").as_int();
+    DS_CHECK(start_step == engine.global_steps(),
+             "checkpoint " << loaded->first << ": client state step " << start_step
+                           << " disagrees with the engine's global_steps " << engine.global_steps());
+    if (cs.contains("sampler")) {
+      data::SamplerState s;
+      s.epoch = std::uint64_t(cs.at("sampler").at("epoch").as_int());
+      s.step = std::uint64_t(cs.at("sampler").at("step").as_int());
+      train_loader.sampler().set_state(s);
+    } else {
+      train_loader.sampler().skip_to_step(std::uint64_t(start_step * gas));
+    }
+    if (cs.contains("rng")) {
+      std::istringstream is(cs.at("rng").as_string());
+      is >> rng;
+      DS_CHECK(!is.fail(), "checkpoint " << loaded->first << ": unreadable rng state");
+    }
+    if (rank0)
+      std::printf("[train] resumed from %s at step %lld\n", loaded->first.c_str(), static_cast<long long>(start_step));
+  }
+
+  const std::int64_t tokens_per_step = engine.train_batch_size() * seq;
+  if (rank0) {
+    std::printf("[train] model: %s (%zu parameters)\n", j.spec.describe().c_str(),
+                [&] {
+                  std::size_t n = 0;
+                  for (const auto& p : j.model->parameters()) n += p.numel();
+                  return n;
+                }());
+    std::printf("[train] data: %s: %zu training / %zu validation tokens, %lld optimizer steps per epoch\n",
+                j.opts.data.empty() ? "embedded corpus" : j.opts.data.c_str(), j.train_data.size(),
+                j.val_data.size(), static_cast<long long>(j.steps_per_epoch));
+    std::printf("[train] %d rank(s) x micro-batch %zu x %lld accumulation = %lld sequences of %lld tokens per step; "
+                "steps %lld-%lld, seed %llu\n",
+                dist.world_size, mb, static_cast<long long>(gas), static_cast<long long>(engine.train_batch_size()),
+                static_cast<long long>(seq), static_cast<long long>(start_step + 1),
+                static_cast<long long>(j.total_steps), static_cast<unsigned long long>(j.seed));
+    std::fflush(stdout);
+  }
+
+  std::optional<MlpBatcher> mlp_batcher;
+  if (!j.gpt) mlp_batcher.emplace(seq, j.spec.vocab_size);
+  auto to_model = [&](const Batch& b) { return mlp_batcher ? (*mlp_batcher)(b) : b; };
+
+  // Collective: mean over ranks of sum / count.
+  auto global_mean = [&](double sum, double count) {
+    double buf[2] = {sum, count};
+    comm.all_reduce(TensorView{buf, 2, DType::F64}, ReduceOp::Sum);
+    return buf[1] > 0 ? buf[0] / buf[1] : std::nan("");
+  };
+  // Validation loss: the first eval_iters micro-batches of the validation split on every
+  // rank (the same batches each time, so values are comparable), sample-weighted.
+  auto validate = [&]() -> std::optional<double> {
+    if (!val_loader) return std::nullopt;
+    val_loader->sampler().set_state({});
+    const auto iters = std::min<std::int64_t>(j.eval_iters, std::int64_t(val_loader->sampler().steps_per_epoch()));
+    double sum = 0, count = 0;
+    for (std::int64_t i = 0; i < iters; ++i) {
+      Batch b = val_loader->next();
+      const double n = double(b.batch);
+      sum += double(engine.evaluate(to_model(b))) * n;
+      count += n;
+    }
+    return global_mean(sum, count);
+  };
+
+  auto save = [&](std::int64_t step, Reporter& rep) {
+    io::StateValue cs;
+    cs["step"] = step;
+    const auto s = train_loader.sampler().state();
+    cs["sampler"]["epoch"] = std::int64_t(s.epoch);
+    cs["sampler"]["step"] = std::int64_t(s.step);
+    std::ostringstream os;
+    os << rng;
+    cs["rng"] = os.str();
+    cs["seed"] = std::int64_t(j.seed);
+    const std::string tag = tag_for_step(step);
+    engine.save_checkpoint(j.opts.save_dir, tag, cs);
+    rep.note("saved checkpoint " + (std::filesystem::path(j.opts.save_dir) / tag).string());
+  };
+
+  Reporter rep(rank0, j.bar, start_step + 1, j.total_steps, tokens_per_step, j.cfg.steps_per_print,
+               j.opts.loss_csv);
+  std::vector<double> recent;  // losses of the last kLossWindow steps
+  std::optional<double> final_val;
+  if (start_step >= j.total_steps && rank0)
+    rep.note("nothing to train: the checkpoint is at step " + std::to_string(start_step) + ", --steps is " +
+             std::to_string(j.total_steps));
+
+  for (std::int64_t step = start_step + 1; step <= j.total_steps; ++step) {
+    double loss_sum = 0;
+    double lr = engine.get_lr();
+    for (std::int64_t micro = 0; micro < gas; ++micro) {
+      Batch b = to_model(train_loader.next());
+      const float loss = engine.forward(b);
+      loss_sum += double(loss);
+      engine.backward(loss);
+      if (micro + 1 == gas) lr = engine.get_lr();
+      engine.step();
+    }
+    StepRecord r;
+    r.step = step;
+    r.loss = global_mean(loss_sum, double(gas));
+    r.lr = lr;
+    r.grad_norm = engine.get_global_grad_norm();
+    r.loss_scale = engine.loss_scale();
+    recent.push_back(r.loss);
+    if (std::int64_t(recent.size()) > kLossWindow) recent.erase(recent.begin());
+    const bool last = step == j.total_steps;
+    if (last || (j.eval_interval > 0 && step % j.eval_interval == 0)) {
+      r.val_loss = validate();
+      if (last) final_val = r.val_loss;
+    }
+    rep.step(r);
+    if (!j.opts.save_dir.empty() &&
+        (last || (j.opts.save_interval && *j.opts.save_interval > 0 && step % *j.opts.save_interval == 0)))
+      save(step, rep);
+  }
+  rep.finish_bar();
+
+  // A short sample from the trained GPT (rank 0 only; no communication).
+  if (rank0 && j.gpt && j.opts.sample_tokens > 0) {
+    const data::TextDataset& src = j.val_data.size() > 0 ? j.val_data : j.train_data;
+    const auto toks = src.tokens();
+    const std::size_t plen = std::min<std::size_t>({toks.size(), 32, std::size_t(seq)});
+    std::vector<std::int32_t> prompt(toks.begin(), toks.begin() + std::ptrdiff_t(plen));
+    const std::uint64_t sample_seed = rng();
+    auto out = j.gpt->generate(prompt, int(j.opts.sample_tokens), 0.8f, sample_seed);
+    std::string text;
+    for (auto t : prompt) text.push_back(char(t));
+    std::string gen;
+    for (auto t : out) gen.push_back(char(t < 256 ? t : '?'));
+    std::printf("[train] sample (temperature 0.8, prompt = first %zu bytes of the validation split):\n", plen);
+    std::printf("%s%s\n[train] end of sample\n", printable(text).c_str(), printable(gen).c_str());
+  }
+
+  if (rank0) {
+    const std::int64_t done = rep.steps_done();
+    const double tps = rep.tokens_per_s();
+    std::printf("[train] done: %lld steps (%lld-%lld) in %.1f s, %lld tokens, %.0f tokens/s", static_cast<long long>(done),
+                static_cast<long long>(start_step + 1), static_cast<long long>(j.total_steps), rep.elapsed_s(),
+                static_cast<long long>(done * tokens_per_step), tps);
+    if (j.flops_per_token > 0) std::printf(", %.1f GFLOP/s", tps * j.flops_per_token / 1e9);
+    std::printf("\n");
+    if (!recent.empty()) {
+      double m = 0;
+      for (double x : recent) m += x;
+      std::printf("[train] final train loss %.4f (mean of the last %zu steps)", m / double(recent.size()),
+                  recent.size());
+      if (final_val) std::printf(", final validation loss %.4f", *final_val);
+      std::printf("\n");
+    }
+    std::fflush(stdout);
+  }
+}
+
+}  // namespace ds::train
