@@ -87,6 +87,29 @@ expect_err missing "ds_config: error: config \"$TMP/does_not_exist.json\" is nei
 grep -q "subcommand" "$TMP/noargs.out" || fail "no usage message without a subcommand: $(cat "$TMP/noargs.out")"
 "$APP" check "$DATA/good_minimal.json" --world_size 0 >/dev/null 2>&1 && fail "world_size 0 accepted"
 
+# schedule: "step,lr" CSV, the lr the optimizer applies at global steps 1..N. The scheduler
+# steps after each optimizer step, so step k applies DeepSpeed's lr for it = k - 2.
+csv_check() {  # NAME PYTHON-EXPR over rows (dict step -> lr) and lines (the raw lines)
+  "$PY" -c "
+import sys
+lines = open('$TMP/$1.out').read().splitlines()
+assert lines[0] == 'step,lr', lines[0]
+rows = {int(a): float(b) for a, b in (l.split(',') for l in lines[1:])}
+close = lambda a, b: abs(a - b) <= 1e-9 + 1e-5 * abs(b)
+sys.exit(0 if ($2) else 1)" || fail "$1: schedule check failed: $2 ($(head -5 "$TMP/$1.out" | tr '\n' ' '))"
+}
+run sched_warmup 0 schedule '{"train_batch_size": 2, "optimizer": {"type": "Adam", "params": {"lr": 1e-3}}, "scheduler": {"type": "WarmupLR", "params": {"warmup_num_steps": 1000}}}' --steps 1001
+csv_check sched_warmup "len(rows) == 1001 and sorted(rows) == list(range(1, 1002)) and rows[1] == 0 and rows[2] == 0 and close(rows[3], 1.00343e-4) and close(rows[12], 3.47131e-4) and close(rows[1001], 1e-3)"
+run sched_onecycle 0 schedule '{"train_batch_size": 2, "scheduler": {"type": "OneCycle", "params": {"cycle_min_lr": 1e-4, "cycle_max_lr": 1e-3, "cycle_first_step_size": 1000}}}' --steps 2001
+csv_check sched_onecycle "close(rows[1], 1e-4) and close(rows[2], 1.009e-4) and close(rows[501], 5.5e-4) and close(rows[1001], 1e-3) and close(rows[1501], 5.5e-4) and close(rows[2001], 1e-4)"
+run sched_decay 0 schedule "$DATA/good_full.json" --steps 25 --world_size 2
+csv_check sched_decay "len(rows) == 25 and close(rows[7], 3e-4) and close(rows[17], 3e-4 * 5 / 15) and rows[25] == 0"
+run sched_const 0 schedule "$DATA/good_minimal.json" --steps 3
+csv_check sched_const "rows == {1: 1e-3, 2: 1e-3, 3: 1e-3}"
+run sched_bad 1 schedule "$DATA/bad_batch.json" --steps 3 --world_size 2
+expect_err sched_bad "ds_config: error:"
+"$APP" schedule "$DATA/good_minimal.json" >/dev/null 2>&1 && fail "schedule without --steps accepted"
+
 if [ "$fails" -ne 0 ]; then
   echo "$fails check(s) failed"
   exit 1

@@ -266,6 +266,12 @@ TEST(ConfigParse, Schedulers) {
   EXPECT_HAS(error_of(R"({"scheduler": {"type": "WarmupLR", "params": {"warmup_num_steps": 0}}})"),
              "warmup_num_steps: expected an integer >= 1, got 0");
   EXPECT_HAS(error_of(R"({"scheduler": {"type": "WarmupLR", "params": {"last_batch_iteration": 5}}})"), "only -1");
+  std::vector<std::string> short_total;
+  parse(R"({"scheduler": {"type": "WarmupDecayLR", "params": {"total_num_steps": 5, "warmup_num_steps": 10}}})", &short_total);
+  ASSERT_EQ(short_total.size(), 1u);
+  EXPECT_HAS(short_total[0], "scheduler.params.total_num_steps 5 is less than warmup_num_steps 10");
+  EXPECT_FALSE(parse(R"({"scheduler": null})").scheduler);
+  EXPECT_FALSE(parse(R"({"scheduler": {"type": "WarmupLR", "params": {"warmup_max_lr": null}}})").scheduler->warmup_max_lr);
   std::vector<std::string> w;
   const auto odd = parse(R"({"scheduler": {"type": "WarmupLR", "params": {"warmup_type": "cubic"}}})", &w).scheduler;
   EXPECT_EQ(odd->warmup_type, "log");
