@@ -138,7 +138,11 @@ int launch(int argc, char** argv) {
     return app.exit(e);
   }
   std::vector<std::string> rest = app.remaining();
+  if (!rest.empty() && rest.front() == "--") rest.erase(rest.begin());  // "dsrun [opts] -- PROGRAM"
   DS_CHECK(!rest.empty(), "no PROGRAM given (dsrun [options] PROGRAM [ARGS...])");
+  DS_CHECK(rest.front().empty() || rest.front()[0] != '-',
+           "unknown option '" << rest.front() << "' (see dsrun --help; use '--' before a PROGRAM "
+                                                 "whose name starts with '-')");
 
   CommandOptions co;
   co.launcher = parse_launcher(launcher);

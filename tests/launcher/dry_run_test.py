@@ -151,6 +151,11 @@ err(["-H", nohf, "--num_nodes", "2", "prog"], "no hostfile")
 err(["-H", hf2x4, "--launcher", "pdsh", "prog"], "unknown --launcher 'pdsh'")
 err(["-H", hostfile("a slots=1\nb slots=2\n", "uneven"), "--launcher", "mpich", "prog"], "same number of slots")
 err(["-H", hf2x4], "no PROGRAM")
+err(["-H", hf2x4, "--bogus", "prog"], "unknown option '--bogus'")
+def separator(args, argv):
+    if argv[argv.index("--") + 1:] != ["prog", "-x"]:
+        failures.append(f"separator: {argv}")
+ok(["-H", hf2x4, "--", "prog", "-x"], [("worker-0", W4), ("worker-1", W4)], check=separator)
 err(["-H", hf2x4, "--master_port", "0", "prog"], "--master_port")
 err(["-H", hf2x4, "--launcher_args", "'open", "prog"], "unterminated")
 with open(os.path.join(TMP, ".deepspeed_env"), "w") as f:
