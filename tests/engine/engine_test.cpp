@@ -28,10 +28,14 @@ std::shared_ptr<ds::Communicator> g_world;
 
 constexpr int kD = 3, kH = 5;  // 15 + 5 + 5 + 1 = 26 parameters: not divisible by 4 or 8
 
-json base_config(int micro, int gas) {
+// Adam is invariant to the gradient's scale, so every equivalence test also runs SGD with
+// momentum (sgd = true), which is not: a wrong averaging factor fails it.
+json base_config(int micro, int gas, bool sgd = false) {
+  json opt = sgd ? json{{"type", "SGD"}, {"params", {{"lr", 0.05}, {"momentum", 0.9}}}}
+                 : json{{"type", "Adam"}, {"params", {{"lr", 0.01}, {"weight_decay", 0.01}}}};
   return json{{"train_micro_batch_size_per_gpu", micro},
               {"gradient_accumulation_steps", gas},
-              {"optimizer", {{"type", "Adam"}, {"params", {{"lr", 0.01}, {"weight_decay", 0.01}}}}},
+              {"optimizer", opt},
               {"gradient_clipping", 1.0}};
 }
 
@@ -168,9 +172,11 @@ TEST(Engine, AccumulationEquivalenceWorldSize1) {
   // absolute on parameters of magnitude <= 1 (fp32 summation order differs).
   RunOptions o;
   o.steps = 5;
-  auto a = train(base_config(2, 4), self(), o);
-  auto b = train(base_config(8, 1), self(), o);
-  EXPECT_LT(max_abs_diff(a, b), 1e-6);
+  for (bool sgd : {false, true}) {
+    auto a = train(base_config(2, 4, sgd), self(), o);
+    auto b = train(base_config(8, 1, sgd), self(), o);
+    EXPECT_LT(max_abs_diff(a, b), 1e-6) << "sgd " << sgd;
+  }
 }
 
 TEST(Engine, DataParallelEquivalence) {
@@ -180,13 +186,15 @@ TEST(Engine, DataParallelEquivalence) {
   if (8 % W() != 0) GTEST_SKIP() << "needs a world size dividing 8";
   RunOptions o;
   o.steps = 6;
-  auto ref = train(base_config(8, 1), self(), o);
-  for (int stage : {0, 1, 2}) {
-    for (int bucket : {7, 500000000}) {
-      auto cfg = base_config(8 / W(), 1);
-      cfg["zero_optimization"] = {{"stage", stage}, {"reduce_bucket_size", bucket}, {"allgather_bucket_size", 6}};
-      auto p = train(cfg, g_world, o);
-      EXPECT_LT(max_abs_diff(p, ref), 2e-6) << "stage " << stage << " bucket " << bucket;
+  for (bool sgd : {false, true}) {
+    auto ref = train(base_config(8, 1, sgd), self(), o);
+    for (int stage : {0, 1, 2}) {
+      for (int bucket : {7, 500000000}) {
+        auto cfg = base_config(8 / W(), 1, sgd);
+        cfg["zero_optimization"] = {{"stage", stage}, {"reduce_bucket_size", bucket}, {"allgather_bucket_size", 6}};
+        auto p = train(cfg, g_world, o);
+        EXPECT_LT(max_abs_diff(p, ref), 2e-6) << "sgd " << sgd << " stage " << stage << " bucket " << bucket;
+      }
     }
   }
 }
@@ -196,12 +204,14 @@ TEST(Engine, DataParallelEquivalenceWithAccumulation) {
   if (8 % (2 * W()) != 0) GTEST_SKIP() << "needs 2W dividing 8";
   RunOptions o;
   o.steps = 4;
-  auto ref = train(base_config(8, 1), self(), o);
-  for (int stage : {0, 1, 2}) {
-    auto cfg = base_config(8 / (2 * W()), 2);
-    cfg["zero_optimization"] = {{"stage", stage}, {"reduce_bucket_size", 9}};
-    auto p = train(cfg, g_world, o);
-    EXPECT_LT(max_abs_diff(p, ref), 2e-6) << "stage " << stage;
+  for (bool sgd : {false, true}) {
+    auto ref = train(base_config(8, 1, sgd), self(), o);
+    for (int stage : {0, 1, 2}) {
+      auto cfg = base_config(8 / (2 * W()), 2, sgd);
+      cfg["zero_optimization"] = {{"stage", stage}, {"reduce_bucket_size", 9}};
+      auto p = train(cfg, g_world, o);
+      EXPECT_LT(max_abs_diff(p, ref), 2e-6) << "sgd " << sgd << " stage " << stage;
+    }
   }
 }
 
@@ -228,7 +238,7 @@ TEST(Engine, ZeroStagesMatchStage0MixedPrecision) {
   o.steps = 5;
   o.extra_params = 3;  // tensors of one element: smaller than the world
   for (const char* prec : {"fp16", "bf16"}) {
-    auto cfg = base_config(2, 2);
+    auto cfg = base_config(2, 2, true);
     cfg[prec] = {{"enabled", true}};
     if (std::string(prec) == "fp16") cfg[prec]["initial_scale_power"] = 8;
     auto ref = train(cfg, g_world, o);
@@ -245,7 +255,7 @@ TEST(Engine, Fp32ZeroMatchesStage0) {
   RunOptions o;
   o.steps = 6;
   o.extra_params = 5;
-  auto cfg = base_config(2, 1);
+  auto cfg = base_config(2, 1, true);
   cfg["gradient_clipping"] = 0.05;
   auto ref = train(cfg, g_world, o);
   for (int stage : {1, 2}) {
@@ -258,7 +268,7 @@ TEST(Engine, CommunicationDataTypeFp32WithFp16Model) {
   if (W() == 1) GTEST_SKIP() << "communication needs more than one rank";
   RunOptions o;
   o.steps = 4;
-  auto cfg = base_config(2, 1);
+  auto cfg = base_config(2, 1, true);
   cfg["fp16"] = {{"enabled", true}, {"initial_scale_power", 8}};
   auto ref = train(cfg, g_world, o);
   cfg["communication_data_type"] = "fp32";

@@ -530,7 +530,10 @@ void Engine::report_progress(bool overflow, double loss, double step_ms) {
     row.step_time_ms = step_ms;
     csv_->write(row);
   }
-  if (cfg_.steps_per_print && *cfg_.steps_per_print > 0 && global_steps_ % *cfg_.steps_per_print == 0) {
+  // steps_per_print unset: no progress lines (DeepSpeed >= 0.15.2), except that
+  // wall_clock_breakdown alone reports every step as DeepSpeed's timers do.
+  const std::int64_t every = cfg_.steps_per_print.value_or(cfg_.wall_clock_breakdown ? 1 : 0);
+  if (every > 0 && global_steps_ % every == 0) {
     std::ostringstream os;
     os.precision(6);
     os << "step=" << global_steps_ << " loss=" << loss << " lr=" << last_lr_ << " loss_scale=" << backward_scale_
@@ -539,8 +542,7 @@ void Engine::report_progress(bool overflow, double loss, double step_ms) {
        << " step_time_ms=" << step_ms;
     if (cfg_.wall_clock_breakdown) {
       const auto per_step = [&](const char* n) {
-        const int steps = std::max<std::int64_t>(1, *cfg_.steps_per_print);
-        return timers_.total_ms(n) / steps;
+        return timers_.total_ms(n) / double(every);
       };
       os << " | forward_ms=" << per_step("forward") << " backward_ms=" << per_step("backward")
          << " reduce_ms=" << per_step("reduce") << " step_ms=" << per_step("step");
