@@ -40,8 +40,9 @@ std::vector<pid_t> my_children() {
     char* end = nullptr;
     long pid = std::strtol(e->d_name, &end, 10);
     if (*end != '\0' || pid <= 0) continue;
-    std::string path = std::string("/proc/") + e->d_name + "/stat";
-    std::FILE* f = std::fopen(path.c_str(), "r");
+    char path[64];
+    std::snprintf(path, sizeof path, "/proc/%ld/stat", pid);
+    std::FILE* f = std::fopen(path, "r");
     if (f == nullptr) continue;
     char buf[1024];
     std::size_t n = std::fread(buf, 1, sizeof buf - 1, f);
