@@ -97,7 +97,9 @@ bool in_path(const std::string& name) {
     if (c == std::string::npos) c = p.size();
     std::string dir = p.substr(start, c - start);
     if (dir.empty()) dir = ".";
-    std::string full = dir + "/" + name;
+    std::string full = dir;
+    full += '/';
+    full += name;
     struct stat st{};
     if (::stat(full.c_str(), &st) == 0 && S_ISREG(st.st_mode) && ::access(full.c_str(), X_OK) == 0) return true;
     start = c + 1;
