@@ -95,8 +95,7 @@ bool in_path(const std::string& name) {
   while (start <= p.size()) {
     std::size_t c = p.find(':', start);
     if (c == std::string::npos) c = p.size();
-    std::string dir = p.substr(start, c - start);
-    if (dir.empty()) dir = ".";
+    std::string dir = c > start ? p.substr(start, c - start) : std::string(1, '.');
     std::string full = dir;
     full += '/';
     full += name;
