@@ -41,10 +41,11 @@ int main(int argc, char** argv) {
   netns[nl > 0 ? nl : 1] = '\0';
   std::string args;
   for (int i = 1; i < argc; ++i) args += std::string(i > 1 ? "|" : "") + argv[i];
-  std::printf("hello rank=%d size=%d sum=%ld expect=%ld host=%s RANK=%s LOCAL_RANK=%s WORLD_SIZE=%s "
+  std::printf("hello rank=%d size=%d sum=%ld expect=%ld host=%s OMPI_COMM_WORLD_RANK=%s SLURM_STEP_ID=%s RANK=%s LOCAL_RANK=%s WORLD_SIZE=%s "
               "LOCAL_SIZE=%s CROSS_RANK=%s CROSS_SIZE=%s MASTER_ADDR=%s MASTER_PORT=%s "
               "CUDA_VISIBLE_DEVICES=%s netns=%s args=%s\n",
-              rank, size, sum, static_cast<long>(size) * (size + 1) / 2, host, env_or("RANK"),
+              rank, size, sum, static_cast<long>(size) * (size + 1) / 2, host, env_or("OMPI_COMM_WORLD_RANK"),
+              env_or("SLURM_STEP_ID"), env_or("RANK"),
               env_or("LOCAL_RANK"), env_or("WORLD_SIZE"), env_or("LOCAL_SIZE"), env_or("CROSS_RANK"),
               env_or("CROSS_SIZE"), env_or("MASTER_ADDR"), env_or("MASTER_PORT"),
               env_or("CUDA_VISIBLE_DEVICES"), netns, args.c_str());

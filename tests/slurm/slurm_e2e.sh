@@ -39,17 +39,22 @@ if [ "$mode" = train ]; then
 else
   export DS_TRAIN=$HELLO DS_CONFIG=configs/default.json DS_TRAIN_ARGS="extra arg"
 fi
-export DS_DSRUN=$BIN/apps/dsrun/dsrun DS_DSRUN_ARGS="--hostfile $SLURM_CI_DIR/no-hostfile"
+export DS_DSRUN=$BIN/apps/dsrun/dsrun
+no_hf="--hostfile $SLURM_CI_DIR/no-hostfile"
 
 n=2
 status=0
-for script in train.sbatch train-mpirun.sbatch train-dsrun.sbatch; do
-  out=$SLURM_CI_DIR/$script.out
+# train-dsrun.sbatch runs twice: dsrun -> mpirun (default) and dsrun -> srun (--launcher slurm).
+for job in train.sbatch train-mpirun.sbatch train-dsrun.sbatch train-dsrun.sbatch:srun; do
+  script=${job%%:*}
+  out=$SLURM_CI_DIR/${job/:/-}.out
+  export DS_DSRUN_ARGS="$no_hf"
+  [ "$job" = train-dsrun.sbatch:srun ] && DS_DSRUN_ARGS="$no_hf --launcher slurm --launcher_args --mpi=pmix"
   rc=0
   (cd "$SRC" && sbatch --wait -n $n -o "$out" "slurm/$script") > "$SLURM_CI_DIR/sbatch.log" 2>&1 || rc=$?
-  job=$(grep -o 'Submitted batch job [0-9]*' "$SLURM_CI_DIR/sbatch.log" | awk '{print $4}')
-  state=$(scontrol show job "$job" 2>/dev/null | grep -o 'JobState=[A-Z]*' || true)
-  echo "== $script: job $job rc=$rc $state"
+  jobid=$(grep -o 'Submitted batch job [0-9]*' "$SLURM_CI_DIR/sbatch.log" | awk '{print $4}')
+  state=$(scontrol show job "$jobid" 2>/dev/null | grep -o 'JobState=[A-Z]*' || true)
+  echo "== $job: job $jobid rc=$rc $state"
   cat "$out" || true
   if [ "$rc" != 0 ]; then
     echo "FAIL: $script exited $rc"; status=1; continue
@@ -62,6 +67,12 @@ for script in train.sbatch train-mpirun.sbatch train-dsrun.sbatch; do
       echo "FAIL: $script: no correct line for rank $r"; status=1
     fi
   done
+  # Which engine started the ranks: srun (a step, no Open MPI rank variables) or mpirun.
+  case $job in
+    train.sbatch|*:srun) engine="OMPI_COMM_WORLD_RANK=- SLURM_STEP_ID=[0-9]" ;;
+    *) engine="OMPI_COMM_WORLD_RANK=1 " ;;
+  esac
+  grep -q "^hello rank=1 .* $engine" "$out" || { echo "FAIL: $job: not started by the expected engine"; status=1; }
   # dsrun adds DeepSpeed's variables; srun and mpirun alone do not.
   if [ "$script" = train-dsrun.sbatch ]; then
     grep -q "RANK=1 LOCAL_RANK=1 WORLD_SIZE=2 LOCAL_SIZE=2 CROSS_RANK=0 CROSS_SIZE=1 MASTER_ADDR=localhost .*args=--local_rank=1|--config|configs/default.json|extra|arg" "$out" \
