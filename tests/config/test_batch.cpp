@@ -85,6 +85,9 @@ TEST(BatchSizes, OtherFailuresAndAdvice) {
   // TB, GAS: MB derived 0.
   EXPECT_HAS(error_of(4, 0, 4, 2), "train_micro_batch_size_per_gpu = train_batch_size 4 // world_size 2 // gradient_accumulation_steps 4 = 0");
   EXPECT_HAS(error_of(8, 2, 2, 0), "world size must be >= 1");
+  // Products that overflow 64 bits are errors, not wrap-around.
+  EXPECT_HAS(error_of(1, 4000000000000000000, 4, 2), "batch sizes overflow");
+  EXPECT_HAS(error_of(0, 4000000000000000000, 4, 2), "batch sizes overflow");
 }
 
 TEST(BatchSizes, ResolveIsIdempotentAndFromText) {

@@ -127,7 +127,7 @@ struct Ctx {
   void warn(SourcePos p, const std::string& message) {
     const std::string text = where(p) + ": " + message;
     if (warnings) warnings->push_back(text);
-    DS_WARN(text);
+    if (ds::process_rank() <= 0) DS_WARN(text);  // every rank reads the config; say it once
   }
 };
 

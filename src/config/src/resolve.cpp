@@ -40,7 +40,10 @@ std::string or_list(const std::vector<i64>& v) {
 // What to change so that TB == MB * GAS * ws, given which values the user wrote.
 std::string advice(i64 tb, i64 mb, i64 gas, int ws, bool has_mb, bool has_gas) {
   std::ostringstream os;
-  const i64 unit = (has_mb ? mb : 1) * (has_gas ? gas : 1) * ws;  // TB must be a multiple of this
+  i64 unit = 0;  // TB must be a multiple of this
+  if (__builtin_mul_overflow(has_mb ? mb : 1, has_gas ? gas : 1, &unit) || __builtin_mul_overflow(unit, i64{ws}, &unit)) {
+    return "reduce train_micro_batch_size_per_gpu or gradient_accumulation_steps";
+  }
   const i64 fit = (has_mb && has_gas) ? unit : std::max<i64>(1, tb / unit) * unit;
   os << "set train_batch_size to " << fit;
   if (has_mb && has_gas) {
@@ -107,20 +110,20 @@ void resolve_batch_sizes(DsConfig& cfg, int ws) {
   }
 
   const std::string head = cfg.source + ": batch sizes do not fit the data-parallel world size " + std::to_string(ws) + ": ";
-  const std::string fix = advice(tb, mb, gas, ws, has_mb, has_gas);
+  auto fix = [&] { return advice(tb, mb, gas, ws, has_mb, has_gas); };
   // DeepSpeed's assertions, in its order.
   if (mb <= 0) {
     DS_THROW(head << "train_micro_batch_size_per_gpu = train_batch_size " << tb << " // world_size " << ws
-                  << " // gradient_accumulation_steps " << gas << " = " << mb << ", which must be > 0; " << fix);
+                  << " // gradient_accumulation_steps " << gas << " = " << mb << ", which must be > 0; " << fix());
   }
   if (gas <= 0) {
     DS_THROW(head << "gradient_accumulation_steps = train_batch_size " << tb << " // train_micro_batch_size_per_gpu "
-                  << mb << " // world_size " << ws << " = " << gas << ", which must be > 0; " << fix);
+                  << mb << " // world_size " << ws << " = " << gas << ", which must be > 0; " << fix());
   }
   if (tb != mul(mul(mb, gas), ws)) {
     DS_THROW(head << "train_batch_size " << tb << " != train_micro_batch_size_per_gpu " << mb
                   << (has_mb ? "" : " (derived)") << " * gradient_accumulation_steps " << gas
-                  << (has_gas ? "" : " (derived)") << " * world_size " << ws << "; " << fix);
+                  << (has_gas ? "" : " (derived)") << " * world_size " << ws << "; " << fix());
   }
   cfg.train_batch_size = tb;
   cfg.train_micro_batch_size_per_gpu = mb;
