@@ -52,7 +52,7 @@ int main(int argc, char** argv) {
   int steps = 20, warmup = 3;
   ds::nn::GptConfig cfg{4, 4, 256, 128, 256};
   std::int64_t B = 8;
-  bool json = false;
+  bool json = false, gemm_bf16 = false, verbose = false;
   for (int i = 1; i < argc; ++i) {
     std::string a = argv[i];
     auto next = [&] { return std::string(i + 1 < argc ? argv[++i] : ""); };
@@ -66,11 +66,14 @@ int main(int argc, char** argv) {
     else if (a == "--vocab") cfg.vocab_size = std::stoi(next());
     else if (a == "--batch") B = std::stoi(next());
     else if (a == "--json") json = true;
+    else if (a == "--verbose") verbose = true;
+    else if (a == "--gemm") gemm_bf16 = next() == "bf16";
     else { std::fprintf(stderr, "bench_train: error: unknown flag %s\n", a.c_str()); return 2; }
   }
   const ds::DType dt = ds::parse_dtype(dtype);
   const std::int64_t T = cfg.block_size;
   ds::nn::Gpt model(cfg);
+  if (gemm_bf16) model.set_gemm_precision(ds::nn::Precision::BF16);
   auto infos = model.parameters();
   // Engine-like flat storage: fp32 master + Adam moments, working params/grads in dt.
   const std::size_t P = model.num_parameters();
@@ -102,6 +105,7 @@ int main(int argc, char** argv) {
     const double t0 = now();
     loss = model.forward(batch);
     if (s == 0) first_loss = loss;
+    if (verbose) std::printf("step %d loss %.4f\n", s, loss);
     const double t1 = now();
     model.backward(1.0f, {});
     const double t2 = now();

@@ -121,16 +121,16 @@ void Gpt::run_forward(const std::int32_t* tokens, std::int64_t B, std::int64_t T
     const LayerAct& a = acts_[l];
     const float* x = resid_[l];
     k::layernorm_forward(a.ln1, a.ln1_mean, a.ln1_rstd, x, ps_.w(P.ln1w), ps_.w(P.ln1b), N, C);
-    k::linear_forward(a.qkv, a.ln1, ps_.w(P.qkvw), ps_.w(P.qkvb), nullptr, N, C, 3 * C);
+    k::linear_forward(a.qkv, a.ln1, ps_.w(P.qkvw), ps_.w(P.qkvb), nullptr, N, C, 3 * C, prec_);
     k::attention_forward(a.atty, a.att, a.qkv, B, T, C, NH);
-    k::linear_forward(a.x1, a.atty, ps_.w(P.projw), ps_.w(P.projb), x, N, C, C);
+    k::linear_forward(a.x1, a.atty, ps_.w(P.projw), ps_.w(P.projb), x, N, C, C, prec_);
     k::layernorm_forward(a.ln2, a.ln2_mean, a.ln2_rstd, a.x1, ps_.w(P.ln2w), ps_.w(P.ln2b), N, C);
-    k::linear_forward(a.fch, a.ln2, ps_.w(P.fcw), ps_.w(P.fcb), nullptr, N, C, 4 * C);
+    k::linear_forward(a.fch, a.ln2, ps_.w(P.fcw), ps_.w(P.fcb), nullptr, N, C, 4 * C, prec_);
     k::gelu_forward(a.fch_gelu, a.fch, 4 * N * C);
-    k::linear_forward(resid_[l + 1], a.fch_gelu, ps_.w(P.fcprojw), ps_.w(P.fcprojb), a.x1, N, 4 * C, C);
+    k::linear_forward(resid_[l + 1], a.fch_gelu, ps_.w(P.fcprojw), ps_.w(P.fcprojb), a.x1, N, 4 * C, C, prec_);
   }
   k::layernorm_forward(lnf_, lnf_mean_, lnf_rstd_, resid_.back(), ps_.w(lnfw_), ps_.w(lnfb_), N, C);
-  k::linear_forward(logits_, lnf_, ps_.w(wte_), nullptr, nullptr, N, C, V);
+  k::linear_forward(logits_, lnf_, ps_.w(wte_), nullptr, nullptr, N, C, V, prec_);
 }
 
 float Gpt::loss_forward(const Batch& batch) {
@@ -175,7 +175,7 @@ void Gpt::backward(float scale, const std::function<void(std::size_t)>& grad_rea
   // Fused softmax + cross-entropy gradient, in place over the logits.
   k::crossentropy_backward(logits_, lse_, targets_.data(), N, V, scale);
   // LM head (tied to wte): dwte += dlogits^T lnf ; dlnf = dlogits wte.
-  k::linear_backward(dln_, ps_.g(wte_), nullptr, logits_, lnf_, ps_.w(wte_), N, C, V, false);
+  k::linear_backward(dln_, ps_.g(wte_), nullptr, logits_, lnf_, ps_.w(wte_), N, C, V, false, prec_);
   std::memset(dres_, 0, std::size_t(N * C) * sizeof(float));
   k::layernorm_backward(dres_, ps_.g(lnfw_), ps_.g(lnfb_), dln_, resid_.back(), ps_.w(lnfw_),
                         lnf_mean_, lnf_rstd_, N, C);
@@ -186,11 +186,11 @@ void Gpt::backward(float scale, const std::function<void(std::size_t)>& grad_rea
     const LayerAct& a = acts_[li];
     // MLP: x2 = x1 + c_proj(gelu(c_fc(ln_2(x1)))); dres holds dL/dx2.
     k::linear_backward(dfch_, ps_.g(P.fcprojw), ps_.g(P.fcprojb), dres_, a.fch_gelu,
-                       ps_.w(P.fcprojw), N, 4 * C, C, false);
+                       ps_.w(P.fcprojw), N, 4 * C, C, false, prec_);
     ps_.finish_grad(P.fcprojw, grad_ready);
     ps_.finish_grad(P.fcprojb, grad_ready);
     k::gelu_backward(dfch_, a.fch, dfch_, 4 * N * C);
-    k::linear_backward(dln_, ps_.g(P.fcw), ps_.g(P.fcb), dfch_, a.ln2, ps_.w(P.fcw), N, C, 4 * C, false);
+    k::linear_backward(dln_, ps_.g(P.fcw), ps_.g(P.fcb), dfch_, a.ln2, ps_.w(P.fcw), N, C, 4 * C, false, prec_);
     ps_.finish_grad(P.fcw, grad_ready);
     ps_.finish_grad(P.fcb, grad_ready);
     k::layernorm_backward(dres_, ps_.g(P.ln2w), ps_.g(P.ln2b), dln_, a.x1, ps_.w(P.ln2w),
@@ -199,12 +199,12 @@ void Gpt::backward(float scale, const std::function<void(std::size_t)>& grad_rea
     ps_.finish_grad(P.ln2b, grad_ready);
     // Attention: x1 = x + c_proj(attn(c_attn(ln_1(x)))); dres holds dL/dx1.
     k::linear_backward(datty_, ps_.g(P.projw), ps_.g(P.projb), dres_, a.atty, ps_.w(P.projw), N, C,
-                       C, false);
+                       C, false, prec_);
     ps_.finish_grad(P.projw, grad_ready);
     ps_.finish_grad(P.projb, grad_ready);
     k::attention_backward(dqkv_, datty_, a.qkv, a.att, B, T, C, NH, datt_scratch_, att_slots_);
     k::linear_backward(dln_, ps_.g(P.qkvw), ps_.g(P.qkvb), dqkv_, a.ln1, ps_.w(P.qkvw), N, C,
-                       3 * C, false);
+                       3 * C, false, prec_);
     ps_.finish_grad(P.qkvw, grad_ready);
     ps_.finish_grad(P.qkvb, grad_ready);
     k::layernorm_backward(dres_, ps_.g(P.ln1w), ps_.g(P.ln1b), dln_, resid_[li], ps_.w(P.ln1w),

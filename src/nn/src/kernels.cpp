@@ -6,7 +6,8 @@
 // polynomial that vectorizes (std::exp does not).
 #include "ds/nn/kernels.h"
 
-#include <cblas.h>
+#include "ds/nn/gemm.h"
+
 #include <omp.h>
 
 #include <algorithm>
@@ -191,7 +192,8 @@ constexpr std::int64_t kParallelMin = 32768;
 }  // namespace
 
 void linear_forward(float* out, const float* inp, const float* w, const float* bias,
-                    const float* residual, std::int64_t N, std::int64_t C, std::int64_t OC) {
+                    const float* residual, std::int64_t N, std::int64_t C, std::int64_t OC,
+                    Precision prec) {
   float beta = 0.0f;
   if (bias || residual) {
     if (!(residual == out && !bias)) {
@@ -201,18 +203,14 @@ void linear_forward(float* out, const float* inp, const float* w, const float* b
     }
     beta = 1.0f;
   }
-  cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, int(N), int(OC), int(C), 1.0f, inp, int(C),
-              w, int(C), beta, out, int(OC));
+  gemm(prec, false, true, N, OC, C, 1.0f, inp, C, w, C, beta, out, OC);
 }
 
 void linear_backward(float* dinp, float* dw, float* dbias, const float* dout, const float* inp,
                      const float* w, std::int64_t N, std::int64_t C, std::int64_t OC,
-                     bool accumulate_dinp) {
-  if (dinp)
-    cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, int(N), int(C), int(OC), 1.0f, dout,
-                int(OC), w, int(C), accumulate_dinp ? 1.0f : 0.0f, dinp, int(C));
-  cblas_sgemm(CblasRowMajor, CblasTrans, CblasNoTrans, int(OC), int(C), int(N), 1.0f, dout, int(OC),
-              inp, int(C), 1.0f, dw, int(C));
+                     bool accumulate_dinp, Precision prec) {
+  if (dinp) gemm(prec, false, false, N, C, OC, 1.0f, dout, OC, w, C, accumulate_dinp ? 1.0f : 0.0f, dinp, C);
+  gemm(prec, true, false, OC, C, N, 1.0f, dout, OC, inp, C, 1.0f, dw, C);
   if (dbias) {
     const std::int64_t blocks = (OC + 15) / 16;
 #pragma omp parallel for schedule(static) if (N * OC > kParallelMin)
@@ -279,11 +277,9 @@ void attention_forward(float* out, float* att, const float* qkv, std::int64_t B,
     const float* k = q + C;
     const float* v = q + 2 * C;
     float* S = att + bh * T * T;
-    cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, int(T), int(T), int(hd), scale, q, C3, k,
-                C3, 0.0f, S, int(T));
+    gemm(Precision::F32, false, true, T, T, hd, scale, q, C3, k, C3, 0.0f, S, T);
     for (std::int64_t i = 0; i < T; ++i) causal_softmax_row(S + i * T, i + 1, T);
-    cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, int(T), int(hd), int(T), 1.0f, S, int(T),
-                v, C3, 0.0f, out + b * T * C + h * hd, int(C));
+    gemm(Precision::F32, false, false, T, hd, T, 1.0f, S, T, v, C3, 0.0f, out + b * T * C + h * hd, C);
   }
 }
 
@@ -307,16 +303,12 @@ void attention_backward(float* dqkv, const float* dout, const float* qkv, const 
     const float* dy = dout + b * T * C + h * hd;
     float* dP = scratch + std::int64_t(omp_get_thread_num()) * T * T;
     // dP = dY V^T ; dV = P^T dY
-    cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, int(T), int(T), int(hd), 1.0f, dy, int(C),
-                v, C3, 0.0f, dP, int(T));
-    cblas_sgemm(CblasRowMajor, CblasTrans, CblasNoTrans, int(T), int(hd), int(T), 1.0f, P, int(T),
-                dy, int(C), 0.0f, dv, C3);
+    gemm(Precision::F32, false, true, T, T, hd, 1.0f, dy, C, v, C3, 0.0f, dP, T);
+    gemm(Precision::F32, true, false, T, hd, T, 1.0f, P, T, dy, C, 0.0f, dv, C3);
     for (std::int64_t i = 0; i < T; ++i) softmax_bwd_row(dP + i * T, P + i * T, i + 1, T);
     // dQ = scale dS K ; dK = scale dS^T Q
-    cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, int(T), int(hd), int(T), scale, dP,
-                int(T), k, C3, 0.0f, dq, C3);
-    cblas_sgemm(CblasRowMajor, CblasTrans, CblasNoTrans, int(T), int(hd), int(T), scale, dP, int(T),
-                q, C3, 0.0f, dk, C3);
+    gemm(Precision::F32, false, false, T, hd, T, scale, dP, T, k, C3, 0.0f, dq, C3);
+    gemm(Precision::F32, true, false, T, hd, T, scale, dP, T, q, C3, 0.0f, dk, C3);
   }
 }
 

@@ -21,6 +21,7 @@
 
 #include "ds/core/buffer.h"
 #include "ds/core/module.h"
+#include "ds/nn/gemm.h"
 #include "ds/nn/params.h"
 
 namespace ds::nn {
@@ -45,6 +46,10 @@ class Gpt : public Module {
   float evaluate(const Batch& batch) override;
 
   const GptConfig& config() const { return cfg_; }
+  // GEMM precision of the Linear layers (attention GEMMs stay fp32). Default F32; BF16
+  // rounds GEMM inputs to bf16 (vdpbf16ps, fp32 accumulation): see ds/nn/gemm.h.
+  void set_gemm_precision(Precision p) { prec_ = p; }
+  Precision gemm_precision() const { return prec_; }
   std::size_t num_parameters() const { return ps_.total_numel(); }
 
   // Training FLOPs per token (forward + backward): 6 * N_matmul + 6 * n_layer * T * C with
@@ -84,6 +89,7 @@ class Gpt : public Module {
   std::vector<std::int32_t> tokens_, targets_;
   std::int64_t B_ = 0, T_ = 0;
   bool have_cache_ = false;
+  Precision prec_ = Precision::F32;
 };
 
 }  // namespace ds::nn

@@ -1,5 +1,5 @@
 // The CPU kernels of the built-in layers (fp32, row-major), fast versions: OpenMP-threaded,
-// vectorized (AVX-512 / AVX2 clones picked at run time), GEMMs through OpenBLAS.
+// vectorized (AVX-512 / AVX2 clones picked at run time); GEMMs through ds/nn/gemm.h.
 // Plain reference versions with the same meaning live in kernels_ref.h (templates, so the
 // tests can run them in double precision for gradient checks).
 //
@@ -11,17 +11,20 @@
 
 #include <cstdint>
 
+#include "ds/nn/gemm.h"
+
 namespace ds::nn::kernels {
 
 // out[N,OC] = inp[N,C] @ w[OC,C]^T + bias[OC] (+ residual[N,OC] when not null).
 // bias may be null. out must not alias inp; it may alias residual.
 void linear_forward(float* out, const float* inp, const float* w, const float* bias,
-                    const float* residual, std::int64_t N, std::int64_t C, std::int64_t OC);
+                    const float* residual, std::int64_t N, std::int64_t C, std::int64_t OC,
+                    Precision prec = Precision::F32);
 // dw[OC,C] += dout^T @ inp; dbias[OC] += column sums of dout (dbias may be null);
 // dinp[N,C] (=, or += when accumulate_dinp) dout @ w. dinp may be null (not needed).
 void linear_backward(float* dinp, float* dw, float* dbias, const float* dout, const float* inp,
                      const float* w, std::int64_t N, std::int64_t C, std::int64_t OC,
-                     bool accumulate_dinp);
+                     bool accumulate_dinp, Precision prec = Precision::F32);
 
 // out = (inp - mean) * rstd * w + b per row; mean/rstd[N] saved for backward.
 void layernorm_forward(float* out, float* mean, float* rstd, const float* inp, const float* w,

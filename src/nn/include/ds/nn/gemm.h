@@ -1,0 +1,38 @@
+// GEMM front door for the layers: C = alpha * op(A) op(B) + beta * C, row-major fp32 in and
+// out, op(A) M x K, op(B) K x N.
+//
+// Precision::F32: our packed AVX-512 FMA kernel (6 x 64 register tile) when the CPU has
+// AVX-512 -- on the CI machine it runs at ~3x the rate of Debian's OpenBLAS 0.3.21 sgemm,
+// which does not know the CPU -- else OpenBLAS cblas_sgemm. Precision::BF16 rounds A and B to
+// bfloat16 (round to nearest even) while packing them and multiplies with AVX512-BF16
+// `vdpbf16ps`, accumulating in fp32 (that OpenBLAS is built without cblas_sbgemm); on the
+// CI machine it is slower than the fp32 kernel (vdpbf16ps issues at ~0.6x the FMA rate), so
+// the models compute in fp32 by default. Without AVX512-BF16 a BF16 request runs fp32.
+// Safe to call from several threads at once (per-thread packing buffers).
+#pragma once
+
+#include <cstdint>
+
+namespace ds::nn {
+
+enum class Precision { F32, BF16 };
+
+// Whether Precision::BF16 really runs bf16 products on this CPU.
+bool bf16_gemm_supported();
+
+void gemm(Precision p, bool trans_a, bool trans_b, std::int64_t M, std::int64_t N, std::int64_t K,
+          float alpha, const float* A, std::int64_t lda, const float* B, std::int64_t ldb, float beta,
+          float* C, std::int64_t ldc);
+
+// The bf16 kernel itself (requires bf16_gemm_supported()); exposed for tests and benchmarks.
+void gemm_bf16(bool trans_a, bool trans_b, std::int64_t M, std::int64_t N, std::int64_t K,
+               float alpha, const float* A, std::int64_t lda, const float* B, std::int64_t ldb,
+               float beta, float* C, std::int64_t ldc);
+
+// The same blocking with fp32 FMA (AVX-512); requires f32_gemm_supported().
+bool f32_gemm_supported();
+void gemm_f32(bool trans_a, bool trans_b, std::int64_t M, std::int64_t N, std::int64_t K,
+              float alpha, const float* A, std::int64_t lda, const float* B, std::int64_t ldb,
+              float beta, float* C, std::int64_t ldc);
+
+}  // namespace ds::nn

@@ -1,0 +1,297 @@
+// bf16 GEMM with AVX512-BF16 (see ds/nn/gemm.h).
+//
+// Goto-style, one level: both operands are packed whole (converted to bf16 on the way) into
+// panels whose k dimension is stored in pairs, the layout `vdpbf16ps` consumes:
+//   A panel (MR rows):  [K/2][MR] 32-bit words, word = (a[r][2k], a[r][2k+1])
+//   B panel (NR cols):  [K/2][NR] 32-bit words, word = (b[2k][c], b[2k+1][c])
+// The micro-kernel keeps an MR x NR = 6 x 64 fp32 tile in 24 zmm accumulators; per k pair it
+// loads 4 B vectors and broadcasts 6 A words: 24 vdpbf16ps (1536 FLOPs) per 10 loads.
+// A B panel (64 x K bf16) stays in L2 while all A panels stream past it.
+#include "ds/nn/gemm.h"
+
+#include <cblas.h>
+#include <immintrin.h>
+#include <omp.h>
+
+#include <algorithm>
+#include <cstdlib>
+#include <cstring>
+#include <string_view>
+
+#include "ds/core/buffer.h"
+#include "ds/core/cpu_features.h"
+#include "ds/core/error.h"
+
+namespace ds::nn {
+namespace {
+
+constexpr std::int64_t MR = 6;
+constexpr std::int64_t NR = 64;
+
+// fp32 bits -> bf16 bits, round to nearest even (NaN is not special-cased: activations and
+// weights are finite; a NaN may come out as an infinity, still non-finite).
+inline std::uint32_t rne_hi(float f) {
+  std::uint32_t u;
+  std::memcpy(&u, &f, 4);
+  return u + 0x7FFFu + ((u >> 16) & 1u);
+}
+inline std::uint32_t pair_word(float lo, float hi) {
+  return (rne_hi(lo) >> 16) | (rne_hi(hi) & 0xFFFF0000u);
+}
+
+// Element (i, k) of op(X) where X is stored row-major with leading dimension ld.
+struct View {
+  const float* p;
+  std::int64_t ld;
+  bool trans;  // op(X) = X^T
+  float at(std::int64_t i, std::int64_t k) const { return trans ? p[k * ld + i] : p[i * ld + k]; }
+};
+
+// Packs rows [i0, i0+MR) (or columns, for B) of an operand whose "panel" index runs along
+// `i` and k along `k`: out[kp][r] = pair(X(i0+r, 2kp), X(i0+r, 2kp+1)), zero outside.
+template <std::int64_t W>
+void pack_panel(std::uint32_t* out, const View& v, std::int64_t i0, std::int64_t rows,
+                std::int64_t K) {
+  const std::int64_t K2 = (K + 1) / 2;
+  const std::int64_t valid = std::min<std::int64_t>(W, rows - i0);
+  if (!v.trans) {
+    // k contiguous per row: walk each row.
+    for (std::int64_t r = 0; r < W; ++r) {
+      if (r >= valid) {
+        for (std::int64_t kp = 0; kp < K2; ++kp) out[kp * W + r] = 0;
+        continue;
+      }
+      const float* row = v.p + (i0 + r) * v.ld;
+      const std::int64_t full = K / 2;
+      for (std::int64_t kp = 0; kp < full; ++kp) out[kp * W + r] = pair_word(row[2 * kp], row[2 * kp + 1]);
+      if (K & 1) out[full * W + r] = pair_word(row[K - 1], 0.0f);
+    }
+  } else {
+    // i contiguous per k: walk pairs of k rows.
+    for (std::int64_t kp = 0; kp < K2; ++kp) {
+      const float* r0 = v.p + (2 * kp) * v.ld + i0;
+      const bool has1 = 2 * kp + 1 < K;
+      const float* r1 = has1 ? r0 + v.ld : r0;
+      std::uint32_t* o = out + kp * W;
+      if (valid == W && has1) {
+        for (std::int64_t r = 0; r < W; ++r) o[r] = pair_word(r0[r], r1[r]);
+      } else {
+        for (std::int64_t r = 0; r < W; ++r)
+          o[r] = r < valid ? pair_word(r0[r], has1 ? r1[r] : 0.0f) : 0u;
+      }
+    }
+  }
+}
+
+
+__attribute__((target("avx512f,avx512bw,avx512vl,fma"))) inline void store_tile(
+    __m512 (&acc)[MR][4], float alpha, float beta, float* c, std::int64_t ldc, std::int64_t mv,
+    std::int64_t nv) {
+  const __m512 va = _mm512_set1_ps(alpha), vb = _mm512_set1_ps(beta);
+  if (mv == MR && nv == NR) {
+#pragma GCC unroll 6
+    for (int r = 0; r < MR; ++r)
+#pragma GCC unroll 4
+      for (int j = 0; j < 4; ++j) {
+        float* p = c + r * ldc + 16 * j;
+        __m512 v = _mm512_mul_ps(acc[r][j], va);
+        if (beta != 0.0f) v = _mm512_fmadd_ps(_mm512_loadu_ps(p), vb, v);
+        _mm512_storeu_ps(p, v);
+      }
+  } else {
+    for (int r = 0; r < mv; ++r)
+      for (int j = 0; j < 4; ++j) {
+        const std::int64_t n0 = 16 * j;
+        if (n0 >= nv) break;
+        const __mmask16 m = std::uint16_t(nv - n0 >= 16 ? 0xFFFF : (1u << (nv - n0)) - 1);
+        float* p = c + r * ldc + n0;
+        __m512 v = _mm512_mul_ps(acc[r][j], va);
+        if (beta != 0.0f) v = _mm512_fmadd_ps(_mm512_maskz_loadu_ps(m, p), vb, v);
+        _mm512_mask_storeu_ps(p, m, v);
+      }
+  }
+}
+
+__attribute__((target("avx512f,avx512bw,avx512vl,avx512bf16,fma"))) void micro_kernel(
+    const std::uint32_t* __restrict a, const std::uint32_t* __restrict b, std::int64_t K2,
+    float alpha, float beta, float* c, std::int64_t ldc, std::int64_t mv, std::int64_t nv) {
+  __m512 acc[MR][4];
+#pragma GCC unroll 6
+  for (int r = 0; r < MR; ++r)
+#pragma GCC unroll 4
+    for (int j = 0; j < 4; ++j) acc[r][j] = _mm512_setzero_ps();
+  for (std::int64_t kp = 0; kp < K2; ++kp) {
+    const __m512bh b0 = (__m512bh)_mm512_loadu_si512(b + kp * NR);
+    const __m512bh b1 = (__m512bh)_mm512_loadu_si512(b + kp * NR + 16);
+    const __m512bh b2 = (__m512bh)_mm512_loadu_si512(b + kp * NR + 32);
+    const __m512bh b3 = (__m512bh)_mm512_loadu_si512(b + kp * NR + 48);
+    const std::uint32_t* ak = a + kp * MR;
+#pragma GCC unroll 6
+    for (int r = 0; r < MR; ++r) {
+      const __m512bh av = (__m512bh)_mm512_set1_epi32(int(ak[r]));
+      acc[r][0] = _mm512_dpbf16_ps(acc[r][0], av, b0);
+      acc[r][1] = _mm512_dpbf16_ps(acc[r][1], av, b1);
+      acc[r][2] = _mm512_dpbf16_ps(acc[r][2], av, b2);
+      acc[r][3] = _mm512_dpbf16_ps(acc[r][3], av, b3);
+    }
+  }
+  store_tile(acc, alpha, beta, c, ldc, mv, nv);
+}
+
+// fp32 panels: out[k][r] = X(i0 + r, k), zero outside.
+template <std::int64_t W>
+void pack_panel_f32(float* out, const View& v, std::int64_t i0, std::int64_t rows, std::int64_t K) {
+  const std::int64_t valid = std::min<std::int64_t>(W, rows - i0);
+  if (!v.trans) {
+    for (std::int64_t r = 0; r < W; ++r) {
+      if (r >= valid) {
+        for (std::int64_t k = 0; k < K; ++k) out[k * W + r] = 0.0f;
+        continue;
+      }
+      const float* row = v.p + (i0 + r) * v.ld;
+      for (std::int64_t k = 0; k < K; ++k) out[k * W + r] = row[k];
+    }
+  } else {
+    for (std::int64_t k = 0; k < K; ++k) {
+      const float* src = v.p + k * v.ld + i0;
+      float* o = out + k * W;
+      if (valid == W) {
+        std::memcpy(o, src, sizeof(float) * W);
+      } else {
+        for (std::int64_t r = 0; r < W; ++r) o[r] = r < valid ? src[r] : 0.0f;
+      }
+    }
+  }
+}
+
+__attribute__((target("avx512f,avx512bw,avx512vl,fma"))) void micro_kernel_f32(
+    const float* __restrict a, const float* __restrict b, std::int64_t K, float alpha,
+    float beta, float* c, std::int64_t ldc, std::int64_t mv, std::int64_t nv) {
+  __m512 acc[MR][4];
+#pragma GCC unroll 6
+  for (int r = 0; r < MR; ++r)
+#pragma GCC unroll 4
+    for (int j = 0; j < 4; ++j) acc[r][j] = _mm512_setzero_ps();
+  for (std::int64_t k = 0; k < K; ++k) {
+    const __m512 b0 = _mm512_loadu_ps(b + k * NR);
+    const __m512 b1 = _mm512_loadu_ps(b + k * NR + 16);
+    const __m512 b2 = _mm512_loadu_ps(b + k * NR + 32);
+    const __m512 b3 = _mm512_loadu_ps(b + k * NR + 48);
+    const float* ak = a + k * MR;
+#pragma GCC unroll 6
+    for (int r = 0; r < MR; ++r) {
+      const __m512 av = _mm512_set1_ps(ak[r]);
+      acc[r][0] = _mm512_fmadd_ps(av, b0, acc[r][0]);
+      acc[r][1] = _mm512_fmadd_ps(av, b1, acc[r][1]);
+      acc[r][2] = _mm512_fmadd_ps(av, b2, acc[r][2]);
+      acc[r][3] = _mm512_fmadd_ps(av, b3, acc[r][3]);
+    }
+  }
+  store_tile(acc, alpha, beta, c, ldc, mv, nv);
+}
+
+// Packing buffers, one pair per calling thread (the attention runs one GEMM per thread):
+// allocated at the first call, grown only when a larger GEMM arrives.
+HostBuffer& pack_buffer(int which) {
+  thread_local HostBuffer bufs[2];
+  return bufs[which];
+}
+std::uint32_t* ensure(int which, std::size_t words) {
+  HostBuffer& b = pack_buffer(which);
+  if (b.bytes() < words * 4) b = HostBuffer(words * 4);
+  return b.as<std::uint32_t>();
+}
+
+}  // namespace
+
+bool bf16_gemm_supported() {
+  static const bool ok = cpu_features().avx512f && cpu_features().avx512bw &&
+                         cpu_features().avx512vl && cpu_features().avx512_bf16;
+  return ok;
+}
+
+void gemm_bf16(bool trans_a, bool trans_b, std::int64_t M, std::int64_t N, std::int64_t K,
+               float alpha, const float* A, std::int64_t lda, const float* B, std::int64_t ldb,
+               float beta, float* C, std::int64_t ldc) {
+  DS_CHECK(bf16_gemm_supported(), "gemm_bf16: this CPU has no AVX512-BF16");
+  if (M <= 0 || N <= 0) return;
+  const std::int64_t K2 = (K + 1) / 2;
+  const std::int64_t mp = (M + MR - 1) / MR, np = (N + NR - 1) / NR;
+  std::uint32_t* pa = ensure(0, std::size_t(mp * MR * std::max<std::int64_t>(K2, 1)));
+  std::uint32_t* pb = ensure(1, std::size_t(np * NR * std::max<std::int64_t>(K2, 1)));
+  // op(A)(m, k): A stored M x K (no trans) or K x M (trans).
+  const View va{A, lda, trans_a};
+  // B panels run along n: op(B)(k, n) seen as X(n, k): X = B^T stored N x K when trans_b,
+  // else B stored K x N is X transposed.
+  const View vb{B, ldb, !trans_b};
+  const bool par = !omp_in_parallel() && M * N * std::max<std::int64_t>(K, 1) > 262144;
+#pragma omp parallel if (par)
+  {
+#pragma omp for schedule(static) nowait
+    for (std::int64_t i = 0; i < mp; ++i) pack_panel<MR>(pa + i * MR * K2, va, i * MR, M, K);
+#pragma omp for schedule(static)
+    for (std::int64_t j = 0; j < np; ++j) pack_panel<NR>(pb + j * NR * K2, vb, j * NR, N, K);
+#pragma omp for collapse(2) schedule(static)
+    for (std::int64_t j = 0; j < np; ++j)
+      for (std::int64_t i = 0; i < mp; ++i) {
+        const std::int64_t m0 = i * MR, n0 = j * NR;
+        micro_kernel(pa + i * MR * K2, pb + j * NR * K2, K2, alpha, beta, C + m0 * ldc + n0, ldc,
+                     std::min(MR, M - m0), std::min(NR, N - n0));
+      }
+  }
+}
+
+bool f32_gemm_supported() {
+  static const bool ok = cpu_features().avx512f && cpu_features().avx512bw &&
+                         cpu_features().avx512vl && cpu_features().fma;
+  return ok;
+}
+
+void gemm_f32(bool trans_a, bool trans_b, std::int64_t M, std::int64_t N, std::int64_t K,
+              float alpha, const float* A, std::int64_t lda, const float* B, std::int64_t ldb,
+              float beta, float* C, std::int64_t ldc) {
+  DS_CHECK(f32_gemm_supported(), "gemm_f32: this CPU has no AVX-512");
+  if (M <= 0 || N <= 0) return;
+  const std::int64_t mp = (M + MR - 1) / MR, np = (N + NR - 1) / NR;
+  const std::int64_t Kp = std::max<std::int64_t>(K, 1);
+  float* pa = reinterpret_cast<float*>(ensure(0, std::size_t(mp * MR * Kp)));
+  float* pb = reinterpret_cast<float*>(ensure(1, std::size_t(np * NR * Kp)));
+  const View va{A, lda, trans_a};
+  const View vb{B, ldb, !trans_b};
+  const bool par = !omp_in_parallel() && M * N * Kp > 262144;
+#pragma omp parallel if (par)
+  {
+#pragma omp for schedule(static) nowait
+    for (std::int64_t i = 0; i < mp; ++i) pack_panel_f32<MR>(pa + i * MR * K, va, i * MR, M, K);
+#pragma omp for schedule(static)
+    for (std::int64_t j = 0; j < np; ++j) pack_panel_f32<NR>(pb + j * NR * K, vb, j * NR, N, K);
+#pragma omp for collapse(2) schedule(static)
+    for (std::int64_t j = 0; j < np; ++j)
+      for (std::int64_t i = 0; i < mp; ++i) {
+        const std::int64_t m0 = i * MR, n0 = j * NR;
+        micro_kernel_f32(pa + i * MR * K, pb + j * NR * K, K, alpha, beta, C + m0 * ldc + n0, ldc,
+                         std::min(MR, M - m0), std::min(NR, N - n0));
+      }
+  }
+}
+
+void gemm(Precision p, bool trans_a, bool trans_b, std::int64_t M, std::int64_t N, std::int64_t K,
+          float alpha, const float* A, std::int64_t lda, const float* B, std::int64_t ldb, float beta,
+          float* C, std::int64_t ldc) {
+  if (p == Precision::BF16 && bf16_gemm_supported()) {
+    gemm_bf16(trans_a, trans_b, M, N, K, alpha, A, lda, B, ldb, beta, C, ldc);
+    return;
+  }
+  static const bool use_blas = [] {
+    const char* e = std::getenv("DS_NN_GEMM");
+    return e && std::string_view(e) == "openblas";
+  }();
+  if (!use_blas && f32_gemm_supported()) {
+    gemm_f32(trans_a, trans_b, M, N, K, alpha, A, lda, B, ldb, beta, C, ldc);
+    return;
+  }
+  cblas_sgemm(CblasRowMajor, trans_a ? CblasTrans : CblasNoTrans, trans_b ? CblasTrans : CblasNoTrans,
+              int(M), int(N), int(K), alpha, A, int(lda), B, int(ldb), beta, C, int(ldc));
+}
+
+}  // namespace ds::nn
