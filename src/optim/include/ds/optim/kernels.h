@@ -17,7 +17,7 @@
 #include <span>
 
 #include "ds/core/buffer.h"
-#include "ds/optim/optimizer.h"
+#include "ds/optim/segment.h"
 
 namespace ds::optim {
 

@@ -23,15 +23,9 @@
 
 #include "ds/config/ds_config.h"
 #include "ds/core/buffer.h"
+#include "ds/optim/segment.h"
 
 namespace ds::optim {
-
-// One parameter tensor's elements within the flat range passed to step(). Only Lamb uses
-// segments (its trust ratio is per segment); an empty list means one segment [0, n).
-// Lamb leaves elements outside every segment untouched; segments must be sorted and disjoint.
-struct Segment {
-  std::size_t offset, count;
-};
 
 struct StepContext {
   double lr = 0.0;
