@@ -50,6 +50,13 @@ TEST(Hostlist, Errors) {
   }
 }
 
+TEST(Hostlist, SizeLimits) {
+  EXPECT_EQ(expand_hostlist("n[0-99999]").size(), 100000u);
+  EXPECT_THROW(expand_hostlist("n[0-100000]"), ds::Error);
+  EXPECT_THROW(expand_hostlist("a[0-999]b[0-999]"), ds::Error);  // 10^6 by product
+  EXPECT_THROW(expand_hostlist("n[0-99999],m[0-1]"), ds::Error);
+}
+
 TEST(TasksPerNode, Forms) {
   EXPECT_EQ(parse_tasks_per_node("2(x3),1"), (std::vector<int>{2, 2, 2, 1}));
   EXPECT_EQ(parse_tasks_per_node("4"), (std::vector<int>{4}));

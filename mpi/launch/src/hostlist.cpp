@@ -10,6 +10,10 @@
 namespace ds::launch {
 namespace {
 
+// Upper bound on hosts in one list (and on one range): far above any real cluster, low
+// enough that a hostile list cannot exhaust memory.
+constexpr std::size_t kMaxHosts = 100000;
+
 bool is_digit(char c) { return c >= '0' && c <= '9'; }
 
 // Parses an unsigned decimal that fits comfortably in long long; false otherwise.
@@ -49,8 +53,10 @@ std::vector<std::string> expand_range_list(std::string_view body, std::string_vi
                           << "' (expected N or LO-HI with decimal digits)");
     DS_CHECK(lo <= hi, "hostlist '" << list << "': descending range '" << item << "' in '"
                                     << token << "'");
-    DS_CHECK(hi - lo < 1000000, "hostlist '" << list << "': range '" << item << "' in '"
-                                             << token << "' is too large");
+    DS_CHECK(hi - lo < static_cast<long long>(kMaxHosts) &&
+                 out.size() + static_cast<std::size_t>(hi - lo) < kMaxHosts,
+             "hostlist '" << list << "': range '" << item << "' in '" << token
+                          << "' is too large (more than " << kMaxHosts << " hosts)");
     for (long long v = lo; v <= hi; ++v) out.push_back(pad(v, lo_s.size()));
     start = comma + 1;
   }
@@ -85,6 +91,9 @@ std::vector<std::string> expand_token(std::string_view token, std::string_view l
       DS_CHECK(close + 1 == token.size(), "hostlist '" << list << "': text after the final ']' in '"
                                                        << token << "'");
     }
+    DS_CHECK(acc.size() * values.size() <= kMaxHosts,
+             "hostlist '" << list << "': '" << token << "' expands to more than " << kMaxHosts
+                          << " hosts");
     std::vector<std::string> next;
     next.reserve(acc.size() * values.size());
     for (const auto& a : acc) {
@@ -95,7 +104,6 @@ std::vector<std::string> expand_token(std::string_view token, std::string_view l
         next.push_back(std::move(s));
       }
     }
-    DS_CHECK(next.size() <= 1000000, "hostlist '" << list << "': expands to too many hosts");
     acc = std::move(next);
     pos = close + 1;
   }
@@ -121,6 +129,8 @@ std::vector<std::string> expand_hostlist(std::string_view list) {
     std::string_view token = list.substr(i, j - i);
     if (!token.empty()) {
       for (auto& h : expand_token(token, list)) hosts.push_back(std::move(h));
+      DS_CHECK(hosts.size() <= kMaxHosts,
+               "hostlist '" << list << "' expands to more than " << kMaxHosts << " hosts");
     }
     i = j + 1;
   }
@@ -145,11 +155,11 @@ std::vector<int> parse_tasks_per_node(std::string_view counts) {
            item[paren + 1] == 'x' && item.back() == ')' &&
            parse_uint(item.substr(paren + 2, item.size() - paren - 3), repeat) && repeat > 0;
     }
-    DS_CHECK(ok && count <= 1000000 && repeat <= 1000000,
-             "task count list '" << counts << "': bad item '" << item
-                                 << "' (expected C or C(xR), e.g. 2(x3),1)");
+    DS_CHECK(ok && count <= 1000000, "task count list '" << counts << "': bad item '" << item
+                                                          << "' (expected C or C(xR), e.g. 2(x3),1)");
+    DS_CHECK(out.size() + static_cast<std::size_t>(repeat) <= kMaxHosts,
+             "task count list '" << counts << "' names more than " << kMaxHosts << " nodes");
     for (long long r = 0; r < repeat; ++r) out.push_back(static_cast<int>(count));
-    DS_CHECK(out.size() <= 1000000, "task count list '" << counts << "' is too long");
     start = comma + 1;
   }
   return out;
