@@ -113,7 +113,6 @@ Engine::Engine(config::DsConfig cfg, Module& module, std::shared_ptr<Communicato
   if (map_.stage >= 1 && world_ > 1) {
     const std::size_t per_rank = std::size_t(std::max<std::int64_t>(1, cfg_.zero_optimization.allgather_bucket_size / world_));
     gather_chunk_ = std::min(per_rank, map_.partition_numel);
-    gather_send_ = HostBuffer(gather_chunk_, wdtype_);
     if (gather_chunk_ < map_.partition_numel) gather_recv_ = HostBuffer(gather_chunk_ * std::size_t(world_), wdtype_);
   }
 
@@ -497,10 +496,9 @@ void Engine::allgather_params() {
   char* base = static_cast<char*>(params_.data());
   for (std::size_t c = 0; c < S; c += gather_chunk_) {
     const std::size_t k = std::min(gather_chunk_, S - c);
-    std::memcpy(gather_send_.data(), base + (slice_.offset + c) * es, k * es);
-    TensorView send{gather_send_.data(), k, wdtype_};
+    TensorView send{base + (slice_.offset + c) * es, k, wdtype_};
     if (gather_chunk_ == S) {
-      comm_->all_gather(send, TensorView{base, S * W, wdtype_});
+      comm_->all_gather(send, TensorView{base, S * W, wdtype_});  // in place: send is block rank
     } else {
       char* rb = static_cast<char*>(gather_recv_.data());
       comm_->all_gather(send, TensorView{rb, k * W, wdtype_});
@@ -562,7 +560,7 @@ engine::ModelStateBytes Engine::memory_report() const {
   std::size_t opt = 0;
   for (const auto& t : optimizer_->state_tensors()) opt += t.second.size() * sizeof(float);
   b.optimizer_state = opt;
-  b.comm_scratch = comm_buf_.bytes() + gather_send_.bytes() + gather_recv_.bytes();
+  b.comm_scratch = comm_buf_.bytes() + gather_recv_.bytes();
   return b;
 }
 

@@ -83,6 +83,7 @@ struct EngineCheckpointAccess {
     s["global_steps"] = e.global_steps_;
     s["global_samples"] = e.global_samples_;
     s["micro_steps"] = e.micro_steps_;
+    s["gradient_accumulation_steps"] = e.cfg_.gradient_accumulation_steps;
     s["skipped_steps"] = e.skipped_steps_;
     s["applied_steps"] = e.applied_steps_;
     s["global_grad_norm"] = e.global_grad_norm_;
@@ -261,7 +262,12 @@ struct EngineCheckpointAccess {
     if (!opt.load_module_only) {
       e.global_steps_ = es.at("global_steps").as_int();
       e.global_samples_ = es.at("global_samples").as_int();
-      e.micro_steps_ = es.at("micro_steps").as_int();
+      // micro_steps only places the accumulation boundary (micro_steps % gas); an elastic
+      // load may change gas (same global batch, other world size), so it is re-derived then.
+      const std::int64_t gas = e.cfg_.gradient_accumulation_steps;
+      const bool same_gas = es.contains("gradient_accumulation_steps") && es.at("gradient_accumulation_steps").is_int() &&
+                            es.at("gradient_accumulation_steps").as_int() == gas;
+      e.micro_steps_ = same_gas ? es.at("micro_steps").as_int() : e.global_steps_ * gas;
       e.skipped_steps_ = es.at("skipped_steps").as_int();
       if (opt.load_lr_scheduler_states) e.scheduler_->set_last_batch_iteration(es.at("lr_scheduler").at("last_batch_iteration").as_int());
       if (load_opt) {

@@ -157,8 +157,8 @@ class Engine {
                          // step's reduction only slice_ is kept (the accumulated, reduced
                          // partition gradient); other ranks' parts are zeroed.
   HostBuffer comm_buf_;  // padded_numel x comm_dtype_ only when comm_dtype_ != wdtype_
-  HostBuffer gather_send_;  // ZeRO all-gather staging: gather_chunk_ x wdtype_ (own slice chunk)
-  HostBuffer gather_recv_;  // W x gather_chunk_ x wdtype_, only when chunks are smaller than a slice
+  HostBuffer gather_recv_;  // ZeRO all-gather staging, W x gather_chunk_ x wdtype_, only when
+                            // chunks are smaller than a slice (else it gathers in place)
   std::size_t gather_chunk_ = 0;  // elements per rank per all-gather (allgather_bucket_size / W)
   HostBuffer master_;    // slice_.count x F32: fp32 master of this rank's slice; element j
                          // is global flat element slice_.offset + j

@@ -1,0 +1,35 @@
+#!/usr/bin/env bash
+# ZeRO stages 0/1/2 at 2 and 4 ranks on the built-in GPT: peak memory per rank and step
+# time, as ratios (docs/PERFORMANCE.md "ZeRO memory and step time").
+#   bench/zero/run.sh [BUILD_DIR] [extra zero_bench flags...]
+set -euo pipefail
+build=${1:-build}
+shift || true
+exe=$build/bench/zero/zero_bench
+[[ -x $exe ]] || { echo "run.sh: error: $exe not built (cmake --build $build --target zero_bench)" >&2; exit 1; }
+export OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1 OMP_NUM_THREADS=${OMP_NUM_THREADS:-1}
+out=$(mktemp)
+for np in 2 4; do
+  for stage in 0 1 2; do
+    mpirun --oversubscribe --bind-to none -np $np "$exe" --stage $stage "$@" | grep '^stage=' | tee -a "$out"
+  done
+done
+/usr/bin/python3 - "$out" <<'PY'
+import sys
+rows = [dict(kv.split("=") for kv in line.split()) for line in open(sys.argv[1]) if line.strip()]
+mib = lambda b: int(b) / 2**20
+print()
+print(f"GPT, {rows[0]['params']} parameters, {rows[0]['precision']} + AdamW; per rank; engine = bytes the engine allocated, formula = ZeRO paper")
+print()
+print("| ranks | stage | step ms | vs stage 0 | VmHWM MiB | grads MiB (engine / formula) | master+optim MiB (engine / formula) | grads+master+optim: engine / formula |")
+print("| --- | --- | --- | --- | --- | --- | --- | --- |")
+base = {}
+for r in rows:
+    w, s = int(r["world"]), int(r["stage"])
+    if s == 0: base[w] = float(r["step_ms"])
+    eg, fg = int(r["engine_grads"]), int(r["formula_grads"])
+    eo = int(r["engine_master"]) + int(r["engine_optim"]); fo = int(r["formula_master"]) + int(r["formula_optim"])
+    print(f"| {w} | {s} | {float(r['step_ms']):.1f} | {float(r['step_ms'])/base[w]:.3f} | {float(r['vmhwm_mib']):.1f} | "
+          f"{mib(eg):.1f} / {mib(fg):.1f} | {mib(eo):.1f} / {mib(fo):.1f} | {(eg+eo)/(fg+fo):.3f} |")
+PY
+rm -f "$out"
