@@ -140,7 +140,7 @@ PY
       [ "$rc" -ge 128 ] || { cat "$T/out"; fail "SIG$sig: dsrun rc $rc"; }
       all_gone "$T/p" || fail "SIG$sig: ranks left behind"
       echo "SIG$sig: dsrun rc=$rc after ${took}s, all 4 ranks gone"
-      [ "$took" -le 20 ] || fail "SIG$sig: took ${took}s"
+      [ "$took" -le 45 ] || fail "SIG$sig: took ${took}s (escalation to SIGKILL is at 10 s)"
     done
     ;;
   unreachable)  # an unresolvable host fails fast with a clear message (ssh check, then mpirun)
