@@ -1,4 +1,4 @@
-// Fast Adam/AdamW: one pass, AVX-512 (same IEEE operations in the same order as adam_ref,
+// Fast Adam/AdamW: one pass, AVX-512 (same IEEE operations, FMAs included, in the same order as adam_ref,
 // so the results are bitwise equal), fp16/bf16 gradient read and working write fused.
 #include "scalar_math.h"
 #include "simd.h"
@@ -15,7 +15,7 @@ __attribute__((noinline)) void adam_avx512(float* p, float* m, float* v, const v
   const __m512 gs = _mm512_set1_ps(h.grad_scale), wd = _mm512_set1_ps(h.weight_decay);
   const __m512 b1 = _mm512_set1_ps(h.beta1), b2 = _mm512_set1_ps(h.beta2);
   const __m512 omb1 = _mm512_set1_ps(d.omb1), omb2 = _mm512_set1_ps(d.omb2);
-  const __m512 decay = _mm512_set1_ps(d.decay), step = _mm512_set1_ps(d.step);
+  const __m512 nlw = _mm512_set1_ps(d.neg_lr_wd), step = _mm512_set1_ps(d.step);
   const __m512 rbc2 = _mm512_set1_ps(d.rbc2), eps = _mm512_set1_ps(h.eps);
   const bool l2 = !h.adam_w_mode;
   for (std::size_t i = lo; i < hi; i += 16) {
@@ -24,12 +24,12 @@ __attribute__((noinline)) void adam_avx512(float* p, float* m, float* v, const v
     __m512 pv = _mm512_maskz_loadu_ps(k, p + i);
     __m512 mv = _mm512_maskz_loadu_ps(k, m + i);
     __m512 vv = _mm512_maskz_loadu_ps(k, v + i);
-    if (l2) gv = _mm512_add_ps(gv, _mm512_mul_ps(wd, pv));
-    mv = _mm512_add_ps(_mm512_mul_ps(b1, mv), _mm512_mul_ps(omb1, gv));
-    vv = _mm512_add_ps(_mm512_mul_ps(b2, vv), _mm512_mul_ps(_mm512_mul_ps(omb2, gv), gv));
-    pv = _mm512_mul_ps(pv, decay);
-    const __m512 denom = _mm512_add_ps(_mm512_mul_ps(_mm512_sqrt_ps(vv), rbc2), eps);
-    pv = _mm512_add_ps(pv, _mm512_mul_ps(step, _mm512_div_ps(mv, denom)));
+    if (l2) gv = _mm512_fmadd_ps(pv, wd, gv);
+    mv = _mm512_fmadd_ps(gv, omb1, _mm512_mul_ps(mv, b1));
+    vv = _mm512_fmadd_ps(_mm512_mul_ps(gv, gv), omb2, _mm512_mul_ps(vv, b2));
+    pv = _mm512_fmadd_ps(pv, nlw, pv);
+    const __m512 denom = _mm512_fmadd_ps(_mm512_sqrt_ps(vv), rbc2, eps);
+    pv = _mm512_fmadd_ps(_mm512_div_ps(mv, denom), step, pv);
     _mm512_mask_storeu_ps(m + i, k, mv);
     _mm512_mask_storeu_ps(v + i, k, vv);
     _mm512_mask_storeu_ps(p + i, k, pv);

@@ -26,7 +26,7 @@ struct LambVec {
 };
 inline __m512 lamb_dir(__m512 m, __m512 v, __m512 p, const LambVec& c, bool inside) {
   const __m512 denom = inside ? _mm512_sqrt_ps(_mm512_add_ps(v, c.eps)) : _mm512_add_ps(_mm512_sqrt_ps(v), c.eps);
-  return _mm512_add_ps(_mm512_div_ps(m, denom), _mm512_mul_ps(c.wd, p));
+  return _mm512_fmadd_ps(p, c.wd, _mm512_div_ps(m, denom));
 }
 
 template <DType G>
@@ -39,8 +39,8 @@ __attribute__((noinline)) void lamb_pass1_avx512(float* p, float* m, float* v, c
     const __m512 gv = _mm512_mul_ps(simd::load_g<G>(g, i, k), c.gs);
     const __m512 pv = _mm512_maskz_loadu_ps(k, p + i);
     __m512 mv = _mm512_maskz_loadu_ps(k, m + i), vv = _mm512_maskz_loadu_ps(k, v + i);
-    mv = _mm512_add_ps(_mm512_mul_ps(c.b1, mv), _mm512_mul_ps(c.omb1, gv));
-    vv = _mm512_add_ps(_mm512_mul_ps(c.b2, vv), _mm512_mul_ps(_mm512_mul_ps(c.omb2, gv), gv));
+    mv = _mm512_fmadd_ps(gv, c.omb1, _mm512_mul_ps(mv, c.b1));
+    vv = _mm512_fmadd_ps(_mm512_mul_ps(gv, gv), c.omb2, _mm512_mul_ps(vv, c.b2));
     _mm512_mask_storeu_ps(m + i, k, mv);
     _mm512_mask_storeu_ps(v + i, k, vv);
     const __m512 u = _mm512_maskz_mov_ps(k, lamb_dir(mv, vv, pv, c, h.eps_inside_sqrt));  // masked lanes: 0
@@ -55,12 +55,12 @@ template <DType W>
 __attribute__((noinline)) void lamb_pass2_avx512(float* p, const float* m, const float* v, void* w, std::size_t lo,
                                                  std::size_t hi, const LambHyper& h, float sc) {
   const LambVec c(h);
-  const __m512 scv = _mm512_set1_ps(sc);
+  const __m512 nsc = _mm512_set1_ps(-sc);
   for (std::size_t i = lo; i < hi; i += 16) {
     const __mmask16 k = simd::mask_for(hi - i);
     __m512 pv = _mm512_maskz_loadu_ps(k, p + i);
     const __m512 u = lamb_dir(_mm512_maskz_loadu_ps(k, m + i), _mm512_maskz_loadu_ps(k, v + i), pv, c, h.eps_inside_sqrt);
-    pv = _mm512_sub_ps(pv, _mm512_mul_ps(scv, u));
+    pv = _mm512_fmadd_ps(u, nsc, pv);
     _mm512_mask_storeu_ps(p + i, k, pv);
     if constexpr (W != simd::kNone) simd::store_w<W>(w, i, pv, k);
   }
@@ -137,7 +137,7 @@ void lamb_cpu(float* p, float* m, float* v, TensorView g, TensorView w, std::siz
       } else {
         for (std::size_t i = ch.lo; i < ch.hi; ++i) {
           const float u = detail::lamb_update_dir(m[i], v[i], p[i], h);
-          p[i] = p[i] - sc[ch.seg] * u;
+          p[i] = detail::lamb_apply(p[i], u, sc[ch.seg]);
           if (w.data) detail::store_working(w, i, p[i]);
         }
       }

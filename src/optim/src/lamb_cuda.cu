@@ -93,7 +93,7 @@ __global__ void lamb_pass2(float* __restrict__ p, const float* __restrict__ m, c
     const float sc = step_size * coeffs[ch.seg];
     for (std::size_t i = ch.lo + threadIdx.x; i < ch.hi; i += blockDim.x) {
       const float u = ds::optim::detail::lamb_update_dir(m[i], v[i], p[i], h);
-      const float pn = p[i] - sc * u;
+      const float pn = ds::optim::detail::lamb_apply(p[i], u, sc);
       p[i] = pn;
       if constexpr (!std::is_same_v<W, NoWorking>) w[i] = from_f<W>(pn);
     }

@@ -27,7 +27,7 @@ void lamb_ref(float* p, float* m, float* v, TensorView g, TensorView w, std::siz
     const float sc = h.step_size * c;
     for (std::size_t i = lo; i < hi; ++i) {
       const float u = detail::lamb_update_dir(m[i], v[i], p[i], h);
-      p[i] = p[i] - sc * u;
+      p[i] = detail::lamb_apply(p[i], u, sc);
       if (w.data) detail::store_working(w, i, p[i]);
     }
   }

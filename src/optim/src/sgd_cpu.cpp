@@ -13,19 +13,19 @@ __attribute__((noinline)) void sgd_avx512(float* p, float* buf, const void* g, v
                                           std::size_t hi, const SgdHyper& h) {
   const __m512 gs = _mm512_set1_ps(h.grad_scale), wd = _mm512_set1_ps(h.weight_decay);
   const __m512 mom = _mm512_set1_ps(h.momentum), omd = _mm512_set1_ps(1.0f - h.dampening);
-  const __m512 lr = _mm512_set1_ps(h.lr);
+  const __m512 nlr = _mm512_set1_ps(-h.lr);
   for (std::size_t i = lo; i < hi; i += 16) {
     const __mmask16 k = simd::mask_for(hi - i);
     __m512 gv = _mm512_mul_ps(simd::load_g<G>(g, i, k), gs);
     __m512 pv = _mm512_maskz_loadu_ps(k, p + i);
-    gv = _mm512_add_ps(gv, _mm512_mul_ps(wd, pv));
+    gv = _mm512_fmadd_ps(pv, wd, gv);
     if (buf != nullptr) {
       __m512 b = h.first_step ? gv
-                              : _mm512_add_ps(_mm512_mul_ps(mom, _mm512_maskz_loadu_ps(k, buf + i)), _mm512_mul_ps(omd, gv));
+                              : _mm512_fmadd_ps(gv, omd, _mm512_mul_ps(_mm512_maskz_loadu_ps(k, buf + i), mom));
       _mm512_mask_storeu_ps(buf + i, k, b);
-      gv = h.nesterov ? _mm512_add_ps(gv, _mm512_mul_ps(mom, b)) : b;
+      gv = h.nesterov ? _mm512_fmadd_ps(b, mom, gv) : b;
     }
-    pv = _mm512_sub_ps(pv, _mm512_mul_ps(lr, gv));
+    pv = _mm512_fmadd_ps(gv, nlr, pv);
     _mm512_mask_storeu_ps(p + i, k, pv);
     if constexpr (W != simd::kNone) simd::store_w<W>(w, i, pv, k);
   }
@@ -35,15 +35,15 @@ template <DType G, DType W>
 __attribute__((noinline)) void adagrad_avx512(float* p, float* sum, const void* g, void* w, std::size_t lo,
                                               std::size_t hi, const AdagradHyper& h) {
   const __m512 gs = _mm512_set1_ps(h.grad_scale), wd = _mm512_set1_ps(h.weight_decay);
-  const __m512 clr = _mm512_set1_ps(h.clr), eps = _mm512_set1_ps(h.eps);
+  const __m512 nclr = _mm512_set1_ps(-h.clr), eps = _mm512_set1_ps(h.eps);
   for (std::size_t i = lo; i < hi; i += 16) {
     const __mmask16 k = simd::mask_for(hi - i);
     __m512 gv = _mm512_mul_ps(simd::load_g<G>(g, i, k), gs);
     __m512 pv = _mm512_maskz_loadu_ps(k, p + i);
-    gv = _mm512_add_ps(gv, _mm512_mul_ps(wd, pv));
-    __m512 s = _mm512_add_ps(_mm512_maskz_loadu_ps(k, sum + i), _mm512_mul_ps(gv, gv));
+    gv = _mm512_fmadd_ps(pv, wd, gv);
+    __m512 s = _mm512_fmadd_ps(gv, gv, _mm512_maskz_loadu_ps(k, sum + i));
     const __m512 stdv = _mm512_add_ps(_mm512_sqrt_ps(s), eps);
-    pv = _mm512_sub_ps(pv, _mm512_mul_ps(clr, _mm512_div_ps(gv, stdv)));
+    pv = _mm512_fmadd_ps(_mm512_div_ps(gv, stdv), nclr, pv);
     _mm512_mask_storeu_ps(sum + i, k, s);
     _mm512_mask_storeu_ps(p + i, k, pv);
     if constexpr (W != simd::kNone) simd::store_w<W>(w, i, pv, k);

@@ -7,9 +7,9 @@
 // Common arguments: n elements; p = fp32 master (updated in place); state arrays of n
 // floats; g = gradient view (F32/F16/BF16, >= n elements), multiplied by h.grad_scale first;
 // w = working copy (F32/F16/BF16) written with the new p, or w.data == nullptr for none.
-// All math is fp32 in the order written below; *_cpu equals *_ref bitwise for adam, sgd
-// and adagrad (no FMA contraction in either), and to ~1e-6 relative for lamb (its norms are
-// summed in a different order).
+// All math is fp32 with the operation order of src/elem_math.h (explicit FMAs, nothing else
+// fused); *_cpu equals *_ref bitwise for adam, sgd and adagrad, and to ~1e-6 relative for
+// lamb (its norms are summed in a different order).
 #pragma once
 
 #include <cstddef>
@@ -21,13 +21,14 @@
 
 namespace ds::optim {
 
-// Adam / AdamW, in DeepSpeedCPUAdam's form (cpu_adam.h; the same maths as FusedAdam, one
-// sqrt and one division per element so the kernel stays memory-bound):
+// Adam / AdamW, DeepSpeedCPUAdam's operation sequence (cpu_adam_impl.cpp; the same maths as
+// FusedAdam, one sqrt and one division per element so the kernel stays memory-bound):
 //   g = grad*grad_scale;  L2 mode (adam_w_mode false): g += wd*p
 //   m = b1*m + (1-b1)*g;  v = b2*v + (1-b2)*g*g
-//   AdamW mode: p *= (1 - lr*wd)                       (torch AdamW's decoupled decay)
+//   AdamW mode: p += (-lr*wd)*p                       (decoupled decay, from the old p)
 //   p += (-lr/bc1) * (m / (sqrt(v)*(1/sqrt(bc2)) + eps))
-// i.e. eps outside the square root, after bias-correcting v.
+// i.e. eps outside the square root, after bias-correcting v. The exact fp32 operation order,
+// fused multiply-adds included, is in src/elem_math.h.
 struct AdamHyper {
   float lr = 1e-3f, beta1 = 0.9f, beta2 = 0.999f, eps = 1e-8f, weight_decay = 0.f;
   float bc1 = 1.f, bc2 = 1.f;  // 1 - beta^step, or 1 without bias correction
