@@ -2,7 +2,8 @@
 // gradient dtype, working dtype and several thread counts.
 //
 // Tolerance: adam, sgd and adagrad must match BITWISE (master, state and working copy):
-// both perform the same IEEE fp32 operations in the same order without FMA contraction.
+// both perform the same IEEE fp32 operations (explicit FMAs included) in the same order and
+// nothing else is contracted (src/optim/src/elem_math.h).
 // Lamb's elementwise math is identical too, but its two norms are summed in a different
 // order (blocks of lanes vs one sequential double sum), which can move the fp32 trust ratio
 // by an ulp, so Lamb is compared to 2e-6 relative.

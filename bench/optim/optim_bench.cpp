@@ -1,0 +1,265 @@
+// Optimizer step benchmark (not a test; docs/PERFORMANCE.md "Optimizer step").
+//
+// For each optimizer and precision: the fused step of ds::optim (Kernel::Cpu) in params/s
+// and GB/s, beside a STREAM-style kernel with exactly the optimizer's access pattern (same
+// arrays read, same arrays written in place, same fp16/bf16 gradient read and working write,
+// one add per element) measured in the same run: the memory-bandwidth limit. Also
+// torch.optim.AdamW(foreach=True) through /usr/bin/python3 for fp32 AdamW. Median of
+// --repeats after one warm-up. Buffers are allocated and first-touched once.
+#include <immintrin.h>
+#include <omp.h>
+
+#include <algorithm>
+#include <chrono>
+#include <cstdio>
+#include <cstdlib>
+#include <cstring>
+#include <memory>
+#include <sstream>
+#include <string>
+#include <vector>
+
+#include "ds/core/buffer.h"
+#include "ds/core/cpu_features.h"
+#include "ds/core/half.h"
+#include "ds/optim/optimizer.h"
+
+using ds::DType;
+using ds::TensorView;
+
+namespace {
+
+double now() { return std::chrono::duration<double>(std::chrono::steady_clock::now().time_since_epoch()).count(); }
+
+template <class F>
+double median_time(int repeats, F&& f) {
+  f();  // warm-up
+  std::vector<double> t;
+  for (int r = 0; r < repeats; ++r) {
+    const double t0 = now();
+    f();
+    t.push_back(now() - t0);
+  }
+  std::sort(t.begin(), t.end());
+  return t[t.size() / 2];
+}
+
+// --- the STREAM-style pattern kernel -------------------------------------------------------
+// rw arrays: read and written in place; ro arrays: read only; g: gradient (read, any dtype);
+// w: working copy written from rw[0] (any dtype). x = x + (g + sum(ro)) for every rw array.
+struct Pattern {
+  std::vector<float*> rw, ro;
+  TensorView g;  // data == nullptr: none
+  TensorView w;  // data == nullptr: none
+};
+
+#pragma GCC push_options
+#pragma GCC target("avx512f,avx512bw,avx512vl,f16c")
+template <DType G, DType W>
+void pattern_avx512(const Pattern& pt, std::size_t lo, std::size_t hi) {
+  for (std::size_t i = lo; i < hi; i += 16) {
+    const std::size_t left = hi - i;
+    const __mmask16 k = left >= 16 ? __mmask16(0xffff) : __mmask16((1u << left) - 1u);
+    __m512 acc = _mm512_setzero_ps();
+    if constexpr (G == DType::F32) acc = _mm512_maskz_loadu_ps(k, pt.g.as<const float>() + i);
+    if constexpr (G == DType::F16) acc = _mm512_cvtph_ps(_mm256_maskz_loadu_epi16(k, pt.g.as<const std::uint16_t>() + i));
+    if constexpr (G == DType::BF16)
+      acc = _mm512_castsi512_ps(_mm512_slli_epi32(_mm512_cvtepu16_epi32(_mm256_maskz_loadu_epi16(k, pt.g.as<const std::uint16_t>() + i)), 16));
+    for (float* r : pt.ro) acc = _mm512_add_ps(acc, _mm512_maskz_loadu_ps(k, r + i));
+    __m512 first = acc;
+    for (std::size_t j = 0; j < pt.rw.size(); ++j) {
+      const __m512 x = _mm512_add_ps(_mm512_maskz_loadu_ps(k, pt.rw[j] + i), acc);
+      _mm512_mask_storeu_ps(pt.rw[j] + i, k, x);
+      if (j == 0) first = x;
+    }
+    if constexpr (W == DType::F32) _mm512_mask_storeu_ps(pt.w.as<float>() + i, k, first);
+    if constexpr (W == DType::F16)
+      _mm256_mask_storeu_epi16(pt.w.as<std::uint16_t>() + i, k, _mm512_cvtps_ph(first, _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC));
+    if constexpr (W == DType::BF16)
+      _mm256_mask_storeu_epi16(pt.w.as<std::uint16_t>() + i, k, _mm512_cvtepi32_epi16(_mm512_srli_epi32(_mm512_castps_si512(first), 16)));
+  }
+}
+#pragma GCC pop_options
+
+void pattern_plain(const Pattern& pt, std::size_t lo, std::size_t hi) {
+  for (std::size_t i = lo; i < hi; ++i) {
+    float acc = 0;
+    if (pt.g.data) {
+      if (pt.g.dtype == DType::F32) acc = pt.g.as<const float>()[i];
+      else if (pt.g.dtype == DType::F16) acc = ds::f16_to_float(pt.g.as<const ds::f16>()[i]);
+      else acc = ds::bf16_to_float(pt.g.as<const ds::bf16>()[i]);
+    }
+    for (float* r : pt.ro) acc += r[i];
+    float first = acc;
+    for (std::size_t j = 0; j < pt.rw.size(); ++j) { pt.rw[j][i] += acc; if (j == 0) first = pt.rw[j][i]; }
+    if (pt.w.data) {
+      if (pt.w.dtype == DType::F32) pt.w.as<float>()[i] = first;
+      else if (pt.w.dtype == DType::F16) pt.w.as<ds::f16>()[i] = ds::float_to_f16(first);
+      else pt.w.as<ds::bf16>()[i] = ds::float_to_bf16(first);
+    }
+  }
+}
+
+void run_pattern(const Pattern& pt, std::size_t n) {
+  const bool vec = ds::cpu_features().avx512f && ds::cpu_features().avx512bw;
+  const DType g = pt.g.data ? pt.g.dtype : DType::U8, w = pt.w.data ? pt.w.dtype : DType::U8;
+#pragma omp parallel
+  {
+    const std::size_t t = std::size_t(omp_get_thread_num()), T = std::size_t(omp_get_num_threads());
+    const std::size_t per = ((n + T - 1) / T + 15) & ~std::size_t(15);
+    const std::size_t lo = std::min(n, t * per), hi = std::min(n, lo + per);
+    if (lo < hi) {
+      if (!vec) {
+        pattern_plain(pt, lo, hi);
+      } else {
+        auto by_w = [&]<DType G>() {
+          switch (w) {
+            case DType::F32: pattern_avx512<G, DType::F32>(pt, lo, hi); break;
+            case DType::F16: pattern_avx512<G, DType::F16>(pt, lo, hi); break;
+            case DType::BF16: pattern_avx512<G, DType::BF16>(pt, lo, hi); break;
+            default: pattern_avx512<G, DType::U8>(pt, lo, hi); break;
+          }
+        };
+        switch (g) {
+          case DType::F32: by_w.template operator()<DType::F32>(); break;
+          case DType::F16: by_w.template operator()<DType::F16>(); break;
+          case DType::BF16: by_w.template operator()<DType::BF16>(); break;
+          default: by_w.template operator()<DType::U8>(); break;
+        }
+      }
+    }
+  }
+}
+
+// --- arguments -------------------------------------------------------------------------------
+std::vector<long long> parse_list(const std::string& s) {
+  std::vector<long long> v;
+  std::stringstream ss(s);
+  std::string x;
+  while (std::getline(ss, x, ',')) v.push_back(std::stoll(x));
+  return v;
+}
+
+double torch_adamw_seconds(const std::string& python, std::size_t n, int threads, int repeats) {
+  const std::string cmd = "GLIBC_TUNABLES=glibc.malloc.mmap_max=0:glibc.malloc.trim_threshold=17179869184 OMP_NUM_THREADS=" +
+                          std::to_string(threads) + " " + python + " " DS_OPTIM_BENCH_DIR "/torch_adamw.py " +
+                          std::to_string(n) + " " + std::to_string(threads) + " " + std::to_string(repeats);
+  FILE* f = popen(cmd.c_str(), "r");
+  if (!f) return -1;
+  char line[512];
+  double s = -1;
+  while (std::fgets(line, sizeof line, f)) {
+    const char* m = std::strstr(line, "median_s=");
+    if (m) s = std::atof(m + 9);
+  }
+  pclose(f);
+  return s;
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  std::vector<long long> sizes = {10000000, 100000000}, threads = {1, 2};
+  int repeats = 5;
+  std::string python;
+  std::string only;
+  for (int i = 1; i < argc; ++i) {
+    const std::string a = argv[i];
+    auto next = [&]() -> std::string {
+      if (i + 1 >= argc) { std::fprintf(stderr, "optim_bench: error: %s needs a value\n", a.c_str()); std::exit(2); }
+      return argv[++i];
+    };
+    if (a == "--sizes") sizes = parse_list(next());
+    else if (a == "--threads") threads = parse_list(next());
+    else if (a == "--repeats") repeats = std::stoi(next());
+    else if (a == "--python") python = next();
+    else if (a == "--only") only = next();
+    else {
+      std::fprintf(stderr,
+                   "usage: optim_bench [--sizes N,N] [--threads 1,2] [--repeats R] [--python /usr/bin/python3] "
+                   "[--only adamw|sgd|adagrad|lamb]\n");
+      return a == "--help" ? 0 : 2;
+    }
+  }
+  const std::size_t nmax = std::size_t(*std::max_element(sizes.begin(), sizes.end()));
+  std::printf("# optim_bench: cpu features: %s; repeats %d (median after 1 warm-up)\n", ds::cpu_features_string().c_str(),
+              repeats);
+  // Allocate and first-touch once (fresh pages are slow here).
+  ds::HostBuffer p(nmax, DType::F32), s0(nmax, DType::F32), s1(nmax, DType::F32), g32(nmax, DType::F32);
+  ds::HostBuffer g16(nmax, DType::F16), gbf16(nmax, DType::BF16), w16(nmax, DType::F16);
+  for (std::size_t i = 0; i < nmax; ++i) {
+    p.as<float>()[i] = 0.01f * float(i % 97);
+    g32.as<float>()[i] = 1e-3f * float(int(i % 13) - 6);
+  }
+  ds::convert(g32.data(), DType::F32, g16.data(), DType::F16, nmax);
+  ds::convert(g32.data(), DType::F32, gbf16.data(), DType::BF16, nmax);
+
+  struct Variant { const char* opt; const char* prec; DType g, w; };
+  const Variant variants[] = {
+      {"adamw", "fp32", DType::F32, DType::U8}, {"adamw", "fp16", DType::F16, DType::F16}, {"adamw", "bf16", DType::BF16, DType::BF16},
+      {"sgd", "fp32", DType::F32, DType::U8},   {"sgd", "bf16", DType::BF16, DType::BF16},
+      {"adagrad", "fp32", DType::F32, DType::U8}, {"adagrad", "bf16", DType::BF16, DType::BF16},
+      {"lamb", "fp32", DType::F32, DType::U8},  {"lamb", "bf16", DType::BF16, DType::BF16},
+  };
+  std::printf("| optimizer | precision | params | threads | B/param | ours G params/s | ours GB/s | pattern limit GB/s | ours / limit |\n");
+  std::printf("| --- | --- | --- | --- | --- | --- | --- | --- | --- |\n");
+  for (long long nn : sizes) {
+    const std::size_t n = std::size_t(nn);
+    for (long long th : threads) {
+      omp_set_num_threads(int(th));
+      for (const Variant& v : variants) {
+        if (!only.empty() && only != v.opt) continue;
+        ds::config::OptimizerConfig cfg;
+        cfg.type = v.opt;
+        cfg.weight_decay = 0.01;
+        if (std::string(v.opt) == "sgd") cfg.momentum = 0.9;
+        auto opt = ds::optim::make_optimizer(cfg, ds::optim::Kernel::Cpu);
+        opt->init_state(n);  // the optimizer's own state (first touch outside the timing)
+        auto st = opt->state_tensors();
+        const TensorView gv{v.g == DType::F32 ? g32.data() : v.g == DType::F16 ? g16.data() : gbf16.data(), n, v.g};
+        const TensorView wv{v.w == DType::U8 ? nullptr : w16.data(), n, v.w == DType::U8 ? DType::F32 : v.w};
+        const std::size_t half_io = v.g == DType::F32 ? 4 : 2;
+        const std::size_t w_io = v.w == DType::U8 ? 0 : 2;
+        std::int64_t step = 0;
+        const double t_opt = median_time(repeats, [&] {
+          ds::optim::StepContext ctx;
+          ctx.lr = 1e-4;
+          ctx.step = ++step;
+          opt->step(std::span<float>(p.as<float>(), n), gv, wv, {}, ctx);
+        });
+        // The same access pattern, one add per element, on the same buffers.
+        std::vector<float*> states;
+        for (auto& kv : st) states.push_back(kv.second.data());
+        std::size_t bytes = 0;
+        double t_pat = 0;
+        if (std::string(v.opt) == "lamb") {
+          Pattern a{{states[0], states[1]}, {p.as<float>()}, gv, {}};
+          Pattern b{{p.as<float>()}, {states[0], states[1]}, {}, wv};
+          t_pat = median_time(repeats, [&] { run_pattern(a, n); run_pattern(b, n); });
+          bytes = (4 + half_io + 2 * 8) + (12 + 4 + w_io);  // pass 1 + pass 2
+        } else {
+          Pattern a{{p.as<float>()}, {}, gv, wv};
+          for (float* s : states) a.rw.push_back(s);
+          t_pat = median_time(repeats, [&] { run_pattern(a, n); });
+          bytes = (1 + states.size()) * 8 + half_io + w_io;
+        }
+        const double gbs = double(bytes) * double(n) / t_opt / 1e9, lim = double(bytes) * double(n) / t_pat / 1e9;
+        std::printf("| %s | %s | %lldM | %lld | %zu | %.2f | %.1f | %.1f | %.2f |\n", v.opt, v.prec, nn / 1000000, th, bytes,
+                    double(n) / t_opt / 1e9, gbs, lim, gbs / lim);
+        std::fflush(stdout);
+      }
+      if (!python.empty() && (only.empty() || only == "adamw")) {
+        const double t = torch_adamw_seconds(python, n, int(th), repeats);
+        if (t > 0) {
+          std::printf("| torch.optim.AdamW(foreach=True) 1.13 | fp32 | %lldM | %lld | 28 | %.3f | %.1f | - | - |\n", nn / 1000000,
+                      th, double(n) / t / 1e9, 28.0 * double(n) / t / 1e9);
+        } else {
+          std::printf("| torch.optim.AdamW(foreach=True) | fp32 | %lldM | %lld | 28 | (failed to run %s) | | | |\n", nn / 1000000, th,
+                      python.c_str());
+        }
+        std::fflush(stdout);
+      }
+    }
+  }
+  return 0;
+}
