@@ -103,6 +103,42 @@ void check_tag(const std::string& tag) {
            "checkpoint tag '" << tag << "' is reserved (contains '.tmp-' or is 'latest')");
 }
 
+// Disk space a state tree takes in HDF5 (generous: object headers, attributes, heaps).
+std::size_t state_bytes(const StateValue& v) {
+  std::size_t n = 4096;
+  switch (v.kind()) {
+    case StateValue::Kind::String: n += v.as_string().size(); break;
+    case StateValue::Kind::Tensor: n += v.as_tensor().data.size() * sizeof(float); break;
+    case StateValue::Kind::List: for (const auto& e : v.as_list()) n += state_bytes(e); break;
+    case StateValue::Kind::Map: for (const auto& [k, e] : v.as_map()) n += k.size() + state_bytes(e); break;
+    default: break;
+  }
+  return n;
+}
+
+// Claims `bytes` of disk beside `path` (fallocate on a scratch file, removed again) so that a
+// full disk fails here, cleanly, before HDF5 holds dirty data for the file: HDF5 1.10 cannot
+// close a file whose flush failed, and crashes at exit on it. Filesystems without fallocate
+// get a statvfs check instead.
+void ensure_space(const std::string& path, std::size_t bytes) {
+  std::string scratch = path + ".reserve";
+  int fd = ::open(scratch.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
+  DS_CHECK(fd >= 0, "cannot create " << scratch << ": " << std::strerror(errno));
+  int rc = ::fallocate(fd, 0, 0, off_t(bytes));
+  int err = errno;
+  ::close(fd);
+  ::unlink(scratch.c_str());
+  if (rc == 0) return;
+  if (err == EOPNOTSUPP || err == ENOSYS) {
+    std::error_code ec;
+    auto sp = fs::space(fs::path(path).parent_path(), ec);
+    DS_CHECK(ec || sp.available >= bytes, "not enough disk space for " << path << ": needs about " << bytes
+                                                                       << " bytes, " << sp.available << " available");
+    return;
+  }
+  DS_THROW("not enough disk space for " << path << " (about " << bytes << " bytes): " << std::strerror(err));
+}
+
 bool exchange_dirs(const std::string& a, const std::string& b) {
   return ::renameat2(AT_FDCWD, a.c_str(), AT_FDCWD, b.c_str(), RENAME_EXCHANGE) == 0;
 }
@@ -285,6 +321,9 @@ LocalWriteResult write_local(const PendingSave& pending, int rank, const Checkpo
   try {
     DS_CHECK(pending.active, "write_local: no save in progress");
     if (rank == 0) {
+      std::size_t need = 65536 + state_bytes(c.engine_state) + state_bytes(c.client_state) + c.config_json.size();
+      for (const auto& pr : c.params) need += 4096 + pr.numel() * dtype_size(pr.dtype);
+      ensure_space((fs::path(pending.tmp_dir) / kModelFile).string(), need);
       H5File f((fs::path(pending.tmp_dir) / kModelFile).string(), H5File::Mode::Create);
       f.set_attr("/", "format", "dstrain-checkpoint");
       f.set_attr("/", "format_version", std::int64_t(kFormatVersion));
@@ -310,6 +349,8 @@ LocalWriteResult write_local(const PendingSave& pending, int rank, const Checkpo
       f.close();
     }
     if (c.has_shard) {
+      ensure_space((fs::path(pending.tmp_dir) / shard_file_name(rank)).string(),
+                   65536 + c.shard.size() * (4096 + c.shard_count * sizeof(float)));
       H5File s((fs::path(pending.tmp_dir) / shard_file_name(rank)).string(), H5File::Mode::Create);
       s.set_attr("/", "format", "dstrain-checkpoint-shard");
       s.set_attr("/", "format_version", std::int64_t(kFormatVersion));
