@@ -9,7 +9,11 @@ namespace ds::engine {
 namespace {
 std::string mib(std::size_t b) {
   char buf[64];
-  std::snprintf(buf, sizeof buf, "%.2f MiB", double(b) / (1024.0 * 1024.0));
+  if (b < (1u << 20)) {
+    std::snprintf(buf, sizeof buf, "%.1f KiB", double(b) / 1024.0);
+  } else {
+    std::snprintf(buf, sizeof buf, "%.2f MiB", double(b) / (1024.0 * 1024.0));
+  }
   return buf;
 }
 }  // namespace
