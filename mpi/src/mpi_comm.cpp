@@ -2,6 +2,7 @@
 #include "ds/mpi/mpi_comm.h"
 
 #include <algorithm>
+#include <atomic>
 #include <condition_variable>
 #include <cstdint>
 #include <cstdlib>
@@ -372,11 +373,31 @@ struct MpiComm::Impl {
   bool use_shm_single_node(std::size_t bytes) const {
     return win != MPI_WIN_NULL && nnodes == 1 && bytes >= opt.shm_min_bytes;
   }
+  // Segment layout: one 4 KiB control page (this rank's barrier counter in its first cache
+  // line), then the two data halves.
+  static constexpr std::size_t kCtrlBytes = 4096;
+  std::vector<char*> ctrl;         // each node rank's control page
+  std::uint64_t barrier_seq = 0;   // barriers passed (the same count on every node rank)
   char* half(int r, std::uint64_t seq) const { return seg[r] + (seq & 1) * half_bytes; }
+  // Node barrier through the window: publish my count (release: my copies into the window
+  // are visible first), then wait until every peer's count reached it (acquire). Spins
+  // briefly, then yields the CPU (ranks may outnumber cores).
   void sync_barrier() {
-    DS_MPI_CHECK(MPI_Win_sync(win));
-    DS_MPI_CHECK(MPI_Barrier(node));
-    DS_MPI_CHECK(MPI_Win_sync(win));
+    const std::uint64_t target = ++barrier_seq;
+    std::atomic_ref<std::uint64_t>(*reinterpret_cast<std::uint64_t*>(ctrl[node_rank])).store(target, std::memory_order_release);
+    for (int r = 0; r < node_size; ++r) {
+      if (r == node_rank) continue;
+      std::atomic_ref<std::uint64_t> peer(*reinterpret_cast<std::uint64_t*>(ctrl[r]));
+      for (int spin = 0; peer.load(std::memory_order_acquire) < target; ++spin) {
+        if (spin < 256) {
+#if defined(__x86_64__) || defined(__i386__)
+          __builtin_ia32_pause();
+#endif
+        } else {
+          std::this_thread::yield();
+        }
+      }
+    }
   }
   void shm_all_reduce(TensorView buf, ReduceOp op);
   void shm_reduce_scatter(TensorView send, TensorView recv, ReduceOp op);
@@ -426,18 +447,22 @@ void MpiComm::Impl::setup(MPI_Comm parent) {
     DS_MPI_CHECK(MPI_Info_create(&info));
     MPI_Info_set(info, "alloc_shared_noncontig", "true");
     char* base = nullptr;
-    const int rc = MPI_Win_allocate_shared(static_cast<MPI_Aint>(2 * half_bytes), 1, info, node, &base, &win);
+    const int rc = MPI_Win_allocate_shared(static_cast<MPI_Aint>(kCtrlBytes + 2 * half_bytes), 1, info, node, &base, &win);
     MPI_Info_free(&info);
     DS_MPI_CHECK(rc);
     DS_MPI_CHECK(MPI_Win_set_errhandler(win, MPI_ERRORS_RETURN));
     seg.resize(node_size);
+    ctrl.resize(node_size);
     for (int r = 0; r < node_size; ++r) {
       MPI_Aint sz = 0;
       int disp = 0;
-      DS_MPI_CHECK(MPI_Win_shared_query(win, r, &sz, &disp, &seg[r]));
+      DS_MPI_CHECK(MPI_Win_shared_query(win, r, &sz, &disp, &ctrl[r]));
+      seg[r] = ctrl[r] + kCtrlBytes;
     }
-    std::memset(base, 0, 2 * half_bytes);  // first touch once, here, not in the first step
+    std::memset(base, 0, kCtrlBytes + 2 * half_bytes);  // first touch once, here, not in the first step
     DS_MPI_CHECK(MPI_Win_lock_all(MPI_MODE_NOCHECK, win));
+    DS_MPI_CHECK(MPI_Win_sync(win));
+    DS_MPI_CHECK(MPI_Barrier(node));  // every counter is zero before anyone uses the window
   }
 }
 
@@ -526,10 +551,12 @@ void MpiComm::Impl::shm_all_reduce(TensorView buf, ReduceOp op) {
     const std::size_t per_al = (per + 15) / 16 * 16;
     auto begin = [&](int j) { return std::min(len, static_cast<std::size_t>(j) * per_al); };
     char* mine = half(node_rank, seq);
-    std::memcpy(mine, ptr(buf, off), len * es);
-    sync_barrier();
     const std::size_t b = begin(node_rank), e = begin(node_rank + 1);
-    for (int r = 0; r < node_size; ++r) srcs[r] = half(r, seq) + b * es;
+    // Peers need every slice of my chunk but mine; my own slice is read from `buf` directly.
+    std::memcpy(mine, ptr(buf, off), b * es);
+    std::memcpy(mine + e * es, ptr(buf, off + e), (len - e) * es);
+    sync_barrier();
+    for (int r = 0; r < node_size; ++r) srcs[r] = r == node_rank ? ptr(buf, off + b) : half(r, seq) + b * es;
     reduce_slices(mine + b * es, srcs, e - b, buf.dtype, op);
     if (nnodes > 1 && e > b)
       DS_MPI_CHECK(MPI_Allreduce(MPI_IN_PLACE, mine + b * es, static_cast<int>(e - b), mtype, mop, cross));
