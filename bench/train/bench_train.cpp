@@ -20,6 +20,7 @@
 #include "ds/core/half.h"
 #include "ds/data/dataset.h"
 #include "ds/data/sampler.h"
+#include "ds/nn/gemm.h"
 #include "ds/nn/gpt.h"
 
 namespace {
@@ -130,6 +131,7 @@ int main(int argc, char** argv) {
     const double t3 = now();
     if (s >= warmup) { t_fwd += t1 - t0; t_bwd += t2 - t1; t_opt += t3 - t2; t_total += t3 - t0; }
   }
+  const char* gemm_name = gemm_bf16 ? "own-bf16" : (ds::nn::use_openblas_f32() ? "openblas" : "own-f32");
   const double tokens = double(B * T) * steps;
   const double tps = tokens / t_total;
   const double fpt = model.flops_per_token(T);
@@ -141,13 +143,14 @@ int main(int argc, char** argv) {
     std::printf("{\"impl\": \"dstrain\", \"dtype\": \"%s\", \"threads\": %d, \"tokens_per_s\": %.1f, "
                 "\"fwd_ms\": %.2f, \"bwd_ms\": %.2f, \"opt_ms\": %.2f, \"flops_per_token\": %.0f, "
                 "\"sgemm_gflops_model\": %.1f, \"sgemm_gflops_1024\": %.1f, \"bound_tokens_per_s\": %.1f, "
-                "\"loss_first\": %.4f, \"loss_last\": %.4f, \"params\": %zu}\n",
+                "\"loss_first\": %.4f, \"loss_last\": %.4f, \"params\": %zu, \"gemm\": \"%s\", \"openblas_core\": \"%s\"}\n",
                 dtype.c_str(), threads, tps, 1e3 * t_fwd / steps, 1e3 * t_bwd / steps, 1e3 * t_opt / steps,
-                fpt, gf_model, gf_1024, bound, first_loss, loss, P);
+                fpt, gf_model, gf_1024, bound, first_loss, loss, P, gemm_name, openblas_get_corename());
   } else {
     std::printf("dstrain GPT %lldL %lldH %lld wide, seq %lld, vocab %lld, batch %lld, %s, %d threads, %zu params\n",
                 (long long)cfg.n_layer, (long long)cfg.n_head, (long long)cfg.n_embd, (long long)T,
                 (long long)cfg.vocab_size, (long long)B, dtype.c_str(), threads, P);
+    std::printf("  linear GEMMs: %s (OpenBLAS core %s)\n", gemm_name, openblas_get_corename());
     std::printf("  tokens/s %.0f  (fwd %.1f ms, bwd %.1f ms, adamw %.1f ms per step)  loss %.3f -> %.3f\n", tps,
                 1e3 * t_fwd / steps, 1e3 * t_bwd / steps, 1e3 * t_opt / steps, first_loss, loss);
     std::printf("  model %.1f MFLOP/token; sgemm %.0f GFLOP/s (model shape), %.0f GFLOP/s (n=1024); "

@@ -14,7 +14,9 @@
 #include <omp.h>
 
 #include <algorithm>
+#include <cctype>
 #include <cstdlib>
+#include <string>
 #include <cstring>
 #include <string_view>
 
@@ -241,6 +243,22 @@ void gemm_bf16(bool trans_a, bool trans_b, std::int64_t M, std::int64_t N, std::
   }
 }
 
+// fp32 GEMMs go to OpenBLAS when it runs an AVX-512 kernel (OpenBLAS 0.3.21 does not know
+// newer CPU models and falls back to its SSE3 "Prescott" kernel unless OPENBLAS_CORETYPE,
+// e.g. SkylakeX, is set before the program starts), else to our AVX-512 kernel.
+// DS_NN_GEMM=openblas|own forces the choice.
+bool use_openblas_f32() {
+  if (const char* e = std::getenv("DS_NN_GEMM")) {
+    if (std::string_view(e) == "openblas") return true;
+    if (std::string_view(e) == "own") return false;
+  }
+  if (!f32_gemm_supported()) return true;
+  std::string core = openblas_get_corename();
+  for (auto& ch : core) ch = char(std::tolower(static_cast<unsigned char>(ch)));
+  return core.find("skylakex") != std::string::npos || core.find("cooperlake") != std::string::npos ||
+         core.find("sapphirerapids") != std::string::npos;
+}
+
 bool f32_gemm_supported() {
   static const bool ok = cpu_features().avx512f && cpu_features().avx512bw &&
                          cpu_features().avx512vl && cpu_features().fma;
@@ -282,10 +300,7 @@ void gemm(Precision p, bool trans_a, bool trans_b, std::int64_t M, std::int64_t 
     gemm_bf16(trans_a, trans_b, M, N, K, alpha, A, lda, B, ldb, beta, C, ldc);
     return;
   }
-  static const bool use_blas = [] {
-    const char* e = std::getenv("DS_NN_GEMM");
-    return e && std::string_view(e) == "openblas";
-  }();
+  static const bool use_blas = use_openblas_f32();
   if (!use_blas && f32_gemm_supported()) {
     gemm_f32(trans_a, trans_b, M, N, K, alpha, A, lda, B, ldb, beta, C, ldc);
     return;

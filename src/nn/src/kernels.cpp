@@ -23,8 +23,10 @@ namespace {
 
 // exp(x) to ~2 ulp over [-87, 88] (Cephes expf); inputs outside are clamped.
 inline float fast_exp(float x) {
-  x = std::min(std::max(x, -87.0f), 88.0f);
-  const float fx = std::floor(x * 1.44269504088896341f + 0.5f);
+  x = x < -87.0f ? -87.0f : x;  // ternaries, not std::min/max: these vectorize
+  x = x > 88.0f ? 88.0f : x;
+  // Round to nearest by the 1.5 * 2^23 trick (no floor(): a libm call without SSE4.1).
+  const float fx = (x * 1.44269504088896341f + 12582912.0f) - 12582912.0f;
   const float r = x - fx * 0.693359375f + fx * 2.12194440e-4f;
   float y = 1.9875691500e-4f;
   y = y * r + 1.3981999507e-3f;
@@ -43,6 +45,7 @@ constexpr float kGeluS = 0.7978845608028654f;  // sqrt(2/pi)
 constexpr float kGeluA = 0.044715f;
 
 DS_CLONES void gelu_fwd_block(float* __restrict out, const float* __restrict inp, std::int64_t n) {
+#pragma omp simd
   for (std::int64_t i = 0; i < n; ++i) {
     const float x = inp[i];
     const float t = fast_tanh(kGeluS * (x + kGeluA * x * x * x));
@@ -52,6 +55,7 @@ DS_CLONES void gelu_fwd_block(float* __restrict out, const float* __restrict inp
 
 DS_CLONES void gelu_bwd_block(float* dinp, const float* __restrict inp, const float* dout,
                               std::int64_t n) {
+#pragma omp simd
   for (std::int64_t i = 0; i < n; ++i) {
     const float x = inp[i];
     const float t = fast_tanh(kGeluS * (x + kGeluA * x * x * x));
@@ -72,6 +76,7 @@ DS_CLONES void ln_fwd_row(float* __restrict o, float* mean_out, float* rstd_out,
 #pragma omp simd reduction(+ : v)
   for (std::int64_t i = 0; i < C; ++i) { const float d = x[i] - m; v += d * d; }
   const float r = 1.0f / std::sqrt(v / float(C) + 1e-5f);
+#pragma omp simd
   for (std::int64_t i = 0; i < C; ++i) o[i] = (x[i] - m) * r * w[i] + b[i];
   *mean_out = m;
   *rstd_out = r;
@@ -90,6 +95,7 @@ DS_CLONES void ln_bwd_row(float* __restrict dx, const float* __restrict dy,
   }
   a /= float(C);
   bsum /= float(C);
+#pragma omp simd
   for (std::int64_t i = 0; i < C; ++i) {
     const float n = (x[i] - m) * r;
     dx[i] += (w[i] * dy[i] - a - n * bsum) * r;
@@ -127,10 +133,13 @@ DS_CLONES void ln_param_block(float* __restrict dw, float* __restrict db, const 
 // Row softmax of the causal row i (entries 0..i), scaled scores in place; rest zeroed.
 DS_CLONES void causal_softmax_row(float* __restrict row, std::int64_t valid, std::int64_t T) {
   float mx = -INFINITY;
-  for (std::int64_t j = 0; j < valid; ++j) mx = std::max(mx, row[j]);
+#pragma omp simd reduction(max : mx)
+  for (std::int64_t j = 0; j < valid; ++j) mx = row[j] > mx ? row[j] : mx;
   float s = 0.0f;
+#pragma omp simd reduction(+ : s)
   for (std::int64_t j = 0; j < valid; ++j) { const float e = fast_exp(row[j] - mx); row[j] = e; s += e; }
   const float inv = 1.0f / s;
+#pragma omp simd
   for (std::int64_t j = 0; j < valid; ++j) row[j] *= inv;
   for (std::int64_t j = valid; j < T; ++j) row[j] = 0.0f;
 }
@@ -141,13 +150,15 @@ DS_CLONES void softmax_bwd_row(float* __restrict dp, const float* __restrict p, 
   float s = 0.0f;
 #pragma omp simd reduction(+ : s)
   for (std::int64_t j = 0; j < valid; ++j) s += p[j] * dp[j];
+#pragma omp simd
   for (std::int64_t j = 0; j < valid; ++j) dp[j] = p[j] * (dp[j] - s);
   for (std::int64_t j = valid; j < T; ++j) dp[j] = 0.0f;
 }
 
 DS_CLONES float xent_fwd_row(const float* __restrict l, std::int64_t V, float* lse_out) {
   float mx = -INFINITY;
-  for (std::int64_t j = 0; j < V; ++j) mx = std::max(mx, l[j]);
+#pragma omp simd reduction(max : mx)
+  for (std::int64_t j = 0; j < V; ++j) mx = l[j] > mx ? l[j] : mx;
   float s = 0.0f;
 #pragma omp simd reduction(+ : s)
   for (std::int64_t j = 0; j < V; ++j) s += fast_exp(l[j] - mx);
@@ -157,6 +168,7 @@ DS_CLONES float xent_fwd_row(const float* __restrict l, std::int64_t V, float* l
 }
 
 DS_CLONES void xent_bwd_row(float* __restrict l, float lse, std::int64_t V, float k) {
+#pragma omp simd
   for (std::int64_t j = 0; j < V; ++j) l[j] = k * fast_exp(l[j] - lse);
 }
 

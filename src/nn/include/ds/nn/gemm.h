@@ -1,9 +1,12 @@
 // GEMM front door for the layers: C = alpha * op(A) op(B) + beta * C, row-major fp32 in and
 // out, op(A) M x K, op(B) K x N.
 //
-// Precision::F32: our packed AVX-512 FMA kernel (6 x 64 register tile) when the CPU has
-// AVX-512 -- on the CI machine it runs at ~3x the rate of Debian's OpenBLAS 0.3.21 sgemm,
-// which does not know the CPU -- else OpenBLAS cblas_sgemm. Precision::BF16 rounds A and B to
+// Precision::F32: OpenBLAS cblas_sgemm when OpenBLAS runs an AVX-512 kernel; else our packed
+// AVX-512 FMA kernel (6 x 64 register tile) when the CPU has AVX-512. Debian's OpenBLAS
+// 0.3.21 does not know the CI machine's CPU model and falls back to its SSE3 "Prescott"
+// kernel (~1/4 of the AVX-512 rate) unless OPENBLAS_CORETYPE=SkylakeX is in the environment
+// before the program starts; our kernel runs at ~0.8x of OpenBLAS' SkylakeX kernel.
+// DS_NN_GEMM=openblas|own overrides the choice. Else (no AVX-512) OpenBLAS. Precision::BF16 rounds A and B to
 // bfloat16 (round to nearest even) while packing them and multiplies with AVX512-BF16
 // `vdpbf16ps`, accumulating in fp32 (that OpenBLAS is built without cblas_sbgemm); on the
 // CI machine it is slower than the fp32 kernel (vdpbf16ps issues at ~0.6x the FMA rate), so
@@ -31,6 +34,8 @@ void gemm_bf16(bool trans_a, bool trans_b, std::int64_t M, std::int64_t N, std::
 
 // The same blocking with fp32 FMA (AVX-512); requires f32_gemm_supported().
 bool f32_gemm_supported();
+// Whether Precision::F32 goes to OpenBLAS (see above).
+bool use_openblas_f32();
 void gemm_f32(bool trans_a, bool trans_b, std::int64_t M, std::int64_t N, std::int64_t K,
               float alpha, const float* A, std::int64_t lda, const float* B, std::int64_t ldb,
               float beta, float* C, std::int64_t ldc);
