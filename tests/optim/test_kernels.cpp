@@ -1,17 +1,24 @@
 // Fast CPU kernels (*_cpu) against the references (*_ref) at awkward sizes, for every
 // gradient dtype, working dtype and several thread counts.
 //
-// Tolerance: adam, sgd and adagrad must match BITWISE (master, state and working copy):
-// both perform the same IEEE fp32 operations (explicit FMAs included) in the same order and
-// nothing else is contracted (src/optim/src/elem_math.h).
-// Lamb's elementwise math is identical too, but its two norms are summed in a different
-// order (blocks of lanes vs one sequential double sum), which can move the fp32 trust ratio
-// by an ulp, so Lamb is compared to 2e-6 relative.
+// Tolerance: sgd must match BITWISE (master, state and working copy): both perform the same
+// IEEE fp32 operations (explicit FMAs included) in the same order and nothing else is
+// contracted (src/optim/src/elem_math.h). Adam and Adagrad too, except that the AVX-512
+// kernels divide with simd::fast_div (reciprocal + Newton + remainder correction: correctly
+// rounded except for underflowing remainders): master and states within 2 ulps, and in
+// practice bitwise (the count of differing elements is printed). Lamb's elementwise math is
+// the same too, but its two norms are summed in a different order (blocks of lanes vs one
+// sequential double sum), which can move the fp32 trust ratio by an ulp: 2e-6 relative.
 #include <gtest/gtest.h>
 #include <omp.h>
 
 #include <cmath>
+#include <cstdint>
+#include <cstdio>
+#include <cstdlib>
 #include <cstring>
+#include <algorithm>
+#include <utility>
 #include <map>
 #include <tuple>
 #include <random>
@@ -73,10 +80,35 @@ std::size_t first_diff(const std::vector<float>& a, const std::vector<float>& b)
   return a.size();
 }
 
-// Runs `steps` steps of kernel `fast` and `ref` (same signature, bound by the caller) on
-// equal inputs and checks bitwise equality of p, the states and the working copy.
+// Distance in units in the last place (ordered bit patterns); NaN vs anything else: huge.
+std::int64_t ulps(float a, float b) {
+  auto key = [](float x) {
+    std::int32_t i;
+    std::memcpy(&i, &x, 4);
+    return i < 0 ? std::int64_t(std::int32_t(0x80000000u) - i) : std::int64_t(i);
+  };
+  if (std::isnan(a) || std::isnan(b)) return std::isnan(a) && std::isnan(b) ? 0 : std::int64_t(1) << 40;
+  return std::llabs(key(a) - key(b));
+}
+
+// Max ulp distance and the number of elements that differ at all.
+std::pair<std::int64_t, std::size_t> compare(const std::vector<float>& a, const std::vector<float>& b) {
+  std::int64_t worst = 0;
+  std::size_t differ = 0;
+  for (std::size_t i = 0; i < a.size(); ++i) {
+    const std::int64_t u = ulps(a[i], b[i]);
+    worst = std::max(worst, u);
+    differ += u != 0;
+  }
+  return {worst, differ};
+}
+
+// Runs 3 steps of the fast and the reference kernel (same signature, bound by the caller) on
+// equal inputs; master and states must agree within max_ulps (0: bitwise), and the fast
+// kernel's working copy must be its own new master, converted.
 template <class Run>
-void compare_bitwise(const char* what, std::size_t nstates, Run run) {
+void compare_kernels(const char* what, std::size_t nstates, std::int64_t max_ulps, Run run) {
+  std::size_t differing = 0, total = 0;
   for (int threads : {1, 3}) {
     omp_set_num_threads(threads);
     for (std::size_t n : kSizes) {
@@ -92,28 +124,35 @@ void compare_bitwise(const char* what, std::size_t nstates, Run run) {
             run(false, step, p_ref, s_ref, g.view, w_ref.view, n);
             run(true, step, p_fast, s_fast, g.view, w_fast.view, n);
           }
-          ASSERT_TRUE(same_bits(p_ref, p_fast)) << what << " n=" << n << " grad " << ds::dtype_name(gt)
-                                                << " threads " << threads << " first diff at " << first_diff(p_ref, p_fast);
-          for (std::size_t s = 0; s < nstates; ++s) ASSERT_TRUE(same_bits(s_ref[s], s_fast[s])) << what << " state " << s;
-          ASSERT_EQ(w_ref.bytes, w_fast.bytes) << what << " working copy, n=" << n;
+          const auto [worst, differ] = compare(p_ref, p_fast);
+          ASSERT_LE(worst, max_ulps) << what << " n=" << n << " grad " << ds::dtype_name(gt) << " threads " << threads
+                                     << " first diff at " << first_diff(p_ref, p_fast);
+          differing += differ;
+          total += n;
+          for (std::size_t s = 0; s < nstates; ++s) ASSERT_LE(compare(s_ref[s], s_fast[s]).first, max_ulps) << what << " state " << s;
+          if (max_ulps == 0) {
+            ASSERT_EQ(w_ref.bytes, w_fast.bytes) << what << " working copy, n=" << n;
+          }
           if (wt != DType::U8) {  // the working copy is the new master, converted
-            std::vector<unsigned char> expect(w_ref.bytes.size(), 0xAB);
-            ds::convert(p_ref.data(), DType::F32, expect.data(), wt, n);
-            ASSERT_EQ(expect, w_ref.bytes) << what;
+            std::vector<unsigned char> expect(w_fast.bytes.size(), 0xAB);
+            ds::convert(p_fast.data(), DType::F32, expect.data(), wt, n);
+            ASSERT_EQ(expect, w_fast.bytes) << what;
           }
         }
       }
     }
   }
   omp_set_num_threads(1);
+  std::printf("%s: %zu of %zu master values differ from the reference (limit %lld ulps)\n", what, differing, total,
+              static_cast<long long>(max_ulps));
 }
 
 }  // namespace
 
-TEST(Kernels, AdamFastEqualsRefBitwise) {
+TEST(Kernels, AdamFastMatchesRefWithin2Ulps) {
   for (bool adamw : {true, false}) {
     for (bool bias : {true, false}) {
-      compare_bitwise(adamw ? "adamw" : "adam-l2", 2, [&](bool fast, int step, std::vector<float>& p,
+      compare_kernels(adamw ? "adamw" : "adam-l2", 2, 2, [&](bool fast, int step, std::vector<float>& p,
                                                            std::vector<std::vector<float>>& s, TensorView g,
                                                            TensorView w, std::size_t n) {
         AdamHyper h;
@@ -129,7 +168,7 @@ TEST(Kernels, AdamFastEqualsRefBitwise) {
 TEST(Kernels, SgdFastEqualsRefBitwise) {
   struct V { float mom, damp, wd; bool nesterov; };
   for (V v : {V{0.f, 0.f, 0.f, false}, V{0.9f, 0.f, 0.01f, true}, V{0.9f, 0.1f, 0.f, false}}) {
-    compare_bitwise("sgd", 1, [&](bool fast, int step, std::vector<float>& p, std::vector<std::vector<float>>& s,
+    compare_kernels("sgd", 1, 0, [&](bool fast, int step, std::vector<float>& p, std::vector<std::vector<float>>& s,
                                   TensorView g, TensorView w, std::size_t n) {
       SgdHyper h;
       h.lr = 0.05f; h.momentum = v.mom; h.dampening = v.damp; h.weight_decay = v.wd; h.nesterov = v.nesterov;
@@ -139,8 +178,8 @@ TEST(Kernels, SgdFastEqualsRefBitwise) {
   }
 }
 
-TEST(Kernels, AdagradFastEqualsRefBitwise) {
-  compare_bitwise("adagrad", 1, [&](bool fast, int step, std::vector<float>& p, std::vector<std::vector<float>>& s,
+TEST(Kernels, AdagradFastMatchesRefWithin2Ulps) {
+  compare_kernels("adagrad", 1, 2, [&](bool fast, int step, std::vector<float>& p, std::vector<std::vector<float>>& s,
                                     TensorView g, TensorView w, std::size_t n) {
     AdagradHyper h;
     h.clr = 0.05f / (1 + (step - 1) * 0.01f); h.eps = 1e-10f; h.weight_decay = 0.01f; h.grad_scale = 2.f;

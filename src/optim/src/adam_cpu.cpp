@@ -1,5 +1,6 @@
-// Fast Adam/AdamW: one pass, AVX-512 (same IEEE operations, FMAs included, in the same order as adam_ref,
-// so the results are bitwise equal), fp16/bf16 gradient read and working write fused.
+// Fast Adam/AdamW: one pass, AVX-512, fp16/bf16 gradient read and working write fused. The
+// same IEEE operations, FMAs included, in the same order as adam_ref, except the division
+// (simd::fast_div: correctly rounded but for underflowing remainders, then within 1 ulp).
 #include "scalar_math.h"
 #include "simd.h"
 
@@ -29,7 +30,7 @@ __attribute__((noinline)) void adam_avx512(float* p, float* m, float* v, const v
     vv = _mm512_fmadd_ps(_mm512_mul_ps(gv, gv), omb2, _mm512_mul_ps(vv, b2));
     pv = _mm512_fmadd_ps(pv, nlw, pv);
     const __m512 denom = _mm512_fmadd_ps(_mm512_sqrt_ps(vv), rbc2, eps);
-    pv = _mm512_fmadd_ps(_mm512_div_ps(mv, denom), step, pv);
+    pv = _mm512_fmadd_ps(simd::fast_div(mv, denom), step, pv);
     _mm512_mask_storeu_ps(m + i, k, mv);
     _mm512_mask_storeu_ps(v + i, k, vv);
     _mm512_mask_storeu_ps(p + i, k, pv);

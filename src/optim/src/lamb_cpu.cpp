@@ -26,7 +26,7 @@ struct LambVec {
 };
 inline __m512 lamb_dir(__m512 m, __m512 v, __m512 p, const LambVec& c, bool inside) {
   const __m512 denom = inside ? _mm512_sqrt_ps(_mm512_add_ps(v, c.eps)) : _mm512_add_ps(_mm512_sqrt_ps(v), c.eps);
-  return _mm512_fmadd_ps(p, c.wd, _mm512_div_ps(m, denom));
+  return _mm512_fmadd_ps(p, c.wd, simd::fast_div(m, denom));
 }
 
 template <DType G>

@@ -101,6 +101,22 @@ inline void store_w(void* base, std::size_t i, __m512 x, __mmask16 k) {
   }
 }
 
+// a / b without the divider (it limits Adam to ~2 G elements/s per core here, about the
+// memory rate, so the kernel could not overlap it): rcp14 + one Newton step + Markstein's
+// remainder correction, q = q0 + (a - b*q0) * y. The quotient is the correctly rounded one
+// except when the remainder underflows (|a| < ~2^-100): then it is within 1 ulp. Lanes
+// whose quotient is inf/NaN/denormal (b = 0, inf, NaN, denormal; overflow) are redone with
+// the exact division, so special values behave as a / b.
+inline __m512 fast_div(__m512 a, __m512 b) {
+  __m512 y = _mm512_rcp14_ps(b);
+  y = _mm512_fmadd_ps(y, _mm512_fnmadd_ps(b, y, _mm512_set1_ps(1.0f)), y);
+  __m512 q = _mm512_mul_ps(a, y);
+  q = _mm512_fmadd_ps(_mm512_fnmadd_ps(b, q, a), y, q);
+  const __mmask16 bad = _mm512_fpclass_ps_mask(q, 0x01 | 0x08 | 0x10 | 0x20 | 0x80);  // NaN, +-inf, denormal
+  if (bad) q = _mm512_mask_div_ps(q, bad, a, b);
+  return q;
+}
+
 // Horizontal sum of squares of x's 16 lanes into two double accumulators (masked lanes are 0).
 inline void acc_sq(__m512 x, __m512d& a0, __m512d& a1) {
   const __m512d lo = _mm512_cvtps_pd(_mm512_castps512_ps256(x));
