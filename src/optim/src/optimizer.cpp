@@ -16,10 +16,10 @@ class Base : public Optimizer {
   void init_state(std::size_t n) override {
     n_ = n;
     initialised_ = true;
-    for (std::size_t i = 0; i < state_names().size(); ++i) {
-      bufs_.resize(state_names().size());
-      bufs_[i] = HostBuffer(n, DType::F32);  // zero-filled
-    }
+    const std::size_t k = state_names().size();
+    bufs_.clear();
+    bufs_.reserve(k);
+    for (std::size_t i = 0; i < k; ++i) bufs_.emplace_back(n, DType::F32);  // zero-filled, first-touched once
     fill_initial();
   }
   std::vector<std::pair<std::string, std::span<float>>> state_tensors() override {
