@@ -46,6 +46,16 @@ class GPT(nn.Module):
         self.wpe = nn.Embedding(T, C)
         self.h = nn.ModuleList([Block(C, H) for _ in range(L)])
         self.ln_f = nn.LayerNorm(C)
+        # GPT-2 init, as ds::nn::Gpt: N(0, 0.02), residual projections / sqrt(2 L), zero biases.
+        for name, p in self.named_parameters():
+            if name.endswith("bias"):
+                nn.init.zeros_(p)
+            elif "ln_" in name:
+                nn.init.ones_(p)
+            elif name.endswith("c_proj.weight") or name.endswith("mlp_proj.weight"):
+                nn.init.normal_(p, 0.0, 0.02 / math.sqrt(2 * L))
+            else:
+                nn.init.normal_(p, 0.0, 0.02)
 
     def forward(self, idx, targets):
         B, T = idx.shape
