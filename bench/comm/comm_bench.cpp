@@ -93,9 +93,11 @@ int main(int argc, char** argv) {
 
   if (r == 0) {
     const char* tun = std::getenv("GLIBC_TUNABLES");
-    std::printf("# comm_bench: %d ranks, %d node(s), shm %s (chunk %zu KiB, min %zu B), progress thread %s, GLIBC_TUNABLES=%s\n",
-                n, comm.num_nodes(), comm.shm_enabled() ? "on" : "off", comm.options().shm_chunk_bytes >> 10,
-                comm.options().shm_min_bytes, comm.uses_progress_thread() ? "on" : "off", tun ? tun : "(unset)");
+    const auto& o = comm.options();
+    std::printf("# comm_bench: %d ranks, %d node(s), shm %s (chunk %zu KiB; from %zu / %zu / %zu B for all_reduce / "
+                "reduce_scatter / all_gather), progress thread %s, GLIBC_TUNABLES=%s\n",
+                n, comm.num_nodes(), comm.shm_enabled() ? "on" : "off", o.shm_chunk_bytes >> 10, o.shm_min_all_reduce,
+                o.shm_min_reduce_scatter, o.shm_min_all_gather, comm.uses_progress_thread() ? "on" : "off", tun ? tun : "(unset)");
     std::printf("%-14s %6s %10s %8s %8s %7s %10s %8s %7s %9s %9s\n", "collective", "size", "time_us", "algbw", "busbw",
                 "#wrong", "mpi_us", "mpi_bus", "ratio", "best_rat", "memcpy");
     std::printf("%-14s %6s %10s %8s %8s %7s %10s %8s %7s %9s %9s\n", "", "", "", "GB/s", "GB/s", "", "", "GB/s", "x", "x", "GB/s");

@@ -250,7 +250,7 @@ MpiCommOptions MpiCommOptions::from_env() {
   MpiCommOptions o;
   o.shm = env_size("DS_COMM_SHM", 1) != 0;
   o.shm_chunk_bytes = env_size("DS_COMM_SHM_CHUNK", o.shm_chunk_bytes);
-  o.shm_min_bytes = env_size("DS_COMM_SHM_MIN", o.shm_min_bytes);
+  if (const char* v = std::getenv("DS_COMM_SHM_MIN"); v && *v) o.set_shm_min(env_size("DS_COMM_SHM_MIN", 0));
   o.ranks_per_node = static_cast<int>(env_size("DS_COMM_RANKS_PER_NODE", 0));
   o.progress_thread = env_size("DS_COMM_PROGRESS_THREAD", 1) != 0;
   return o;
@@ -368,10 +368,10 @@ struct MpiComm::Impl {
 
   // --- shm path ---
   bool use_shm_allreduce(const TensorView& v) const {
-    return win != MPI_WIN_NULL && v.bytes() >= opt.shm_min_bytes && (nnodes == 1 || uniform);
+    return win != MPI_WIN_NULL && v.bytes() >= opt.shm_min_all_reduce && (nnodes == 1 || uniform);
   }
-  bool use_shm_single_node(std::size_t bytes) const {
-    return win != MPI_WIN_NULL && nnodes == 1 && bytes >= opt.shm_min_bytes;
+  bool use_shm_single_node(std::size_t bytes, std::size_t min_bytes) const {
+    return win != MPI_WIN_NULL && nnodes == 1 && bytes >= min_bytes;
   }
   // Segment layout: one 4 KiB control page (this rank's barrier counter in its first cache
   // line), then the two data halves.
@@ -764,7 +764,7 @@ void MpiComm::reduce_scatter(TensorView send, TensorView recv, ReduceOp op) {
   check_op(op, send.dtype, "reduce_scatter");
   check_rs(send, recv, size());
   if (recv.count == 0) return;
-  if (impl_->use_shm_single_node(send.bytes())) {
+  if (impl_->use_shm_single_node(send.bytes(), impl_->opt.shm_min_reduce_scatter)) {
     impl_->drain();
     impl_->shm_reduce_scatter(send, recv, op);
   } else {
@@ -776,7 +776,7 @@ CommWork MpiComm::ireduce_scatter(TensorView send, TensorView recv, ReduceOp op)
   check_op(op, send.dtype, "ireduce_scatter");
   check_rs(send, recv, size());
   if (recv.count == 0) return std::make_unique<DoneHandle>();
-  if (impl_->use_shm_single_node(send.bytes()))
+  if (impl_->use_shm_single_node(send.bytes(), impl_->opt.shm_min_reduce_scatter))
     return impl_->submit([this, send, recv, op] { impl_->shm_reduce_scatter(send, recv, op); });
   std::vector<MPI_Request> reqs;
   impl_->mpi_reduce_scatter(send, recv, op, &reqs);
@@ -788,7 +788,7 @@ CommWork MpiComm::ireduce_scatter(TensorView send, TensorView recv, ReduceOp op)
 void MpiComm::all_gather(TensorView send, TensorView recv) {
   check_ag(send, recv, size(), rank());
   if (send.count == 0) return;
-  if (impl_->use_shm_single_node(recv.bytes())) {
+  if (impl_->use_shm_single_node(recv.bytes(), impl_->opt.shm_min_all_gather)) {
     impl_->drain();
     impl_->shm_all_gather(send, recv);
   } else {
@@ -799,7 +799,7 @@ void MpiComm::all_gather(TensorView send, TensorView recv) {
 CommWork MpiComm::iall_gather(TensorView send, TensorView recv) {
   check_ag(send, recv, size(), rank());
   if (send.count == 0) return std::make_unique<DoneHandle>();
-  if (impl_->use_shm_single_node(recv.bytes()))
+  if (impl_->use_shm_single_node(recv.bytes(), impl_->opt.shm_min_all_gather))
     return impl_->submit([this, send, recv] { impl_->shm_all_gather(send, recv); });
   std::vector<MPI_Request> reqs;
   impl_->mpi_all_gather(send, recv, &reqs);

@@ -238,7 +238,7 @@ int main(int argc, char** argv) {
     run_errors(world);
 
     ds::MpiCommOptions o;
-    o.shm_min_bytes = 0;
+    o.set_shm_min(0);
     o.shm_chunk_bytes = 1 << 20;  // several chunks at 278011 elements: the double-buffer reuse runs
     {
       ds::MpiComm c(ctx.mpi_comm, o);

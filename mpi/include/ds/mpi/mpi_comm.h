@@ -13,7 +13,8 @@
 // copies the reduced chunk out. Across nodes (uniform ranks per node): the reduced slice is
 // all-reduced among the ranks with the same local rank (one MPI_Allreduce per slice) before
 // the copy-out. reduce_scatter and all_gather use the window inside a single node and plain
-// MPI across nodes. Messages below shm_min_bytes use plain MPI (lower latency).
+// MPI across nodes. Messages below the shm_min_* sizes use plain MPI: Open MPI's
+// single-copy (CMA) transfers beat two copies through the window there.
 //
 // Non-blocking shm operations run on a progress thread (one per communicator, FIFO) when MPI
 // provides MPI_THREAD_MULTIPLE, so they overlap with the caller's compute; otherwise they
@@ -36,7 +37,12 @@ namespace detail { struct MpiRuntime; }
 struct MpiCommOptions {
   bool shm = true;                              // DS_COMM_SHM=0 turns the shm path off
   std::size_t shm_chunk_bytes = 8u << 20;       // per half-segment (DS_COMM_SHM_CHUNK)
-  std::size_t shm_min_bytes = 32u << 10;        // smaller messages take plain MPI (DS_COMM_SHM_MIN)
+  // Smaller messages take plain MPI (DS_COMM_SHM_MIN sets all three). Sizes are the full
+  // buffer: all_reduce's buffer, reduce_scatter's send, all_gather's recv.
+  std::size_t shm_min_all_reduce = 1u << 20;
+  std::size_t shm_min_reduce_scatter = 32u << 10;
+  std::size_t shm_min_all_gather = 4u << 20;
+  void set_shm_min(std::size_t bytes) { shm_min_all_reduce = shm_min_reduce_scatter = shm_min_all_gather = bytes; }
   int ranks_per_node = 0;                       // >0: consecutive groups act as nodes (tests)
   std::size_t max_count = INT_MAX;              // split limit for MPI counts (tests lower it)
   bool progress_thread = true;                  // DS_COMM_PROGRESS_THREAD=0 runs shm i*() inline
