@@ -149,6 +149,42 @@ void compare_kernels(const char* what, std::size_t nstates, std::int64_t max_ulp
 
 }  // namespace
 
+// DS_CPU_SIMD=0 forces the plain (non-AVX-512) loops of the fast kernels, the path a CPU
+// without AVX-512 takes; they round exactly like the references.
+struct PlainPath {
+  PlainPath() { setenv("DS_CPU_SIMD", "0", 1); }
+  ~PlainPath() { unsetenv("DS_CPU_SIMD"); }
+};
+
+TEST(Kernels, PlainFallbackEqualsRefBitwise) {
+  PlainPath plain;
+  compare_kernels("adamw (plain path)", 2, 0, [&](bool fast, int step, std::vector<float>& p,
+                                                 std::vector<std::vector<float>>& s, TensorView g, TensorView w,
+                                                 std::size_t n) {
+    AdamHyper h;
+    h.lr = 1e-2f; h.weight_decay = 0.05f; h.grad_scale = 0.25f;
+    h.bc1 = float(1 - std::pow(0.9, step)); h.bc2 = float(1 - std::pow(0.999, step));
+    (fast ? adam_cpu : adam_ref)(p.data(), s[0].data(), s[1].data(), g, w, n, h);
+  });
+  compare_kernels("adagrad (plain path)", 1, 0, [&](bool fast, int step, std::vector<float>& p,
+                                                   std::vector<std::vector<float>>& s, TensorView g, TensorView w,
+                                                   std::size_t n) {
+    AdagradHyper h;
+    h.clr = 0.05f; h.weight_decay = 0.01f;
+    (fast ? adagrad_cpu : adagrad_ref)(p.data(), s[0].data(), g, w, n, h);
+  });
+  // Lamb's plain path: same chunked norms as its AVX-512 path, so compare to the reference.
+  const std::size_t n = 278011;
+  std::vector<float> p1 = randv(n, 1, 1.f), p2 = p1, m1(n), v1(n), m2(n), v2(n);
+  std::vector<float> g = randv(n, 7, 0.5f);
+  const std::vector<Segment> segs = {{0, 5}, {5, 200000}, {200005, n - 200005}};
+  LambHyper h;
+  lamb_ref(p1.data(), m1.data(), v1.data(), TensorView{g.data(), n, DType::F32}, {}, n, segs, h, {});
+  lamb_cpu(p2.data(), m2.data(), v2.data(), TensorView{g.data(), n, DType::F32}, {}, n, segs, h, {});
+  EXPECT_TRUE(same_bits(m1, m2));
+  for (std::size_t i = 0; i < n; ++i) ASSERT_NEAR(p1[i], p2[i], 2e-6f * std::fabs(p1[i]) + 1e-9f);
+}
+
 TEST(Kernels, AdamFastMatchesRefWithin2Ulps) {
   for (bool adamw : {true, false}) {
     for (bool bias : {true, false}) {

@@ -3,6 +3,7 @@
 #include <omp.h>
 
 #include <cmath>
+#include <cstdlib>
 #include <limits>
 #include <random>
 #include <vector>
@@ -59,6 +60,21 @@ TEST(GradStats, FastMatchesRefAtAwkwardSizes) {
       }
     }
   }
+}
+
+TEST(GradStats, PlainFallbackMatchesRef) {
+  setenv("DS_CPU_SIMD", "0", 1);  // the path of a CPU without AVX-512
+  for (std::size_t n : {std::size_t(1), std::size_t(7), std::size_t(278011)}) {
+    Buf b = make(n, 17);
+    for (DType t : {DType::F32, DType::F16, DType::BF16}) {
+      const GradStats r = grad_stats_ref(b.view(t)), f = grad_stats(b.view(t));
+      EXPECT_NEAR(f.sum_of_squares, r.sum_of_squares, 1e-12 * r.sum_of_squares);
+      EXPECT_FALSE(f.has_inf_or_nan);
+    }
+    b.set(n - 1, std::numeric_limits<float>::infinity());
+    EXPECT_TRUE(grad_stats(b.view(DType::BF16)).has_inf_or_nan);
+  }
+  unsetenv("DS_CPU_SIMD");
 }
 
 TEST(GradStats, ThreadCountDoesNotChangeTheResult) {

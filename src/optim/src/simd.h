@@ -10,6 +10,7 @@
 #include <algorithm>
 #include <cstddef>
 #include <cstdint>
+#include <cstdlib>
 
 #include "ds/core/buffer.h"
 #include "ds/core/cpu_features.h"
@@ -20,8 +21,12 @@ namespace ds::optim::simd {
 // "No working copy" in the dispatch.
 inline constexpr DType kNone = DType::U8;
 
+// AVX-512 kernels unless the CPU lacks them or DS_CPU_SIMD=0 (then the plain loops, which
+// round exactly like the references: the tests use it to cover that path; read per call).
 inline bool have_avx512() {
   const CpuFeatures& f = cpu_features();
+  const char* env = std::getenv("DS_CPU_SIMD");
+  if (env != nullptr && env[0] == '0') return false;
   return f.avx512f && f.avx512bw && f.avx512vl && f.f16c;
 }
 

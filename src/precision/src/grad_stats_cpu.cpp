@@ -4,6 +4,7 @@
 #include <omp.h>
 
 #include <cmath>
+#include <cstdlib>
 #include <vector>
 #include <algorithm>
 #include <type_traits>
@@ -78,7 +79,9 @@ template <DType D, typename T>
 GradStats run(TensorView g, double multiplier) {
   const std::size_t n = g.count;
   const std::size_t nblocks = (n + kBlock - 1) / kBlock;
-  const bool avx512 = cpu_features().avx512f && cpu_features().avx512bw && cpu_features().avx512vl;
+  const char* env = std::getenv("DS_CPU_SIMD");  // DS_CPU_SIMD=0: the plain loop (tests cover it)
+  const bool avx512 = cpu_features().avx512f && cpu_features().avx512bw && cpu_features().avx512vl &&
+                      (env == nullptr || env[0] != '0');
   auto block = [&](std::size_t b) {
     const std::size_t lo = b * kBlock, hi = std::min(n, lo + kBlock);
     if (avx512) return block_sum_avx512<D>(g.data, lo, hi);
