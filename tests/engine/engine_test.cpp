@@ -250,18 +250,61 @@ TEST(Engine, ZeroStagesMatchStage0MixedPrecision) {
   }
 }
 
-TEST(Engine, Fp32ZeroMatchesStage0) {
+TEST(Engine, Fp32ZeroMatchesStage0EveryOptimizer) {
   // Tolerance 1e-6: only the order of the gradient-norm sum differs (clipping active).
   RunOptions o;
   o.steps = 6;
   o.extra_params = 5;
-  auto cfg = base_config(2, 1, true);
-  cfg["gradient_clipping"] = 0.05;
-  auto ref = train(cfg, g_world, o);
-  for (int stage : {1, 2}) {
-    cfg["zero_optimization"] = {{"stage", stage}};
-    EXPECT_LT(max_abs_diff(train(cfg, g_world, o), ref), 1e-6) << "stage " << stage;
+  const std::vector<json> optimizers{
+      {{"type", "Adam"}, {"params", {{"lr", 0.01}, {"weight_decay", 0.01}}}},
+      {{"type", "Adam"}, {"params", {{"lr", 0.01}, {"weight_decay", 0.01}, {"adam_w_mode", false}}}},
+      {{"type", "AdamW"}, {"params", {{"lr", 0.01}, {"weight_decay", 0.1}}}},
+      {{"type", "SGD"}, {"params", {{"lr", 0.05}, {"momentum", 0.9}, {"nesterov", true}}}},
+      {{"type", "Adagrad"}, {"params", {{"lr", 0.05}}}}};
+  for (const auto& opt : optimizers) {
+    auto cfg = base_config(2, 2, true);
+    cfg["optimizer"] = opt;
+    cfg["gradient_clipping"] = 0.05;
+    cfg["scheduler"] = {{"type", "WarmupLR"}, {"params", {{"warmup_num_steps", 4}}}};
+    auto ref = train(cfg, g_world, o);
+    for (int stage : {1, 2}) {
+      cfg["zero_optimization"] = {{"stage", stage}, {"reduce_bucket_size", 10}};
+      EXPECT_LT(max_abs_diff(train(cfg, g_world, o), ref), 1e-6) << "stage " << stage << " " << opt.dump();
+    }
   }
+}
+
+TEST(Engine, LambDataParallelEquivalence) {
+  // Lamb's trust ratio is per tensor (the engine passes one Segment per parameter).
+  if (8 % W() != 0) GTEST_SKIP() << "needs a world size dividing 8";
+  RunOptions o;
+  o.steps = 4;
+  auto cfg = base_config(8, 1);
+  cfg["optimizer"] = {{"type", "Lamb"}, {"params", {{"lr", 0.01}}}};
+  auto ref = train(cfg, self(), o);
+  cfg["train_micro_batch_size_per_gpu"] = 8 / W();
+  cfg["zero_optimization"] = {{"reduce_bucket_size", 7}};
+  EXPECT_LT(max_abs_diff(train(cfg, g_world, o), ref), 2e-6);
+}
+
+TEST(Engine, Fp16StuckAtMinimumScaleIsAClearError) {
+  auto cfg = base_config(2, 1);
+  cfg["fp16"] = {{"enabled", true}, {"initial_scale_power", 1}, {"hysteresis", 1}, {"min_loss_scale", 1}};
+  ds::test::TestMlp model(kD, kH);
+  model.inf_grad_on_backward = {0, 1, 2, 3, 4, 5};
+  auto r = ds::initialize(parse(cfg), model, g_world);
+  ds::test::Data data(64, kD);
+  std::string msg;
+  try {
+    for (int s = 0; s < 6; ++s) {
+      float l = r.engine->forward(data.batch(2 * s, 2));
+      r.engine->backward(l);
+      r.engine->step();
+    }
+  } catch (const ds::Error& e) {
+    msg = e.what();
+  }
+  EXPECT_NE(msg.find("min_loss_scale"), std::string::npos) << msg;
 }
 
 TEST(Engine, CommunicationDataTypeFp32WithFp16Model) {
