@@ -104,6 +104,7 @@ Engine::Engine(config::DsConfig cfg, Module& module, std::shared_ptr<Communicato
   DS_CHECK(map_.total_numel > 0, "the module's parameters have zero elements in total");
   slice_ = map_.slices[std::size_t(rank_)];
   segments_ = map_.segments(rank_);
+  for (const auto& sg : segments_) optim_segments_.push_back(optim::Segment{sg.slice_offset, sg.count});
 
   // ---- storage, allocated once ----
   params_ = HostBuffer(map_.padded_numel, wdtype_);
@@ -465,11 +466,8 @@ void Engine::boundary_step() {
     ctx.betas = scheduler_->betas();
     const std::size_t n = partitioned ? slice_.real_count : map_.total_numel;
     if (n > 0) {
-      std::vector<optim::Segment> segs;
-      segs.reserve(segments_.size());
-      for (const auto& s : segments_) segs.push_back(optim::Segment{s.slice_offset, s.count});
       optimizer_->step(std::span<float>(master_.as<float>(), n), sub_view(grads_, wdtype_, g_off, n),
-                       sub_view(params_, wdtype_, g_off, n), segs, ctx);
+                       sub_view(params_, wdtype_, g_off, n), optim_segments_, ctx);
     }
     // 4. ZeRO: every rank gets every updated slice.
     if (partitioned && world_ > 1) allgather_params();

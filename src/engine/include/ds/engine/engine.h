@@ -30,7 +30,7 @@
 #include "ds/mpi/communicator.h"
 #include "ds/precision/loss_scaler.h"
 
-namespace ds::optim { class Optimizer; }
+namespace ds::optim { class Optimizer; struct Segment; }
 namespace ds::sched { class LrScheduler; }
 
 namespace ds {
@@ -151,6 +151,7 @@ class Engine {
   engine::PartitionMap map_;
   engine::RankSlice slice_;                 // this rank's slice (stage 0: the whole space)
   std::vector<engine::SliceSegment> segments_;  // parameter pieces inside slice_
+  std::vector<optim::Segment> optim_segments_;  // the same as the optimizer's Segments
   HostBuffer params_;    // padded_numel x wdtype_: working parameters (full on every rank)
   HostBuffer grads_;     // padded_numel x wdtype_: bound gradients (full on every rank; the
                          // Module contract needs a full buffer). Stage 2: after each micro-
