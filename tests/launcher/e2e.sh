@@ -152,6 +152,14 @@ PY
     [ "$rc" != 0 ] || fail "mpirun accepted an unreachable host"
     grep -qi "nosuchhost" "$T/out" || { cat "$T/out"; fail "mpirun message does not name the host"; }
     ;;
+  train)  # the real train app under dsrun: 2 ranks, 2 steps, small model
+    printf 'localhost slots=2\n' > "$T/hf"
+    "$DSRUN" -H "$T/hf" "$DS_BINARY_DIR/apps/train/train" --config "$SRC/configs/default.json" --steps 2 \
+      --eval_iters 0 --n_layer 1 --sample_tokens 0 > "$T/out" 2>&1 || { cat "$T/out"; fail "train rc"; }
+    cat "$T/out"
+    grep -q "world size 2" "$T/out" || fail "train did not run on 2 ranks"
+    grep -q "done: 2 steps" "$T/out" || fail "train did not finish 2 steps"
+    ;;
   *) fail "unknown case $case_name" ;;
 esac
 echo "PASS $case_name"

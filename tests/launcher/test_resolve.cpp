@@ -173,6 +173,11 @@ TEST(Resolve, ConflictsAndErrors) {
   o.hostfile = hf.path;
   o.master_port = 70000;
   EXPECT_NE(error_of([&] { resolve(o, {}, [] { return gpus(1); }); }).find("--master_port"), std::string::npos);
+  o.master_port = 29500;
+  o.master_addr = "a b";
+  EXPECT_NE(error_of([&] { resolve(o, {}, [] { return gpus(1); }); }).find("--master_addr 'a b'"), std::string::npos);
+  o.master_addr = "fe80::1";
+  EXPECT_EQ(resolve(o, {}, [] { return gpus(1); }).master_addr, "fe80::1");
   TempHostfile empty("# nothing\n");
   o = ResolveOptions{};
   o.hostfile = empty.path;

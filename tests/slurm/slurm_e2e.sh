@@ -35,7 +35,7 @@ HELLO=$BIN/tests/launcher/ds_launch_hello
 mode=${1:-hello}
 if [ "$mode" = train ]; then
   export DS_TRAIN=$BIN/apps/train/train DS_CONFIG=${DS_CONFIG:-configs/default.json}
-  export DS_TRAIN_ARGS="--steps 2"
+  export DS_TRAIN_ARGS="--steps 2 --eval_iters 0 --n_layer 1 --sample_tokens 0"
 else
   export DS_TRAIN=$HELLO DS_CONFIG=configs/default.json DS_TRAIN_ARGS="extra arg"
 fi
@@ -60,6 +60,7 @@ for job in train.sbatch train-mpirun.sbatch train-dsrun.sbatch train-dsrun.sbatc
     echo "FAIL: $script exited $rc"; status=1; continue
   fi
   if [ "$mode" = train ]; then
+    grep -q "done: 2 steps" "$out" || { echo "FAIL: $job: train did not finish"; status=1; }
     continue
   fi
   for r in $(seq 0 $((n - 1))); do

@@ -103,6 +103,15 @@ Resolution resolve(const ResolveOptions& opts, const EnvList& environ,
   DS_CHECK(opts.num_nodes >= -1, "--num_nodes must be >= 0");
   DS_CHECK(opts.num_gpus >= -1, "--num_gpus must be >= 0");
 
+  if (!opts.master_addr.empty()) {
+    // A host name or an IPv4/IPv6 address: it travels in argv and environment only.
+    bool ok = opts.master_addr.front() != '-' && opts.master_addr.size() <= 253;
+    for (char c : opts.master_addr) {
+      ok = ok && ((c >= 'a' && c <= 'z') || (c >= 'A' && c <= 'Z') || (c >= '0' && c <= '9') ||
+                  c == '.' || c == '-' || c == '_' || c == ':');
+    }
+    DS_CHECK(ok, "--master_addr '" << opts.master_addr << "' is not a host name or IP address");
+  }
   Pool pool;
   if (read_hostfile(opts.hostfile, pool)) {
     res.source = PoolSource::Hostfile;
