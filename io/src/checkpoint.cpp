@@ -116,11 +116,16 @@ std::size_t state_bytes(const StateValue& v) {
   return n;
 }
 
-// Claims `bytes` of disk beside `path` (fallocate on a scratch file, removed again) so that a
-// full disk fails here, cleanly, before HDF5 holds dirty data for the file: HDF5 1.10 cannot
+// With less than twice `bytes` + 1 GiB free, claims `bytes` of disk beside `path` (fallocate on
+// a scratch file, removed again) so that a full disk fails here, cleanly, before HDF5 holds dirty data for the file: HDF5 1.10 cannot
 // close a file whose flush failed, and crashes at exit on it. Filesystems without fallocate
 // get a statvfs check instead.
 void ensure_space(const std::string& path, std::size_t bytes) {
+  {
+    std::error_code ec;
+    auto sp = fs::space(fs::path(path).parent_path(), ec);
+    if (!ec && sp.available / 2 > bytes + (std::size_t(1) << 30)) return;  // plenty: skip the reservation
+  }
   std::string scratch = path + ".reserve";
   int fd = ::open(scratch.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
   DS_CHECK(fd >= 0, "cannot create " << scratch << ": " << std::strerror(errno));

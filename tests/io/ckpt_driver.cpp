@@ -5,6 +5,9 @@
 //       listed steps into D/<combo>/ckpt, and writes D/<combo>/full.txt (loss per step and the
 //       final parameters as hex floats). With --kill, DS_CKPT_TEST_KILL_AT=PHASE is set just
 //       before the LAST save (a test hook: the process raises SIGKILL there).
+//   ckpt_driver --dir D --load-must-fail TEXT [--hidden H] [--combos ...]
+//       trains one step, then load_checkpoint(D/<combo>/ckpt) must throw ds::Error containing
+//       TEXT, and the engine's parameters, counters and lr must be unchanged.
 //   ckpt_driver --dir D --steps N --resume [--combos ...] [--tol T] [--async]
 //       a NEW process: loads D/<combo>/ckpt (tag from `latest`), takes the data position from
 //       the client state, trains to N, and compares every loss and the final parameters with
@@ -32,7 +35,7 @@ using namespace ds;
 
 namespace {
 
-constexpr int kDim = 6, kHidden = 5, kExtra = 3, kSamples = 64, kGlobalBatch = 8, kMicro = 2;
+constexpr int kDim = 6, kExtra = 3, kSamples = 64, kGlobalBatch = 8, kMicro = 2;
 
 struct Data {
   std::vector<float> x;
@@ -113,7 +116,8 @@ int main(int argc, char** argv) {
   DistributedContext ctx;
   try {
     ctx = init_distributed();
-    std::string dir, combos = "fp32:0,fp32:1,fp32:2,fp16:0,fp16:1,fp16:2,bf16:0,bf16:1,bf16:2", kill;
+    std::string dir, combos = "fp32:0,fp32:1,fp32:2,fp16:0,fp16:1,fp16:2,bf16:0,bf16:1,bf16:2", kill, must_fail;
+    int hidden = 5;
     std::vector<std::int64_t> save_at;
     std::int64_t steps = 6;
     bool resume = false, async = false;
@@ -132,6 +136,8 @@ int main(int argc, char** argv) {
       else if (a == "--resume") resume = true;
       else if (a == "--async") async = true;
       else if (a == "--tol") tol = std::stod(val());
+      else if (a == "--load-must-fail") must_fail = val();
+      else if (a == "--hidden") hidden = std::stoi(val());
       else DS_THROW("unknown argument " << a);
     }
     DS_CHECK(!dir.empty(), "--dir is required");
@@ -143,9 +149,34 @@ int main(int argc, char** argv) {
       DS_CHECK(parts.size() == 2, "combo '" << combo << "' is not dtype:stage");
       const std::string name = parts[0] + "_z" + parts[1];
       const fs::path cdir = fs::path(dir) / name;
-      io::test::CkptMlp model(kDim, kHidden, kExtra);
+      io::test::CkptMlp model(kDim, hidden, kExtra);
       auto init = initialize(config_for(parts[0], std::stoi(parts[1]), async), model, ctx.comm);
       Engine& e = *init.engine;
+      if (!must_fail.empty()) {
+        train_step(e, data, 0);
+        const std::vector<float> before = e.gather_params_fp32();
+        const std::int64_t steps_before = e.global_steps();
+        const double lr_before = e.get_lr(), scale_before = e.loss_scale();
+        std::string err;
+        try {
+          e.load_checkpoint((cdir / "ckpt").string());
+        } catch (const Error& ex) {
+          err = ex.what();
+        }
+        // The rank that read the bad data names it; the others report that another rank failed.
+        float found = err.find(must_fail) != std::string::npos ? 1.0f : 0.0f;
+        ctx.comm->all_reduce(TensorView{&found, 1, DType::F32}, ReduceOp::Max);
+        const bool ok = found > 0 && !err.empty() && e.gather_params_fp32() == before &&
+                        e.global_steps() == steps_before && e.get_lr() == lr_before && e.loss_scale() == scale_before;
+        // the engine still trains after the failed load
+        train_step(e, data, 1);
+        if (err.find(must_fail) != std::string::npos)
+          std::cout << name << ": failed load " << (ok ? "OK" : "WRONG") << " (state unchanged), rank " << rank << ": " << err << std::endl;
+        else if (!ok)
+          std::cout << name << ": failed load WRONG, rank " << rank << ": '" << err << "'" << std::endl;
+        failures += ok ? 0 : 1;
+        continue;
+      }
       std::int64_t start = 0;
       if (resume) {
         auto loaded = e.load_checkpoint((cdir / "ckpt").string());
