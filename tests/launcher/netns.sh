@@ -27,12 +27,12 @@ ns_b=$(ip netns exec "$B" readlink /proc/self/ns/net | sed 's/[][]/\\&/g')
 [ "$ns_a" != "$ns_b" ] || { echo "FAIL: namespaces not distinct"; exit 1; }
 printf '# two namespace hosts\n%s slots=2\n%s slots=2\n' "$ADDR_A" "$ADDR_B" > "$T/hostfile"
 
-# The agent maps host -> namespace; TCP only on the test subnet. vader (shared memory) is off:
-# both namespaces share /dev/shm and the host name, which would make Open MPI's shared-memory
-# segments of the two "hosts" collide.
+# The agent maps host -> namespace; TCP between hosts only on the test subnet. Each side runs
+# in its own UTS namespace named after its network namespace (distinct host names, as on real
+# machines; Open MPI names session directories and shared-memory segments after the host).
 run() {
-  ip netns exec "$A" env DS_NETNS_HOSTS="$ADDR_A=$A $ADDR_B=$B" \
-    OMPI_MCA_plm_rsh_agent="$SRC/scripts/netns-agent.sh" OMPI_MCA_btl=self,tcp \
+  ip netns exec "$A" unshare --uts /bin/sh -c 'hostname "$0" && exec "$@"' "$A" \
+    env DS_NETNS_HOSTS="$ADDR_A=$A $ADDR_B=$B" OMPI_MCA_plm_rsh_agent="$SRC/scripts/netns-agent.sh" \
     OMPI_MCA_btl_tcp_if_include=$NET.0/24 OMPI_MCA_oob_tcp_if_include=$NET.0/24 \
     "$DSRUN" --hostfile "$T/hostfile" "$@"
 }
@@ -42,7 +42,9 @@ cat "$T/out"
 for r in 0 1 2 3; do
   node=$((r / 2)) local=$((r % 2)) ns=$ns_a
   [ $node = 1 ] && ns=$ns_b
-  grep -q "^hello rank=$r size=4 sum=10 expect=10 .* RANK=$r LOCAL_RANK=$local WORLD_SIZE=4 LOCAL_SIZE=2 CROSS_RANK=$node CROSS_SIZE=2 MASTER_ADDR=$ADDR_A MASTER_PORT=29500 CUDA_VISIBLE_DEVICES=0,1 netns=$ns args=--local_rank=$local|multi|host$" "$T/out" \
+  host=$A
+  [ $node = 1 ] && host=$B
+  grep -q "^hello rank=$r size=4 sum=10 expect=10 host=$host .* RANK=$r LOCAL_RANK=$local WORLD_SIZE=4 LOCAL_SIZE=2 CROSS_RANK=$node CROSS_SIZE=2 MASTER_ADDR=$ADDR_A MASTER_PORT=29500 CUDA_VISIBLE_DEVICES=0,1 netns=$ns args=--local_rank=$local|multi|host$" "$T/out" \
     || { echo "FAIL: rank $r line (want namespace $ns)"; status=1; }
 done
 # Include across hosts: one slot on each -> 2 ranks, one per namespace, uneven slot ids.
@@ -54,5 +56,14 @@ grep -q "^hello rank=1 size=2 .* CROSS_RANK=1 CROSS_SIZE=2 .*CUDA_VISIBLE_DEVICE
 rc=0
 DS_HELLO_FAIL_RANK=3 DS_HELLO_FAIL_CODE=5 run "$HELLO" > "$T/out3" 2>&1 || rc=$?
 [ "$rc" = 5 ] || { cat "$T/out3"; echo "FAIL: remote failure rc $rc, want 5"; status=1; }
+# The real train app across the two hosts, when it is built (4 ranks, 2 steps, small model).
+TRAIN=$DS_BINARY_DIR/apps/train/train
+if [ -x "$TRAIN" ]; then
+  run "$TRAIN" --config "$SRC/configs/default.json" --steps 2 --eval_iters 0 --n_layer 1 \
+    --sample_tokens 0 > "$T/out4" 2>&1 || { cat "$T/out4"; echo "FAIL: train across hosts"; status=1; }
+  grep -q "world size 4" "$T/out4" && grep -q "done: 2 steps" "$T/out4" \
+    || { cat "$T/out4"; echo "FAIL: train output"; status=1; }
+  grep -E "world size|done:" "$T/out4"
+fi
 [ $status = 0 ] && echo "PASS netns 2-host"
 exit $status
