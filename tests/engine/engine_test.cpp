@@ -230,6 +230,32 @@ TEST(Engine, GradReadyOrderDoesNotMatter) {
   }
 }
 
+TEST(Engine, BucketsStartDuringBackward) {
+  // Overlap: with buckets smaller than the model, all but the last bucket start their
+  // all-reduce while the module's backward is still running -- only on the last
+  // micro-batch of a cycle for stages 0/1, on every micro-batch for stage 2.
+  if (W() == 1) GTEST_SKIP() << "no communication at world size 1";
+  for (int stage : {0, 1, 2}) {
+    ds::test::TestMlp model(kD, kH);
+    auto rec = std::make_shared<ds::test::RecordingComm>(g_world, [&model] { return model.in_backward; });
+    auto cfg = base_config(2, 2);
+    cfg["zero_optimization"] = {{"stage", stage}, {"reduce_bucket_size", 6}};
+    auto r = ds::initialize(parse(cfg), model, rec);
+    ds::test::Data data(64, kD);
+    for (int i = 0; i < 4; ++i) {  // two optimizer steps
+      float l = r.engine->forward(data.batch(2 * i, 2));
+      r.engine->backward(l);
+      r.engine->step();
+    }
+    // 26 parameters padded (ZeRO) to 28 or 32 -> 5 or 6 buckets of 6; fc1.weight (15
+    // elements, the first parameter, reported last) spans the last buckets.
+    const int backwards_reducing = stage == 2 ? 4 : 2;
+    const int buckets = int((r.engine->partition_map().padded_numel + 5) / 6);
+    EXPECT_EQ(rec->started_total, backwards_reducing * buckets) << "stage " << stage;
+    EXPECT_GE(rec->started_during, backwards_reducing * 2) << "stage " << stage;
+  }
+}
+
 TEST(Engine, ZeroStagesMatchStage0MixedPrecision) {
   // fp16 / bf16 working params: ZeRO-1 and ZeRO-2 vs stage 0 at the same world size.
   // Tolerance: 4 ulps of the working dtype at magnitude 1 (fp16 2^-10, bf16 2^-7): the

@@ -6,6 +6,7 @@
 #include <cmath>
 #include <cstdint>
 #include <cstring>
+#include <functional>
 #include <limits>
 #include <memory>
 #include <set>
@@ -81,7 +82,11 @@ class TestMlp : public Module {
     return float(loss / B_);
   }
 
+  bool in_backward = false;  // true while backward() runs (overlap test)
+
   void backward(float scale, const std::function<void(std::size_t)>& ready) override {
+    in_backward = true;
+    struct Reset { bool& b; ~Reset() { b = false; } } reset{in_backward};
     const int call = backward_calls_++;
     std::vector<std::vector<float>> g(w_.size());
     for (std::size_t i = 0; i < w_.size(); ++i) g[i].assign(w_[i].size(), 0.f);
@@ -166,6 +171,34 @@ struct Data {
     b.feature_dim = d;
     return b;
   }
+};
+
+// Forwards to another communicator and counts the non-blocking all-reduces started while
+// `probe()` is true (e.g. while the module's backward runs).
+class RecordingComm final : public Communicator {
+ public:
+  RecordingComm(std::shared_ptr<Communicator> inner, std::function<bool()> probe)
+      : inner_(std::move(inner)), probe_(std::move(probe)) {}
+  int started_during = 0, started_total = 0;
+  int rank() const override { return inner_->rank(); }
+  int size() const override { return inner_->size(); }
+  std::string_view backend() const override { return inner_->backend(); }
+  void all_reduce(TensorView b, ReduceOp op) override { inner_->all_reduce(b, op); }
+  CommWork iall_reduce(TensorView b, ReduceOp op) override {
+    ++started_total;
+    if (probe_()) ++started_during;
+    return inner_->iall_reduce(b, op);
+  }
+  void reduce_scatter(TensorView s, TensorView r, ReduceOp op) override { inner_->reduce_scatter(s, r, op); }
+  CommWork ireduce_scatter(TensorView s, TensorView r, ReduceOp op) override { return inner_->ireduce_scatter(s, r, op); }
+  void all_gather(TensorView s, TensorView r) override { inner_->all_gather(s, r); }
+  CommWork iall_gather(TensorView s, TensorView r) override { return inner_->iall_gather(s, r); }
+  void broadcast(TensorView b, int root) override { inner_->broadcast(b, root); }
+  void barrier() override { inner_->barrier(); }
+
+ private:
+  std::shared_ptr<Communicator> inner_;
+  std::function<bool()> probe_;
 };
 
 // World size 1: every collective is the identity (or a copy).
