@@ -110,7 +110,8 @@ class Engine {
 
   // Full fp32 copy of the current working parameters (flat, unpadded), for tests and export.
   std::vector<float> gather_params_fp32() const;
-  // Mean ms per phase since the last progress line: "forward", "backward", "reduce", "step".
+  // Accumulated ms per phase ("forward", "backward", "reduce", "step"); reset after each
+  // progress line when wall_clock_breakdown is on.
   const Timers& timers() const { return timers_; }
 
  private:
