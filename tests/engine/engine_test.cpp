@@ -352,6 +352,20 @@ TEST(Engine, CommunicationDataTypeFp32WithFp16Model) {
   EXPECT_LT(max_abs_diff(train(cfg, g_world, o), ref), 4.0 / 1024);
 }
 
+TEST(Engine, InitializeWithoutCommunicatorUsesWorld) {
+  // comm == nullptr: the engine calls ds::init_distributed() itself (MPI already up here,
+  // so it is neither re-initialized nor finalized) and trains over COMM_WORLD.
+  ds::test::TestMlp model(kD, kH);
+  auto r = ds::initialize(base_config(2, 1).dump(), model);  // JSON text
+  EXPECT_EQ(r.engine->comm().size(), W());
+  EXPECT_EQ(r.engine->train_batch_size(), 2 * W());
+  ds::test::Data data(64, kD);
+  float l = r.engine->forward(data.batch(2 * g_world->rank(), 2));
+  r.engine->backward(l);
+  r.engine->step();
+  EXPECT_EQ(r.engine->global_steps(), 1);
+}
+
 TEST(Engine, BroadcastAtInitMakesReplicasEqual) {
   auto cfg = base_config(2, 1);
   cfg["seed"] = 42 + g_world->rank();  // different seeds per rank
