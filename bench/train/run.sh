@@ -23,6 +23,7 @@ OUT=$(mktemp)
 trap 'rm -f "$OUT"' EXIT
 
 run() { echo "# $*" >&2; "$@" | grep '^{' | tee -a "$OUT" >&2; }
+echo "load average at start: $(cut -d" " -f1-3 /proc/loadavg) on $(nproc) CPUs"
 
 # Ours without the engine (bound measurement included), 2 and 1 threads.
 OMP_NUM_THREADS=2 run "$BUILD/bench/train/bench_train" --json --steps "$STEPS"
@@ -36,30 +37,35 @@ fi
 # PyTorch with OpenBLAS loaded (Debian's torch links the reference BLAS otherwise).
 export LD_LIBRARY_PATH=/usr/lib/x86_64-linux-gnu/openblas-openmp${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}
 OMP_NUM_THREADS=2 run "$PY" "$HERE/torch_gpt.py" --ranks 1 --threads 2 --steps "$STEPS"
+OMP_NUM_THREADS=1 run "$PY" "$HERE/torch_gpt.py" --ranks 1 --threads 1 --steps "$STEPS"
 OMP_NUM_THREADS=1 run "$PY" "$HERE/torch_gpt.py" --ranks 2 --threads 1 --steps "$STEPS"
 
+echo "load average at end: $(cut -d" " -f1-3 /proc/loadavg)"
 "$PY" - "$OUT" <<'PYEOF'
 import json, sys
 rows = [json.loads(l) for l in open(sys.argv[1]) if l.startswith("{")]
-own2 = next(r for r in rows if r["impl"] == "dstrain" and r["threads"] == 2)
-fpt = own2["flops_per_token"]
-gf2 = max(own2["sgemm_gflops_model"], own2["sgemm_gflops_1024"])
-bound = gf2 * 1e9 / fpt
-torch1 = next((r for r in rows if r["impl"] == "pytorch" and r["ranks"] == 1), None)
-base = torch1["tokens_per_s"] if torch1 else None
-print(f"model: {fpt/1e6:.1f} MFLOP/token; OpenBLAS sgemm (core {own2['openblas_core']}, 2 threads): "
-      f"{gf2:.0f} GFLOP/s -> compute bound {bound:.0f} tokens/s (2 cores)")
+own = {r["threads"]: r for r in rows if r["impl"] == "dstrain"}
+fpt = own[1]["flops_per_token"]
+# sgemm rate per thread count, the best seen at the model's GEMM shape or n = 1024.
+rate = {t: max(r["sgemm_gflops_model"], r["sgemm_gflops_1024"]) for t, r in own.items()}
+def bound(ranks, threads):  # tokens/s if every FLOP ran at the measured sgemm rate
+    return ranks * rate.get(threads, threads * rate[1]) * 1e9 / fpt
+torch = {(r["ranks"], r["threads"]): r for r in rows if r["impl"] == "pytorch"}
+print(f"model: {fpt/1e6:.2f} MFLOP/token (6N + 12 L C T). OpenBLAS sgemm, core "
+      f"{own[1]['openblas_core']}: " + ", ".join(f"{rate[t]:.0f} GFLOP/s on {t} thread(s)" for t in sorted(rate)))
 print()
-print("| implementation | dtype | ranks x threads | tokens/s | % of bound | vs PyTorch 1x2 fp32 |")
-print("| --- | --- | --- | --- | --- | --- |")
+print("| implementation | dtype | ranks x threads | tokens/s | compute bound | % of bound | vs PyTorch (same layout) |")
+print("| --- | --- | --- | --- | --- | --- | --- |")
 for r in rows:
-    ranks = r.get("ranks", 1)
+    ranks, thr = r.get("ranks", 1), r["threads"]
     name = {"dstrain": "dstrain, own loop (no engine)", "dstrain-engine": "dstrain engine",
             "pytorch": "PyTorch 1.13" + (" DDP gloo" if ranks > 1 else "")}[r["impl"]]
-    tps = r["tokens_per_s"]
-    pct = 100 * tps / bound if (ranks * r["threads"]) == 2 else 100 * tps / (bound / 2)
-    vs = f"{tps / base:.2f}x" if base else "-"
-    print(f"| {name} | {r.get('dtype', 'fp32')} | {ranks} x {r['threads']} | {tps:.0f} | {pct:.0f}% | {vs} |")
-if torch1:
-    print(f"\nPyTorch matmul at n=1024: {torch1['matmul_gflops_1024']} GFLOP/s (OpenBLAS loaded if >> 5)")
+    tps, b = r["tokens_per_s"], bound(ranks, thr)
+    t = torch.get((ranks, thr))
+    vs = f"{tps / t['tokens_per_s']:.2f}x" if t else "-"
+    print(f"| {name} | {r.get('dtype', 'fp32')} | {ranks} x {thr} | {tps:.0f} | {b:.0f} | {100 * tps / b:.0f}% | {vs} |")
+for k, t in sorted(torch.items()):
+    print(f"\nPyTorch {k[0]} x {k[1]}: torch.matmul at n=1024 ran at {t['matmul_gflops_1024']} GFLOP/s "
+          f"(the reference BLAS gives 3-5: OpenBLAS is loaded)", end="")
+print()
 PYEOF

@@ -11,6 +11,7 @@
 #include "ds/core/error.h"
 #include "ds/data/dataset.h"
 #include "ds/data/sampler.h"
+#include "ds/nn/gemm.h"
 #include "ds/nn/gpt.h"
 #include "ds/nn/mlp.h"
 #include "model_harness.h"
@@ -274,6 +275,46 @@ TEST(NnModels, MlpLearnsSeparableData) {
   }
   EXPECT_LT(loss, 0.2f * first);
   EXPECT_THROW({ ds::Batch bad = b; bad.feature_dim = 3; m.forward(bad); }, ds::Error);
+}
+
+// Scratch is sized at the first forward and reused: smaller and larger batches (the last
+// partial micro-batch of an epoch, validation) give the same loss as a fresh model.
+TEST(NnModels, ChangingBatchShapesReuseOrGrowScratch) {
+  ds::nn::GptConfig cfg{2, 2, 16, 8, 32};
+  ds::nn::Gpt m(cfg);
+  Harness h(m, 9);
+  TokenBatch big(4, 8, 32, 1), small(2, 5, 32, 2), bigger(6, 8, 32, 3);
+  m.forward(big.batch);
+  const float ls = m.forward(small.batch);
+  m.backward(1.0f, {});
+  const float lb = m.evaluate(bigger.batch);
+  EXPECT_THROW(m.backward(1.0f, {}), ds::Error);  // evaluate keeps nothing for backward
+  for (auto* tb : {&small, &bigger}) {
+    ds::nn::Gpt fresh(cfg);
+    Harness hf(fresh, 9);
+    EXPECT_FLOAT_EQ(fresh.forward(tb->batch), tb == &small ? ls : lb);
+  }
+}
+
+TEST(NnModels, Bf16GemmPrecisionCloseToFp32) {
+  if (!ds::nn::bf16_gemm_supported()) GTEST_SKIP() << "no AVX512-BF16 on this CPU";
+  ds::nn::GptConfig cfg{2, 2, 16, 8, 32};
+  TokenBatch tb(3, 8, 32, 4);
+  ds::nn::Gpt a(cfg), b(cfg);
+  Harness ha(a, 5), hb(b, 5);
+  b.set_gemm_precision(ds::nn::Precision::BF16);
+  const float la = a.forward(tb.batch), lb = b.forward(tb.batch);
+  EXPECT_NEAR(lb, la, 1e-2f * la);
+  a.backward(1.0f, {});
+  b.backward(1.0f, {});
+  for (std::size_t i = 0; i < ha.infos.size(); ++i) {
+    auto ga = ha.grad(i), gb = hb.grad(i);
+    double dot = 0, na = 0, nb = 0;
+    for (std::size_t j = 0; j < ga.size(); ++j) { dot += double(ga[j]) * gb[j]; na += double(ga[j]) * ga[j]; nb += double(gb[j]) * gb[j]; }
+    if (na > 0) {
+      EXPECT_GT(dot / std::sqrt(na * nb + 1e-30), 0.98) << ha.infos[i].name;
+    }
+  }
 }
 
 TEST(NnModels, BadInputsGiveClearErrors) {

@@ -226,7 +226,7 @@ void gemm_bf16(bool trans_a, bool trans_b, std::int64_t M, std::int64_t N, std::
   // B panels run along n: op(B)(k, n) seen as X(n, k): X = B^T stored N x K when trans_b,
   // else B stored K x N is X transposed.
   const View vb{B, ldb, !trans_b};
-  const bool par = !omp_in_parallel() && M * N * std::max<std::int64_t>(K, 1) > 262144;
+  const bool par = !omp_in_parallel() && M * N * std::max<std::int64_t>(K, 1) > (1 << 21);
 #pragma omp parallel if (par)
   {
 #pragma omp for schedule(static) nowait
@@ -276,7 +276,7 @@ void gemm_f32(bool trans_a, bool trans_b, std::int64_t M, std::int64_t N, std::i
   float* pb = reinterpret_cast<float*>(ensure(1, std::size_t(np * NR * Kp)));
   const View va{A, lda, trans_a};
   const View vb{B, ldb, !trans_b};
-  const bool par = !omp_in_parallel() && M * N * Kp > 262144;
+  const bool par = !omp_in_parallel() && M * N * Kp > (1 << 21);
 #pragma omp parallel if (par)
   {
 #pragma omp for schedule(static) nowait

@@ -64,7 +64,8 @@ class DistributedSampler {
   std::vector<std::size_t> perm_, mine_, batch_;
 };
 
-// Yields ds::Batch micro-batches of (B, seq) windows from a TextDataset, through a
+// Yields ds::Batch micro-batches of (B, seq) windows from a TextDataset (which must outlive
+// the loader: it is not copied), through a
 // DistributedSampler. The token buffers are allocated once and reused: a Batch is valid
 // until the next call. The last micro-batch of an epoch may be smaller (drop_last = false).
 class Loader {
