@@ -168,17 +168,14 @@ int launch(int argc, char** argv) {
   if (dry_run) {
     std::string hosts = "[";
     for (std::size_t k = 0; k < res.world.size(); ++k) {
-      hosts += (k ? ", \"" : "\"") + res.world[k].first + "\"";
+      if (k) hosts += ", ";
+      hosts += json_quote(res.world[k].first);
     }
     hosts += "]";
-    // JSON strings: host names are validated, master_addr is escaped through the world_info
-    // encoder's rules by building it as a one-entry object.
-    std::string addr_json = world_info_json({{res.master_addr, {}}});
-    addr_json = addr_json.substr(1, addr_json.find(": []") - 1);
     std::printf("{\"world_info\": %s, \"host_order\": %s, \"world_size\": %d, \"master_addr\": %s, "
                 "\"master_port\": %d}\n",
                 world_info_json(res.world).c_str(), hosts.c_str(), world_size(res.world),
-                addr_json.c_str(), res.master_port);
+                json_quote(res.master_addr).c_str(), res.master_port);
     std::printf("%s\n", shell_join(cmd.argv).c_str());
     return 0;
   }

@@ -7,6 +7,8 @@
 
 namespace ds::launch {
 
+std::string json_quote(std::string_view s) { return nlohmann::json(std::string(s)).dump(); }
+
 std::string world_info_json(const WorldInfo& info) {
   // Python json.dumps defaults: ", " and ": " separators, keys in order.
   std::string out = "{";
@@ -14,7 +16,7 @@ std::string world_info_json(const WorldInfo& info) {
   for (const auto& [host, slots] : info) {
     if (!first) out += ", ";
     first = false;
-    out += nlohmann::json(host).dump();
+    out += json_quote(host);
     out += ": [";
     for (std::size_t i = 0; i < slots.size(); ++i) {
       if (i) out += ", ";

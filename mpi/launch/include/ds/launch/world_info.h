@@ -14,6 +14,9 @@ std::string world_info_json(const WorldInfo& info);
 // Accepts any JSON object of host -> array of non-negative ints, keeping key order.
 WorldInfo parse_world_info_json(std::string_view json);
 
+// A JSON string literal (quotes and escapes) for `s`.
+std::string json_quote(std::string_view s);
+
 std::string base64_urlsafe_encode(std::string_view bytes);   // with '=' padding
 std::string base64_urlsafe_decode(std::string_view text);    // throws on bad input
 
