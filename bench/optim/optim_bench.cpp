@@ -9,6 +9,8 @@
 #include <immintrin.h>
 #include <omp.h>
 
+#include <time.h>
+
 #include <algorithm>
 #include <chrono>
 #include <cstdio>
@@ -28,6 +30,12 @@ using ds::DType;
 using ds::TensorView;
 
 namespace {
+
+double thread_cpu_seconds() {
+  timespec t;
+  clock_gettime(CLOCK_THREAD_CPUTIME_ID, &t);
+  return double(t.tv_sec) + 1e-9 * double(t.tv_nsec);
+}
 
 double now() { return std::chrono::duration<double>(std::chrono::steady_clock::now().time_since_epoch()).count(); }
 
@@ -260,6 +268,38 @@ int main(int argc, char** argv) {
         std::fflush(stdout);
       }
     }
+  }
+  // Compute ceiling: the same steps on 16384 cache-resident elements, one thread, timed in thread
+  // CPU time (insensitive to other processes being scheduled): if this is well above the
+  // memory limit in params/s, the kernel can hide its arithmetic behind the memory traffic.
+  omp_set_num_threads(1);
+  std::printf("\n| optimizer | precision | compute ceiling: 16 Ki cache-resident params, 1 thread (G params/s, thread CPU time) |\n| --- | --- | --- |\n");
+  for (const Variant& v : variants) {
+    if (!only.empty() && only != v.opt) continue;
+    ds::config::OptimizerConfig cfg;
+    cfg.type = v.opt;
+    cfg.weight_decay = 0.01;
+    if (std::string(v.opt) == "sgd") cfg.momentum = 0.9;
+    const std::size_t n = 16384;
+    auto opt = ds::optim::make_optimizer(cfg, ds::optim::Kernel::Cpu);
+    opt->init_state(n);
+    const TensorView gv{v.g == DType::F32 ? g32.data() : v.g == DType::F16 ? g16.data() : gbf16.data(), n, v.g};
+    const TensorView wv{v.w == DType::U8 ? nullptr : w16.data(), n, v.w == DType::U8 ? DType::F32 : v.w};
+    std::vector<double> rates;
+    std::int64_t step = 0;
+    for (int r = 0; r < 5; ++r) {
+      const int iters = 5000;
+      const double t0 = thread_cpu_seconds();
+      for (int k = 0; k < iters; ++k) {
+        ds::optim::StepContext ctx;
+        ctx.lr = 1e-4;
+        ctx.step = ++step;
+        opt->step(std::span<float>(p.as<float>(), n), gv, wv, {}, ctx);
+      }
+      rates.push_back(double(n) * iters / (thread_cpu_seconds() - t0) / 1e9);
+    }
+    std::sort(rates.begin(), rates.end());
+    std::printf("| %s | %s | %.2f |\n", v.opt, v.prec, rates[rates.size() / 2]);
   }
   return 0;
 }

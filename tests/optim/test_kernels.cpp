@@ -17,6 +17,7 @@
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
+#include <limits>
 #include <algorithm>
 #include <utility>
 #include <map>
@@ -312,6 +313,33 @@ TEST(Kernels, LambTrustRatioClampAndZeroNorms) {
   EXPECT_EQ(lamb_trust_ratio(1e6, 1.0, 0.01f, 10.f), 10.f);
   EXPECT_EQ(lamb_trust_ratio(1.0, 1e6, 0.01f, 10.f), 0.01f);
   EXPECT_FLOAT_EQ(lamb_trust_ratio(4.0, 1.0, 0.01f, 10.f), 2.f);
+}
+
+TEST(Kernels, WorkingCopyConversionOfSpecialValues) {
+  // SGD with lr 0 leaves p as is and writes it to the working copy: the vector fp16/bf16
+  // stores (F16C, integer bf16 rounding, AVX512_BF16 with its denormal fallback) must equal
+  // ds::convert for denormals, ties, overflow, inf and NaN, in the body and the masked tail.
+  std::vector<float> p;
+  const float specials[] = {0.f, -0.f, 1e-40f, -3e-39f, 1.1754942e-38f, 1.00390625f, 1.01171875f, 65504.f, 65520.f,
+                            1e5f, -3.3e38f, 3.389e38f, std::numeric_limits<float>::infinity(),
+                            -std::numeric_limits<float>::infinity(), std::numeric_limits<float>::quiet_NaN(),
+                            5.96e-8f, 2.98e-8f, 6.1e-5f, 1.0009765625f, 3.14159f};
+  for (int rep = 0; rep < 7; ++rep)
+    for (float x : specials) p.push_back(rep % 2 ? -x : x);
+  std::vector<float> dn = randv(45, 3, 1e-39f);  // a vector of denormals only
+  p.insert(p.end(), dn.begin(), dn.end());
+  const std::size_t n = p.size();
+  std::vector<float> zeros(n, 0.f);
+  for (DType wt : {DType::F32, DType::F16, DType::BF16}) {
+    Working w(n, wt);
+    std::vector<float> q = p;
+    SgdHyper h;
+    h.lr = 0.f;
+    sgd_cpu(q.data(), nullptr, TensorView{zeros.data(), n, DType::F32}, w.view, n, h);
+    std::vector<unsigned char> expect(w.bytes.size(), 0xAB);
+    ds::convert(q.data(), DType::F32, expect.data(), wt, n);  // q == p except inf*0 = NaN lanes
+    EXPECT_EQ(expect, w.bytes) << ds::dtype_name(wt);
+  }
 }
 
 TEST(Kernels, GradScaleIsFoldedIn) {

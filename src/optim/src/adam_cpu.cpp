@@ -8,7 +8,7 @@ namespace ds::optim {
 namespace {
 
 #pragma GCC push_options
-#pragma GCC target("avx512f,avx512bw,avx512vl,avx512dq,f16c,fma")
+#pragma GCC target("avx512f,avx512bw,avx512vl,avx512dq,avx512bf16,f16c,fma")
 template <DType G, DType W>
 __attribute__((noinline)) void adam_avx512(float* p, float* m, float* v, const void* g, void* w,
                                            std::size_t lo, std::size_t hi, const AdamHyper& h,

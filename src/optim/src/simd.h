@@ -18,8 +18,9 @@
 
 namespace ds::optim::simd {
 
-// "No working copy" in the dispatch.
-inline constexpr DType kNone = DType::U8;
+// Working-copy kinds in the dispatch: the DTypes, plus two internal sentinels.
+inline constexpr DType kNone = DType::U8;          // no working copy
+inline constexpr DType kBf16Native = DType::I64;  // bf16 through AVX512_BF16's vcvtneps2bf16
 
 // AVX-512 kernels unless the CPU lacks them or DS_CPU_SIMD=0 (then the plain loops, which
 // round exactly like the references: the tests use it to cover that path; read per call).
@@ -37,7 +38,10 @@ void dispatch(DType g, DType w, F&& f) {
     switch (w) {
       case DType::F32: f.template operator()<G, DType::F32>(); break;
       case DType::F16: f.template operator()<G, DType::F16>(); break;
-      case DType::BF16: f.template operator()<G, DType::BF16>(); break;
+      case DType::BF16:
+        if (cpu_features().avx512_bf16) f.template operator()<G, kBf16Native>();
+        else f.template operator()<G, DType::BF16>();
+        break;
       default: f.template operator()<G, kNone>(); break;
     }
   };
@@ -70,7 +74,7 @@ void parallel_ranges(std::size_t n, Chunk&& chunk) {
 }
 
 #pragma GCC push_options
-#pragma GCC target("avx512f,avx512bw,avx512vl,avx512dq,f16c,fma")
+#pragma GCC target("avx512f,avx512bw,avx512vl,avx512dq,avx512bf16,f16c,fma")
 
 inline __mmask16 mask_for(std::size_t left) {
   return left >= 16 ? __mmask16(0xffff) : __mmask16((1u << left) - 1u);
@@ -103,6 +107,11 @@ inline void store_w(void* base, std::size_t i, __m512 x, __mmask16 k) {
                                                      _mm512_and_si512(_mm512_srli_epi32(u, 16), _mm512_set1_epi32(1))));
     r = _mm512_mask_mov_epi32(r, nan, _mm512_or_si512(u, _mm512_set1_epi32(0x00400000)));
     _mm256_mask_storeu_epi16(static_cast<std::uint16_t*>(base) + i, k, _mm512_cvtepi32_epi16(_mm512_srli_epi32(r, 16)));
+  } else if constexpr (W == kBf16Native) {
+    // vcvtneps2bf16 rounds to nearest even and quiets NaN exactly as above, but treats
+    // denormal inputs as zero: such vectors take the integer path.
+    if (_mm512_fpclass_ps_mask(x, 0x20) != 0) return store_w<DType::BF16>(base, i, x, k);
+    _mm256_mask_storeu_epi16(static_cast<std::uint16_t*>(base) + i, k, reinterpret_cast<__m256i>(_mm512_cvtneps_pbh(x)));
   }
 }
 
@@ -120,6 +129,12 @@ inline __m512 fast_div(__m512 a, __m512 b) {
   const __mmask16 bad = _mm512_fpclass_ps_mask(q, 0x01 | 0x08 | 0x10 | 0x20 | 0x80);  // NaN, +-inf, denormal
   if (bad) q = _mm512_mask_div_ps(q, bad, a, b);
   return q;
+}
+
+// Adds the 16 fp32 lanes of x into two double accumulators (8 lanes each).
+inline void acc_f32(__m512 x, __m512d& a0, __m512d& a1) {
+  a0 = _mm512_add_pd(a0, _mm512_cvtps_pd(_mm512_castps512_ps256(x)));
+  a1 = _mm512_add_pd(a1, _mm512_cvtps_pd(_mm256_castpd_ps(_mm512_extractf64x4_pd(_mm512_castps_pd(x), 1))));
 }
 
 // Horizontal sum of squares of x's 16 lanes into two double accumulators (masked lanes are 0).
