@@ -1,6 +1,7 @@
 // train: the main job. `mpirun -np N train --config ds_config.json [flags]`
 // (docs/TRAINING.md). Every failure ends as one `train: error: ...` line on stderr and a
 // non-zero exit of the whole job.
+#include <cstdint>
 #include <cstdio>
 #include <exception>
 #include <string>
@@ -13,7 +14,7 @@
 
 namespace {
 
-// Collective: the lowest rank whose `error` is non-empty, or -1 when every rank succeeded.
+// Collective: the lowest rank whose `error` is non-empty, or -1 when it is empty everywhere.
 int first_failed_rank(const std::string& error, const ds::DistributedContext& dist) {
   int mine = error.empty() ? dist.world_size : dist.rank;
   int first = dist.world_size;
@@ -34,17 +35,22 @@ int main(int argc, char** argv) {
     ds::abort_job(1, std::string("train: error: ") + e.what());
   }
 
-  // Every rank parsed the same argv, so they agree on the verdict: rank 0 speaks.
-  if (!parsed.options) {
-    if (dist.rank == 0) {
-      if (parsed.message_is_error)
-        std::fprintf(stderr, "train: error: %s\n", parsed.message.c_str());
-      else
-        std::fputs(parsed.message.c_str(), stdout);
-    }
+  // Ranks usually parse the same argv, but an MPMD launch (`mpirun -np 1 train ... : -np 1
+  // train ...`) gives each its own: agree on the verdict like any other setup error.
+  const std::string parse_error = parsed.message_is_error ? parsed.message : std::string();
+  if (int bad = first_failed_rank(parse_error, dist); bad >= 0) {
+    if (dist.rank == bad) std::fprintf(stderr, "train: error: %s\n", parse_error.c_str());
     std::fflush(nullptr);
     ds::finalize_distributed(dist);
-    return parsed.exit_code;
+    return 2;
+  }
+  // --help (on any rank): the lowest such rank prints it, every rank exits 0.
+  const std::string help = parsed.options ? std::string() : parsed.message;
+  if (int asker = first_failed_rank(help, dist); asker >= 0) {
+    if (dist.rank == asker) std::fputs(help.c_str(), stdout);
+    std::fflush(nullptr);
+    ds::finalize_distributed(dist);
+    return 0;
   }
 
   // Phase 1 (no communication): config, model, data. Errors are agreed on, then reported
@@ -62,6 +68,26 @@ int main(int argc, char** argv) {
     job.reset();
     ds::finalize_distributed(dist);
     return 1;
+  }
+
+  // Ranks started with different flags, configs or data would run mismatched collectives
+  // (undefined behaviour, typically memory corruption): compare fingerprints first.
+  {
+    const std::uint64_t fp = ds::train::job_fingerprint(*job);
+    std::uint64_t in[2] = {fp, ~fp}, out[2] = {0, 0};
+    if (MPI_Allreduce(in, out, 2, MPI_UINT64_T, MPI_MIN, dist.mpi_comm) != MPI_SUCCESS)
+      ds::abort_job(1, "train: error: MPI_Allreduce failed");
+    if (out[0] != ~out[1]) {  // min != max
+      if (dist.rank == 0)
+        std::fprintf(stderr,
+                     "train: error: the ranks disagree on the job (config, model shape, run length or data; "
+                     "rank 0 has %s): start every rank with the same flags, config file and data\n",
+                     ds::train::job_summary(*job).c_str());
+      std::fflush(nullptr);
+      job.reset();
+      ds::finalize_distributed(dist);
+      return 1;
+    }
   }
 
   // Phase 2 (collective): any error takes the whole job down.

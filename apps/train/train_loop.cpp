@@ -51,9 +51,31 @@ struct Job {
   std::int64_t eval_iters = 0;
   bool bar = false;
   double flops_per_token = 0;
+  std::string identity;  // what ranks must agree on (see job_fingerprint)
+  std::uint64_t data_hash = 0;
 };
 
 void JobDeleter::operator()(Job* j) const { delete j; }
+
+namespace {
+// FNV-1a, 64 bit.
+std::uint64_t fnv1a(const void* data, std::size_t n, std::uint64_t h = 1469598103934665603ull) {
+  const auto* p = static_cast<const unsigned char*>(data);
+  for (std::size_t i = 0; i < n; ++i) h = (h ^ p[i]) * 1099511628211ull;
+  return h;
+}
+}  // namespace
+
+std::uint64_t job_fingerprint(const Job& j) {
+  return fnv1a(j.identity.data(), j.identity.size(), j.data_hash);
+}
+
+std::string job_summary(const Job& j) {
+  std::ostringstream os;
+  os << j.spec.describe() << ", steps " << j.total_steps << ", train batch " << j.cfg.train_batch_size << ", "
+     << j.train_data.size() + j.val_data.size() << " data tokens";
+  return os.str();
+}
 
 namespace {
 
@@ -184,9 +206,20 @@ JobPtr prepare(const TrainOptions& opts, const DistributedContext& dist) {
   j.eval_iters = opts.eval_iters.value_or(kDefaultEvalIters);
   j.eval_interval = opts.eval_interval.value_or(std::max<std::int64_t>(1, j.total_steps / 5));
 
+  // What all ranks must share: checked by main() before the first collective, because
+  // collectives over differently sized models corrupt memory instead of failing cleanly.
+  {
+    std::ostringstream id;
+    id << config::to_json(j.cfg).dump() << '|' << j.spec.describe() << '|' << j.total_steps << '|' << j.eval_interval
+       << '|' << j.eval_iters << '|' << j.train_data.size() << '|' << j.val_data.size() << '|' << opts.load_dir.empty();
+    j.identity = id.str();
+    const auto t = all.tokens();
+    j.data_hash = fnv1a(t.data(), t.size_bytes());
+  }
+
   // Progress bar only on a terminal (rank 0's stdout); the engine's steps_per_print lines
   // would tear it, so they are left to the lines mode.
-  j.bar = opts.progress == "bar" || (opts.progress == "auto" && stdout_is_terminal());
+  j.bar = dist.rank == 0 && (opts.progress == "bar" || (opts.progress == "auto" && stdout_is_terminal()));
   if (j.bar) j.cfg.steps_per_print.reset();
 
   if (j.spec.type == "gpt") {
@@ -313,7 +346,7 @@ void run(Job& j, const DistributedContext& dist) {
     return global_mean(sum, count);
   };
 
-  auto save = [&](std::int64_t step, Reporter& rep) {
+  auto save = [&](std::int64_t step) {
     io::StateValue cs;
     cs["step"] = step;
     const auto s = train_loader.sampler().state();
@@ -324,8 +357,7 @@ void run(Job& j, const DistributedContext& dist) {
     cs["rng"] = os.str();
     cs["seed"] = std::int64_t(j.seed);
     const std::string tag = tag_for_step(step);
-    engine.save_checkpoint(j.opts.save_dir, tag, cs);
-    rep.note("saved checkpoint " + (std::filesystem::path(j.opts.save_dir) / tag).string());
+    engine.save_checkpoint(j.opts.save_dir, tag, cs);  // the engine reports it
   };
 
   Reporter rep(rank0, j.bar, start_step + 1, j.total_steps, tokens_per_step, j.cfg.steps_per_print,
@@ -363,7 +395,7 @@ void run(Job& j, const DistributedContext& dist) {
     rep.step(r);
     if (!j.opts.save_dir.empty() &&
         (last || (j.opts.save_interval && *j.opts.save_interval > 0 && step % *j.opts.save_interval == 0)))
-      save(step, rep);
+      save(step);
   }
   rep.finish_bar();
 

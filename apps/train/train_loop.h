@@ -8,7 +8,9 @@
 // on any rank ends the job with ds::abort_job (MPI_Abort), so no rank is left in a collective.
 #pragma once
 
+#include <cstdint>
 #include <memory>
+#include <string>
 
 #include "ds/mpi/init.h"
 #include "options.h"
@@ -20,6 +22,10 @@ struct JobDeleter { void operator()(Job* j) const; };
 using JobPtr = std::unique_ptr<Job, JobDeleter>;
 
 JobPtr prepare(const TrainOptions& opts, const DistributedContext& dist);
+// What every rank must agree on (resolved config, model shape, run length, data contents),
+// hashed; and the same in words for the error message when ranks disagree.
+std::uint64_t job_fingerprint(const Job& job);
+std::string job_summary(const Job& job);
 void run(Job& job, const DistributedContext& dist);
 
 }  // namespace ds::train

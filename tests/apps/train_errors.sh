@@ -28,6 +28,16 @@ expect_error config_type 'gradient_clipping' 2 --config bad_value.json "${TINY[@
 printf '{"train_micro_batch_size_per_gpu": 4,, }' > bad_syntax.json
 expect_error config_syntax 'bad_syntax.json' 2 --config bad_syntax.json "${TINY[@]}"
 
+# A flag error on rank 1 only (MPMD; CLI11 refuses a repeated --n_embd): agreed, one line.
+rc=0
+"$MPIEXEC" --oversubscribe --bind-to none \
+  -np 1 "$TRAIN" --config "$CONFIGS/default.json" "${TINY[@]}" --steps 3 : \
+  -np 1 "$TRAIN" --config "$CONFIGS/default.json" "${TINY[@]}" --steps 3 --n_embd 16 \
+  >mpmd_flag.out 2>mpmd_flag.err || rc=$?
+[ "$rc" != 0 ] || fail "rank-1-only flag error: mpirun exited 0"
+[ "$(grep -c 'train: error: .*n_embd' mpmd_flag.err)" = 1 ] || { cat mpmd_flag.err; fail "rank-1-only flag error: expected one error line"; }
+echo "ok: rank-1-only flag error: $(grep 'train: error' mpmd_flag.err)"
+
 # Clean errors: exactly one error line for an error every rank sees.
 [ "$(grep -c 'train: error: ' missing_data.err)" = 1 ] || fail "missing_data: expected one error line"
 [ "$(grep -c 'train: error: ' bad_flag.err)" = 1 ] || fail "bad_flag: expected one error line"
@@ -46,4 +56,27 @@ rc=0
 [ "$rc" != 0 ] || fail "rank-1-only failure: mpirun exited 0"
 grep -q 'only_rank1_missing.txt' mpmd.err || { cat mpmd.err; fail "rank-1-only failure: no error naming the file"; }
 echo "ok: rank-1-only failure ended the job (rc $rc)"
+
+# Ranks started with different model shapes: caught before the first collective.
+SHAPE=(--n_layer 1 --n_head 2 --block_size 16 --eval_iters 2 --sample_tokens 16 --steps 3)
+rc=0
+"$MPIEXEC" --oversubscribe --bind-to none \
+  -np 1 "$TRAIN" --config "$CONFIGS/default.json" "${SHAPE[@]}" --n_embd 32 : \
+  -np 1 "$TRAIN" --config "$CONFIGS/default.json" "${SHAPE[@]}" --n_embd 16 \
+  >mismatch.out 2>mismatch.err || rc=$?
+[ "$rc" != 0 ] || fail "mismatched ranks: mpirun exited 0"
+grep -q 'train: error: the ranks disagree' mismatch.err || { cat mismatch.err; fail "mismatched ranks: no clear error"; }
+echo "ok: mismatched ranks refused (rc $rc)"
+
+# A failure on rank 1 only, inside the collective phase (its --load_dir has no checkpoint
+# while rank 0 loads one and goes on into training): MPI_Abort ends the whole job.
+must_run 2 save --config "$CONFIGS/default.json" "${TINY[@]}" --steps 2 --save_dir ckpt
+rc=0
+"$MPIEXEC" --oversubscribe --bind-to none \
+  -np 1 "$TRAIN" --config "$CONFIGS/default.json" "${TINY[@]}" --steps 6 --load_dir ckpt : \
+  -np 1 "$TRAIN" --config "$CONFIGS/default.json" "${TINY[@]}" --steps 6 --load_dir no_ckpt_on_rank1 \
+  >abort.out 2>abort.err || rc=$?
+[ "$rc" != 0 ] || fail "rank-1 failure while training: mpirun exited 0"
+grep -q 'train: error: .*no_ckpt_on_rank1' abort.err || { cat abort.err; fail "rank-1 failure while training: no error line"; }
+echo "ok: rank-1 failure in the collective phase ended the job (rc $rc)"
 echo "PASS"
