@@ -25,4 +25,8 @@ grep -q '^\[train\] sample' run.out || fail "no generated sample"
 grep -q '^\[train\] done: 40 steps' run.out || fail "no summary line"
 grep -q 'final validation loss' run.out || fail "no final validation loss in the summary"
 if grep -q 'train: error' run.err; then fail "error output on a successful run"; fi
+# --progress bar (what a terminal gets): one redrawn line with the bar, no step lines.
+must_run 2 bar --config "$CONFIGS/default.json" "${TINY[@]}" --steps 12 --progress bar
+grep -q 'step 12/12 \[#*\] 100%' bar.out || fail "no finished progress bar in --progress bar output"
+if grep -q '^\[rank 0\] step=' bar.out; then fail "steps_per_print lines in bar mode"; fi
 echo "PASS"
