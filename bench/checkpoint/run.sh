@@ -20,16 +20,4 @@ for i in $(seq "$REP"); do
   /usr/bin/python3 "$(dirname "$0")/torch_baseline.py" "$DIR/torch.pt" "$N" 1 >>"$OUT"
 done
 cat "$OUT" >&2
-awk -v n="$N" -v rep="$REP" '
-  function med(k,   i, j, t, c) { c = cnt[k]; for (i = 1; i <= c; i++) for (j = i + 1; j <= c; j++) if (v[k, j] < v[k, i]) { t = v[k, i]; v[k, i] = v[k, j]; v[k, j] = t } return v[k, int((c + 1) / 2)] }
-  { cnt[$1]++; v[$1, cnt[$1]] = $4 }
-  END {
-    split("dd_write dd_read dstrain_save dstrain_load dstrain_load_verified torch_save torch_load", ks, " ")
-    for (i in ks) g[ks[i]] = med(ks[i])
-    printf "%d parameters, %.2f GB per checkpoint (bf16 params + fp32 master + Adam exp_avg, exp_avg_sq); median of %d interleaved repeats\n\n", n, n*14/1e9, rep
-    print "| operation | dstrain GB/s | dd GB/s | torch GB/s | dstrain / dd | dstrain / torch |"
-    print "| --- | --- | --- | --- | --- | --- |"
-    printf "| save (fsync) | %.2f | %.2f (write, conv=fdatasync) | %.2f (torch.save + fsync) | %.0f%% | %.2fx |\n", g["dstrain_save"], g["dd_write"], g["torch_save"], 100*g["dstrain_save"]/g["dd_write"], g["dstrain_save"]/g["torch_save"]
-    printf "| load into existing buffers | %.2f | %.2f (read) | %.2f (torch.load) | %.0f%% | %.2fx |\n", g["dstrain_load"], g["dd_read"], g["torch_load"], 100*g["dstrain_load"]/g["dd_read"], g["dstrain_load"]/g["torch_load"]
-    printf "| load + CRC-32C verification | %.2f | %.2f (read) | %.2f (torch.load) | %.0f%% | %.2fx |\n", g["dstrain_load_verified"], g["dd_read"], g["torch_load"], 100*g["dstrain_load_verified"]/g["dd_read"], g["dstrain_load_verified"]/g["torch_load"]
-  }' "$OUT"
+"$(dirname "$0")/table.sh" "$OUT" "$N"
