@@ -5,7 +5,8 @@
 // arrays read, same arrays written in place, same fp16/bf16 gradient read and working write,
 // one add per element) measured in the same run: the memory-bandwidth limit. Also
 // torch.optim.AdamW(foreach=True) through /usr/bin/python3 for fp32 AdamW. Median of
-// --repeats after one warm-up. Buffers are allocated and first-touched once.
+// --repeats after one warm-up, ours and the pattern kernel timed alternately. Buffers are
+// allocated and first-touched once.
 #include <immintrin.h>
 #include <omp.h>
 
@@ -19,6 +20,8 @@
 #include <memory>
 #include <sstream>
 #include <string>
+#include <tuple>
+#include <utility>
 #include <vector>
 
 #include "ds/core/buffer.h"
@@ -39,17 +42,23 @@ double thread_cpu_seconds() {
 
 double now() { return std::chrono::duration<double>(std::chrono::steady_clock::now().time_since_epoch()).count(); }
 
-template <class F>
-double median_time(int repeats, F&& f) {
-  f();  // warm-up
-  std::vector<double> t;
+// Times a and b alternately (so a busy machine slows both alike); medians of each.
+template <class A, class B>
+std::pair<double, double> median_times(int repeats, A&& a, B&& b) {
+  a();
+  b();
+  std::vector<double> ta, tb;
   for (int r = 0; r < repeats; ++r) {
-    const double t0 = now();
-    f();
-    t.push_back(now() - t0);
+    double t0 = now();
+    a();
+    ta.push_back(now() - t0);
+    t0 = now();
+    b();
+    tb.push_back(now() - t0);
   }
-  std::sort(t.begin(), t.end());
-  return t[t.size() / 2];
+  std::sort(ta.begin(), ta.end());
+  std::sort(tb.begin(), tb.end());
+  return {ta[ta.size() / 2], tb[tb.size() / 2]};
 }
 
 // --- the STREAM-style pattern kernel -------------------------------------------------------
@@ -229,26 +238,26 @@ int main(int argc, char** argv) {
         const std::size_t half_io = v.g == DType::F32 ? 4 : 2;
         const std::size_t w_io = v.w == DType::U8 ? 0 : 2;
         std::int64_t step = 0;
-        const double t_opt = median_time(repeats, [&] {
+        auto run_opt = [&] {
           ds::optim::StepContext ctx;
           ctx.lr = 1e-4;
           ctx.step = ++step;
           opt->step(std::span<float>(p.as<float>(), n), gv, wv, {}, ctx);
-        });
+        };
         // The same access pattern, one add per element, on the same buffers.
         std::vector<float*> states;
         for (auto& kv : st) states.push_back(kv.second.data());
         std::size_t bytes = 0;
-        double t_pat = 0;
+        double t_opt = 0, t_pat = 0;
         if (std::string(v.opt) == "lamb") {
           Pattern a{{states[0], states[1]}, {p.as<float>()}, gv, {}};
           Pattern b{{p.as<float>()}, {states[0], states[1]}, {}, wv};
-          t_pat = median_time(repeats, [&] { run_pattern(a, n); run_pattern(b, n); });
+          std::tie(t_opt, t_pat) = median_times(repeats, run_opt, [&] { run_pattern(a, n); run_pattern(b, n); });
           bytes = (4 + half_io + 2 * 8) + (12 + 4 + w_io);  // pass 1 + pass 2
         } else {
           Pattern a{{p.as<float>()}, {}, gv, wv};
           for (float* s : states) a.rw.push_back(s);
-          t_pat = median_time(repeats, [&] { run_pattern(a, n); });
+          std::tie(t_opt, t_pat) = median_times(repeats, run_opt, [&] { run_pattern(a, n); });
           bytes = (1 + states.size()) * 8 + half_io + w_io;
         }
         const double gbs = double(bytes) * double(n) / t_opt / 1e9, lim = double(bytes) * double(n) / t_pat / 1e9;
