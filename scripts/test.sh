@@ -31,7 +31,7 @@ stamp "ctest (Release) ok"
 cmake -S . -B build-asan -G Ninja -DCMAKE_BUILD_TYPE=RelWithDebInfo -DDS_SANITIZE=ON \
       -DDS_WITH_CUDA=OFF -DDS_BUILD_BENCH=OFF >build-asan-configure.log 2>&1 || { cat build-asan-configure.log; exit 1; }
 cmake --build build-asan -j"$JOBS"
-ASAN_OPTIONS=detect_leaks=1:abort_on_error=0 UBSAN_OPTIONS=print_stacktrace=1:halt_on_error=1 \
+ASAN_OPTIONS=detect_leaks=1:abort_on_error=0 LSAN_OPTIONS=suppressions=$ROOT/tests/lsan.supp UBSAN_OPTIONS=print_stacktrace=1:halt_on_error=1 \
   ctest --test-dir build-asan -j"$JOBS" -L unit --output-on-failure --timeout 600
 stamp "ctest (ASan+UBSan, unit) ok"
 
