@@ -151,6 +151,85 @@ class TestMlp : public Module {
   int forward_calls_ = 0, backward_calls_ = 0;
 };
 
+// y = c * sum_l sum_i w_l[i] * x[(l + i) % d], c = 1 / sqrt(L n); loss = mean (y - t)^2 / 2.
+// L parameter tensors "w.l" of n elements each: backward accumulates and reports them one by
+// one, last first, so gradient buckets fill and are reduced while backward runs (the ZeRO-2
+// memory test). `after_ready` (when set) runs after each report.
+class WideLinear : public Module {
+ public:
+  WideLinear(int tensors, int numel) : L_(tensors), n_(numel), c_(1.0f / std::sqrt(float(tensors) * float(numel))) {}
+  std::function<void()> after_ready;
+  const TensorView& grad(std::size_t l) const { return g_[l]; }
+
+  std::vector<ParamInfo> parameters() const override {
+    std::vector<ParamInfo> p;
+    for (int l = 0; l < L_; ++l) p.push_back({"w." + std::to_string(l), {n_}});
+    return p;
+  }
+  void init_parameters(std::span<const std::span<float>> params, std::uint64_t seed) override {
+    std::uint64_t s = seed * 0x9E3779B97F4A7C15ull + 3;
+    for (const auto& p : params)
+      for (float& v : p) {
+        s ^= s << 13; s ^= s >> 7; s ^= s << 17;
+        v = float(std::int64_t(s % 64) - 32) / 64.0f;
+      }
+  }
+  void bind(std::span<const TensorView> params, std::span<const TensorView> grads) override {
+    p_.assign(params.begin(), params.end());
+    g_.assign(grads.begin(), grads.end());
+  }
+  float forward(const Batch& b) override {
+    B_ = int(b.batch);
+    d_ = int(b.feature_dim);
+    x_.assign(b.features.begin(), b.features.end());
+    r_.assign(std::size_t(B_), 0.f);
+    double loss = 0;
+    for (int s = 0; s < B_; ++s) {
+      const float* x = x_.data() + std::size_t(s) * std::size_t(d_);
+      double y = 0;
+      for (int l = 0; l < L_; ++l)
+        for (int i = 0; i < n_; ++i) y += double(value(p_[std::size_t(l)], std::size_t(i))) * x[(l + i) % d_];
+      const double e = y * c_ - double(b.targets[std::size_t(s)]);
+      r_[std::size_t(s)] = float(e);
+      loss += 0.5 * e * e;
+    }
+    return float(loss / B_);
+  }
+  void backward(float scale, const std::function<void(std::size_t)>& ready) override {
+    for (int l = L_ - 1; l >= 0; --l) {
+      const TensorView& g = g_[std::size_t(l)];
+      for (int i = 0; i < n_; ++i) {
+        float acc = 0;
+        for (int s = 0; s < B_; ++s) acc += r_[std::size_t(s)] * x_[std::size_t(s) * std::size_t(d_) + std::size_t((l + i) % d_)];
+        store(g, std::size_t(i), value(g, std::size_t(i)) + scale * c_ * acc / float(B_));
+      }
+      ready(std::size_t(l));
+      if (after_ready) after_ready();
+    }
+  }
+
+ private:
+  static float value(const TensorView& v, std::size_t i) {
+    switch (v.dtype) {
+      case DType::F16: return f16_to_float(v.as<f16>()[i]);
+      case DType::BF16: return bf16_to_float(v.as<bf16>()[i]);
+      default: return v.as<float>()[i];
+    }
+  }
+  static void store(const TensorView& v, std::size_t i, float x) {
+    switch (v.dtype) {
+      case DType::F16: v.as<f16>()[i] = float_to_f16(x); break;
+      case DType::BF16: v.as<bf16>()[i] = float_to_bf16(x); break;
+      default: v.as<float>()[i] = x;
+    }
+  }
+  int L_, n_;
+  float c_;
+  int B_ = 0, d_ = 1;
+  std::vector<TensorView> p_, g_;
+  std::vector<float> x_, r_;
+};
+
 // A deterministic data set: features are multiples of 1/4 in [-1, 1], targets small ints.
 struct Data {
   int d;

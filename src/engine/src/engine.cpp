@@ -25,6 +25,9 @@ TensorView sub_view(const HostBuffer& b, DType t, std::size_t offset, std::size_
   auto* base = static_cast<char*>(const_cast<void*>(b.data()));
   return TensorView{base + offset * dtype_size(t), count, t};
 }
+TensorView sub_view(const engine::PagedBuffer& b, DType t, std::size_t offset, std::size_t count) {
+  return TensorView{static_cast<char*>(b.data()) + offset * dtype_size(t), count, t};
+}
 
 // x *= f over a F32 / F16 / BF16 view (prescaled gradient averaging).
 void scale_in_place(TensorView v, float f) {
@@ -53,7 +56,7 @@ void scale_in_place(TensorView v, float f) {
   }
 }
 
-void zero_range(const HostBuffer& b, DType t, std::size_t begin, std::size_t end) {
+void zero_range(const engine::PagedBuffer& b, DType t, std::size_t begin, std::size_t end) {
   if (end <= begin) return;
   TensorView v = sub_view(b, t, begin, end - begin);
   std::memset(v.data, 0, v.bytes());
@@ -108,8 +111,19 @@ Engine::Engine(config::DsConfig cfg, Module& module, std::shared_ptr<Communicato
 
   // ---- storage, allocated once ----
   params_ = HostBuffer(map_.padded_numel, wdtype_);
-  grads_ = HostBuffer(map_.padded_numel, wdtype_);
-  if (comm_dtype_ != wdtype_ && world_ > 1) comm_buf_ = HostBuffer(map_.padded_numel, comm_dtype_);
+  // Gradients: address space for the whole flat space; the pages that stay resident (all of
+  // them, or at stage 2 this rank's slice) are touched once here (docs/ENGINE.md "Stage 2").
+  grads_ = engine::PagedBuffer(map_.padded_numel, wdtype_);
+  release_grads_ = map_.stage == 2 && world_ > 1;
+  keep_lo_ = 0;
+  keep_hi_ = grads_.mapped_bytes();
+  if (release_grads_) {
+    const std::size_t ps = engine::PagedBuffer::page_size(), es = dtype_size(wdtype_);
+    keep_lo_ = slice_.offset * es / ps * ps;
+    keep_hi_ = std::min(grads_.mapped_bytes(), ((slice_.offset + slice_.count) * es + ps - 1) / ps * ps);
+    max_in_flight_ = 2;  // DeepSpeed's two ipg buffers: one filling, one reducing
+  }
+  grads_.touch(keep_lo_, keep_hi_);
   master_ = HostBuffer(slice_.count, DType::F32);
   if (map_.stage >= 1 && world_ > 1) {
     const std::size_t per_rank = std::size_t(std::max<std::int64_t>(1, cfg_.zero_optimization.allgather_bucket_size / world_));
@@ -177,6 +191,18 @@ Engine::Engine(config::DsConfig cfg, Module& module, std::shared_ptr<Communicato
   }
 
   build_buckets();
+  if (comm_dtype_ != wdtype_ && world_ > 1) {
+    // Stage 2: a pool of max_in_flight_ bucket-sized slots, reused (bucket k uses slot
+    // k % slots; at most that many reduce at once). Stages 0/1: the whole flat space.
+    std::size_t n = map_.padded_numel;
+    if (release_grads_) {
+      const std::size_t bsz = buckets_[0].end - buckets_[0].begin;  // the largest bucket
+      const std::size_t slots = std::min(max_in_flight_, buckets_.size());
+      for (std::size_t k = 0; k < buckets_.size(); ++k) buckets_[k].wire = (k % slots) * bsz;
+      n = slots * bsz;
+    }
+    comm_buf_ = HostBuffer(n, comm_dtype_);
+  }
   param_ready_.assign(map_.params.size(), 0);
 
   if (cfg_.csv_monitor.enabled && rank_ == 0)
@@ -262,6 +288,7 @@ void Engine::build_buckets() {
     Bucket b;
     b.begin = begin;
     b.end = end;
+    b.wire = begin;
     buckets_.push_back(std::move(b));
     end = begin;
   }
@@ -309,6 +336,7 @@ float Engine::backward(float loss) {
     }
     std::fill(param_ready_.begin(), param_ready_.end(), 0);
     next_launch_ = 0;
+    next_finish_ = 0;
   }
   module_->backward(scale, [this](std::size_t i) { on_grad_ready(i); });
   timers_.stop("backward");
@@ -316,13 +344,17 @@ float Engine::backward(float loss) {
     timers_.start("reduce");
     // Buckets whose parameters never reported (unused parameters, a module without
     // callbacks) start now, still in index order so every rank issues the same sequence.
-    for (; next_launch_ < buckets_.size(); ++next_launch_) launch_bucket(buckets_[next_launch_]);
+    for (; next_launch_ < buckets_.size(); ++next_launch_) launch_bucket(next_launch_);
     if (map_.stage == 2) {
       // ZeRO-2 reduces every micro-step: keep only this rank's slice (which accumulates the
-      // reduced sums across micro-steps: other ranks contribute zeros there), drop the rest.
-      for (auto& b : buckets_) finish_bucket(b);
-      zero_range(grads_, wdtype_, 0, slice_.offset);
-      zero_range(grads_, wdtype_, slice_.offset + slice_.count, map_.padded_numel);
+      // reduced sums across micro-steps: other ranks contribute zeros there), drop the rest:
+      // the pages outside the slice go back to the kernel as their buckets finish (they read
+      // as zero next time); other ranks' elements on the slice's first and last pages are
+      // zeroed here.
+      while (next_finish_ < buckets_.size()) finish_and_release(next_finish_++);
+      const std::size_t es = dtype_size(wdtype_);
+      zero_range(grads_, wdtype_, keep_lo_ / es, slice_.offset);
+      zero_range(grads_, wdtype_, slice_.offset + slice_.count, std::min(keep_hi_ / es, map_.padded_numel));
     } else {
       cycle_reduced_ = true;  // waited for in step()
     }
@@ -340,23 +372,28 @@ void Engine::on_grad_ready(std::size_t i) {
   param_ready_[i] = 1;
   for (std::size_t k : param_buckets_[i]) buckets_[k].params_ready++;
   launch_ready_buckets();
+  if (release_grads_) reap_finished_buckets();
 }
 
 void Engine::launch_ready_buckets() {
   while (next_launch_ < buckets_.size() &&
          buckets_[next_launch_].params_ready >= buckets_[next_launch_].params_total) {
-    launch_bucket(buckets_[next_launch_]);
+    launch_bucket(next_launch_);
     ++next_launch_;
   }
 }
 
-void Engine::launch_bucket(Bucket& b) {
+void Engine::launch_bucket(std::size_t k) {
+  Bucket& b = buckets_[k];
   if (b.launched) return;
+  // Stage 2: at most max_in_flight_ buckets reducing (launches and finishes both go in
+  // index order, so the ones in flight are [next_finish_, k)).
+  while (release_grads_ && k - next_finish_ >= max_in_flight_) finish_and_release(next_finish_++);
   const std::size_t n = b.end - b.begin;
   TensorView g = sub_view(grads_, wdtype_, b.begin, n);
   TensorView wire = g;
   if (comm_buf_.bytes() > 0) {
-    wire = sub_view(comm_buf_, comm_dtype_, b.begin, n);
+    wire = sub_view(comm_buf_, comm_dtype_, b.wire, n);
     convert(g.data, wdtype_, wire.data, comm_dtype_, n);
   }
   scale_in_place(wire, float(pre_factor_));
@@ -370,20 +407,52 @@ void Engine::finish_bucket(Bucket& b) {
   b.work.reset();
   if (comm_buf_.bytes() > 0) {
     const std::size_t n = b.end - b.begin;
-    convert(sub_view(comm_buf_, comm_dtype_, b.begin, n).data, comm_dtype_,
+    convert(sub_view(comm_buf_, comm_dtype_, b.wire, n).data, comm_dtype_,
             sub_view(grads_, wdtype_, b.begin, n).data, wdtype_, n);
   }
 }
 
+void Engine::finish_and_release(std::size_t k) {
+  Bucket& b = buckets_[k];
+  finish_bucket(b);
+  // Bucket k releases bytes [lo, hi): from the first page boundary at or after its first
+  // element to the first page boundary at or after its end. So a page shared with bucket
+  // k + 1 (lower addresses, finishes later) goes with k + 1, and one shared with k - 1
+  // (already finished) goes now; together the buckets cover the whole mapping. The
+  // partition's pages [keep_lo_, keep_hi_) are never released.
+  const std::size_t ps = engine::PagedBuffer::page_size(), es = dtype_size(wdtype_);
+  const std::size_t lo = b.begin == 0 ? 0 : (b.begin * es + ps - 1) / ps * ps;
+  const std::size_t hi = b.end == map_.padded_numel ? grads_.mapped_bytes() : (b.end * es + ps - 1) / ps * ps;
+  if (hi <= lo) return;
+  // Resident pages only grow between releases, so sampling before each release sees the peak.
+  grad_peak_resident_ = std::max(grad_peak_resident_, grads_.resident_bytes());
+  grads_.release(lo, std::max(lo, std::min(hi, keep_lo_)));
+  grads_.release(std::max(lo, keep_hi_), hi);
+}
+
+void Engine::reap_finished_buckets() {
+  while (next_finish_ < next_launch_) {
+    Bucket& b = buckets_[next_finish_];
+    if (b.work && !b.work->test()) return;
+    finish_and_release(next_finish_++);
+  }
+}
+
 void Engine::launch_all_and_wait() {
-  for (auto& b : buckets_) {
-    b.launched = false;
-    launch_bucket(b);
+  for (std::size_t k = 0; k < buckets_.size(); ++k) {
+    buckets_[k].launched = false;
+    launch_bucket(k);
   }
   for (auto& b : buckets_) finish_bucket(b);
 }
 
-void Engine::zero_grads() { std::memset(grads_.data(), 0, grads_.bytes()); }
+void Engine::zero_grads() {
+  if (release_grads_) {  // normally nothing outside the partition is resident here
+    grads_.release(0, keep_lo_);
+    grads_.release(keep_hi_, grads_.mapped_bytes());
+  }
+  grads_.touch(keep_lo_, keep_hi_);
+}
 
 // ----------------------------------------------------------------------------------------
 // step
@@ -553,13 +622,28 @@ double Engine::get_lr() const { return scheduler_->lr(); }
 engine::ModelStateBytes Engine::memory_report() const {
   engine::ModelStateBytes b;
   b.params = params_.bytes();
-  b.grads = grads_.bytes();
+  if (release_grads_) {
+    const GradientMemory g = gradient_memory();
+    b.grads = g.partition;
+    b.grad_buckets = g.peak_resident > g.partition ? g.peak_resident - g.partition : 0;
+  } else {
+    b.grads = grads_.bytes();
+  }
   b.master = master_.bytes();
   std::size_t opt = 0;
   for (const auto& t : optimizer_->state_tensors()) opt += t.second.size() * sizeof(float);
   b.optimizer_state = opt;
   b.comm_scratch = comm_buf_.bytes() + gather_recv_.bytes();
   return b;
+}
+
+Engine::GradientMemory Engine::gradient_memory() const {
+  GradientMemory g;
+  g.reserved = grads_.mapped_bytes();
+  g.resident = grads_.resident_bytes();
+  g.partition = grads_.resident_bytes(keep_lo_, keep_hi_);
+  g.peak_resident = std::max(grad_peak_resident_, g.resident);
+  return g;
 }
 
 std::vector<float> Engine::gather_params_fp32() const {

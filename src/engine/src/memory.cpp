@@ -1,6 +1,12 @@
 #include "ds/engine/memory.h"
 
+#include <sys/mman.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <cerrno>
 #include <cstdio>
+#include <cstring>
 
 #include "ds/core/error.h"
 
@@ -19,7 +25,9 @@ std::string mib(std::size_t b) {
 }  // namespace
 
 std::string ModelStateBytes::to_string() const {
-  return "params " + mib(params) + ", grads " + mib(grads) + ", master " + mib(master) +
+  return "params " + mib(params) + ", grads " + mib(grads) +
+         (grad_buckets > 0 ? " (+ " + mib(grad_buckets) + " buckets in backward)" : std::string()) +
+         ", master " + mib(master) +
          ", optimizer " + mib(optimizer_state) +
          ", comm scratch " + mib(comm_scratch) + ", total " + mib(total());
 }
@@ -43,6 +51,62 @@ ModelStateBytes estimate_model_states_bytes(std::size_t p, int n, int stage, DTy
   b.master = std::size_t(stage >= 1 ? 4.0 * P / N : 4.0 * P);
   b.optimizer_state = std::size_t(stage >= 1 ? double(k) * P / N : double(k) * P);
   return b;
+}
+
+// ---- PagedBuffer ----
+
+std::size_t PagedBuffer::page_size() {
+  static const std::size_t ps = [] {
+    const long v = sysconf(_SC_PAGESIZE);
+    return v > 0 ? std::size_t(v) : std::size_t(4096);
+  }();
+  return ps;
+}
+
+PagedBuffer::PagedBuffer(std::size_t count, DType dtype) : count_(count), dtype_(dtype) {
+  const std::size_t ps = page_size();
+  mapped_ = (count * dtype_size(dtype) + ps - 1) / ps * ps;
+  if (mapped_ == 0) return;
+  void* p = mmap(nullptr, mapped_, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS | MAP_NORESERVE, -1, 0);
+  DS_CHECK(p != MAP_FAILED, "PagedBuffer: mmap of " << mapped_ << " bytes failed: " << std::strerror(errno));
+  data_ = p;
+#ifdef MADV_NOHUGEPAGE
+  // Releases are per 4 KiB page; a transparent huge page would be split on the first one.
+  (void)madvise(data_, mapped_, MADV_NOHUGEPAGE);
+#endif
+}
+
+PagedBuffer::~PagedBuffer() {
+  if (data_) munmap(data_, mapped_);
+}
+
+void PagedBuffer::touch(std::size_t begin, std::size_t end) {
+  end = std::min(end, mapped_);
+  if (end > begin) std::memset(static_cast<char*>(data_) + begin, 0, end - begin);
+}
+
+void PagedBuffer::release(std::size_t begin, std::size_t end) {
+  end = std::min(end, mapped_);
+  if (end <= begin) return;
+  const std::size_t ps = page_size();
+  DS_CHECK(begin % ps == 0 && (end % ps == 0 || end == mapped_),
+           "PagedBuffer::release: [" << begin << ", " << end << ") is not page-aligned");
+  DS_CHECK(madvise(static_cast<char*>(data_) + begin, end - begin, MADV_DONTNEED) == 0,
+           "PagedBuffer: madvise(MADV_DONTNEED) of " << end - begin << " bytes failed: " << std::strerror(errno));
+}
+
+std::size_t PagedBuffer::resident_bytes(std::size_t begin, std::size_t end) const {
+  end = std::min(end, mapped_);
+  if (end <= begin) return 0;
+  const std::size_t ps = page_size();
+  DS_CHECK(begin % ps == 0, "PagedBuffer::resident_bytes: begin " << begin << " is not page-aligned");
+  const std::size_t pages = (end - begin + ps - 1) / ps;
+  if (vec_.size() < pages) vec_.resize(mapped_ / ps);
+  DS_CHECK(mincore(static_cast<char*>(data_) + begin, end - begin, vec_.data()) == 0,
+           "PagedBuffer: mincore failed: " << std::strerror(errno));
+  std::size_t n = 0;
+  for (std::size_t i = 0; i < pages; ++i) n += vec_[i] & 1u;
+  return n * ps;
 }
 
 }  // namespace ds::engine

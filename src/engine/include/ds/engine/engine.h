@@ -105,8 +105,18 @@ class Engine {
   sched::LrScheduler* lr_scheduler() const { return scheduler_.get(); }
   const precision::LossScaler& loss_scaler() const { return scaler_; }
 
-  // Bytes this rank really allocated for model states (no activations).
+  // Bytes this rank really holds for model states (no activations). ZeRO-2 gradients are
+  // measured (resident pages), see docs/ENGINE.md "Stage 2".
   engine::ModelStateBytes memory_report() const;
+  // Gradient storage residency, measured now with mincore (ZeRO-2 releases the pages of
+  // reduced buckets; other stages keep the whole buffer resident).
+  struct GradientMemory {
+    std::size_t reserved = 0;     // address space of the full-size bound gradient buffer
+    std::size_t resident = 0;     // bytes of its pages resident now
+    std::size_t partition = 0;    // pages kept resident for good (ZeRO-2: this rank's slice)
+    std::size_t peak_resident = 0;  // most bytes resident at a release during backward
+  };
+  GradientMemory gradient_memory() const;
 
   // Full fp32 copy of the current working parameters (flat, unpadded), for tests and export.
   std::vector<float> gather_params_fp32() const;
@@ -119,6 +129,7 @@ class Engine {
 
   struct Bucket {
     std::size_t begin = 0, end = 0;  // global flat range [begin, end)
+    std::size_t wire = 0;            // element offset of its communication copy in comm_buf_
     int params_total = 0;            // parameters intersecting the range
     int params_ready = 0;            // grad_ready calls seen for them this backward
     bool launched = false;
@@ -129,8 +140,10 @@ class Engine {
   void build_buckets();
   void on_grad_ready(std::size_t param_index);
   void launch_ready_buckets();  // launches complete buckets in index order
-  void launch_bucket(Bucket& b);
+  void launch_bucket(std::size_t k);
   void finish_bucket(Bucket& b);
+  void finish_and_release(std::size_t k);  // ZeRO-2: wait bucket k, drop its non-partition pages
+  void reap_finished_buckets();            // ZeRO-2: finish_and_release what is already done
   void launch_all_and_wait();
   void zero_grads();
   void boundary_step();
@@ -154,11 +167,19 @@ class Engine {
   std::vector<engine::SliceSegment> segments_;  // parameter pieces inside slice_
   std::vector<optim::Segment> optim_segments_;  // the same as the optimizer's Segments
   HostBuffer params_;    // padded_numel x wdtype_: working parameters (full on every rank)
-  HostBuffer grads_;     // padded_numel x wdtype_: bound gradients (full on every rank; the
-                         // Module contract needs a full buffer). Stage 2: after each micro-
-                         // step's reduction only slice_ is kept (the accumulated, reduced
-                         // partition gradient); other ranks' parts are zeroed.
-  HostBuffer comm_buf_;  // padded_numel x comm_dtype_ only when comm_dtype_ != wdtype_
+  engine::PagedBuffer grads_;  // padded_numel x wdtype_: bound gradients (full address space
+                         // on every rank; the Module contract binds one view per parameter).
+                         // Stages 0/1 (and one rank): all pages touched once at initialize and
+                         // kept. Stage 2: only the pages of slice_ stay resident (the
+                         // accumulated, reduced partition gradient); every other page is
+                         // released as soon as the bucket holding it has been reduced, so it
+                         // reads as zero for the next backward (release_grads_).
+  bool release_grads_ = false;      // stage 2 with more than one rank
+  std::size_t keep_lo_ = 0, keep_hi_ = 0;  // byte range of grads_ pages never released
+  std::size_t max_in_flight_ = 0;   // stage 2: buckets reducing at once (waits for the oldest)
+  std::size_t grad_peak_resident_ = 0;  // stage 2: most grads_ bytes resident at a release
+  HostBuffer comm_buf_;  // comm_dtype_ copies, only when comm_dtype_ != wdtype_: padded_numel
+                         // elements (stages 0/1), max_in_flight_ buckets (stage 2, reused)
   HostBuffer gather_recv_;  // ZeRO all-gather staging, W x gather_chunk_ x wdtype_, only when
                             // chunks are smaller than a slice (else it gathers in place)
   std::size_t gather_chunk_ = 0;  // elements per rank per all-gather (allgather_bucket_size / W)
@@ -185,6 +206,7 @@ class Engine {
   std::vector<std::vector<std::size_t>> param_buckets_;  // param -> buckets it intersects
   std::vector<std::uint8_t> param_ready_;        // grad_ready seen this backward
   std::size_t next_launch_ = 0;                  // buckets launch strictly in index order
+  std::size_t next_finish_ = 0;                  // stage 2: ... and finish in index order
   bool reducing_this_backward_ = false;
   bool cycle_reduced_ = false;                   // stage 0/1: this cycle's grads were reduced
   double backward_scale_ = 1.0;                  // the loss scale the cycle's backwards used

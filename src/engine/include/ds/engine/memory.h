@@ -11,6 +11,8 @@
 #include <cstddef>
 #include <cstdint>
 #include <string>
+#include <utility>
+#include <vector>
 
 #include "ds/core/dtype.h"
 
@@ -18,12 +20,61 @@ namespace ds::engine {
 
 struct ModelStateBytes {
   std::size_t params = 0;           // working parameters (fp32 | fp16 | bf16)
-  std::size_t grads = 0;            // gradients (working dtype) + communication scratch
+  std::size_t grads = 0;            // gradients (working dtype) resident between backwards;
+                                    // ZeRO-2: the pages of this rank's partition (measured)
+  std::size_t grad_buckets = 0;     // engine, ZeRO-2 only: the most gradient bytes seen
+                                    // resident BEYOND `grads` during a backward (buckets being
+                                    // written or reduced; measured with mincore, 0 before the
+                                    // first backward)
   std::size_t master = 0;           // fp32 master weights (this rank's slice under ZeRO)
   std::size_t optimizer_state = 0;  // optimizer moments etc. (this rank's slice under ZeRO)
   std::size_t comm_scratch = 0;     // engine only: all-gather staging, comm-dtype copies
-  std::size_t total() const { return params + grads + master + optimizer_state + comm_scratch; }
+  std::size_t total() const { return params + grads + grad_buckets + master + optimizer_state + comm_scratch; }
   std::string to_string() const;    // "params 1.2 MiB, grads ..., master ..., optimizer ..., total ..."
+};
+
+// Host memory reserved as address space and populated page by page (ZeRO-2's full-size
+// gradient buffer, docs/ENGINE.md "Stage 2"). An anonymous private mapping: pages cost
+// nothing until written and read as zero before; release() hands whole pages back to the
+// kernel (madvise MADV_DONTNEED: they read as zero again, the state a backward accumulates
+// into); resident_bytes() asks the kernel (mincore) which pages are really there. No
+// MADV_HUGEPAGE: releases work on 4 KiB pages. Movable, not copyable.
+class PagedBuffer {
+ public:
+  PagedBuffer() = default;
+  PagedBuffer(std::size_t count, DType dtype);
+  ~PagedBuffer();
+  PagedBuffer(PagedBuffer&& o) noexcept { swap(o); }
+  PagedBuffer& operator=(PagedBuffer&& o) noexcept { PagedBuffer t(std::move(o)); swap(t); return *this; }
+  PagedBuffer(const PagedBuffer&) = delete;
+  PagedBuffer& operator=(const PagedBuffer&) = delete;
+
+  void* data() const { return data_; }
+  std::size_t count() const { return count_; }
+  DType dtype() const { return dtype_; }
+  std::size_t bytes() const { return count_ * dtype_size(dtype_); }
+  std::size_t mapped_bytes() const { return mapped_; }  // bytes() rounded up to pages
+  static std::size_t page_size();
+
+  // Writes zeros over bytes [begin, end) (first touch: the pages become resident).
+  void touch(std::size_t begin, std::size_t end);
+  // Drops the pages of bytes [begin, end): begin page-aligned, end page-aligned or
+  // mapped_bytes(). The contents read as zero afterwards.
+  void release(std::size_t begin, std::size_t end);
+  // Bytes of [begin, end) (page-aligned begin) whose pages are resident now.
+  std::size_t resident_bytes(std::size_t begin, std::size_t end) const;
+  std::size_t resident_bytes() const { return resident_bytes(0, mapped_); }
+
+ private:
+  void swap(PagedBuffer& o) noexcept {
+    std::swap(data_, o.data_); std::swap(mapped_, o.mapped_);
+    std::swap(count_, o.count_); std::swap(dtype_, o.dtype_);
+  }
+  void* data_ = nullptr;
+  std::size_t mapped_ = 0;
+  std::size_t count_ = 0;
+  DType dtype_ = DType::U8;
+  mutable std::vector<unsigned char> vec_;  // mincore scratch, sized once
 };
 
 // Optimizer state bytes per parameter for a DeepSpeed optimizer name ("adam", "adamw",
