@@ -11,6 +11,7 @@
 #include <cstdio>
 #include <cstdlib>
 #include <filesystem>
+#include <fstream>
 #include <random>
 #include <sstream>
 #include <thread>
@@ -33,7 +34,7 @@ namespace ds::train {
 
 namespace {
 constexpr std::uint64_t kDefaultSeed = 1234;
-constexpr std::int64_t kDefaultSteps = 500;
+constexpr std::int64_t kDefaultSteps = 800;
 constexpr std::int64_t kDefaultEvalIters = 20;
 constexpr std::int64_t kLossWindow = 10;  // the summary's train loss: mean of the last steps
 }  // namespace
@@ -117,18 +118,40 @@ class MlpBatcher {
 };
 
 // Whether rank 0's stdout reaches a person at a terminal. Open MPI gives local ranks a pty
-// even when mpirun's own output goes to a pipe or a file, so under a launcher we look at
-// where the launching process (our parent: mpirun, or the local daemon) writes.
+// even when mpirun's own output goes to a pipe or a file, so under a launcher we walk up the
+// process tree past everything writing to our pty (wrappers such as `time`) to the launcher
+// (mpirun or its daemon) and look at where it writes.
 bool stdout_is_terminal() {
   if (!::isatty(STDOUT_FILENO)) return false;
   const bool launched = std::getenv("OMPI_COMM_WORLD_SIZE") || std::getenv("PMI_SIZE") ||
                         std::getenv("PMIX_RANK") || std::getenv("SLURM_STEP_ID");
   if (!launched) return true;
-  std::error_code ec;
-  const auto target =
-      std::filesystem::read_symlink("/proc/" + std::to_string(::getppid()) + "/fd/1", ec).string();
-  if (ec) return true;  // cannot tell: trust isatty
-  return target.rfind("/dev/pts/", 0) == 0 || target.rfind("/dev/tty", 0) == 0;
+  auto fd1_of = [](const std::string& pid) {
+    std::error_code ec;
+    auto t = std::filesystem::read_symlink("/proc/" + pid + "/fd/1", ec).string();
+    return ec ? std::string() : t;
+  };
+  auto parent_of = [](const std::string& pid) {
+    std::ifstream in("/proc/" + pid + "/stat");
+    std::string line;
+    std::getline(in, line);
+    const auto close = line.rfind(')');  // "pid (comm) state ppid ..."
+    if (close == std::string::npos) return std::string();
+    std::istringstream rest(line.substr(close + 1));
+    std::string state, ppid;
+    rest >> state >> ppid;
+    return ppid;
+  };
+  const std::string mine = fd1_of("self");
+  if (mine.empty()) return true;  // cannot tell: trust isatty
+  std::string pid = std::to_string(::getppid());
+  for (int depth = 0; depth < 16 && !pid.empty() && pid != "0" && pid != "1"; ++depth) {
+    const std::string theirs = fd1_of(pid);
+    if (theirs.empty()) return true;
+    if (theirs != mine) return theirs.rfind("/dev/pts/", 0) == 0 || theirs.rfind("/dev/tty", 0) == 0;
+    pid = parent_of(pid);
+  }
+  return true;
 }
 
 std::string tag_for_step(std::int64_t step) { return "global_step" + std::to_string(step); }
