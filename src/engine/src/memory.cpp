@@ -95,6 +95,16 @@ void PagedBuffer::release(std::size_t begin, std::size_t end) {
            "PagedBuffer: madvise(MADV_DONTNEED) of " << end - begin << " bytes failed: " << std::strerror(errno));
 }
 
+void PagedBuffer::populate(std::size_t begin, std::size_t end) {
+  end = std::min(end, mapped_);
+  if (end <= begin) return;
+#ifdef MADV_POPULATE_WRITE
+  static bool supported = true;  // EINVAL once: an older kernel, stop asking
+  if (supported && madvise(static_cast<char*>(data_) + begin, end - begin, MADV_POPULATE_WRITE) != 0 && errno == EINVAL)
+    supported = false;
+#endif
+}
+
 std::size_t PagedBuffer::resident_bytes(std::size_t begin, std::size_t end) const {
   end = std::min(end, mapped_);
   if (end <= begin) return 0;

@@ -144,6 +144,7 @@ class Engine {
   void finish_bucket(Bucket& b);
   void finish_and_release(std::size_t k);  // ZeRO-2: wait bucket k, drop its non-partition pages
   void reap_finished_buckets();            // ZeRO-2: finish_and_release what is already done
+  void populate_bucket(std::size_t k);     // ZeRO-2: prefault bucket k's released pages at once
   void launch_all_and_wait();
   void zero_grads();
   void boundary_step();
