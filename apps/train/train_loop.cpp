@@ -312,6 +312,19 @@ void run(Job& j, const DistributedContext& dist) {
       data::SamplerState s;
       s.epoch = std::uint64_t(cs.at("sampler").at("epoch").as_int());
       s.step = std::uint64_t(cs.at("sampler").at("step").as_int());
+      // Saved on another number of ranks (or micro-batch): the same fraction of the epoch,
+      // counted in samples. Approximate: the per-rank shards of the epoch differ.
+      const auto here = std::int64_t(mb) * dist.world_size;
+      if (cs.at("sampler").contains("global_micro_batch")) {
+        const std::int64_t there = cs.at("sampler").at("global_micro_batch").as_int();
+        if (there != here) {
+          s.step = std::uint64_t(std::int64_t(s.step) * there / here);
+          if (rank0)
+            std::printf("[train] note: the checkpoint was saved with %lld sequences per micro-step, this run has "
+                        "%lld: the data order continues from the same point of the epoch, not the same samples\n",
+                        static_cast<long long>(there), static_cast<long long>(here));
+        }
+      }
       train_loader.sampler().set_state(s);
     } else {
       train_loader.sampler().skip_to_step(std::uint64_t(start_step * gas));
@@ -376,6 +389,7 @@ void run(Job& j, const DistributedContext& dist) {
     const auto s = train_loader.sampler().state();
     cs["sampler"]["epoch"] = std::int64_t(s.epoch);
     cs["sampler"]["step"] = std::int64_t(s.step);
+    cs["sampler"]["global_micro_batch"] = std::int64_t(mb) * dist.world_size;
     std::ostringstream os;
     os << rng;
     cs["rng"] = os.str();

@@ -27,4 +27,11 @@ import csv, sys
 steps = [int(r["step"]) for r in csv.DictReader(open(sys.argv[1]))]
 assert steps == [9, 10], f"run from latest should run steps 9-10, ran {steps}"
 PYEOF
+# Saved on 2 ranks, resumed on 1 (the engine re-partitions; the sampler keeps its place in
+# the epoch): runs steps 5-8 with losses within 2% of the unbroken run (other samples).
+must_run 1 one --config "$CONFIGS/default.json" "${TINY[@]}" --steps 8 --load_dir ckpt \
+  --ckpt_id global_step4 --loss_csv one.csv
+grep -q 'note: the checkpoint was saved with 32 sequences per micro-step, this run has 16' one.out \
+  || fail "no note about the changed world size"
+compare_losses one.csv full.csv 0.02 5
 echo "PASS"
