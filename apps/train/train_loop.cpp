@@ -241,10 +241,8 @@ JobPtr prepare(const TrainOptions& opts, const DistributedContext& dist) {
     j.data_hash = fnv1a(t.data(), t.size_bytes());
   }
 
-  // Progress bar only on a terminal (rank 0's stdout); the engine's steps_per_print lines
-  // would tear it, so they are left to the lines mode.
+  // Progress bar only on a terminal (rank 0's stdout; run() shares rank 0's verdict).
   j.bar = dist.rank == 0 && (opts.progress == "bar" || (opts.progress == "auto" && stdout_is_terminal()));
-  if (j.bar) j.cfg.steps_per_print.reset();
 
   if (j.spec.type == "gpt") {
     nn::GptConfig g;
@@ -278,6 +276,12 @@ void run(Job& j, const DistributedContext& dist) {
   const std::int64_t gas = j.cfg.gradient_accumulation_steps;
   const auto mb = std::size_t(j.cfg.train_micro_batch_size_per_gpu);
   Communicator& comm = *dist.comm;
+
+  // The engine's steps_per_print lines would tear the bar, so with the bar they are off --
+  // on every rank, so that all engines run with the same config.
+  std::int32_t bar_flag = j.bar ? 1 : 0;
+  comm.broadcast(TensorView{&bar_flag, 1, DType::I32}, 0);
+  if (bar_flag) j.cfg.steps_per_print.reset();
 
   auto init = ds::initialize(j.cfg, *j.model, dist.comm);
   Engine& engine = *init.engine;
