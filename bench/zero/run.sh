@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
-# ZeRO stages 0/1/2 at 2 and 4 ranks on the built-in GPT: peak memory per rank and step
-# time, as ratios (docs/PERFORMANCE.md "ZeRO memory and step time").
+# ZeRO stages 0/1/2 at 2 and 4 ranks on the built-in GPT: memory per rank, step time,
+# rank 0's CPU time and page faults per step (docs/PERFORMANCE.md "ZeRO memory and step
+# time"), then what releasing ZeRO-2's gradient pages costs (page_release_bench).
 #   bench/zero/run.sh [BUILD_DIR] [extra zero_bench flags...]
 set -euo pipefail
 build=${1:-build}
@@ -16,20 +17,24 @@ for np in 2 4; do
 done
 /usr/bin/python3 - "$out" <<'PY'
 import sys
-rows = [dict(kv.split("=") for kv in line.split()) for line in open(sys.argv[1]) if line.strip()]
+rows = [dict(kv.split("=") for kv in line.split()) for line in open(sys.argv[1]) if line.startswith("stage=")]
 mib = lambda b: int(b) / 2**20
 print()
-print(f"GPT, {rows[0]['params']} parameters, {rows[0]['precision']} + AdamW; per rank; engine = bytes the engine allocated, formula = ZeRO paper")
+print(f"GPT, {rows[0]['params']} parameters, {rows[0]['precision']} + AdamW; per rank; engine = bytes the engine holds (ZeRO-2 grads: resident pages), formula = ZeRO paper")
 print()
-print("| ranks | stage | step ms | vs stage 0 | VmHWM MiB | grads MiB (engine / formula) | master+optim MiB (engine / formula) | grads+master+optim: engine / formula |")
-print("| --- | --- | --- | --- | --- | --- | --- | --- |")
+print("| ranks | stage | step ms | vs stage 0 | CPU ms/step | page faults/step | VmHWM MiB | grads MiB (engine / formula) | grad buckets peak MiB | master+optim MiB (engine / formula) | grads+master+optim: engine / formula |")
+print("| --- | --- | --- | --- | --- | --- | --- | --- | --- | --- | --- |")
 base = {}
 for r in rows:
     w, s = int(r["world"]), int(r["stage"])
     if s == 0: base[w] = float(r["step_ms"])
     eg, fg = int(r["engine_grads"]), int(r["formula_grads"])
     eo = int(r["engine_master"]) + int(r["engine_optim"]); fo = int(r["formula_master"]) + int(r["formula_optim"])
-    print(f"| {w} | {s} | {float(r['step_ms']):.1f} | {float(r['step_ms'])/base[w]:.3f} | {float(r['vmhwm_mib']):.1f} | "
-          f"{mib(eg):.1f} / {mib(fg):.1f} | {mib(eo):.1f} / {mib(fo):.1f} | {(eg+eo)/(fg+fo):.3f} |")
+    print(f"| {w} | {s} | {float(r['step_ms']):.1f} | {float(r['step_ms'])/base[w]:.3f} | {float(r['cpu_ms']):.1f} | "
+          f"{float(r['faults']):.0f} | {float(r['vmhwm_mib']):.1f} | "
+          f"{mib(eg):.2f} / {mib(fg):.2f} | {mib(int(r['engine_grad_buckets'])):.2f} | {mib(eo):.1f} / {mib(fo):.1f} | {(eg+eo)/(fg+fo):.3f} |")
 PY
 rm -f "$out"
+# The cost of ZeRO-2's page release per micro-step at this model's gradient size (fp16).
+pr=$build/bench/zero/page_release_bench
+if [[ -x $pr ]]; then echo; "$pr" --mib 13.8 --bucket-mib 3.8; fi

@@ -4,8 +4,15 @@
 //
 // Prints one line on rank 0, key=value pairs:
 //   stage world params step_ms (median of the timed steps, max over ranks per step)
+//   backward_ms reduce_ms (rank 0's engine timers, mean over the timed steps), wait_ms (of
+//   backward_ms: ZeRO-2 waits for a bucket's reduction before launching another), faults
+//   (rank 0's minor page faults per step), cpu_ms (rank 0's user + system CPU time per step)
 //   vmhwm_mib (max over ranks), engine_{params,grads,master,optim,scratch}_bytes (rank 0),
+//   engine_grad_buckets (ZeRO-2: peak gradient bytes resident beyond the partition during
+//   backward), grad_resident (mincore of the gradient buffer after the last step, rank 0),
 //   formula_{params,grads,master,optim}_bytes (ZeRO paper, estimate_model_states_bytes)
+#include <sys/resource.h>
+
 #include <algorithm>
 #include <cstdio>
 #include <cstdlib>
@@ -25,6 +32,20 @@
 #include "ds/nn/gpt.h"
 
 namespace {
+
+struct Usage {
+  double cpu_ms = 0;
+  long minflt = 0;
+};
+Usage usage() {
+  rusage ru{};
+  getrusage(RUSAGE_SELF, &ru);
+  Usage u;
+  u.cpu_ms = (double(ru.ru_utime.tv_sec) + double(ru.ru_stime.tv_sec)) * 1e3 +
+             (double(ru.ru_utime.tv_usec) + double(ru.ru_stime.tv_usec)) * 1e-3;
+  u.minflt = ru.ru_minflt;
+  return u;
+}
 
 double vm_hwm_mib() {
   std::ifstream f("/proc/self/status");
@@ -90,7 +111,15 @@ int main(int argc, char** argv) {
     bt.seq = seq;
 
     std::vector<double> times;
+    double bwd0 = 0, red0 = 0, wait0 = 0;
+    Usage u0;
     for (int i = 0; i < warmup + steps; ++i) {
+      if (i == warmup) {
+        bwd0 = e.timers().total_ms("backward");
+        red0 = e.timers().total_ms("reduce");
+        wait0 = e.timers().total_ms("bucket_wait");
+        u0 = usage();
+      }
       comm->barrier();
       ds::Stopwatch sw;
       float loss = e.forward(bt);
@@ -104,16 +133,26 @@ int main(int argc, char** argv) {
     const double median = times.empty() ? 0 : times[times.size() / 2];
     double hwm = vm_hwm_mib();
     comm->all_reduce(ds::TensorView{&hwm, 1, ds::DType::F64}, ds::ReduceOp::Max);
+    const double bwd = (e.timers().total_ms("backward") - bwd0) / std::max(1, steps);
+    const double red = (e.timers().total_ms("reduce") - red0) / std::max(1, steps);
+    const double wait = (e.timers().total_ms("bucket_wait") - wait0) / std::max(1, steps);
+    const Usage u1 = usage();
+    const double cpu = (u1.cpu_ms - u0.cpu_ms) / std::max(1, steps);
+    const double faults = double(u1.minflt - u0.minflt) / std::max(1, steps);
     const auto rep = e.memory_report();
+    const auto gm = e.gradient_memory();
     const std::size_t P = e.partition_map().total_numel;
     const auto est = ds::engine::estimate_model_states_bytes(P, comm->size(), stage, e.working_dtype(),
                                                             ds::engine::optimizer_state_bytes_per_param("adamw"));
     if (comm->rank() == 0) {
       std::printf(
-          "stage=%d world=%d params=%zu precision=%s step_ms=%.2f vmhwm_mib=%.1f engine_params=%zu engine_grads=%zu "
+          "stage=%d world=%d params=%zu precision=%s step_ms=%.2f backward_ms=%.2f reduce_ms=%.2f wait_ms=%.2f "
+          "faults=%.0f cpu_ms=%.1f vmhwm_mib=%.1f "
+          "engine_params=%zu engine_grads=%zu engine_grad_buckets=%zu grad_resident=%zu "
           "engine_master=%zu engine_optim=%zu engine_scratch=%zu formula_params=%zu formula_grads=%zu "
           "formula_master=%zu formula_optim=%zu skipped=%lld\n",
-          stage, comm->size(), P, precision.c_str(), median, hwm, rep.params, rep.grads, rep.master,
+          stage, comm->size(), P, precision.c_str(), median, bwd, red, wait, faults, cpu, hwm, rep.params, rep.grads,
+          rep.grad_buckets, gm.resident, rep.master,
           rep.optimizer_state, rep.comm_scratch, est.params, est.grads, est.master, est.optimizer_state,
           (long long)e.skipped_steps());
       std::fflush(stdout);
