@@ -30,12 +30,13 @@ stamp "ctest (Release) ok"
 # Unit tests under AddressSanitizer + UBSan (CPU code only; benchmarks off).
 cmake -S . -B build-asan -G Ninja -DCMAKE_BUILD_TYPE=RelWithDebInfo -DDS_SANITIZE=ON \
       -DDS_WITH_CUDA=OFF -DDS_BUILD_BENCH=OFF >build-asan-configure.log 2>&1 || { cat build-asan-configure.log; exit 1; }
-cmake --build build-asan -j"$JOBS"
+cmake --build build-asan -j"$JOBS" --target ds_unit_tests
 ASAN_OPTIONS=detect_leaks=1:abort_on_error=0 LSAN_OPTIONS=suppressions=$ROOT/tests/lsan.supp UBSAN_OPTIONS=print_stacktrace=1:halt_on_error=1 \
   ctest --test-dir build-asan -j"$JOBS" -L unit --output-on-failure --timeout 600
 stamp "ctest (ASan+UBSan, unit) ok"
 
-# Fuzzers, bounded.
+# Fuzzers, bounded; both share one clang build directory.
+export DS_FUZZ_BUILD_DIR=$ROOT/build-fuzz
 for f in scripts/fuzz_config.sh scripts/fuzz_launcher.sh; do
   [ -x "$f" ] || [ -f "$f" ] || continue
   bash "$f" "${DS_FUZZ_SECONDS:-20}"
