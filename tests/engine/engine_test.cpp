@@ -386,6 +386,21 @@ TEST(Engine, BroadcastAtInitMakesReplicasEqual) {
   EXPECT_EQ(max_abs_diff(r0.engine->gather_params_fp32(), p), 0.0);
 }
 
+TEST(Engine, DifferentModelsOnRanksFailOnEveryRank) {
+  if (W() < 2) GTEST_SKIP() << "needs more than one rank";
+  auto cfg = base_config(2, 1);
+  ds::test::TestMlp model(kD, kH + (g_world->rank() == 1 ? 1 : 0));  // rank 1 is wider
+  try {
+    auto r = ds::initialize(parse(cfg), model, g_world);
+    FAIL() << "initialize accepted different models on different ranks";
+  } catch (const ds::Error& e) {
+    EXPECT_NE(std::string(e.what()).find("the ranks hold different models"), std::string::npos) << e.what();
+  }
+  // Same model everywhere still initializes (the communicator is still usable after the error).
+  ds::test::TestMlp same(kD, kH);
+  EXPECT_NO_THROW(ds::initialize(parse(cfg), same, g_world));
+}
+
 TEST(Engine, ClippingUsesGlobalPreClipNorm) {
   // SGD lr 1 (no momentum): the update is -coef * g. Unclipped run gives g and its norm;
   // the clipped run must report the same pre-clip norm and apply coef = c / (norm + 1e-6).

@@ -105,6 +105,7 @@ Engine::Engine(config::DsConfig cfg, Module& module, std::shared_ptr<Communicato
   DS_CHECK(!infos.empty(), "the module has no parameters: nothing to train");
   map_ = engine::make_partition_map(infos, world_, cfg_.zero_optimization.stage);
   DS_CHECK(map_.total_numel > 0, "the module's parameters have zero elements in total");
+  check_same_model_on_all_ranks(infos);
   slice_ = map_.slices[std::size_t(rank_)];
   segments_ = map_.segments(rank_);
   for (const auto& sg : segments_) optim_segments_.push_back(optim::Segment{sg.slice_offset, sg.count});
@@ -227,6 +228,32 @@ Engine::~Engine() {
       }
     }
   }
+}
+
+// Ranks built with different models would broadcast and reduce mismatched counts, which
+// corrupts memory instead of failing. Compare a fingerprint of the names and shapes (and the
+// element count) first; every rank sees the same min/max, so every rank throws together.
+void Engine::check_same_model_on_all_ranks(const std::vector<ParamInfo>& infos) {
+  if (world_ <= 1) return;
+  std::uint64_t h = 1469598103934665603ull;  // FNV-1a over "name:d0,d1,...;"
+  auto mix = [&h](const void* p, std::size_t n) {
+    const auto* b = static_cast<const unsigned char*>(p);
+    for (std::size_t i = 0; i < n; ++i) { h ^= b[i]; h *= 1099511628211ull; }
+  };
+  for (const auto& p : infos) {
+    mix(p.name.data(), p.name.size());
+    for (std::int64_t d : p.shape) mix(&d, sizeof d);
+    mix(";", 1);
+  }
+  std::int64_t lo[2] = {std::int64_t(h >> 1), std::int64_t(map_.total_numel)};
+  std::int64_t hi[2] = {lo[0], lo[1]};
+  comm_->all_reduce(TensorView{lo, 2, DType::I64}, ReduceOp::Min);
+  comm_->all_reduce(TensorView{hi, 2, DType::I64}, ReduceOp::Max);
+  DS_CHECK(lo[0] == hi[0] && lo[1] == hi[1],
+           "the ranks hold different models: this rank has " << infos.size() << " parameter tensors, "
+           << map_.total_numel << " elements; across ranks the element count ranges from " << lo[1]
+           << " to " << hi[1] << " (names/shapes " << (lo[0] == hi[0] ? "agree" : "differ")
+           << "). Start every rank with the same model and config.");
 }
 
 void Engine::validate_config() {

@@ -137,6 +137,8 @@ class Engine {
   };
 
   void validate_config();
+  // Collective: every rank must hold the same parameter names and shapes (else ds::Error on all ranks).
+  void check_same_model_on_all_ranks(const std::vector<ParamInfo>& infos);
   void build_buckets();
   void on_grad_ready(std::size_t param_index);
   void launch_ready_buckets();  // launches complete buckets in index order
