@@ -10,6 +10,7 @@
 #include <type_traits>
 
 #include "ds/core/cuda_check.h"
+#include "ds/core/cuda_convert.cuh"
 #include "ds/core/error.h"
 #include "ds/optim/cuda_kernels.h"
 #include "elem_math.h"
@@ -21,13 +22,8 @@ constexpr int kThreads = 256;
 
 struct NoWorking {};  // the "no working copy" type
 
-__device__ __forceinline__ float to_f(float x) { return x; }
-__device__ __forceinline__ float to_f(__half x) { return __half2float(x); }
-__device__ __forceinline__ float to_f(__nv_bfloat16 x) { return __bfloat162float(x); }
-template <typename T> __device__ __forceinline__ T from_f(float x);
-template <> __device__ __forceinline__ float from_f<float>(float x) { return x; }
-template <> __device__ __forceinline__ __half from_f<__half>(float x) { return __float2half_rn(x); }
-template <> __device__ __forceinline__ __nv_bfloat16 from_f<__nv_bfloat16>(float x) { return __float2bfloat16_rn(x); }
+using ds::cuda::from_f;
+using ds::cuda::to_f;
 
 // K = 8: two float4 (fp32) or one uint4 (16-bit) per call; needs 16-byte alignment.
 template <int K, typename T>

@@ -7,6 +7,7 @@
 #include <type_traits>
 
 #include "ds/core/cuda_check.h"
+#include "ds/core/cuda_convert.cuh"
 #include "ds/core/error.h"
 #include "ds/precision/cuda_kernels.h"
 
@@ -16,13 +17,8 @@ namespace {
 constexpr int kThreads = 256;
 constexpr int kIlp = 8;
 
-__device__ __forceinline__ float to_f(float x) { return x; }
-__device__ __forceinline__ float to_f(__half x) { return __half2float(x); }
-__device__ __forceinline__ float to_f(__nv_bfloat16 x) { return __bfloat162float(x); }
-template <typename T> __device__ __forceinline__ T from_f(float x);
-template <> __device__ __forceinline__ float from_f<float>(float x) { return x; }
-template <> __device__ __forceinline__ __half from_f<__half>(float x) { return __float2half_rn(x); }
-template <> __device__ __forceinline__ __nv_bfloat16 from_f<__nv_bfloat16>(float x) { return __float2bfloat16_rn(x); }
+using ds::cuda::from_f;
+using ds::cuda::to_f;
 
 // 8 elements of T as one 128-bit (16-bit types) or two 128-bit (fp32) transactions.
 template <typename T>
