@@ -2,6 +2,7 @@
 // fault injection (inf gradients, NaN loss), a world-size-1 Communicator, and data.
 #pragma once
 
+#include "../common/self_comm.h"
 #include <algorithm>
 #include <cmath>
 #include <cstdint>
@@ -278,31 +279,6 @@ class RecordingComm final : public Communicator {
  private:
   std::shared_ptr<Communicator> inner_;
   std::function<bool()> probe_;
-};
-
-// World size 1: every collective is the identity (or a copy).
-class SelfComm final : public Communicator {
- public:
-  int rank() const override { return 0; }
-  int size() const override { return 1; }
-  std::string_view backend() const override { return "self"; }
-  void all_reduce(TensorView, ReduceOp) override {}
-  CommWork iall_reduce(TensorView, ReduceOp) override { return std::make_unique<Done>(); }
-  void reduce_scatter(TensorView s, TensorView r, ReduceOp) override { copy(s, r); }
-  CommWork ireduce_scatter(TensorView s, TensorView r, ReduceOp) override { copy(s, r); return std::make_unique<Done>(); }
-  void all_gather(TensorView s, TensorView r) override { copy(s, r); }
-  CommWork iall_gather(TensorView s, TensorView r) override { copy(s, r); return std::make_unique<Done>(); }
-  void broadcast(TensorView, int) override {}
-  void barrier() override {}
-
- private:
-  struct Done final : CommHandle {
-    void wait() override {}
-    bool test() override { return true; }
-  };
-  static void copy(TensorView s, TensorView r) {
-    if (s.data != r.data) std::memmove(r.data, s.data, std::min(s.bytes(), r.bytes()));
-  }
 };
 
 }  // namespace ds::test

@@ -19,7 +19,7 @@
 #include "ds/io/checksum.h"
 #include "ds/io/h5file.h"
 #include "ds/io/state_value.h"
-#include "local_comm.h"
+#include "../common/self_comm.h"
 
 namespace fs = std::filesystem;
 using namespace ds;
@@ -277,7 +277,7 @@ TEST(Crc32c, StandardValueAndFastMatchesReference) {
 
 TEST(Checkpoint, SaveLoadRoundTripAndLayout) {
   fs::path d = fresh_dir("roundtrip");
-  test::LocalComm comm;
+  ds::test::SelfComm comm;
   FakeModel m(1.0f);
   std::string path = save_checkpoint(comm, d.string(), "global_step1", m.content());
   EXPECT_EQ(path, (d / "global_step1").string());
@@ -311,7 +311,7 @@ TEST(Checkpoint, LatestMissingDirMissingTag) {
   fs::path d = fresh_dir("missing");
   EXPECT_EQ(read_latest(d.string()), std::nullopt);
   EXPECT_NE(error_of([&] { (void)read_latest((d / "nope").string()); }).find("does not exist"), std::string::npos);
-  test::LocalComm comm;
+  ds::test::SelfComm comm;
   FakeModel m(2.0f);
   save_checkpoint(comm, d.string(), "t1", m.content());
   std::string e = error_of([&] { CheckpointReader r(d.string(), "t2"); });
@@ -322,7 +322,7 @@ TEST(Checkpoint, LatestMissingDirMissingTag) {
 
 TEST(Checkpoint, ExistingTagIsNotOverwrittenUnlessAsked) {
   fs::path d = fresh_dir("overwrite");
-  test::LocalComm comm;
+  ds::test::SelfComm comm;
   FakeModel m1(1.0f), m2(2.0f);
   save_checkpoint(comm, d.string(), "t", m1.content());
   std::string e = error_of([&] { save_checkpoint(comm, d.string(), "t", m2.content()); });
@@ -338,7 +338,7 @@ TEST(Checkpoint, ExistingTagIsNotOverwrittenUnlessAsked) {
 
 TEST(Checkpoint, CorruptTruncatedAndWrongVersionAreNamed) {
   fs::path d = fresh_dir("corrupt");
-  test::LocalComm comm;
+  ds::test::SelfComm comm;
   FakeModel m(3.0f);
   save_checkpoint(comm, d.string(), "t", m.content());
   fs::copy(d / "t", d / "t_trunc", fs::copy_options::recursive);
@@ -384,7 +384,7 @@ TEST(Checkpoint, CorruptTruncatedAndWrongVersionAreNamed) {
 
 TEST(Checkpoint, DifferentModelListsNamesAndShapes) {
   fs::path d = fresh_dir("model");
-  test::LocalComm comm;
+  ds::test::SelfComm comm;
   FakeModel m(1.0f);
   save_checkpoint(comm, d.string(), "t", m.content());
   CheckpointReader r(d.string(), "t");
@@ -405,7 +405,7 @@ TEST(Checkpoint, TagValidationParsingAndBadTags) {
   EXPECT_EQ(parse_tag_validation("Ignore"), TagValidation::Ignore);
   EXPECT_FALSE(error_of([] { (void)parse_tag_validation("loud"); }).empty());
   fs::path d = fresh_dir("badtag");
-  test::LocalComm comm;
+  ds::test::SelfComm comm;
   FakeModel m(1.0f);
   EXPECT_FALSE(error_of([&] { save_checkpoint(comm, d.string(), "a/b", m.content()); }).empty());
   EXPECT_FALSE(error_of([&] { save_checkpoint(comm, d.string(), "latest", m.content()); }).empty());
@@ -418,7 +418,7 @@ class KillAt : public ::testing::TestWithParam<const char*> {};
 TEST_P(KillAt, PreviousCheckpointStaysLoadable) {
   std::string phase = GetParam();
   fs::path d = fresh_dir(std::string("kill_") + phase);
-  test::LocalComm comm;
+  ds::test::SelfComm comm;
   FakeModel m1(1.0f), m2(2.0f);
   save_checkpoint(comm, d.string(), "t1", m1.content());
   pid_t pid = ::fork();
@@ -459,7 +459,7 @@ INSTANTIATE_TEST_SUITE_P(Phases, KillAt,
 TEST(Checkpoint, FullDiskFailsCleanlyAndKeepsPrevious) {
   fs::path d = fresh_dir("fulldisk");
   bool mounted = ::mount("tmpfs", d.c_str(), "tmpfs", 0, "size=1m") == 0;
-  test::LocalComm comm;
+  ds::test::SelfComm comm;
   FakeModel m1(1.0f), m2(2.0f);
   save_checkpoint(comm, d.string(), "t1", m1.content());
   CheckpointContent big = m2.content();
