@@ -79,6 +79,7 @@ struct AdagradOp {
 
 void adam(float* p, float* m, float* v, TensorView g, TensorView w, std::size_t n, const AdamHyper& h,
           const DeviceStepControl& ctl, cudaStream_t stream) {
+  check_views(g, w, n, "adam");
   AdamOp op{h, m, v, ctl.bias_correction, {}};
   launch_elementwise(op, p, g, w, n, {m, v}, ctl, stream);
 }
@@ -86,12 +87,14 @@ void adam(float* p, float* m, float* v, TensorView g, TensorView w, std::size_t 
 void sgd(float* p, float* buf, TensorView g, TensorView w, std::size_t n, const SgdHyper& h,
          const DeviceStepControl& ctl, cudaStream_t stream) {
   DS_CHECK(buf != nullptr || h.momentum == 0.f, "sgd (CUDA): momentum " << h.momentum << " needs a momentum buffer");
+  check_views(g, w, n, "sgd");
   SgdOp op{h, buf};
   launch_elementwise(op, p, g, w, n, {buf}, ctl, stream);
 }
 
 void adagrad(float* p, float* sum, TensorView g, TensorView w, std::size_t n, const AdagradHyper& h,
              const DeviceStepControl& ctl, cudaStream_t stream) {
+  check_views(g, w, n, "adagrad");
   AdagradOp op{h, sum, ctl.lr, ctl.lr_decay};
   launch_elementwise(op, p, g, w, n, {sum}, ctl, stream);
 }

@@ -118,6 +118,14 @@ __global__ void elementwise_kernel(Op op, const G* __restrict__ g, W* __restrict
   }
 }
 
+// The views' shape checks of the CPU kernels (scalar_math.h), on the host before a launch.
+inline void check_views(const TensorView& g, const TensorView& w, std::size_t n, const char* who) {
+  DS_CHECK(g.count >= n && (g.data != nullptr || n == 0),
+           who << " (CUDA): gradient view holds " << g.count << " elements, the step needs " << n);
+  DS_CHECK(w.data == nullptr || w.count >= n,
+           who << " (CUDA): working view holds " << w.count << " elements, the step needs " << n);
+}
+
 // Launches the driver; the 8-wide path only when every pointer is 16-byte aligned.
 template <class Op>
 void launch_elementwise(const Op& op, float* p, const TensorView& g, const TensorView& w, std::size_t n,

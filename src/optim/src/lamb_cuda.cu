@@ -138,6 +138,7 @@ LambPlan::~LambPlan() {
 void lamb(float* p, float* m, float* v, TensorView g, TensorView w, std::size_t n, const LambPlan& plan,
           const LambHyper& h, const DeviceStepControl& ctl, cudaStream_t stream) {
   DS_CHECK(n == plan.n_, "lamb (CUDA): the plan was built for " << plan.n_ << " elements, the step has " << n);
+  check_views(g, w, n, "lamb");
   if (n == 0) return;
   const Chunk* chunks = static_cast<const Chunk*>(plan.d_chunks_);
   const unsigned cblocks = unsigned(std::min<std::size_t>(std::max<std::size_t>(plan.nchunk_, 1), 65535));
