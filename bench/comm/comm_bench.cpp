@@ -4,18 +4,29 @@
 // machine's memcpy bandwidth at that size. nccl-tests definitions: size = bytes of the full
 // buffer (all_reduce: the buffer; reduce_scatter: the send buffer; all_gather: the receive
 // buffer), algbw = size / time, busbw = algbw * 2(n-1)/n (all_reduce) or (n-1)/n (others).
-// Each time is the slowest rank's, the median of the repeats after warm-up.
+// Each time is the slowest rank's, the median of the repeats after warm-up; the raw MPI call
+// and ours alternate repeat by repeat (which goes first alternates too), so load that comes and
+// goes on a shared machine hits both alike.
+//
+// limit_x: the highest ratio to the raw MPI call that ANY shared-memory algorithm with private
+// caller buffers could reach at this size (docs/DISTRIBUTED.md "How fast can it be"): the
+// bytes it must move through the caller's buffers at the memcpy bandwidth of this size, plus
+// the bytes it must move through the shared window at the in-cache (256 KiB) memcpy
+// bandwidth, times ranks per core; MPI's median time divided by that lower bound.
 //
 //   mpirun -np 4 --oversubscribe --bind-to none build/bench/comm/comm_bench [--max_size 256M]
 #include <mpi.h>
+#include <sched.h>
 
 #include <CLI/CLI.hpp>
 #include <algorithm>
 #include <chrono>
 #include <cstdio>
 #include <cstring>
+#include <fstream>
 #include <functional>
 #include <string>
+#include <thread>
 #include <vector>
 
 #include "ds/core/buffer.h"
@@ -45,12 +56,62 @@ double timed(MPI_Comm comm, int warmup, int reps, const std::function<void()>& p
   return t[t.size() / 2];
 }
 
+// The raw call and ours, interleaved: repeat i runs both (raw first on even i, ours first on
+// odd i), each after `prepare` and a barrier; medians (and fastest repeats) of the slowest rank.
+struct PairTimes {
+  double raw = 0, ours = 0, best_raw = 0, best_ours = 0;
+};
+PairTimes timed_pair(MPI_Comm comm, int warmup, int reps, const std::function<void()>& prepare,
+                     const std::function<void()>& raw, const std::function<void()>& ours) {
+  std::vector<double> tr, to;
+  auto one = [&](const std::function<void()>& op) {
+    if (prepare) prepare();
+    MPI_Barrier(comm);
+    const double t0 = now();
+    op();
+    double dt = now() - t0, mx = 0;
+    MPI_Allreduce(&dt, &mx, 1, MPI_DOUBLE, MPI_MAX, comm);
+    return mx;
+  };
+  for (int i = 0; i < warmup + reps; ++i) {
+    double a, b;
+    if (i % 2 == 0) {
+      a = one(raw);
+      b = one(ours);
+    } else {
+      b = one(ours);
+      a = one(raw);
+    }
+    if (i >= warmup) {
+      tr.push_back(a);
+      to.push_back(b);
+    }
+  }
+  std::sort(tr.begin(), tr.end());
+  std::sort(to.begin(), to.end());
+  return {tr[tr.size() / 2], to[to.size() / 2], tr.front(), to.front()};
+}
+
+std::string loadavg() {
+  std::ifstream f("/proc/loadavg");
+  std::string a, b, c;
+  f >> a >> b >> c;
+  return a + " " + b + " " + c;
+}
+
+int cpu_count() {
+  cpu_set_t set;
+  if (sched_getaffinity(0, sizeof set, &set) == 0) return CPU_COUNT(&set);
+  return std::max(1u, std::thread::hardware_concurrency());
+}
+
 float value(int r, std::size_t i) { return float(int((i * 7 + r * 3) % 17) - 8); }
 
 std::string human(std::size_t b) {
   char s[32];
-  if (b >= (1u << 20)) std::snprintf(s, sizeof s, "%zuM", b >> 20);
-  else std::snprintf(s, sizeof s, "%zuK", b >> 10);
+  if (b >= (1u << 20) && b % (1u << 20) == 0) std::snprintf(s, sizeof s, "%zuM", b >> 20);
+  else if (b % 1024 == 0) std::snprintf(s, sizeof s, "%zuK", b >> 10);
+  else std::snprintf(s, sizeof s, "%zu", b);
   return s;
 }
 
@@ -91,30 +152,56 @@ int main(int argc, char** argv) {
   std::memcpy(W, P, max_elems * 4);
   std::memcpy(S, P, max_elems * 4);
 
+  // In-cache memcpy bandwidth (256 KiB: the smallest pipeline chunk worth a barrier), fastest of
+  // 20 repeats: the best the shared window's traffic could do.
+  const std::size_t cache_b = std::min<std::size_t>(256u << 10, max_elems * 4);
+  double cache_best = 0;
+  timed(MPI_COMM_SELF, 2, 20, nullptr, [&] { std::memcpy(S, P, cache_b); }, &cache_best);
+  double cache_gbs = cache_b / cache_best / 1e9;
+  MPI_Allreduce(MPI_IN_PLACE, &cache_gbs, 1, MPI_DOUBLE, MPI_MAX, ctx.mpi_comm);
+  int cores = cpu_count();
+  MPI_Allreduce(MPI_IN_PLACE, &cores, 1, MPI_INT, MPI_MIN, ctx.mpi_comm);
+  const double per_core = double(n) / std::min(n, cores);  // ranks sharing one core's time
+
   if (r == 0) {
     const char* tun = std::getenv("GLIBC_TUNABLES");
     const auto& o = comm.options();
+    auto band = [](const ds::SizeBand& b) { return b.from < b.below ? human(b.from) + ":" + human(b.below) : std::string("none"); };
     std::printf("# comm_bench: %d ranks, %d node(s), shm %s (chunk %zu KiB; from %zu / %zu / %zu B for all_reduce / "
-                "reduce_scatter / all_gather), progress thread %s, GLIBC_TUNABLES=%s\n",
+                "reduce_scatter / all_gather; plain-MPI bands %s / %s / %s, %s), progress thread %s, GLIBC_TUNABLES=%s\n",
                 n, comm.num_nodes(), comm.shm_enabled() ? "on" : "off", o.shm_chunk_bytes >> 10, o.shm_min_all_reduce,
-                o.shm_min_reduce_scatter, o.shm_min_all_gather, comm.uses_progress_thread() ? "on" : "off", tun ? tun : "(unset)");
-    std::printf("%-14s %6s %10s %8s %8s %7s %10s %8s %7s %9s %9s\n", "collective", "size", "time_us", "algbw", "busbw",
-                "#wrong", "mpi_us", "mpi_bus", "ratio", "best_rat", "memcpy");
-    std::printf("%-14s %6s %10s %8s %8s %7s %10s %8s %7s %9s %9s\n", "", "", "", "GB/s", "GB/s", "", "", "GB/s", "x", "x", "GB/s");
+                o.shm_min_reduce_scatter, o.shm_min_all_gather, band(o.plain_all_reduce).c_str(),
+                band(o.plain_reduce_scatter).c_str(), band(o.plain_all_gather).c_str(),
+                comm.oversubscribed() && !o.plain_bands_when_oversubscribed ? "not used: oversubscribed" : "used",
+                comm.uses_progress_thread() ? "on" : "off", tun ? tun : "(unset)");
+    std::printf("# %d cpus (%.1f ranks per core), in-cache memcpy %.1f GB/s, load average %s\n", cores, per_core, cache_gbs,
+                loadavg().c_str());
+    std::printf("%-14s %6s %10s %8s %8s %7s %10s %8s %7s %9s %9s %8s\n", "collective", "size", "time_us", "algbw", "busbw",
+                "#wrong", "mpi_us", "mpi_bus", "ratio", "best_rat", "memcpy", "limit_x");
+    std::printf("%-14s %6s %10s %8s %8s %7s %10s %8s %7s %9s %9s %8s\n", "", "", "", "GB/s", "GB/s", "", "", "GB/s", "x", "x",
+                "GB/s", "x");
   }
 
   const char* names[] = {"all_reduce", "reduce_scatter", "all_gather"};
   for (std::size_t bytes = min_b; bytes <= max_b; bytes *= 2) {
     const std::size_t elems = bytes / 4;
     if (elems % n) continue;
-    // memcpy bandwidth at this size (read + write of `bytes`, counted once as nccl-tests' algbw)
-    double tm = timed(MPI_COMM_SELF, 1, 5, nullptr, [&] { std::memcpy(S, P, bytes); });
-    const double memcpy_gbs = bytes / tm / 1e9;
+    // memcpy bandwidth at this size (read + write of `bytes`, counted once as nccl-tests' algbw);
+    // median of 5 for the column, the fastest rank's fastest repeat for limit_x (an upper bound).
+    double tm_best = 0;
+    double tm = timed(MPI_COMM_SELF, 1, 5, nullptr, [&] { std::memcpy(S, P, bytes); }, &tm_best);
+    MPI_Allreduce(MPI_IN_PLACE, &tm_best, 1, MPI_DOUBLE, MPI_MIN, ctx.mpi_comm);
+    const double memcpy_gbs = bytes / tm / 1e9, memcpy_best_gbs = bytes / tm_best / 1e9;
     for (int c = 0; c < 3; ++c) {
       if (!only.empty() && only != names[c]) continue;
       const std::size_t blk = elems / n;
       std::function<void()> prepare, ours, raw;
       double factor = double(n - 1) / n;
+      // Minimum bytes (read + written) per rank for a shared-memory algorithm with private
+      // caller buffers: through the caller's buffers (buf) and through the window (win).
+      const double S = double(bytes), q = double(n - 1) / n;
+      const double buf_bytes = c == 0 ? 2 * S : S + S / n;
+      const double win_bytes = c == 0 ? 3 * q * S + S / n : c == 1 ? 2 * q * S : S;
       if (c == 0) {
         factor *= 2;
         prepare = [&] { std::memcpy(W, P, bytes); };
@@ -128,13 +215,15 @@ int main(int argc, char** argv) {
         raw = [&] { MPI_Allgather(P, int(blk), MPI_FLOAT, W, int(blk), MPI_FLOAT, ctx.mpi_comm); };
       }
       // Repeats from a first estimate, so each size costs about `budget` seconds.
-      const double t1 = timed(ctx.mpi_comm, 0, 1, prepare, raw);
+      const double t1 = timed(ctx.mpi_comm, 0, 1, prepare, raw) + timed(ctx.mpi_comm, 0, 1, prepare, ours);
       int reps = std::clamp(int(budget / std::max(t1, 1e-6)), 3, 50);
       MPI_Bcast(&reps, 1, MPI_INT, 0, ctx.mpi_comm);
-      double best_mpi = 0, best_ours = 0;
-      const double t_mpi = timed(ctx.mpi_comm, warmup, reps, prepare, raw, &best_mpi);
-      const double t_ours = timed(ctx.mpi_comm, warmup, reps, prepare, ours, &best_ours);
-      // correctness of our result (the last repeat's output is in W)
+      const PairTimes pt = timed_pair(ctx.mpi_comm, warmup, reps, prepare, raw, ours);
+      const double t_mpi = pt.raw, t_ours = pt.ours, best_mpi = pt.best_raw, best_ours = pt.best_ours;
+      const double t_bound = (buf_bytes / (2 * memcpy_best_gbs) + win_bytes / (2 * cache_gbs)) / 1e9 * per_core;
+      // correctness of our result: one more untimed run of ours, its output in W
+      if (prepare) prepare();
+      ours();
       long long wrong = 0;
       if (c == 0) {
         for (std::size_t i = 0; i < elems; ++i) {
@@ -156,9 +245,9 @@ int main(int argc, char** argv) {
       MPI_Reduce(&wrong, &total_wrong, 1, MPI_LONG_LONG, MPI_SUM, 0, ctx.mpi_comm);
       if (r == 0) {
         const double alg = bytes / t_ours / 1e9, alg_mpi = bytes / t_mpi / 1e9;
-        std::printf("%-14s %6s %10.1f %8.2f %8.2f %7lld %10.1f %8.2f %7.2f %9.2f %9.2f\n", names[c], human(bytes).c_str(),
-                    t_ours * 1e6, alg, alg * factor, total_wrong, t_mpi * 1e6, alg_mpi * factor, t_mpi / t_ours,
-                    best_mpi / best_ours, memcpy_gbs);
+        std::printf("%-14s %6s %10.1f %8.2f %8.2f %7lld %10.1f %8.2f %7.2f %9.2f %9.2f %8.2f\n", names[c],
+                    human(bytes).c_str(), t_ours * 1e6, alg, alg * factor, total_wrong, t_mpi * 1e6, alg_mpi * factor,
+                    t_mpi / t_ours, best_mpi / best_ours, memcpy_gbs, t_mpi / t_bound);
         std::fflush(stdout);
       }
     }

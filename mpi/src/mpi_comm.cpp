@@ -11,6 +11,7 @@
 #include <exception>
 #include <functional>
 #include <mutex>
+#include <sched.h>
 #include <string>
 #include <thread>
 #include <vector>
@@ -140,22 +141,27 @@ void reduce_block_typed(T* __restrict acc, const T* __restrict src, std::size_t 
   }
 }
 
+// dst2 (optional): a second copy of the result, written from the same L1-resident block (one
+// pass over the sources for two outputs). dst / dst2 may equal a source: a block is read in
+// full before it is written.
 template <typename T, ReduceOp Op>
-void reduce_slices_typed(void* dst, const std::vector<const char*>& srcs, std::size_t n) {
+void reduce_slices_typed(void* dst, void* dst2, const std::vector<const char*>& srcs, std::size_t n) {
   constexpr std::size_t kBlock = 4096 / sizeof(T) * 4;  // 16 KiB accumulator, stays in L1
   alignas(64) T acc[kBlock];
   T* out = static_cast<T*>(dst);
+  T* out2 = static_cast<T*>(dst2);
   for (std::size_t off = 0; off < n; off += kBlock) {
     const std::size_t k = std::min(kBlock, n - off);
     std::memcpy(acc, reinterpret_cast<const T*>(srcs[0]) + off, k * sizeof(T));
     for (std::size_t r = 1; r < srcs.size(); ++r)
       reduce_block_typed<T, Op>(acc, reinterpret_cast<const T*>(srcs[r]) + off, k);
     std::memcpy(out + off, acc, k * sizeof(T));
+    if (out2) std::memcpy(out2 + off, acc, k * sizeof(T));
   }
 }
 
 template <ReduceOp Op>
-void reduce_slices_half(void* dst, const std::vector<const char*>& srcs, std::size_t n, DType t) {
+void reduce_slices_half(void* dst, void* dst2, const std::vector<const char*>& srcs, std::size_t n, DType t) {
   constexpr std::size_t kBlock = 2048;
   alignas(64) float acc[kBlock];
   alignas(64) float tmp[kBlock];
@@ -178,28 +184,43 @@ void reduce_slices_half(void* dst, const std::vector<const char*>& srcs, std::si
       }
     }
     convert(acc, DType::F32, out + off, t, k);
+    if (dst2) std::memcpy(static_cast<std::uint16_t*>(dst2) + off, out + off, k * sizeof(std::uint16_t));
   }
 }
 
 template <ReduceOp Op>
-void reduce_slices_op(void* dst, const std::vector<const char*>& srcs, std::size_t n, DType t) {
+void reduce_slices_op(void* dst, void* dst2, const std::vector<const char*>& srcs, std::size_t n, DType t) {
   switch (t) {
-    case DType::F32: reduce_slices_typed<float, Op>(dst, srcs, n); break;
-    case DType::F64: reduce_slices_typed<double, Op>(dst, srcs, n); break;
-    case DType::I32: reduce_slices_typed<std::int32_t, Op>(dst, srcs, n); break;
-    case DType::I64: reduce_slices_typed<std::int64_t, Op>(dst, srcs, n); break;
-    case DType::F16: case DType::BF16: reduce_slices_half<Op>(dst, srcs, n, t); break;
+    case DType::F32: reduce_slices_typed<float, Op>(dst, dst2, srcs, n); break;
+    case DType::F64: reduce_slices_typed<double, Op>(dst, dst2, srcs, n); break;
+    case DType::I32: reduce_slices_typed<std::int32_t, Op>(dst, dst2, srcs, n); break;
+    case DType::I64: reduce_slices_typed<std::int64_t, Op>(dst, dst2, srcs, n); break;
+    case DType::F16: case DType::BF16: reduce_slices_half<Op>(dst, dst2, srcs, n, t); break;
     default: DS_THROW("shm reduction: unsupported dtype " << dtype_name(t));
   }
 }
 
 // Sum for avg too (the division comes afterwards).
-void reduce_slices(void* dst, const std::vector<const char*>& srcs, std::size_t n, DType t, ReduceOp op) {
+void reduce_slices(void* dst, const std::vector<const char*>& srcs, std::size_t n, DType t, ReduceOp op,
+                   void* dst2 = nullptr) {
   if (n == 0) return;
   switch (op) {
-    case ReduceOp::Max: reduce_slices_op<ReduceOp::Max>(dst, srcs, n, t); break;
-    case ReduceOp::Min: reduce_slices_op<ReduceOp::Min>(dst, srcs, n, t); break;
-    default: reduce_slices_op<ReduceOp::Sum>(dst, srcs, n, t); break;
+    case ReduceOp::Max: reduce_slices_op<ReduceOp::Max>(dst, dst2, srcs, n, t); break;
+    case ReduceOp::Min: reduce_slices_op<ReduceOp::Min>(dst, dst2, srcs, n, t); break;
+    default: reduce_slices_op<ReduceOp::Sum>(dst, dst2, srcs, n, t); break;
+  }
+}
+
+// dst = dst2 = src, reading src once (16 KiB blocks: the second copy reads the first from L1).
+void copy2(void* dst, void* dst2, const void* src, std::size_t bytes) {
+  constexpr std::size_t kBlock = 16384;
+  auto* d = static_cast<char*>(dst);
+  auto* d2 = static_cast<char*>(dst2);
+  auto* s = static_cast<const char*>(src);
+  for (std::size_t off = 0; off < bytes; off += kBlock) {
+    const std::size_t k = std::min(kBlock, bytes - off);
+    std::memcpy(d + off, s + off, k);
+    std::memcpy(d2 + off, d + off, k);
   }
 }
 
@@ -213,6 +234,26 @@ std::size_t env_size(const char* name, std::size_t def) {
   else if (*end == 'M' || *end == 'm') x <<= 20;
   else if (*end != '\0') DS_THROW("environment variable " << name << "='" << v << "' is not a size (N, NK or NM)");
   return static_cast<std::size_t>(x);
+}
+
+// NAME=FROM:BELOW (sizes as env_size reads them); unset leaves `band` alone.
+void env_band(const char* name, SizeBand& band) {
+  const char* v = std::getenv(name);
+  if (!v || !*v) return;
+  const std::string s(v);
+  const auto colon = s.find(':');
+  if (colon == std::string::npos || colon == 0 || colon + 1 == s.size())
+    DS_THROW("environment variable " << name << "='" << v << "' must be FROM:BELOW (sizes like 128K:16M; 0:0 for none)");
+  auto part = [&](const std::string& p) {
+    char* end = nullptr;
+    unsigned long long x = std::strtoull(p.c_str(), &end, 10);
+    if (end == p.c_str()) DS_THROW("environment variable " << name << "='" << v << "': '" << p << "' is not a size");
+    if (*end == 'K' || *end == 'k') x <<= 10, ++end;
+    else if (*end == 'M' || *end == 'm') x <<= 20, ++end;
+    if (*end != '\0') DS_THROW("environment variable " << name << "='" << v << "': '" << p << "' is not a size (N, NK or NM)");
+    return static_cast<std::size_t>(x);
+  };
+  band = SizeBand{part(s.substr(0, colon)), part(s.substr(colon + 1))};
 }
 
 const char* ptr(const TensorView& v, std::size_t elems) { return static_cast<const char*>(v.data) + elems * dtype_size(v.dtype); }
@@ -251,6 +292,9 @@ MpiCommOptions MpiCommOptions::from_env() {
   o.shm = env_size("DS_COMM_SHM", 1) != 0;
   o.shm_chunk_bytes = env_size("DS_COMM_SHM_CHUNK", o.shm_chunk_bytes);
   if (const char* v = std::getenv("DS_COMM_SHM_MIN"); v && *v) o.set_shm_min(env_size("DS_COMM_SHM_MIN", 0));
+  env_band("DS_COMM_PLAIN_ALL_REDUCE", o.plain_all_reduce);
+  env_band("DS_COMM_PLAIN_REDUCE_SCATTER", o.plain_reduce_scatter);
+  env_band("DS_COMM_PLAIN_ALL_GATHER", o.plain_all_gather);
   o.ranks_per_node = static_cast<int>(env_size("DS_COMM_RANKS_PER_NODE", 0));
   o.progress_thread = env_size("DS_COMM_PROGRESS_THREAD", 1) != 0;
   return o;
@@ -348,6 +392,7 @@ struct MpiComm::Impl {
   MPI_Comm cross = MPI_COMM_NULL;  // ranks with this local rank on every node
   int rank = 0, size = 1, node_rank = 0, node_size = 1, nnodes = 1;
   bool uniform = true;             // every node has node_size ranks
+  bool oversub = false;            // node ranks > CPUs they may run on (union of affinities)
   int thread_level = MPI_THREAD_SINGLE;
 
   MPI_Win win = MPI_WIN_NULL;
@@ -367,11 +412,20 @@ struct MpiComm::Impl {
   void setup(MPI_Comm parent);
 
   // --- shm path ---
-  bool use_shm_allreduce(const TensorView& v) const {
-    return win != MPI_WIN_NULL && v.bytes() >= opt.shm_min_all_reduce && (nnodes == 1 || uniform);
+  bool in_plain_band(const SizeBand& band, std::size_t bytes) const {
+    return (!oversub || opt.plain_bands_when_oversubscribed) && band.contains(bytes);
   }
-  bool use_shm_single_node(std::size_t bytes, std::size_t min_bytes) const {
-    return win != MPI_WIN_NULL && nnodes == 1 && bytes >= min_bytes;
+  bool use_shm_allreduce(std::size_t bytes) const {
+    return win != MPI_WIN_NULL && bytes >= opt.shm_min_all_reduce && !in_plain_band(opt.plain_all_reduce, bytes) &&
+           (nnodes == 1 || uniform);
+  }
+  bool use_shm_reduce_scatter(std::size_t bytes) const {
+    return win != MPI_WIN_NULL && nnodes == 1 && bytes >= opt.shm_min_reduce_scatter &&
+           !in_plain_band(opt.plain_reduce_scatter, bytes);
+  }
+  bool use_shm_all_gather(std::size_t bytes) const {
+    return win != MPI_WIN_NULL && nnodes == 1 && bytes >= opt.shm_min_all_gather &&
+           !in_plain_band(opt.plain_all_gather, bytes);
   }
   // Segment layout: one 4 KiB control page (this rank's barrier counter in its first cache
   // line), then the two data halves.
@@ -439,6 +493,17 @@ void MpiComm::Impl::setup(MPI_Comm parent) {
   uniform = out[0] == -out[1];
   DS_MPI_CHECK(MPI_Comm_split(comm, node_rank, rank, &cross));
   DS_MPI_CHECK(MPI_Comm_set_errhandler(cross, MPI_ERRORS_RETURN));
+  {
+    // CPUs the node's ranks may run on: the union of their affinity masks (the same answer on
+    // every rank of the node; a group of consecutive ranks counts as a node for this too).
+    cpu_set_t set;
+    CPU_ZERO(&set);
+    if (sched_getaffinity(0, sizeof set, &set) != 0) CPU_ZERO(&set);
+    cpu_set_t all;
+    DS_MPI_CHECK(MPI_Allreduce(&set, &all, static_cast<int>(sizeof set), MPI_BYTE, MPI_BOR, node));
+    const int cpus = CPU_COUNT(&all);
+    oversub = cpus > 0 && node_size > cpus;
+  }
 
   // All ranks decide alike whether to build the window (it is collective over `node`).
   if (opt.shm && node_size > 1) {
@@ -557,14 +622,20 @@ void MpiComm::Impl::shm_all_reduce(TensorView buf, ReduceOp op) {
     std::memcpy(mine + e * es, ptr(buf, off + e), (len - e) * es);
     sync_barrier();
     for (int r = 0; r < node_size; ++r) srcs[r] = r == node_rank ? ptr(buf, off + b) : half(r, seq) + b * es;
-    reduce_slices(mine + b * es, srcs, e - b, buf.dtype, op);
-    if (nnodes > 1 && e > b)
-      DS_MPI_CHECK(MPI_Allreduce(MPI_IN_PLACE, mine + b * es, static_cast<int>(e - b), mtype, mop, cross));
-    if (op == ReduceOp::Avg) divide(mine + b * es, e - b, buf.dtype, size);
+    if (nnodes == 1 && op != ReduceOp::Avg) {
+      // My slice's result goes to the window (for the peers) and to `buf` in one pass.
+      reduce_slices(mine + b * es, srcs, e - b, buf.dtype, op, mptr(buf, off + b));
+    } else {
+      reduce_slices(mine + b * es, srcs, e - b, buf.dtype, op);
+      if (nnodes > 1 && e > b)
+        DS_MPI_CHECK(MPI_Allreduce(MPI_IN_PLACE, mine + b * es, static_cast<int>(e - b), mtype, mop, cross));
+      if (op == ReduceOp::Avg) divide(mine + b * es, e - b, buf.dtype, size);
+      std::memcpy(mptr(buf, off + b), mine + b * es, (e - b) * es);
+    }
     sync_barrier();
-    for (int j = 0; j < node_size; ++j) {
+    for (int j = 0; j < node_size; ++j) {  // the peers' slices (mine is in `buf` already)
       const std::size_t jb = begin(j), je = begin(j + 1);
-      if (je > jb) std::memcpy(mptr(buf, off + jb), half(j, seq) + jb * es, (je - jb) * es);
+      if (j != node_rank && je > jb) std::memcpy(mptr(buf, off + jb), half(j, seq) + jb * es, (je - jb) * es);
     }
   }
 }
@@ -578,10 +649,11 @@ void MpiComm::Impl::shm_reduce_scatter(TensorView send, TensorView recv, ReduceO
     const std::size_t len = std::min(chunk, n - off);
     const std::uint64_t seq = chunk_seq++;
     char* mine = half(node_rank, seq);
-    for (int blk = 0; blk < node_size; ++blk)
-      std::memcpy(mine + blk * len * es, ptr(send, blk * n + off), len * es);
+    for (int blk = 0; blk < node_size; ++blk)  // the peers' blocks; mine is read from `send`
+      if (blk != node_rank) std::memcpy(mine + blk * len * es, ptr(send, blk * n + off), len * es);
     sync_barrier();
-    for (int r = 0; r < node_size; ++r) srcs[r] = half(r, seq) + node_rank * len * es;
+    for (int r = 0; r < node_size; ++r)
+      srcs[r] = r == node_rank ? ptr(send, node_rank * n + off) : half(r, seq) + node_rank * len * es;
     reduce_slices(mptr(recv, off), srcs, len, send.dtype, op);
     if (op == ReduceOp::Avg) divide(mptr(recv, off), len, send.dtype, size);
   }
@@ -595,15 +667,12 @@ void MpiComm::Impl::shm_all_gather(TensorView send, TensorView recv) {
   for (std::size_t off = 0; off < n; off += chunk) {
     const std::size_t len = std::min(chunk, n - off);
     const std::uint64_t seq = chunk_seq++;
-    std::memcpy(half(node_rank, seq), ptr(send, off), len * es);
+    // My block into the window and (unless in place) into `recv`, reading `send` once.
+    if (in_place) std::memcpy(half(node_rank, seq), ptr(send, off), len * es);
+    else copy2(half(node_rank, seq), mptr(recv, node_rank * n + off), ptr(send, off), len * es);
     sync_barrier();
-    for (int j = 0; j < node_size; ++j) {
-      if (j == node_rank) {
-        if (!in_place) std::memcpy(mptr(recv, j * n + off), ptr(send, off), len * es);
-      } else {
-        std::memcpy(mptr(recv, j * n + off), half(j, seq), len * es);
-      }
-    }
+    for (int j = 0; j < node_size; ++j)
+      if (j != node_rank) std::memcpy(mptr(recv, j * n + off), half(j, seq), len * es);
   }
 }
 
@@ -705,6 +774,10 @@ MpiComm::~MpiComm() = default;
 int MpiComm::rank() const { return impl_->rank; }
 int MpiComm::size() const { return impl_->size; }
 bool MpiComm::shm_enabled() const { return impl_->win != MPI_WIN_NULL; }
+bool MpiComm::shm_all_reduce_for(std::size_t bytes) const { return impl_->use_shm_allreduce(bytes); }
+bool MpiComm::shm_reduce_scatter_for(std::size_t bytes) const { return impl_->use_shm_reduce_scatter(bytes); }
+bool MpiComm::shm_all_gather_for(std::size_t bytes) const { return impl_->use_shm_all_gather(bytes); }
+bool MpiComm::oversubscribed() const { return impl_->oversub; }
 int MpiComm::node_size() const { return impl_->node_size; }
 int MpiComm::num_nodes() const { return impl_->nnodes; }
 bool MpiComm::uses_progress_thread() const { return impl_->threaded(); }
@@ -740,7 +813,7 @@ void MpiComm::all_reduce(TensorView buf, ReduceOp op) {
   check_op(op, buf.dtype, "all_reduce");
   check_view(buf, "all_reduce", "buf");
   if (buf.count == 0) return;
-  if (impl_->use_shm_allreduce(buf)) {
+  if (impl_->use_shm_allreduce(buf.bytes())) {
     impl_->drain();
     impl_->shm_all_reduce(buf, op);
   } else {
@@ -752,7 +825,7 @@ CommWork MpiComm::iall_reduce(TensorView buf, ReduceOp op) {
   check_op(op, buf.dtype, "iall_reduce");
   check_view(buf, "iall_reduce", "buf");
   if (buf.count == 0) return std::make_unique<DoneHandle>();
-  if (impl_->use_shm_allreduce(buf)) return impl_->submit([this, buf, op] { impl_->shm_all_reduce(buf, op); });
+  if (impl_->use_shm_allreduce(buf.bytes())) return impl_->submit([this, buf, op] { impl_->shm_all_reduce(buf, op); });
   std::vector<MPI_Request> reqs;
   impl_->mpi_all_reduce(buf, op, &reqs);
   std::function<void()> after;
@@ -764,7 +837,7 @@ void MpiComm::reduce_scatter(TensorView send, TensorView recv, ReduceOp op) {
   check_op(op, send.dtype, "reduce_scatter");
   check_rs(send, recv, size());
   if (recv.count == 0) return;
-  if (impl_->use_shm_single_node(send.bytes(), impl_->opt.shm_min_reduce_scatter)) {
+  if (impl_->use_shm_reduce_scatter(send.bytes())) {
     impl_->drain();
     impl_->shm_reduce_scatter(send, recv, op);
   } else {
@@ -776,7 +849,7 @@ CommWork MpiComm::ireduce_scatter(TensorView send, TensorView recv, ReduceOp op)
   check_op(op, send.dtype, "ireduce_scatter");
   check_rs(send, recv, size());
   if (recv.count == 0) return std::make_unique<DoneHandle>();
-  if (impl_->use_shm_single_node(send.bytes(), impl_->opt.shm_min_reduce_scatter))
+  if (impl_->use_shm_reduce_scatter(send.bytes()))
     return impl_->submit([this, send, recv, op] { impl_->shm_reduce_scatter(send, recv, op); });
   std::vector<MPI_Request> reqs;
   impl_->mpi_reduce_scatter(send, recv, op, &reqs);
@@ -788,7 +861,7 @@ CommWork MpiComm::ireduce_scatter(TensorView send, TensorView recv, ReduceOp op)
 void MpiComm::all_gather(TensorView send, TensorView recv) {
   check_ag(send, recv, size(), rank());
   if (send.count == 0) return;
-  if (impl_->use_shm_single_node(recv.bytes(), impl_->opt.shm_min_all_gather)) {
+  if (impl_->use_shm_all_gather(recv.bytes())) {
     impl_->drain();
     impl_->shm_all_gather(send, recv);
   } else {
@@ -799,7 +872,7 @@ void MpiComm::all_gather(TensorView send, TensorView recv) {
 CommWork MpiComm::iall_gather(TensorView send, TensorView recv) {
   check_ag(send, recv, size(), rank());
   if (send.count == 0) return std::make_unique<DoneHandle>();
-  if (impl_->use_shm_single_node(recv.bytes(), impl_->opt.shm_min_all_gather))
+  if (impl_->use_shm_all_gather(recv.bytes()))
     return impl_->submit([this, send, recv] { impl_->shm_all_gather(send, recv); });
   std::vector<MPI_Request> reqs;
   impl_->mpi_all_gather(send, recv, &reqs);

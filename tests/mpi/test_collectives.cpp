@@ -4,8 +4,10 @@
 // small integers so every sum is exact; results are compared with no tolerance against the
 // expected values and against plain MPI on the same data.
 #include <mpi.h>
+#include <sched.h>
 
 #include <cstdint>
+#include <cstdlib>
 #include <cstdio>
 #include <cstring>
 #include <functional>
@@ -219,6 +221,68 @@ void run_errors(ds::MpiComm& c) {
          "dtype mismatch");
 }
 
+// Which path a message takes: shm_min, the plain-MPI bands (and when they apply), their
+// environment overrides and errors. Same answers on every rank.
+void run_dispatch(const ds::DistributedContext& ctx) {
+  ds::MpiCommOptions o;
+  o.plain_all_reduce = {1024, 4096};
+  o.plain_reduce_scatter = {0, 0};
+  o.plain_all_gather = {512, 8192};
+  o.shm_min_reduce_scatter = 64;
+  o.plain_bands_when_oversubscribed = true;  // bands apply whatever the CPU count
+  {
+    ds::MpiComm c(ctx.mpi_comm, o);
+    const bool w = ctx.world_size > 1;
+    EXPECT(c.shm_all_reduce_for(1023) == w && !c.shm_all_reduce_for(1024) && !c.shm_all_reduce_for(4095) &&
+               c.shm_all_reduce_for(4096) == w,
+           "all_reduce band [1K, 4K)");
+    EXPECT(!c.shm_reduce_scatter_for(63) && c.shm_reduce_scatter_for(64) == w && c.shm_reduce_scatter_for(1 << 30) == w,
+           "reduce_scatter shm_min 64, no band");
+    EXPECT(c.shm_all_gather_for(511) == w && !c.shm_all_gather_for(512) && c.shm_all_gather_for(8192) == w,
+           "all_gather band [512, 8K)");
+    // The ranks share one node and are unbound (ds_mpi_test: --bind-to none): oversubscribed
+    // exactly when there are more of them than this rank's CPUs.
+    cpu_set_t set;
+    CPU_ZERO(&set);
+    sched_getaffinity(0, sizeof set, &set);
+    EXPECT(c.oversubscribed() == (ctx.world_size > CPU_COUNT(&set)), "oversubscribed %d with %d ranks on %d cpus",
+           int(c.oversubscribed()), ctx.world_size, CPU_COUNT(&set));
+  }
+  {
+    ds::MpiCommOptions p = o;
+    p.plain_bands_when_oversubscribed = false;
+    ds::MpiComm c(ctx.mpi_comm, p);
+    EXPECT(c.shm_all_reduce_for(2048) == (ctx.world_size > 1 && c.oversubscribed()),
+           "bands unused only when oversubscribed");
+    p.set_shm_min(0);  // every size through the window
+    ds::MpiComm f(ctx.mpi_comm, p);
+    EXPECT(f.shm_all_reduce_for(2048) == (ctx.world_size > 1) && f.shm_all_gather_for(1024) == (ctx.world_size > 1) &&
+               f.shm_reduce_scatter_for(1) == (ctx.world_size > 1),
+           "set_shm_min(0) clears the bands");
+  }
+  // Environment: FROM:BELOW with K/M suffixes; DS_COMM_SHM_MIN clears the bands first.
+  setenv("DS_COMM_PLAIN_ALL_REDUCE", "64K:2M", 1);
+  setenv("DS_COMM_PLAIN_ALL_GATHER", "0:0", 1);
+  setenv("DS_COMM_SHM_MIN", "16", 1);
+  const ds::MpiCommOptions e = ds::MpiCommOptions::from_env();
+  EXPECT(e.plain_all_reduce.from == (64u << 10) && e.plain_all_reduce.below == (2u << 20), "env all_reduce band");
+  EXPECT(!e.plain_all_gather.contains(0) && !e.plain_reduce_scatter.contains(100) && e.shm_min_all_gather == 16,
+         "env all_gather band none, reduce_scatter cleared by DS_COMM_SHM_MIN");
+  for (const char* bad : {"64K", "x:1M", "1M:", "1Q:2M"}) {
+    setenv("DS_COMM_PLAIN_ALL_REDUCE", bad, 1);
+    bool named = false;
+    try {
+      ds::MpiCommOptions::from_env();
+    } catch (const ds::Error& err) {
+      named = std::strstr(err.what(), "DS_COMM_PLAIN_ALL_REDUCE") != nullptr;
+    }
+    EXPECT(named, "DS_COMM_PLAIN_ALL_REDUCE='%s' must be an error naming the variable", bad);
+  }
+  unsetenv("DS_COMM_PLAIN_ALL_REDUCE");
+  unsetenv("DS_COMM_PLAIN_ALL_GATHER");
+  unsetenv("DS_COMM_SHM_MIN");
+}
+
 }  // namespace
 
 int main(int argc, char** argv) {
@@ -232,10 +296,11 @@ int main(int argc, char** argv) {
     EXPECT(ctx.thread_level == MPI_THREAD_MULTIPLE, "thread level %d", ctx.thread_level);
     EXPECT(ctx.env.source == ds::LaunchSource::OpenMPI, "source %s", std::string(ds::launch_source_name(ctx.env.source)).c_str());
 
-    // The communicator init_distributed() made (default options: small messages plain MPI,
-    // 278011 elements through the window in one chunk).
+    // The communicator init_distributed() made (default options: which sizes take the window
+    // depends on the plain-MPI bands and the CPU count; 278011 elements in one or two chunks).
     if (ctx.world_size == 2) run_variant(world, "default", false, false, {ds::DType::F32, ds::DType::I64});
     run_errors(world);
+    run_dispatch(ctx);
 
     ds::MpiCommOptions o;
     o.set_shm_min(0);

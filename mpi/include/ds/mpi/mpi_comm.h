@@ -13,8 +13,9 @@
 // copies the reduced chunk out. Across nodes (uniform ranks per node): the reduced slice is
 // all-reduced among the ranks with the same local rank (one MPI_Allreduce per slice) before
 // the copy-out. reduce_scatter and all_gather use the window inside a single node and plain
-// MPI across nodes. Messages below the shm_min_* sizes use plain MPI: Open MPI's
-// single-copy (CMA) transfers beat two copies through the window there.
+// MPI across nodes. Where Open MPI's single-copy (CMA) transfers match or beat two copies
+// through the window -- mid-sized all_reduce / all_gather while every node rank has a core of
+// its own -- messages take plain MPI (the plain_* bands, measured with bench/comm/comm_bench).
 //
 // Non-blocking shm operations run on a progress thread (one per communicator, FIFO) when MPI
 // provides MPI_THREAD_MULTIPLE, so they overlap with the caller's compute; otherwise they
@@ -34,19 +35,38 @@ namespace ds {
 
 namespace detail { struct MpiRuntime; }
 
+// Message sizes [from, below) in bytes; empty when from >= below.
+struct SizeBand {
+  std::size_t from = 0, below = 0;
+  bool contains(std::size_t bytes) const { return bytes >= from && bytes < below; }
+};
+
 struct MpiCommOptions {
   bool shm = true;                              // DS_COMM_SHM=0 turns the shm path off
-  std::size_t shm_chunk_bytes = 8u << 20;       // per half-segment (DS_COMM_SHM_CHUNK)
-  // Smaller messages take plain MPI (DS_COMM_SHM_MIN sets all three). Sizes are the full
-  // buffer: all_reduce's buffer, reduce_scatter's send, all_gather's recv.
-  std::size_t shm_min_all_reduce = 1u << 20;
-  std::size_t shm_min_reduce_scatter = 32u << 10;
-  std::size_t shm_min_all_gather = 4u << 20;
-  void set_shm_min(std::size_t bytes) { shm_min_all_reduce = shm_min_reduce_scatter = shm_min_all_gather = bytes; }
+  std::size_t shm_chunk_bytes = 1u << 20;       // per half-segment (DS_COMM_SHM_CHUNK)
+  // Sizes are the full buffer: all_reduce's buffer, reduce_scatter's send, all_gather's recv.
+  // Smaller messages than shm_min_* take plain MPI.
+  std::size_t shm_min_all_reduce = 0;
+  std::size_t shm_min_reduce_scatter = 0;
+  std::size_t shm_min_all_gather = 0;
+  // Messages inside these bands take plain MPI while the node's ranks do not outnumber the
+  // CPUs they may run on (with more ranks than CPUs the window won at every size measured,
+  // unless plain_bands_when_oversubscribed). DS_COMM_PLAIN_ALL_REDUCE / _REDUCE_SCATTER /
+  // _ALL_GATHER=FROM:BELOW (e.g. 128K:16M; 0:0 for none) override them.
+  SizeBand plain_all_reduce{128u << 10, 16u << 20};
+  SizeBand plain_reduce_scatter{0, 0};
+  SizeBand plain_all_gather{32u << 10, 64u << 20};
+  bool plain_bands_when_oversubscribed = false;
+  // Every message of at least `bytes` takes the window (clears the bands; DS_COMM_SHM_MIN).
+  void set_shm_min(std::size_t bytes) {
+    shm_min_all_reduce = shm_min_reduce_scatter = shm_min_all_gather = bytes;
+    plain_all_reduce = plain_reduce_scatter = plain_all_gather = SizeBand{};
+  }
   int ranks_per_node = 0;                       // >0: consecutive groups act as nodes (tests)
   std::size_t max_count = INT_MAX;              // split limit for MPI counts (tests lower it)
   bool progress_thread = true;                  // DS_COMM_PROGRESS_THREAD=0 runs shm i*() inline
   // Defaults overridden by DS_COMM_SHM, DS_COMM_SHM_CHUNK, DS_COMM_SHM_MIN,
+  // DS_COMM_PLAIN_ALL_REDUCE, DS_COMM_PLAIN_REDUCE_SCATTER, DS_COMM_PLAIN_ALL_GATHER,
   // DS_COMM_RANKS_PER_NODE, DS_COMM_PROGRESS_THREAD.
   static MpiCommOptions from_env();
 };
@@ -79,6 +99,12 @@ class MpiComm final : public Communicator {
   void all_gather_mpi(TensorView send, TensorView recv);
 
   bool shm_enabled() const;     // a window exists (more than one rank per node)
+  // Whether a blocking all_reduce / reduce_scatter / all_gather of `bytes` (the full buffer,
+  // as in the options) takes the window rather than plain MPI. Same answer on every rank.
+  bool shm_all_reduce_for(std::size_t bytes) const;
+  bool shm_reduce_scatter_for(std::size_t bytes) const;
+  bool shm_all_gather_for(std::size_t bytes) const;
+  bool oversubscribed() const;  // the node's ranks outnumber the CPUs they may run on
   int node_size() const;        // ranks in this rank's node group
   int num_nodes() const;
   bool uses_progress_thread() const;
