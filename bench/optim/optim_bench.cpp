@@ -3,9 +3,10 @@
 // For each optimizer and precision: the fused step of ds::optim (Kernel::Cpu) in params/s
 // and GB/s, beside a STREAM-style kernel with exactly the optimizer's access pattern (same
 // arrays read, same arrays written in place, same fp16/bf16 gradient read and working write,
-// one add per element) measured in the same run: the memory-bandwidth limit. Also
-// torch.optim.AdamW(foreach=True) through /usr/bin/python3 for fp32 AdamW. Median of
-// --repeats after one warm-up, ours and the pattern kernel timed alternately. Buffers are
+// one add per element) measured in the same run: the memory-bandwidth limit (the faster of
+// the pattern kernel with hardware prefetch only and with the kernels' software prefetch).
+// Also torch.optim.AdamW(foreach=True) through /usr/bin/python3 for fp32 AdamW. Median of
+// --repeats after one warm-up, ours and the two pattern kernels timed in turn. Buffers are
 // allocated and first-touched once.
 #include <immintrin.h>
 #include <omp.h>
@@ -17,6 +18,7 @@
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
+#include <functional>
 #include <memory>
 #include <sstream>
 #include <string>
@@ -28,6 +30,7 @@
 #include "ds/core/cpu_features.h"
 #include "ds/core/half.h"
 #include "ds/optim/optimizer.h"
+#include "simd.h"  // src/optim/src: the kernels' loop and prefetch, shared by the pattern kernel
 
 using ds::DType;
 using ds::TensorView;
@@ -42,59 +45,82 @@ double thread_cpu_seconds() {
 
 double now() { return std::chrono::duration<double>(std::chrono::steady_clock::now().time_since_epoch()).count(); }
 
-// Times a and b alternately (so a busy machine slows both alike); medians of each.
-template <class A, class B>
-std::pair<double, double> median_times(int repeats, A&& a, B&& b) {
-  a();
-  b();
-  std::vector<double> ta, tb;
+// Times the functions in turn, the starting one rotating each round (so a busy machine slows
+// all alike); one warm-up call each; the median time of each.
+std::vector<double> median_times(int repeats, const std::vector<std::function<void()>>& fs) {
+  for (const auto& f : fs) f();
+  std::vector<std::vector<double>> t(fs.size());
   for (int r = 0; r < repeats; ++r) {
-    double t0 = now();
-    a();
-    ta.push_back(now() - t0);
-    t0 = now();
-    b();
-    tb.push_back(now() - t0);
+    for (std::size_t j0 = 0; j0 < fs.size(); ++j0) {
+      const std::size_t j = (j0 + std::size_t(r)) % fs.size();
+      const double t0 = now();
+      fs[j]();
+      t[j].push_back(now() - t0);
+    }
   }
-  std::sort(ta.begin(), ta.end());
-  std::sort(tb.begin(), tb.end());
-  return {ta[ta.size() / 2], tb[tb.size() / 2]};
+  std::vector<double> med;
+  for (auto& v : t) {
+    std::sort(v.begin(), v.end());
+    med.push_back(v[v.size() / 2]);
+  }
+  return med;
 }
 
 // --- the STREAM-style pattern kernel -------------------------------------------------------
 // rw arrays: read and written in place; ro arrays: read only; g: gradient (read, any dtype);
 // w: working copy written from rw[0] (any dtype). x = x + (g + sum(ro)) for every rw array.
+// The AVX-512 version is specialised on the array counts and dtypes (a generic loop over the
+// arrays costs ~20% of the bandwidth on one thread here, which would make the "limit" too
+// easy) and runs the optimizer kernels' own loop, simd::stream_loop (two full vectors per
+// iteration, masked tail), with or without their software prefetch: the bench takes the
+// faster of the two as the limit.
 struct Pattern {
   std::vector<float*> rw, ro;
   TensorView g;  // data == nullptr: none
   TensorView w;  // data == nullptr: none
 };
 
+namespace simd = ds::optim::simd;
+
 #pragma GCC push_options
-#pragma GCC target("avx512f,avx512bw,avx512vl,f16c")
-template <DType G, DType W>
-void pattern_avx512(const Pattern& pt, std::size_t lo, std::size_t hi) {
-  for (std::size_t i = lo; i < hi; i += 16) {
-    const std::size_t left = hi - i;
-    const __mmask16 k = left >= 16 ? __mmask16(0xffff) : __mmask16((1u << left) - 1u);
+#pragma GCC target("avx512f,avx512bw,avx512vl,avx512dq,avx512bf16,f16c,fma")
+template <int NRW, int NRO, DType G, DType W, bool PF>
+__attribute__((noinline)) void pattern_avx512(const Pattern& pt, std::size_t lo, std::size_t hi) {
+  float* rw[NRW];
+  const float* ro[NRO > 0 ? NRO : 1] = {};
+  for (int j = 0; j < NRW; ++j) rw[j] = pt.rw[std::size_t(j)];
+  for (int j = 0; j < NRO; ++j) ro[j] = pt.ro[std::size_t(j)];
+  const void* g = pt.g.data;
+  void* w = pt.w.data;
+  auto prefetch = [&](std::size_t i) {
+    if constexpr (PF) {
+      if constexpr (G != simd::kNone) simd::prefetch_g32<G>(g, i);
+      for (int j = 0; j < NRO; ++j) simd::prefetch32<4>(ro[j], i);
+      for (int j = 0; j < NRW; ++j) simd::prefetch32<4>(rw[j], i);
+      simd::prefetch_w32<W>(w, i);
+    }
+  };
+  simd::stream_loop(lo, hi, prefetch, [&](std::size_t i, __mmask16 k) {
     __m512 acc = _mm512_setzero_ps();
-    if constexpr (G == DType::F32) acc = _mm512_maskz_loadu_ps(k, pt.g.as<const float>() + i);
-    if constexpr (G == DType::F16) acc = _mm512_cvtph_ps(_mm256_maskz_loadu_epi16(k, pt.g.as<const std::uint16_t>() + i));
+    if constexpr (G == DType::F32) acc = _mm512_maskz_loadu_ps(k, static_cast<const float*>(g) + i);
+    if constexpr (G == DType::F16) acc = _mm512_cvtph_ps(_mm256_maskz_loadu_epi16(k, static_cast<const std::uint16_t*>(g) + i));
     if constexpr (G == DType::BF16)
-      acc = _mm512_castsi512_ps(_mm512_slli_epi32(_mm512_cvtepu16_epi32(_mm256_maskz_loadu_epi16(k, pt.g.as<const std::uint16_t>() + i)), 16));
-    for (float* r : pt.ro) acc = _mm512_add_ps(acc, _mm512_maskz_loadu_ps(k, r + i));
+      acc = _mm512_castsi512_ps(
+          _mm512_slli_epi32(_mm512_cvtepu16_epi32(_mm256_maskz_loadu_epi16(k, static_cast<const std::uint16_t*>(g) + i)), 16));
+    for (int j = 0; j < NRO; ++j) acc = _mm512_add_ps(acc, _mm512_maskz_loadu_ps(k, ro[j] + i));
     __m512 first = acc;
-    for (std::size_t j = 0; j < pt.rw.size(); ++j) {
-      const __m512 x = _mm512_add_ps(_mm512_maskz_loadu_ps(k, pt.rw[j] + i), acc);
-      _mm512_mask_storeu_ps(pt.rw[j] + i, k, x);
+    for (int j = 0; j < NRW; ++j) {
+      const __m512 x = _mm512_add_ps(_mm512_maskz_loadu_ps(k, rw[j] + i), acc);
+      _mm512_mask_storeu_ps(rw[j] + i, k, x);
       if (j == 0) first = x;
     }
-    if constexpr (W == DType::F32) _mm512_mask_storeu_ps(pt.w.as<float>() + i, k, first);
+    if constexpr (W == DType::F32) _mm512_mask_storeu_ps(static_cast<float*>(w) + i, k, first);
     if constexpr (W == DType::F16)
-      _mm256_mask_storeu_epi16(pt.w.as<std::uint16_t>() + i, k, _mm512_cvtps_ph(first, _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC));
+      _mm256_mask_storeu_epi16(static_cast<std::uint16_t*>(w) + i, k, _mm512_cvtps_ph(first, _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC));
     if constexpr (W == DType::BF16)
-      _mm256_mask_storeu_epi16(pt.w.as<std::uint16_t>() + i, k, _mm512_cvtepi32_epi16(_mm512_srli_epi32(_mm512_castps_si512(first), 16)));
-  }
+      _mm256_mask_storeu_epi16(static_cast<std::uint16_t*>(w) + i, k,
+                               _mm512_cvtepi32_epi16(_mm512_srli_epi32(_mm512_castps_si512(first), 16)));
+  });
 }
 #pragma GCC pop_options
 
@@ -117,33 +143,49 @@ void pattern_plain(const Pattern& pt, std::size_t lo, std::size_t hi) {
   }
 }
 
-void run_pattern(const Pattern& pt, std::size_t n) {
+template <int NRW, int NRO, bool PF>
+void pattern_dispatch(const Pattern& pt, DType g, DType w, std::size_t lo, std::size_t hi) {
+  auto by_w = [&]<DType G>() {
+    switch (w) {
+      case DType::F32: pattern_avx512<NRW, NRO, G, DType::F32, PF>(pt, lo, hi); break;
+      case DType::F16: pattern_avx512<NRW, NRO, G, DType::F16, PF>(pt, lo, hi); break;
+      case DType::BF16: pattern_avx512<NRW, NRO, G, DType::BF16, PF>(pt, lo, hi); break;
+      default: pattern_avx512<NRW, NRO, G, simd::kNone, PF>(pt, lo, hi); break;
+    }
+  };
+  switch (g) {
+    case DType::F32: by_w.template operator()<DType::F32>(); break;
+    case DType::F16: by_w.template operator()<DType::F16>(); break;
+    case DType::BF16: by_w.template operator()<DType::BF16>(); break;
+    default: by_w.template operator()<simd::kNone>(); break;
+  }
+}
+
+// The access patterns the optimizers have: (read-write arrays, read-only arrays).
+template <bool PF>
+void pattern_counts(const Pattern& pt, DType g, DType w, std::size_t lo, std::size_t hi) {
+  const std::size_t nrw = pt.rw.size(), nro = pt.ro.size();
+  if (nrw == 1 && nro == 0) pattern_dispatch<1, 0, PF>(pt, g, w, lo, hi);
+  else if (nrw == 2 && nro == 0) pattern_dispatch<2, 0, PF>(pt, g, w, lo, hi);
+  else if (nrw == 3 && nro == 0) pattern_dispatch<3, 0, PF>(pt, g, w, lo, hi);
+  else if (nrw == 2 && nro == 1) pattern_dispatch<2, 1, PF>(pt, g, w, lo, hi);
+  else if (nrw == 1 && nro == 2) pattern_dispatch<1, 2, PF>(pt, g, w, lo, hi);
+  else pattern_plain(pt, lo, hi);
+}
+
+// prefetch: the optimizer kernels' software prefetch on or off.
+void run_pattern(const Pattern& pt, std::size_t n, bool prefetch) {
   const bool vec = ds::cpu_features().avx512f && ds::cpu_features().avx512bw;
-  const DType g = pt.g.data ? pt.g.dtype : DType::U8, w = pt.w.data ? pt.w.dtype : DType::U8;
+  const DType g = pt.g.data ? pt.g.dtype : simd::kNone, w = pt.w.data ? pt.w.dtype : simd::kNone;
 #pragma omp parallel
   {
     const std::size_t t = std::size_t(omp_get_thread_num()), T = std::size_t(omp_get_num_threads());
     const std::size_t per = ((n + T - 1) / T + 15) & ~std::size_t(15);
     const std::size_t lo = std::min(n, t * per), hi = std::min(n, lo + per);
     if (lo < hi) {
-      if (!vec) {
-        pattern_plain(pt, lo, hi);
-      } else {
-        auto by_w = [&]<DType G>() {
-          switch (w) {
-            case DType::F32: pattern_avx512<G, DType::F32>(pt, lo, hi); break;
-            case DType::F16: pattern_avx512<G, DType::F16>(pt, lo, hi); break;
-            case DType::BF16: pattern_avx512<G, DType::BF16>(pt, lo, hi); break;
-            default: pattern_avx512<G, DType::U8>(pt, lo, hi); break;
-          }
-        };
-        switch (g) {
-          case DType::F32: by_w.template operator()<DType::F32>(); break;
-          case DType::F16: by_w.template operator()<DType::F16>(); break;
-          case DType::BF16: by_w.template operator()<DType::BF16>(); break;
-          default: by_w.template operator()<DType::U8>(); break;
-        }
-      }
+      if (!vec) pattern_plain(pt, lo, hi);
+      else if (prefetch) pattern_counts<true>(pt, g, w, lo, hi);
+      else pattern_counts<false>(pt, g, w, lo, hi);
     }
   }
 }
@@ -218,8 +260,9 @@ int main(int argc, char** argv) {
       {"adagrad", "fp32", DType::F32, DType::U8}, {"adagrad", "bf16", DType::BF16, DType::BF16},
       {"lamb", "fp32", DType::F32, DType::U8},  {"lamb", "bf16", DType::BF16, DType::BF16},
   };
-  std::printf("| optimizer | precision | params | threads | B/param | ours G params/s | ours GB/s | pattern limit GB/s | ours / limit |\n");
-  std::printf("| --- | --- | --- | --- | --- | --- | --- | --- | --- |\n");
+  std::printf("| optimizer | precision | params | threads | B/param | ours G params/s | ours GB/s | pattern limit GB/s | ours / limit "
+              "| pattern GB/s: hw prefetch only / + sw prefetch (limit) |\n");
+  std::printf("| --- | --- | --- | --- | --- | --- | --- | --- | --- | --- |\n");
   for (long long nn : sizes) {
     const std::size_t n = std::size_t(nn);
     for (long long th : threads) {
@@ -248,30 +291,35 @@ int main(int argc, char** argv) {
         std::vector<float*> states;
         for (auto& kv : st) states.push_back(kv.second.data());
         std::size_t bytes = 0;
-        double t_opt = 0, t_pat = 0;
+        // The limit: the pattern kernel with and without the kernels' software prefetch, the
+        // faster median of the two (the more demanding bound).
+        std::vector<Pattern> passes;
         if (std::string(v.opt) == "lamb") {
-          Pattern a{{states[0], states[1]}, {p.as<float>()}, gv, {}};
-          Pattern b{{p.as<float>()}, {states[0], states[1]}, {}, wv};
-          std::tie(t_opt, t_pat) = median_times(repeats, run_opt, [&] { run_pattern(a, n); run_pattern(b, n); });
-          bytes = (4 + half_io + 2 * 8) + (12 + 4 + w_io);  // pass 1 + pass 2
+          passes.push_back({{states[0], states[1]}, {p.as<float>()}, gv, {}});  // pass 1
+          passes.push_back({{p.as<float>()}, {states[0], states[1]}, {}, wv});  // pass 2
+          bytes = (4 + half_io + 2 * 8) + (12 + 4 + w_io);
         } else {
-          Pattern a{{p.as<float>()}, {}, gv, wv};
-          for (float* s : states) a.rw.push_back(s);
-          std::tie(t_opt, t_pat) = median_times(repeats, run_opt, [&] { run_pattern(a, n); });
+          passes.push_back({{p.as<float>()}, {}, gv, wv});
+          for (float* s : states) passes[0].rw.push_back(s);
           bytes = (1 + states.size()) * 8 + half_io + w_io;
         }
+        auto pattern = [&](bool pf) { for (const Pattern& pt : passes) run_pattern(pt, n, pf); };
+        const std::vector<double> med = median_times(repeats, {run_opt, [&] { pattern(false); }, [&] { pattern(true); }});
+        const double t_opt = med[0], t_pat = std::min(med[1], med[2]);
+        const char* limit_kind = med[2] < med[1] ? "prefetch" : "hw";
         const double gbs = double(bytes) * double(n) / t_opt / 1e9, lim = double(bytes) * double(n) / t_pat / 1e9;
-        std::printf("| %s | %s | %lldM | %lld | %zu | %.2f | %.1f | %.1f | %.2f |\n", v.opt, v.prec, nn / 1000000, th, bytes,
-                    double(n) / t_opt / 1e9, gbs, lim, gbs / lim);
+        const double lim_hw = double(bytes) * double(n) / med[1] / 1e9, lim_pf = double(bytes) * double(n) / med[2] / 1e9;
+        std::printf("| %s | %s | %lldM | %lld | %zu | %.2f | %.1f | %.1f | %.2f | %.1f / %.1f (%s) |\n", v.opt, v.prec,
+                    nn / 1000000, th, bytes, double(n) / t_opt / 1e9, gbs, lim, gbs / lim, lim_hw, lim_pf, limit_kind);
         std::fflush(stdout);
       }
       if (!python.empty() && (only.empty() || only == "adamw")) {
         const double t = torch_adamw_seconds(python, n, int(th), repeats);
         if (t > 0) {
-          std::printf("| torch.optim.AdamW(foreach=True) 1.13 | fp32 | %lldM | %lld | 28 | %.3f | %.1f | - | - |\n", nn / 1000000,
+          std::printf("| torch.optim.AdamW(foreach=True) 1.13 | fp32 | %lldM | %lld | 28 | %.3f | %.1f | - | - | - |\n", nn / 1000000,
                       th, double(n) / t / 1e9, 28.0 * double(n) / t / 1e9);
         } else {
-          std::printf("| torch.optim.AdamW(foreach=True) | fp32 | %lldM | %lld | 28 | (failed to run %s) | | | |\n", nn / 1000000, th,
+          std::printf("| torch.optim.AdamW(foreach=True) | fp32 | %lldM | %lld | 28 | (failed to run %s) | | | | |\n", nn / 1000000, th,
                       python.c_str());
         }
         std::fflush(stdout);

@@ -19,8 +19,14 @@ __attribute__((noinline)) void adam_avx512(float* p, float* m, float* v, const v
   const __m512 nlw = _mm512_set1_ps(d.neg_lr_wd), step = _mm512_set1_ps(d.step);
   const __m512 rbc2 = _mm512_set1_ps(d.rbc2), eps = _mm512_set1_ps(h.eps);
   const bool l2 = !h.adam_w_mode;
-  for (std::size_t i = lo; i < hi; i += 16) {
-    const __mmask16 k = simd::mask_for(hi - i);
+  auto prefetch = [&](std::size_t i) {
+    simd::prefetch_g32<G>(g, i);
+    simd::prefetch32<4>(p, i);
+    simd::prefetch32<4>(m, i);
+    simd::prefetch32<4>(v, i);
+    simd::prefetch_w32<W>(w, i);
+  };
+  simd::stream_loop(lo, hi, prefetch, [&](std::size_t i, __mmask16 k) {
     __m512 gv = _mm512_mul_ps(simd::load_g<G>(g, i, k), gs);
     __m512 pv = _mm512_maskz_loadu_ps(k, p + i);
     __m512 mv = _mm512_maskz_loadu_ps(k, m + i);
@@ -35,7 +41,7 @@ __attribute__((noinline)) void adam_avx512(float* p, float* m, float* v, const v
     _mm512_mask_storeu_ps(v + i, k, vv);
     _mm512_mask_storeu_ps(p + i, k, pv);
     if constexpr (W != simd::kNone) simd::store_w<W>(w, i, pv, k);
-  }
+  });
 }
 #pragma GCC pop_options
 

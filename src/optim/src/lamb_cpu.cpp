@@ -39,8 +39,13 @@ __attribute__((noinline)) void lamb_pass1_avx512(float* p, float* m, float* v, c
   __m512d pa0 = _mm512_setzero_pd(), pa1 = _mm512_setzero_pd(), ua0 = _mm512_setzero_pd(), ua1 = _mm512_setzero_pd();
   __m512 pf = _mm512_setzero_ps(), uf = _mm512_setzero_ps();
   int in_block = 0;
-  for (std::size_t i = lo; i < hi; i += 16) {
-    const __mmask16 k = simd::mask_for(hi - i);
+  auto prefetch = [&](std::size_t i) {
+    simd::prefetch_g32<G>(g, i);
+    simd::prefetch32<4>(p, i);
+    simd::prefetch32<4>(m, i);
+    simd::prefetch32<4>(v, i);
+  };
+  simd::stream_loop(lo, hi, prefetch, [&](std::size_t i, __mmask16 k) {
     const __m512 gv = _mm512_mul_ps(simd::load_g<G>(g, i, k), c.gs);
     const __m512 pv = _mm512_maskz_loadu_ps(k, p + i);
     __m512 mv = _mm512_maskz_loadu_ps(k, m + i), vv = _mm512_maskz_loadu_ps(k, v + i);
@@ -57,7 +62,7 @@ __attribute__((noinline)) void lamb_pass1_avx512(float* p, float* m, float* v, c
       pf = uf = _mm512_setzero_ps();
       in_block = 0;
     }
-  }
+  });
   simd::acc_f32(pf, pa0, pa1);
   simd::acc_f32(uf, ua0, ua1);
   *p_sq = _mm512_reduce_add_pd(_mm512_add_pd(pa0, pa1));
@@ -69,14 +74,19 @@ __attribute__((noinline)) void lamb_pass2_avx512(float* p, const float* m, const
                                                  std::size_t hi, const LambHyper& h, float sc) {
   const LambVec c(h);
   const __m512 nsc = _mm512_set1_ps(-sc);
-  for (std::size_t i = lo; i < hi; i += 16) {
-    const __mmask16 k = simd::mask_for(hi - i);
+  auto prefetch = [&](std::size_t i) {
+    simd::prefetch32<4>(p, i);
+    simd::prefetch32<4>(m, i);
+    simd::prefetch32<4>(v, i);
+    simd::prefetch_w32<W>(w, i);
+  };
+  simd::stream_loop(lo, hi, prefetch, [&](std::size_t i, __mmask16 k) {
     __m512 pv = _mm512_maskz_loadu_ps(k, p + i);
     const __m512 u = lamb_dir(_mm512_maskz_loadu_ps(k, m + i), _mm512_maskz_loadu_ps(k, v + i), pv, c, h.eps_inside_sqrt);
     pv = _mm512_fmadd_ps(u, nsc, pv);
     _mm512_mask_storeu_ps(p + i, k, pv);
     if constexpr (W != simd::kNone) simd::store_w<W>(w, i, pv, k);
-  }
+  });
 }
 #pragma GCC pop_options
 

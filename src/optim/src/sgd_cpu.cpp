@@ -15,8 +15,13 @@ __attribute__((noinline)) void sgd_avx512(float* p, float* buf, const void* g, v
   const __m512 gs = _mm512_set1_ps(h.grad_scale), wd = _mm512_set1_ps(h.weight_decay);
   const __m512 mom = _mm512_set1_ps(h.momentum), omd = _mm512_set1_ps(1.0f - h.dampening);
   const __m512 nlr = _mm512_set1_ps(-h.lr);
-  for (std::size_t i = lo; i < hi; i += 16) {
-    const __mmask16 k = simd::mask_for(hi - i);
+  auto prefetch = [&](std::size_t i) {
+    simd::prefetch_g32<G>(g, i);
+    simd::prefetch32<4>(p, i);
+    if (buf != nullptr) simd::prefetch32<4>(buf, i);
+    simd::prefetch_w32<W>(w, i);
+  };
+  simd::stream_loop(lo, hi, prefetch, [&](std::size_t i, __mmask16 k) {
     __m512 gv = _mm512_mul_ps(simd::load_g<G>(g, i, k), gs);
     __m512 pv = _mm512_maskz_loadu_ps(k, p + i);
     gv = _mm512_fmadd_ps(pv, wd, gv);
@@ -29,7 +34,7 @@ __attribute__((noinline)) void sgd_avx512(float* p, float* buf, const void* g, v
     pv = _mm512_fmadd_ps(gv, nlr, pv);
     _mm512_mask_storeu_ps(p + i, k, pv);
     if constexpr (W != simd::kNone) simd::store_w<W>(w, i, pv, k);
-  }
+  });
 }
 
 template <DType G, DType W>
@@ -37,8 +42,13 @@ __attribute__((noinline)) void adagrad_avx512(float* p, float* sum, const void* 
                                               std::size_t hi, const AdagradHyper& h) {
   const __m512 gs = _mm512_set1_ps(h.grad_scale), wd = _mm512_set1_ps(h.weight_decay);
   const __m512 nclr = _mm512_set1_ps(-h.clr), eps = _mm512_set1_ps(h.eps);
-  for (std::size_t i = lo; i < hi; i += 16) {
-    const __mmask16 k = simd::mask_for(hi - i);
+  auto prefetch = [&](std::size_t i) {
+    simd::prefetch_g32<G>(g, i);
+    simd::prefetch32<4>(p, i);
+    simd::prefetch32<4>(sum, i);
+    simd::prefetch_w32<W>(w, i);
+  };
+  simd::stream_loop(lo, hi, prefetch, [&](std::size_t i, __mmask16 k) {
     __m512 gv = _mm512_mul_ps(simd::load_g<G>(g, i, k), gs);
     __m512 pv = _mm512_maskz_loadu_ps(k, p + i);
     gv = _mm512_fmadd_ps(pv, wd, gv);
@@ -48,7 +58,7 @@ __attribute__((noinline)) void adagrad_avx512(float* p, float* sum, const void* 
     _mm512_mask_storeu_ps(sum + i, k, s);
     _mm512_mask_storeu_ps(p + i, k, pv);
     if constexpr (W != simd::kNone) simd::store_w<W>(w, i, pv, k);
-  }
+  });
 }
 #pragma GCC pop_options
 
