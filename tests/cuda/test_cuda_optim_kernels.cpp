@@ -268,7 +268,9 @@ void test_device_step_control() {
 }
 
 void test_grad_stats_unscale_cast() {
-  for (std::size_t offset : {std::size_t(0), std::size_t(2)}) {
+  // Offset 4, not 2: it breaks 16-byte alignment and keeps fp32 elements 4-byte aligned (a
+  // float at an odd 2-byte address is a misaligned-address fault on the GPU, not a test).
+  for (std::size_t offset : {std::size_t(0), std::size_t(4)}) {
     for (std::size_t n : kSizes) {
       for (DType t : kG) {
         auto h = to_dtype(randv(n, 9, 3.f), t);
