@@ -297,6 +297,8 @@ MpiCommOptions MpiCommOptions::from_env() {
   env_band("DS_COMM_PLAIN_ALL_GATHER", o.plain_all_gather);
   o.ranks_per_node = static_cast<int>(env_size("DS_COMM_RANKS_PER_NODE", 0));
   o.progress_thread = env_size("DS_COMM_PROGRESS_THREAD", 1) != 0;
+  if (const char* v = std::getenv("DS_COMM_BARRIER_SPINS"); v && *v)
+    o.barrier_spins = static_cast<int>(std::min<std::size_t>(env_size("DS_COMM_BARRIER_SPINS", 0), 1u << 30));
   return o;
 }
 
@@ -393,6 +395,7 @@ struct MpiComm::Impl {
   int rank = 0, size = 1, node_rank = 0, node_size = 1, nnodes = 1;
   bool uniform = true;             // every node has node_size ranks
   bool oversub = false;            // node ranks > CPUs they may run on (union of affinities)
+  int spin_limit = 256;            // pause-spins in a barrier before yielding the CPU
   int thread_level = MPI_THREAD_SINGLE;
 
   MPI_Win win = MPI_WIN_NULL;
@@ -412,20 +415,24 @@ struct MpiComm::Impl {
   void setup(MPI_Comm parent);
 
   // --- shm path ---
-  bool in_plain_band(const SizeBand& band, std::size_t bytes) const {
+  // The bands hold for blocking calls. A non-blocking call that the progress thread will run
+  // keeps the window whatever its size: it overlaps the caller's compute, while Open MPI
+  // progresses an MPI_I* request only inside the caller's MPI calls.
+  bool in_plain_band(const SizeBand& band, std::size_t bytes, bool nonblocking) const {
+    if (nonblocking && threaded()) return false;
     return (!oversub || opt.plain_bands_when_oversubscribed) && band.contains(bytes);
   }
-  bool use_shm_allreduce(std::size_t bytes) const {
-    return win != MPI_WIN_NULL && bytes >= opt.shm_min_all_reduce && !in_plain_band(opt.plain_all_reduce, bytes) &&
-           (nnodes == 1 || uniform);
+  bool use_shm_allreduce(std::size_t bytes, bool nonblocking) const {
+    return win != MPI_WIN_NULL && bytes >= opt.shm_min_all_reduce &&
+           !in_plain_band(opt.plain_all_reduce, bytes, nonblocking) && (nnodes == 1 || uniform);
   }
-  bool use_shm_reduce_scatter(std::size_t bytes) const {
+  bool use_shm_reduce_scatter(std::size_t bytes, bool nonblocking) const {
     return win != MPI_WIN_NULL && nnodes == 1 && bytes >= opt.shm_min_reduce_scatter &&
-           !in_plain_band(opt.plain_reduce_scatter, bytes);
+           !in_plain_band(opt.plain_reduce_scatter, bytes, nonblocking);
   }
-  bool use_shm_all_gather(std::size_t bytes) const {
+  bool use_shm_all_gather(std::size_t bytes, bool nonblocking) const {
     return win != MPI_WIN_NULL && nnodes == 1 && bytes >= opt.shm_min_all_gather &&
-           !in_plain_band(opt.plain_all_gather, bytes);
+           !in_plain_band(opt.plain_all_gather, bytes, nonblocking);
   }
   // Segment layout: one 4 KiB control page (this rank's barrier counter in its first cache
   // line), then the two data halves.
@@ -443,7 +450,7 @@ struct MpiComm::Impl {
       if (r == node_rank) continue;
       std::atomic_ref<std::uint64_t> peer(*reinterpret_cast<std::uint64_t*>(ctrl[r]));
       for (int spin = 0; peer.load(std::memory_order_acquire) < target; ++spin) {
-        if (spin < 256) {
+        if (spin < spin_limit) {
 #if defined(__x86_64__) || defined(__i386__)
           __builtin_ia32_pause();
 #endif
@@ -503,6 +510,9 @@ void MpiComm::Impl::setup(MPI_Comm parent) {
     DS_MPI_CHECK(MPI_Allreduce(&set, &all, static_cast<int>(sizeof set), MPI_BYTE, MPI_BOR, node));
     const int cpus = CPU_COUNT(&all);
     oversub = cpus > 0 && node_size > cpus;
+    // Oversubscribed, a peer that has not arrived is usually waiting for this very CPU: yield
+    // almost at once (measured: 4 ranks on 2 CPUs, 4-32 KiB all_reduce 2x faster than with 256).
+    spin_limit = opt.barrier_spins >= 0 ? opt.barrier_spins : oversub ? 4 : 256;
   }
 
   // All ranks decide alike whether to build the window (it is collective over `node`).
@@ -774,9 +784,15 @@ MpiComm::~MpiComm() = default;
 int MpiComm::rank() const { return impl_->rank; }
 int MpiComm::size() const { return impl_->size; }
 bool MpiComm::shm_enabled() const { return impl_->win != MPI_WIN_NULL; }
-bool MpiComm::shm_all_reduce_for(std::size_t bytes) const { return impl_->use_shm_allreduce(bytes); }
-bool MpiComm::shm_reduce_scatter_for(std::size_t bytes) const { return impl_->use_shm_reduce_scatter(bytes); }
-bool MpiComm::shm_all_gather_for(std::size_t bytes) const { return impl_->use_shm_all_gather(bytes); }
+bool MpiComm::shm_all_reduce_for(std::size_t bytes, bool nonblocking) const {
+  return impl_->use_shm_allreduce(bytes, nonblocking);
+}
+bool MpiComm::shm_reduce_scatter_for(std::size_t bytes, bool nonblocking) const {
+  return impl_->use_shm_reduce_scatter(bytes, nonblocking);
+}
+bool MpiComm::shm_all_gather_for(std::size_t bytes, bool nonblocking) const {
+  return impl_->use_shm_all_gather(bytes, nonblocking);
+}
 bool MpiComm::oversubscribed() const { return impl_->oversub; }
 int MpiComm::node_size() const { return impl_->node_size; }
 int MpiComm::num_nodes() const { return impl_->nnodes; }
@@ -813,7 +829,7 @@ void MpiComm::all_reduce(TensorView buf, ReduceOp op) {
   check_op(op, buf.dtype, "all_reduce");
   check_view(buf, "all_reduce", "buf");
   if (buf.count == 0) return;
-  if (impl_->use_shm_allreduce(buf.bytes())) {
+  if (impl_->use_shm_allreduce(buf.bytes(), false)) {
     impl_->drain();
     impl_->shm_all_reduce(buf, op);
   } else {
@@ -825,7 +841,7 @@ CommWork MpiComm::iall_reduce(TensorView buf, ReduceOp op) {
   check_op(op, buf.dtype, "iall_reduce");
   check_view(buf, "iall_reduce", "buf");
   if (buf.count == 0) return std::make_unique<DoneHandle>();
-  if (impl_->use_shm_allreduce(buf.bytes())) return impl_->submit([this, buf, op] { impl_->shm_all_reduce(buf, op); });
+  if (impl_->use_shm_allreduce(buf.bytes(), true)) return impl_->submit([this, buf, op] { impl_->shm_all_reduce(buf, op); });
   std::vector<MPI_Request> reqs;
   impl_->mpi_all_reduce(buf, op, &reqs);
   std::function<void()> after;
@@ -837,7 +853,7 @@ void MpiComm::reduce_scatter(TensorView send, TensorView recv, ReduceOp op) {
   check_op(op, send.dtype, "reduce_scatter");
   check_rs(send, recv, size());
   if (recv.count == 0) return;
-  if (impl_->use_shm_reduce_scatter(send.bytes())) {
+  if (impl_->use_shm_reduce_scatter(send.bytes(), false)) {
     impl_->drain();
     impl_->shm_reduce_scatter(send, recv, op);
   } else {
@@ -849,7 +865,7 @@ CommWork MpiComm::ireduce_scatter(TensorView send, TensorView recv, ReduceOp op)
   check_op(op, send.dtype, "ireduce_scatter");
   check_rs(send, recv, size());
   if (recv.count == 0) return std::make_unique<DoneHandle>();
-  if (impl_->use_shm_reduce_scatter(send.bytes()))
+  if (impl_->use_shm_reduce_scatter(send.bytes(), true))
     return impl_->submit([this, send, recv, op] { impl_->shm_reduce_scatter(send, recv, op); });
   std::vector<MPI_Request> reqs;
   impl_->mpi_reduce_scatter(send, recv, op, &reqs);
@@ -861,7 +877,7 @@ CommWork MpiComm::ireduce_scatter(TensorView send, TensorView recv, ReduceOp op)
 void MpiComm::all_gather(TensorView send, TensorView recv) {
   check_ag(send, recv, size(), rank());
   if (send.count == 0) return;
-  if (impl_->use_shm_all_gather(recv.bytes())) {
+  if (impl_->use_shm_all_gather(recv.bytes(), false)) {
     impl_->drain();
     impl_->shm_all_gather(send, recv);
   } else {
@@ -872,7 +888,7 @@ void MpiComm::all_gather(TensorView send, TensorView recv) {
 CommWork MpiComm::iall_gather(TensorView send, TensorView recv) {
   check_ag(send, recv, size(), rank());
   if (send.count == 0) return std::make_unique<DoneHandle>();
-  if (impl_->use_shm_all_gather(recv.bytes()))
+  if (impl_->use_shm_all_gather(recv.bytes(), true))
     return impl_->submit([this, send, recv] { impl_->shm_all_gather(send, recv); });
   std::vector<MPI_Request> reqs;
   impl_->mpi_all_gather(send, recv, &reqs);

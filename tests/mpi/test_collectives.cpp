@@ -240,6 +240,9 @@ void run_dispatch(const ds::DistributedContext& ctx) {
            "reduce_scatter shm_min 64, no band");
     EXPECT(c.shm_all_gather_for(511) == w && !c.shm_all_gather_for(512) && c.shm_all_gather_for(8192) == w,
            "all_gather band [512, 8K)");
+    // Non-blocking calls the progress thread runs keep the window inside a band.
+    EXPECT(c.shm_all_reduce_for(2048, true) == (w && c.uses_progress_thread()) && !c.shm_reduce_scatter_for(63, true),
+           "non-blocking: band skipped with the progress thread, shm_min kept");
     // The ranks share one node and are unbound (ds_mpi_test: --bind-to none): oversubscribed
     // exactly when there are more of them than this rank's CPUs.
     cpu_set_t set;
@@ -247,6 +250,12 @@ void run_dispatch(const ds::DistributedContext& ctx) {
     sched_getaffinity(0, sizeof set, &set);
     EXPECT(c.oversubscribed() == (ctx.world_size > CPU_COUNT(&set)), "oversubscribed %d with %d ranks on %d cpus",
            int(c.oversubscribed()), ctx.world_size, CPU_COUNT(&set));
+  }
+  {
+    ds::MpiCommOptions p = o;
+    p.progress_thread = false;
+    ds::MpiComm c(ctx.mpi_comm, p);
+    EXPECT(!c.shm_all_reduce_for(2048, true), "non-blocking without the progress thread: band applies");
   }
   {
     ds::MpiCommOptions p = o;

@@ -49,10 +49,12 @@ struct MpiCommOptions {
   std::size_t shm_min_all_reduce = 0;
   std::size_t shm_min_reduce_scatter = 0;
   std::size_t shm_min_all_gather = 0;
-  // Messages inside these bands take plain MPI while the node's ranks do not outnumber the
-  // CPUs they may run on (with more ranks than CPUs the window won at every size measured,
-  // unless plain_bands_when_oversubscribed). DS_COMM_PLAIN_ALL_REDUCE / _REDUCE_SCATTER /
-  // _ALL_GATHER=FROM:BELOW (e.g. 128K:16M; 0:0 for none) override them.
+  // Blocking calls inside these bands take plain MPI while the node's ranks do not outnumber
+  // the CPUs they may run on (with more ranks than CPUs the window won at every size measured,
+  // unless plain_bands_when_oversubscribed). Non-blocking calls run by the progress thread
+  // keep the window (it overlaps compute; MPI_I* progresses only inside MPI calls).
+  // DS_COMM_PLAIN_ALL_REDUCE / _REDUCE_SCATTER / _ALL_GATHER=FROM:BELOW (e.g. 128K:16M; 0:0
+  // for none) override them.
   SizeBand plain_all_reduce{128u << 10, 16u << 20};
   SizeBand plain_reduce_scatter{0, 0};
   SizeBand plain_all_gather{32u << 10, 64u << 20};
@@ -65,9 +67,12 @@ struct MpiCommOptions {
   int ranks_per_node = 0;                       // >0: consecutive groups act as nodes (tests)
   std::size_t max_count = INT_MAX;              // split limit for MPI counts (tests lower it)
   bool progress_thread = true;                  // DS_COMM_PROGRESS_THREAD=0 runs shm i*() inline
+  // Pause-spins of a window barrier before it yields the CPU (DS_COMM_BARRIER_SPINS);
+  // -1: 256, or 4 when the node's ranks outnumber its CPUs.
+  int barrier_spins = -1;
   // Defaults overridden by DS_COMM_SHM, DS_COMM_SHM_CHUNK, DS_COMM_SHM_MIN,
   // DS_COMM_PLAIN_ALL_REDUCE, DS_COMM_PLAIN_REDUCE_SCATTER, DS_COMM_PLAIN_ALL_GATHER,
-  // DS_COMM_RANKS_PER_NODE, DS_COMM_PROGRESS_THREAD.
+  // DS_COMM_RANKS_PER_NODE, DS_COMM_PROGRESS_THREAD, DS_COMM_BARRIER_SPINS.
   static MpiCommOptions from_env();
 };
 
@@ -99,11 +104,12 @@ class MpiComm final : public Communicator {
   void all_gather_mpi(TensorView send, TensorView recv);
 
   bool shm_enabled() const;     // a window exists (more than one rank per node)
-  // Whether a blocking all_reduce / reduce_scatter / all_gather of `bytes` (the full buffer,
-  // as in the options) takes the window rather than plain MPI. Same answer on every rank.
-  bool shm_all_reduce_for(std::size_t bytes) const;
-  bool shm_reduce_scatter_for(std::size_t bytes) const;
-  bool shm_all_gather_for(std::size_t bytes) const;
+  // Whether an all_reduce / reduce_scatter / all_gather of `bytes` (the full buffer, as in the
+  // options; the i*() form when nonblocking) takes the window rather than plain MPI. Same
+  // answer on every rank.
+  bool shm_all_reduce_for(std::size_t bytes, bool nonblocking = false) const;
+  bool shm_reduce_scatter_for(std::size_t bytes, bool nonblocking = false) const;
+  bool shm_all_gather_for(std::size_t bytes, bool nonblocking = false) const;
   bool oversubscribed() const;  // the node's ranks outnumber the CPUs they may run on
   int node_size() const;        // ranks in this rank's node group
   int num_nodes() const;
