@@ -11,6 +11,7 @@
 #include <algorithm>
 #include <chrono>
 #include <cmath>
+#include <ctime>
 #include <cstdio>
 #include <cstring>
 #include <string>
@@ -25,22 +26,28 @@
 
 namespace {
 
+double cpu_now() {
+  timespec ts;
+  clock_gettime(CLOCK_PROCESS_CPUTIME_ID, &ts);
+  return double(ts.tv_sec) + 1e-9 * double(ts.tv_nsec);
+}
+
 double now() {
   return std::chrono::duration<double>(std::chrono::steady_clock::now().time_since_epoch()).count();
 }
 
 // Median sgemm GFLOP/s at the model's largest GEMM shape (BT x 4C x C) and at n = 1024.
-double sgemm_gflops(int M, int N, int K, int reps) {
+double sgemm_gflops(int M, int N, int K, int reps, double (*clock)() = now) {
   ds::HostBuffer a(std::size_t(M) * K, ds::DType::F32), b(std::size_t(N) * K, ds::DType::F32),
       c(std::size_t(M) * N, ds::DType::F32);
   for (std::size_t i = 0; i < a.count(); ++i) a.as<float>()[i] = float(i % 7) * 0.1f;
   for (std::size_t i = 0; i < b.count(); ++i) b.as<float>()[i] = float(i % 5) * 0.1f;
   std::vector<double> t;
   for (int r = 0; r < reps + 2; ++r) {
-    const double t0 = now();
+    const double t0 = clock();
     cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, M, N, K, 1.0f, a.as<float>(), K, b.as<float>(), K,
                 0.0f, c.as<float>(), N);
-    if (r >= 2) t.push_back(now() - t0);
+    if (r >= 2) t.push_back(clock() - t0);
   }
   std::sort(t.begin(), t.end());
   return 2.0 * M * N * K / t[t.size() / 2] / 1e9;
@@ -53,7 +60,7 @@ int main(int argc, char** argv) {
   int steps = 20, warmup = 3;
   ds::nn::GptConfig cfg{4, 4, 256, 128, 256};
   std::int64_t B = 8;
-  bool json = false, gemm_bf16 = false, verbose = false;
+  bool json = false, gemm_bf16 = false, verbose = false, profile = false;
   for (int i = 1; i < argc; ++i) {
     std::string a = argv[i];
     auto next = [&] { return std::string(i + 1 < argc ? argv[++i] : ""); };
@@ -68,6 +75,7 @@ int main(int argc, char** argv) {
     else if (a == "--batch") B = std::stoi(next());
     else if (a == "--json") json = true;
     else if (a == "--verbose") verbose = true;
+    else if (a == "--profile") profile = true;
     else if (a == "--gemm") gemm_bf16 = next() == "bf16";
     else { std::fprintf(stderr, "bench_train: error: unknown flag %s\n", a.c_str()); return 2; }
   }
@@ -98,11 +106,13 @@ int main(int argc, char** argv) {
   ds::data::Loader loader(data, T, ds::data::DistributedSampler(data.num_samples(T), 1, 0, std::size_t(B), true, 1, true));
 
   std::vector<float> gtmp(dt == ds::DType::F32 ? 0 : P);
-  double t_fwd = 0, t_bwd = 0, t_opt = 0, t_total = 0;
+  double t_fwd = 0, t_bwd = 0, t_opt = 0, t_total = 0, cpu_total = 0, cpu_opt = 0;
   float loss = 0, first_loss = 0;
   const float lr = 1e-3f, b1 = 0.9f, b2 = 0.95f, eps = 1e-8f, wd = 0.1f;
   for (int s = 0; s < warmup + steps; ++s) {
     ds::Batch batch = loader.next();
+    if (profile && s == warmup) model.set_profiling(true);
+    const double c0 = cpu_now();
     const double t0 = now();
     loss = model.forward(batch);
     if (s == 0) first_loss = loss;
@@ -110,6 +120,7 @@ int main(int argc, char** argv) {
     const double t1 = now();
     model.backward(1.0f, {});
     const double t2 = now();
+    const double cb = cpu_now();
     // Fused AdamW over the flat fp32 master (grads read in the working dtype), then zero
     // grads and write back the working params.
     const float* g = dt == ds::DType::F32 ? grad.as<float>() : gtmp.data();
@@ -129,7 +140,11 @@ int main(int argc, char** argv) {
     std::memset(grad.data(), 0, grad.bytes());
     ds::convert(master.data(), ds::DType::F32, work.data(), dt, P);  // fp32: a copy
     const double t3 = now();
-    if (s >= warmup) { t_fwd += t1 - t0; t_bwd += t2 - t1; t_opt += t3 - t2; t_total += t3 - t0; }
+    const double c3 = cpu_now();
+    if (s >= warmup) {
+      t_fwd += t1 - t0; t_bwd += t2 - t1; t_opt += t3 - t2; t_total += t3 - t0;
+      cpu_total += c3 - c0; cpu_opt += c3 - cb;
+    }
   }
   const char* gemm_name = gemm_bf16 ? "own-bf16" : (ds::nn::use_openblas_f32() ? "openblas" : "own-f32");
   const double tokens = double(B * T) * steps;
@@ -156,6 +171,35 @@ int main(int argc, char** argv) {
     std::printf("  model %.1f MFLOP/token; sgemm %.0f GFLOP/s (model shape), %.0f GFLOP/s (n=1024); "
                 "bound %.0f tokens/s; achieved %.0f%% of bound\n",
                 fpt / 1e6, gf_model, gf_1024, bound, 100.0 * tps / bound);
+  }
+  if (profile) {
+    // Per-op split of the step by process CPU time (run with OMP_NUM_THREADS=1 for a clean
+    // split: with more threads it includes OpenMP spin-waits).
+    const double step_ms = 1e3 * cpu_total / steps;
+    const double gf_cpu = sgemm_gflops(1024, 1024, 1024, 5, cpu_now);
+    std::printf("\nper-op CPU time per step (%d threads; step %.1f ms CPU, %.0f tokens/s by CPU time):\n",
+                threads, step_ms, double(B * T) / (cpu_total / steps));
+    std::printf("| op | ms/step | share | GFLOP/s |\n| --- | --- | --- | --- |\n");
+    double gemm_ms = 0, other_ms = 0, acc = 0;
+    for (const auto& e : model.profile()) {
+      if (e.calls == 0) continue;
+      const double ms = 1e3 * e.cpu_s / steps;
+      acc += ms;
+      (e.flops > 0 ? gemm_ms : other_ms) += ms;
+      if (e.flops > 0)
+        std::printf("| %s | %.2f | %.1f%% | %.1f |\n", e.op.c_str(), ms, 100 * ms / step_ms, e.flops / e.cpu_s / 1e9);
+      else
+        std::printf("| %s | %.2f | %.1f%% | - |\n", e.op.c_str(), ms, 100 * ms / step_ms);
+    }
+    const double opt_ms = 1e3 * cpu_opt / steps;
+    std::printf("| optimizer (AdamW + grad zero + param copy) | %.2f | %.1f%% | - |\n", opt_ms, 100 * opt_ms / step_ms);
+    std::printf("| rest (loader, loss, timers) | %.2f | %.1f%% | - |\n", step_ms - acc - opt_ms,
+                100 * (step_ms - acc - opt_ms) / step_ms);
+    std::printf("GEMM ops (linear, attention incl. softmax): %.1f ms (%.0f%%); other model ops %.1f ms\n", gemm_ms,
+                100 * gemm_ms / step_ms, other_ms);
+    const double bound_ms = fpt * double(B * T) / (gf_cpu * 1e9) * 1e3;
+    std::printf("bound by CPU time: sgemm n=1024 %.1f GFLOP/s -> %.1f ms/step; this step is at %.0f%% of it\n",
+                gf_cpu, bound_ms, 100 * bound_ms / step_ms);
   }
   return 0;
 }

@@ -70,6 +70,55 @@ TEST(NnGemm, F32BlockedMatchesReference) {
   g_bf16 = true;
 }
 
+// gemm_tri against the plain triple loop on the defined part: LowerC compares n <= m only;
+// LowerA / UpperA get op(A) with zeros in its zero half (what the kernel may skip).
+void check_tri(ds::nn::Tri tri, bool ta, bool tb, std::int64_t M, std::int64_t N, std::int64_t K, float alpha,
+               float beta) {
+  using ds::nn::Tri;
+  std::mt19937_64 g(M * 131 + N * 7 + K + int(tri));
+  std::normal_distribution<float> d;
+  const std::int64_t lda = (ta ? M : K) + 3, ldb = (tb ? K : N) + 1, ldc = N + 2;
+  std::vector<float> A((ta ? K : M) * lda), B((tb ? N : K) * ldb), C(M * ldc);
+  for (auto& x : A) x = d(g);
+  for (auto& x : B) x = d(g);
+  for (auto& x : C) x = d(g);
+  auto aref = [&](std::int64_t m, std::int64_t k) -> float& { return ta ? A[k * lda + m] : A[m * lda + k]; };
+  for (std::int64_t m = 0; m < M; ++m)
+    for (std::int64_t k = 0; k < K; ++k)
+      if ((tri == Tri::LowerA && k > m) || (tri == Tri::UpperA && k < m)) aref(m, k) = 0.0f;
+  std::vector<float> C0 = C;
+  ds::nn::gemm_tri(tri, ta, tb, M, N, K, alpha, A.data(), lda, B.data(), ldb, beta, C.data(), ldc);
+  for (std::int64_t m = 0; m < M; ++m)
+    for (std::int64_t n = 0; n < N; ++n) {
+      if (tri == Tri::LowerC && n > m) continue;
+      double s = 0, mag = 0;
+      for (std::int64_t k = 0; k < K; ++k) {
+        const double a = aref(m, k);
+        const double b = tb ? B[n * ldb + k] : B[k * ldb + n];
+        s += a * b;
+        mag += std::fabs(a * b);
+      }
+      const double want = alpha * s + (beta != 0.0f ? beta * C0[m * ldc + n] : 0.0);
+      ASSERT_NEAR(C[m * ldc + n], want, 1e-5 * (std::fabs(alpha) * mag + std::fabs(beta * C0[m * ldc + n])) + 1e-6)
+          << "tri " << int(tri) << " ta " << ta << " tb " << tb << " M " << M << " N " << N << " K " << K << " at "
+          << m << "," << n;
+    }
+  for (std::int64_t m = 0; m < M; ++m) ASSERT_EQ(C[m * ldc + N], C0[m * ldc + N]);
+}
+
+TEST(NnGemm, TriangularMatchesReference) {
+  using ds::nn::Tri;
+  for (Tri tri : {Tri::LowerC, Tri::LowerA, Tri::UpperA})
+    for (bool ta : {false, true})
+      for (bool tb : {false, true}) {
+        const bool sq = tri != Tri::LowerC;  // op(A) triangles need K == M
+        check_tri(tri, ta, tb, 1, 1, 1, 1.0f, 0.0f);
+        check_tri(tri, ta, tb, 7, sq ? 5 : 7, 7, 0.5f, 1.0f);
+        check_tri(tri, ta, tb, 37, sq ? 17 : 37, sq ? 37 : 13, 1.0f, 0.0f);
+        check_tri(tri, ta, tb, 130, sq ? 64 : 130, sq ? 130 : 64, -2.0f, 0.25f);
+      }
+}
+
 TEST(NnGemm, FrontDoorF32IsSgemm) {
   std::vector<float> A = {1, 2, 3, 4}, B = {5, 6, 7, 8}, C(4, 1.0f);
   ds::nn::gemm(ds::nn::Precision::F32, false, false, 2, 2, 2, 1.0f, A.data(), 2, B.data(), 2, 1.0f, C.data(), 2);

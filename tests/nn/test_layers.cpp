@@ -145,7 +145,8 @@ TEST(NnLayers, AttentionGradientAndFast) {
   ds::nn::ref::attention_backward(dqkv.data(), R.data(), qkv.data(), att.data(), B, T, C, NH);
   fd_check(qkv, dqkv, f, "attention dqkv");
 
-  for (auto [b, t, c, nh] : {std::array<std::int64_t, 4>{1, 1, 1, 1}, {2, 7, 6, 3}, {3, 33, 20, 4}}) {
+  for (auto [b, t, c, nh] : {std::array<std::int64_t, 4>{1, 1, 1, 1}, {2, 7, 6, 3}, {3, 33, 20, 4},
+                               {2, 131, 128, 2}}) {
     Vd q2 = randn(b * t * 3 * c, 53), d2 = randn(b * t * c, 54), o_ref(b * t * c), a_ref(b * nh * t * t), dq_ref(q2.size());
     ds::nn::ref::attention_forward(o_ref.data(), a_ref.data(), q2.data(), b, t, c, nh);
     ds::nn::ref::attention_backward(dq_ref.data(), d2.data(), q2.data(), a_ref.data(), b, t, c, nh);

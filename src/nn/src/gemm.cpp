@@ -141,17 +141,42 @@ __attribute__((target("avx512f,avx512bw,avx512vl,avx512bf16,fma"))) void micro_k
 }
 
 // fp32 panels: out[k][r] = X(i0 + r, k), zero outside.
+// X with k contiguous per row (the transposing case) walks k outer so the panel is written
+// in order: W = 64 gathers 16 rows per vector, narrow panels copy W scalars per k.
+__attribute__((target("avx512f,avx512bw,avx512vl,fma"))) void pack_rows_k_major_64(
+    float* __restrict out, const float* base, std::int64_t ld, std::int64_t valid, std::int64_t K) {
+  const __m512i idx = _mm512_mullo_epi32(_mm512_set_epi32(15, 14, 13, 12, 11, 10, 9, 8, 7, 6, 5, 4, 3, 2, 1, 0),
+                                         _mm512_set1_epi32(int(ld)));
+  __mmask16 m[4];
+  for (int j = 0; j < 4; ++j) {
+    const std::int64_t v = std::clamp<std::int64_t>(valid - 16 * j, 0, 16);
+    m[j] = __mmask16(v >= 16 ? 0xFFFF : (1u << v) - 1);
+  }
+  for (std::int64_t k = 0; k < K; ++k) {
+    float* o = out + k * 64;
+#pragma GCC unroll 4
+    for (int j = 0; j < 4; ++j) {
+      const float* src = base + 16 * j * ld + k;
+      const __m512 v = _mm512_mask_i32gather_ps(_mm512_setzero_ps(), m[j], idx, src, 4);
+      _mm512_storeu_ps(o + 16 * j, v);
+    }
+  }
+}
+
 template <std::int64_t W>
 void pack_panel_f32(float* out, const View& v, std::int64_t i0, std::int64_t rows, std::int64_t K) {
   const std::int64_t valid = std::min<std::int64_t>(W, rows - i0);
   if (!v.trans) {
-    for (std::int64_t r = 0; r < W; ++r) {
-      if (r >= valid) {
-        for (std::int64_t k = 0; k < K; ++k) out[k * W + r] = 0.0f;
-        continue;
+    const float* base = v.p + i0 * v.ld;
+    if constexpr (W == 64) {
+      if (v.ld * 15 < (std::int64_t(1) << 31)) {
+        pack_rows_k_major_64(out, base, v.ld, valid, K);
+        return;
       }
-      const float* row = v.p + (i0 + r) * v.ld;
-      for (std::int64_t k = 0; k < K; ++k) out[k * W + r] = row[k];
+    }
+    for (std::int64_t k = 0; k < K; ++k) {
+      float* o = out + k * W;
+      for (std::int64_t r = 0; r < W; ++r) o[r] = r < valid ? base[r * v.ld + k] : 0.0f;
     }
   } else {
     for (std::int64_t k = 0; k < K; ++k) {
@@ -166,30 +191,34 @@ void pack_panel_f32(float* out, const View& v, std::int64_t i0, std::int64_t row
   }
 }
 
+// NV = number of 16-wide column vectors the tile computes (1..4): a causal (lower
+// triangular) C skips the vectors wholly above the diagonal. A is read in place (no
+// packing: the broadcasts come from L1/L2 either way): element (r, k) of the tile at
+// a[r * rs + k * ks]; rows past mv repeat the last valid row (their results are not stored).
+template <int NV>
 __attribute__((target("avx512f,avx512bw,avx512vl,fma"))) void micro_kernel_f32(
-    const float* __restrict a, const float* __restrict b, std::int64_t K, float alpha,
-    float beta, float* c, std::int64_t ldc, std::int64_t mv, std::int64_t nv) {
+    const float* __restrict a, std::int64_t rs, std::int64_t ks, const float* __restrict b,
+    std::int64_t K, float alpha, float beta, float* c, std::int64_t ldc, std::int64_t mv, std::int64_t nv) {
   __m512 acc[MR][4];
+  const float* ar[MR];
 #pragma GCC unroll 6
-  for (int r = 0; r < MR; ++r)
+  for (int r = 0; r < MR; ++r) {
+    ar[r] = a + std::min<std::int64_t>(r, mv - 1) * rs;
 #pragma GCC unroll 4
     for (int j = 0; j < 4; ++j) acc[r][j] = _mm512_setzero_ps();
+  }
   for (std::int64_t k = 0; k < K; ++k) {
-    const __m512 b0 = _mm512_loadu_ps(b + k * NR);
-    const __m512 b1 = _mm512_loadu_ps(b + k * NR + 16);
-    const __m512 b2 = _mm512_loadu_ps(b + k * NR + 32);
-    const __m512 b3 = _mm512_loadu_ps(b + k * NR + 48);
-    const float* ak = a + k * MR;
+    __m512 bv[NV];
+#pragma GCC unroll 4
+    for (int j = 0; j < NV; ++j) bv[j] = _mm512_loadu_ps(b + k * NR + 16 * j);
 #pragma GCC unroll 6
     for (int r = 0; r < MR; ++r) {
-      const __m512 av = _mm512_set1_ps(ak[r]);
-      acc[r][0] = _mm512_fmadd_ps(av, b0, acc[r][0]);
-      acc[r][1] = _mm512_fmadd_ps(av, b1, acc[r][1]);
-      acc[r][2] = _mm512_fmadd_ps(av, b2, acc[r][2]);
-      acc[r][3] = _mm512_fmadd_ps(av, b3, acc[r][3]);
+      const __m512 av = _mm512_set1_ps(ar[r][k * ks]);
+#pragma GCC unroll 4
+      for (int j = 0; j < NV; ++j) acc[r][j] = _mm512_fmadd_ps(av, bv[j], acc[r][j]);
     }
   }
-  store_tile(acc, alpha, beta, c, ldc, mv, nv);
+  store_tile(acc, alpha, beta, c, ldc, mv, std::min<std::int64_t>(nv, 16 * NV));
 }
 
 // Packing buffers, one pair per calling thread (the attention runs one GEMM per thread):
@@ -265,32 +294,77 @@ bool f32_gemm_supported() {
   return ok;
 }
 
-void gemm_f32(bool trans_a, bool trans_b, std::int64_t M, std::int64_t N, std::int64_t K,
-              float alpha, const float* A, std::int64_t lda, const float* B, std::int64_t ldb,
-              float beta, float* C, std::int64_t ldc) {
+namespace {
+
+void gemm_f32_impl(Tri tri, bool trans_a, bool trans_b, std::int64_t M, std::int64_t N, std::int64_t K,
+                   float alpha, const float* A, std::int64_t lda, const float* B, std::int64_t ldb,
+                   float beta, float* C, std::int64_t ldc) {
   DS_CHECK(f32_gemm_supported(), "gemm_f32: this CPU has no AVX-512");
   if (M <= 0 || N <= 0) return;
   const std::int64_t mp = (M + MR - 1) / MR, np = (N + NR - 1) / NR;
   const std::int64_t Kp = std::max<std::int64_t>(K, 1);
-  float* pa = reinterpret_cast<float*>(ensure(0, std::size_t(mp * MR * Kp)));
   float* pb = reinterpret_cast<float*>(ensure(1, std::size_t(np * NR * Kp)));
-  const View va{A, lda, trans_a};
   const View vb{B, ldb, !trans_b};
+  // op(A) is read in place; a transposed A with a long k is packed into [k][MR] panels
+  // first (each k step of A^T in place is a new cache line, and lda = 1024 floats would
+  // also alias in L1).
+  const bool pack_a = trans_a && K > 256;
+  float* pa = pack_a ? reinterpret_cast<float*>(ensure(0, std::size_t(mp * MR * Kp))) : nullptr;
+  const View va{A, lda, trans_a};
   const bool par = !omp_in_parallel() && M * N * Kp > (1 << 21);
 #pragma omp parallel if (par)
   {
+    if (pack_a) {
 #pragma omp for schedule(static) nowait
-    for (std::int64_t i = 0; i < mp; ++i) pack_panel_f32<MR>(pa + i * MR * K, va, i * MR, M, K);
+      for (std::int64_t i = 0; i < mp; ++i) pack_panel_f32<MR>(pa + i * MR * K, va, i * MR, M, K);
+    }
 #pragma omp for schedule(static)
     for (std::int64_t j = 0; j < np; ++j) pack_panel_f32<NR>(pb + j * NR * K, vb, j * NR, N, K);
 #pragma omp for collapse(2) schedule(static)
     for (std::int64_t j = 0; j < np; ++j)
       for (std::int64_t i = 0; i < mp; ++i) {
-        const std::int64_t m0 = i * MR, n0 = j * NR;
-        micro_kernel_f32(pa + i * MR * K, pb + j * NR * K, K, alpha, beta, C + m0 * ldc + n0, ldc,
-                         std::min(MR, M - m0), std::min(NR, N - n0));
+        const std::int64_t m0 = i * MR, n0 = j * NR, mv = std::min(MR, M - m0);
+        std::int64_t nv = std::min(NR, N - n0), k0 = 0, k1 = K;
+        if (tri == Tri::LowerC) {  // columns past the tile's last row are not needed
+          nv = std::min(nv, m0 + mv - n0);
+          if (nv <= 0) continue;
+        } else if (tri == Tri::LowerA) {  // op(A)(m, k) = 0 for k > m
+          k1 = std::min(K, m0 + mv);
+        } else if (tri == Tri::UpperA) {  // op(A)(m, k) = 0 for k < m
+          k0 = std::min(K, m0);
+        }
+        const float* a = pack_a ? pa + i * MR * K + k0 * MR : trans_a ? A + k0 * lda + m0 : A + m0 * lda + k0;
+        const std::int64_t rs = pack_a ? 1 : trans_a ? 1 : lda, ks = pack_a ? MR : trans_a ? lda : 1;
+        const float* b = pb + j * NR * K + k0 * NR;
+        float* c = C + m0 * ldc + n0;
+        switch ((nv + 15) / 16) {
+          case 1: micro_kernel_f32<1>(a, rs, ks, b, k1 - k0, alpha, beta, c, ldc, mv, nv); break;
+          case 2: micro_kernel_f32<2>(a, rs, ks, b, k1 - k0, alpha, beta, c, ldc, mv, nv); break;
+          case 3: micro_kernel_f32<3>(a, rs, ks, b, k1 - k0, alpha, beta, c, ldc, mv, nv); break;
+          default: micro_kernel_f32<4>(a, rs, ks, b, k1 - k0, alpha, beta, c, ldc, mv, nv); break;
+        }
       }
   }
+}
+
+}  // namespace
+
+void gemm_f32(bool trans_a, bool trans_b, std::int64_t M, std::int64_t N, std::int64_t K,
+              float alpha, const float* A, std::int64_t lda, const float* B, std::int64_t ldb,
+              float beta, float* C, std::int64_t ldc) {
+  gemm_f32_impl(Tri::None, trans_a, trans_b, M, N, K, alpha, A, lda, B, ldb, beta, C, ldc);
+}
+
+void gemm_tri(Tri tri, bool trans_a, bool trans_b, std::int64_t M, std::int64_t N, std::int64_t K,
+              float alpha, const float* A, std::int64_t lda, const float* B, std::int64_t ldb,
+              float beta, float* C, std::int64_t ldc) {
+  if (f32_gemm_supported()) {
+    gemm_f32_impl(tri, trans_a, trans_b, M, N, K, alpha, A, lda, B, ldb, beta, C, ldc);
+    return;
+  }
+  // The full product gives the same values where the triangle is defined (the zero half of
+  // a triangular op(A) adds nothing; a LowerC caller ignores the upper part).
+  gemm(Precision::F32, trans_a, trans_b, M, N, K, alpha, A, lda, B, ldb, beta, C, ldc);
 }
 
 void gemm(Precision p, bool trans_a, bool trans_b, std::int64_t M, std::int64_t N, std::int64_t K,

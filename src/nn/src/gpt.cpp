@@ -7,6 +7,7 @@
 #include <cstring>
 #include <random>
 #include <string>
+#include <ctime>
 
 #include "ds/core/error.h"
 #include "ds/nn/kernels.h"
@@ -14,6 +15,48 @@
 namespace ds::nn {
 
 namespace k = kernels;
+
+// Op profiler: one entry per op name; a scope adds its process CPU time (clock_gettime
+// costs well under 1 us; the ops take 50 us and more).
+enum Op : int {
+  kEmbFwd, kLnFwd, kQkvFwd, kAttFwd, kAttProjFwd, kFcFwd, kGeluFwd, kFcProjFwd, kLmHeadFwd, kXentFwd,
+  kXentBwd, kLmHeadBwd, kFcProjBwd, kGeluBwd, kFcBwd, kLnBwd, kAttProjBwd, kAttBwd, kQkvBwd, kEmbBwd,
+  kParamsFwd, kGradFold, kNumOps
+};
+constexpr const char* kOpNames[kNumOps] = {
+    "embedding fwd", "layernorm fwd", "qkv linear fwd", "attention fwd", "attn proj linear fwd",
+    "fc linear fwd", "gelu fwd", "fc proj linear fwd", "lm head fwd", "cross-entropy fwd",
+    "cross-entropy bwd", "lm head bwd", "fc proj linear bwd", "gelu bwd", "fc linear bwd",
+    "layernorm bwd", "attn proj linear bwd", "attention bwd", "qkv linear bwd", "embedding bwd",
+    "half dtype: params to fp32, zero grads", "grad fold + grad_ready"};
+
+struct GptProf {
+  Gpt* g;
+  int op;
+  double flops;
+  double t0 = 0;
+  static double cpu() {
+    timespec ts;
+    clock_gettime(CLOCK_PROCESS_CPUTIME_ID, &ts);
+    return double(ts.tv_sec) + 1e-9 * double(ts.tv_nsec);
+  }
+  GptProf(Gpt* gpt, int o, double f = 0) : g(gpt->profiling_ ? gpt : nullptr), op(o), flops(f) {
+    if (g) t0 = cpu();
+  }
+  ~GptProf() {
+    if (!g) return;
+    auto& e = g->prof_[std::size_t(op)];
+    e.cpu_s += cpu() - t0;
+    e.calls += 1;
+    e.flops += flops;
+  }
+};
+
+void Gpt::set_profiling(bool on) {
+  profiling_ = on;
+  prof_.assign(kNumOps, OpTime{});
+  for (int i = 0; i < kNumOps; ++i) prof_[std::size_t(i)].op = kOpNames[i];
+}
 
 Gpt::Gpt(const GptConfig& cfg) : cfg_(cfg) {
   DS_CHECK(cfg.n_layer > 0 && cfg.n_head > 0 && cfg.n_embd > 0 && cfg.block_size > 0 &&
@@ -111,26 +154,56 @@ void Gpt::ensure_scratch(std::int64_t B, std::int64_t T) {
 
 void Gpt::run_forward(const std::int32_t* tokens, std::int64_t B, std::int64_t T) {
   const std::int64_t C = cfg_.n_embd, NH = cfg_.n_head, V = cfg_.vocab_size, N = B * T;
-  ps_.prepare_forward();
+  { GptProf pf(this, kParamsFwd, 0); ps_.prepare_forward(); }
   ensure_scratch(B, T);
   B_ = B;
   T_ = T;
-  k::embedding_forward(resid_[0], tokens, ps_.w(wte_), ps_.w(wpe_), B, T, C);
+  {
+    GptProf pf(this, kEmbFwd, 0);
+    k::embedding_forward(resid_[0], tokens, ps_.w(wte_), ps_.w(wpe_), B, T, C);
+  }
   for (std::size_t l = 0; l < layers_.size(); ++l) {
     const LayerIdx& P = layers_[l];
     const LayerAct& a = acts_[l];
     const float* x = resid_[l];
-    k::layernorm_forward(a.ln1, a.ln1_mean, a.ln1_rstd, x, ps_.w(P.ln1w), ps_.w(P.ln1b), N, C);
-    k::linear_forward(a.qkv, a.ln1, ps_.w(P.qkvw), ps_.w(P.qkvb), nullptr, N, C, 3 * C, prec_);
-    k::attention_forward(a.atty, a.att, a.qkv, B, T, C, NH);
-    k::linear_forward(a.x1, a.atty, ps_.w(P.projw), ps_.w(P.projb), x, N, C, C, prec_);
-    k::layernorm_forward(a.ln2, a.ln2_mean, a.ln2_rstd, a.x1, ps_.w(P.ln2w), ps_.w(P.ln2b), N, C);
-    k::linear_forward(a.fch, a.ln2, ps_.w(P.fcw), ps_.w(P.fcb), nullptr, N, C, 4 * C, prec_);
-    k::gelu_forward(a.fch_gelu, a.fch, 4 * N * C);
-    k::linear_forward(resid_[l + 1], a.fch_gelu, ps_.w(P.fcprojw), ps_.w(P.fcprojb), a.x1, N, 4 * C, C, prec_);
+    {
+      GptProf pf(this, kLnFwd, 0);
+      k::layernorm_forward(a.ln1, a.ln1_mean, a.ln1_rstd, x, ps_.w(P.ln1w), ps_.w(P.ln1b), N, C);
+    }
+    {
+      GptProf pf(this, kQkvFwd, 2.0 * double(N) * double(3 * C) * double(C));
+      k::linear_forward(a.qkv, a.ln1, ps_.w(P.qkvw), ps_.w(P.qkvb), nullptr, N, C, 3 * C, prec_);
+    }
+    {
+      GptProf pf(this, kAttFwd, 4.0 * double(B * NH) * double(T) * double(T) * double(C / NH));
+      k::attention_forward(a.atty, a.att, a.qkv, B, T, C, NH);
+    }
+    {
+      GptProf pf(this, kAttProjFwd, 2.0 * double(N) * double(C) * double(C));
+      k::linear_forward(a.x1, a.atty, ps_.w(P.projw), ps_.w(P.projb), x, N, C, C, prec_);
+    }
+    {
+      GptProf pf(this, kLnFwd, 0);
+      k::layernorm_forward(a.ln2, a.ln2_mean, a.ln2_rstd, a.x1, ps_.w(P.ln2w), ps_.w(P.ln2b), N, C);
+    }
+    {
+      GptProf pf(this, kFcFwd, 2.0 * double(N) * double(4 * C) * double(C));
+      k::linear_forward(a.fch, a.ln2, ps_.w(P.fcw), ps_.w(P.fcb), nullptr, N, C, 4 * C, prec_);
+    }
+    { GptProf pf(this, kGeluFwd, 0); k::gelu_forward(a.fch_gelu, a.fch, 4 * N * C); }
+    {
+      GptProf pf(this, kFcProjFwd, 2.0 * double(N) * double(4 * C) * double(C));
+      k::linear_forward(resid_[l + 1], a.fch_gelu, ps_.w(P.fcprojw), ps_.w(P.fcprojb), a.x1, N, 4 * C, C, prec_);
+    }
   }
-  k::layernorm_forward(lnf_, lnf_mean_, lnf_rstd_, resid_.back(), ps_.w(lnfw_), ps_.w(lnfb_), N, C);
-  k::linear_forward(logits_, lnf_, ps_.w(wte_), nullptr, nullptr, N, C, V, prec_);
+  {
+    GptProf pf(this, kLnFwd, 0);
+    k::layernorm_forward(lnf_, lnf_mean_, lnf_rstd_, resid_.back(), ps_.w(lnfw_), ps_.w(lnfb_), N, C);
+  }
+  {
+    GptProf pf(this, kLmHeadFwd, 2.0 * double(N) * double(V) * double(C));
+    k::linear_forward(logits_, lnf_, ps_.w(wte_), nullptr, nullptr, N, C, V, prec_);
+  }
 }
 
 float Gpt::loss_forward(const Batch& batch) {
@@ -150,6 +223,7 @@ float Gpt::loss_forward(const Batch& batch) {
              "Gpt::forward: token id out of range [0, " << V << ") at position " << i << " (input "
                                                         << tokens_[i] << ", target " << targets_[i] << ")");
   run_forward(tokens_.data(), B, T);
+  GptProf pf(this, kXentFwd);
   return k::crossentropy_forward(lse_, logits_, targets_.data(), std::int64_t(N), V);
 }
 
@@ -171,50 +245,80 @@ void Gpt::backward(float scale, const std::function<void(std::size_t)>& grad_rea
   have_cache_ = false;
   const std::int64_t B = B_, T = T_, C = cfg_.n_embd, NH = cfg_.n_head, V = cfg_.vocab_size;
   const std::int64_t N = B * T;
-  ps_.prepare_backward();
+  { GptProf pf(this, kParamsFwd, 0); ps_.prepare_backward(); }
   // Fused softmax + cross-entropy gradient, in place over the logits.
-  k::crossentropy_backward(logits_, lse_, targets_.data(), N, V, scale);
+  { GptProf pf(this, kXentBwd, 0); k::crossentropy_backward(logits_, lse_, targets_.data(), N, V, scale); }
   // LM head (tied to wte): dwte += dlogits^T lnf ; dlnf = dlogits wte.
-  k::linear_backward(dln_, ps_.g(wte_), nullptr, logits_, lnf_, ps_.w(wte_), N, C, V, false, prec_);
+  {
+    GptProf pf(this, kLmHeadBwd, 2 * 2.0 * double(N) * double(V) * double(C));
+    k::linear_backward(dln_, ps_.g(wte_), nullptr, logits_, lnf_, ps_.w(wte_), N, C, V, false, prec_);
+  }
   std::memset(dres_, 0, std::size_t(N * C) * sizeof(float));
-  k::layernorm_backward(dres_, ps_.g(lnfw_), ps_.g(lnfb_), dln_, resid_.back(), ps_.w(lnfw_),
-                        lnf_mean_, lnf_rstd_, N, C);
-  ps_.finish_grad(lnfw_, grad_ready);
-  ps_.finish_grad(lnfb_, grad_ready);
+  {
+    GptProf pf(this, kLnBwd, 0);
+    k::layernorm_backward(dres_, ps_.g(lnfw_), ps_.g(lnfb_), dln_, resid_.back(), ps_.w(lnfw_),
+                          lnf_mean_, lnf_rstd_, N, C);
+  }
+  { GptProf pf(this, kGradFold); ps_.finish_grad(lnfw_, grad_ready); }
+  { GptProf pf(this, kGradFold); ps_.finish_grad(lnfb_, grad_ready); }
   for (std::size_t li = layers_.size(); li-- > 0;) {
     const LayerIdx& P = layers_[li];
     const LayerAct& a = acts_[li];
     // MLP: x2 = x1 + c_proj(gelu(c_fc(ln_2(x1)))); dres holds dL/dx2.
-    k::linear_backward(dfch_, ps_.g(P.fcprojw), ps_.g(P.fcprojb), dres_, a.fch_gelu,
-                       ps_.w(P.fcprojw), N, 4 * C, C, false, prec_);
-    ps_.finish_grad(P.fcprojw, grad_ready);
-    ps_.finish_grad(P.fcprojb, grad_ready);
-    k::gelu_backward(dfch_, a.fch, dfch_, 4 * N * C);
-    k::linear_backward(dln_, ps_.g(P.fcw), ps_.g(P.fcb), dfch_, a.ln2, ps_.w(P.fcw), N, C, 4 * C, false, prec_);
-    ps_.finish_grad(P.fcw, grad_ready);
-    ps_.finish_grad(P.fcb, grad_ready);
-    k::layernorm_backward(dres_, ps_.g(P.ln2w), ps_.g(P.ln2b), dln_, a.x1, ps_.w(P.ln2w),
-                          a.ln2_mean, a.ln2_rstd, N, C);
-    ps_.finish_grad(P.ln2w, grad_ready);
-    ps_.finish_grad(P.ln2b, grad_ready);
+    {
+      GptProf pf(this, kFcProjBwd, 2 * 2.0 * double(N) * double(4 * C) * double(C));
+      k::linear_backward(dfch_, ps_.g(P.fcprojw), ps_.g(P.fcprojb), dres_, a.fch_gelu,
+                         ps_.w(P.fcprojw), N, 4 * C, C, false, prec_);
+    }
+    { GptProf pf(this, kGradFold); ps_.finish_grad(P.fcprojw, grad_ready); }
+    { GptProf pf(this, kGradFold); ps_.finish_grad(P.fcprojb, grad_ready); }
+    { GptProf pf(this, kGeluBwd, 0); k::gelu_backward(dfch_, a.fch, dfch_, 4 * N * C); }
+    {
+      GptProf pf(this, kFcBwd, 2 * 2.0 * double(N) * double(4 * C) * double(C));
+      k::linear_backward(dln_, ps_.g(P.fcw), ps_.g(P.fcb), dfch_, a.ln2, ps_.w(P.fcw), N, C, 4 * C, false, prec_);
+    }
+    { GptProf pf(this, kGradFold); ps_.finish_grad(P.fcw, grad_ready); }
+    { GptProf pf(this, kGradFold); ps_.finish_grad(P.fcb, grad_ready); }
+    {
+      GptProf pf(this, kLnBwd, 0);
+      k::layernorm_backward(dres_, ps_.g(P.ln2w), ps_.g(P.ln2b), dln_, a.x1, ps_.w(P.ln2w),
+                            a.ln2_mean, a.ln2_rstd, N, C);
+    }
+    { GptProf pf(this, kGradFold); ps_.finish_grad(P.ln2w, grad_ready); }
+    { GptProf pf(this, kGradFold); ps_.finish_grad(P.ln2b, grad_ready); }
     // Attention: x1 = x + c_proj(attn(c_attn(ln_1(x)))); dres holds dL/dx1.
-    k::linear_backward(datty_, ps_.g(P.projw), ps_.g(P.projb), dres_, a.atty, ps_.w(P.projw), N, C,
-                       C, false, prec_);
-    ps_.finish_grad(P.projw, grad_ready);
-    ps_.finish_grad(P.projb, grad_ready);
-    k::attention_backward(dqkv_, datty_, a.qkv, a.att, B, T, C, NH, datt_scratch_, att_slots_);
-    k::linear_backward(dln_, ps_.g(P.qkvw), ps_.g(P.qkvb), dqkv_, a.ln1, ps_.w(P.qkvw), N, C,
-                       3 * C, false, prec_);
-    ps_.finish_grad(P.qkvw, grad_ready);
-    ps_.finish_grad(P.qkvb, grad_ready);
-    k::layernorm_backward(dres_, ps_.g(P.ln1w), ps_.g(P.ln1b), dln_, resid_[li], ps_.w(P.ln1w),
-                          a.ln1_mean, a.ln1_rstd, N, C);
-    ps_.finish_grad(P.ln1w, grad_ready);
-    ps_.finish_grad(P.ln1b, grad_ready);
+    {
+      GptProf pf(this, kAttProjBwd, 2 * 2.0 * double(N) * double(C) * double(C));
+      k::linear_backward(datty_, ps_.g(P.projw), ps_.g(P.projb), dres_, a.atty, ps_.w(P.projw), N, C,
+                         C, false, prec_);
+    }
+    { GptProf pf(this, kGradFold); ps_.finish_grad(P.projw, grad_ready); }
+    { GptProf pf(this, kGradFold); ps_.finish_grad(P.projb, grad_ready); }
+    {
+      GptProf pf(this, kAttBwd, 8.0 * double(B * NH) * double(T) * double(T) * double(C / NH));
+      k::attention_backward(dqkv_, datty_, a.qkv, a.att, B, T, C, NH, datt_scratch_, att_slots_);
+    }
+    {
+      GptProf pf(this, kQkvBwd, 2 * 2.0 * double(N) * double(3 * C) * double(C));
+      k::linear_backward(dln_, ps_.g(P.qkvw), ps_.g(P.qkvb), dqkv_, a.ln1, ps_.w(P.qkvw), N, C,
+                         3 * C, false, prec_);
+    }
+    { GptProf pf(this, kGradFold); ps_.finish_grad(P.qkvw, grad_ready); }
+    { GptProf pf(this, kGradFold); ps_.finish_grad(P.qkvb, grad_ready); }
+    {
+      GptProf pf(this, kLnBwd, 0);
+      k::layernorm_backward(dres_, ps_.g(P.ln1w), ps_.g(P.ln1b), dln_, resid_[li], ps_.w(P.ln1w),
+                            a.ln1_mean, a.ln1_rstd, N, C);
+    }
+    { GptProf pf(this, kGradFold); ps_.finish_grad(P.ln1w, grad_ready); }
+    { GptProf pf(this, kGradFold); ps_.finish_grad(P.ln1b, grad_ready); }
   }
-  k::embedding_backward(ps_.g(wte_), ps_.g(wpe_), dres_, tokens_.data(), B, T, C);
-  ps_.finish_grad(wpe_, grad_ready);
-  ps_.finish_grad(wte_, grad_ready);
+  {
+    GptProf pf(this, kEmbBwd, 0);
+    k::embedding_backward(ps_.g(wte_), ps_.g(wpe_), dres_, tokens_.data(), B, T, C);
+  }
+  { GptProf pf(this, kGradFold); ps_.finish_grad(wpe_, grad_ready); }
+  { GptProf pf(this, kGradFold); ps_.finish_grad(wte_, grad_ready); }
 }
 
 double Gpt::flops_per_token(std::int64_t seq) const {

@@ -289,9 +289,10 @@ void attention_forward(float* out, float* att, const float* qkv, std::int64_t B,
     const float* k = q + C;
     const float* v = q + 2 * C;
     float* S = att + bh * T * T;
-    gemm(Precision::F32, false, true, T, T, hd, scale, q, C3, k, C3, 0.0f, S, T);
+    // Causal: only the lower triangle of S, and P V over k <= row.
+    gemm_tri(Tri::LowerC, false, true, T, T, hd, scale, q, C3, k, C3, 0.0f, S, T);
     for (std::int64_t i = 0; i < T; ++i) causal_softmax_row(S + i * T, i + 1, T);
-    gemm(Precision::F32, false, false, T, hd, T, 1.0f, S, T, v, C3, 0.0f, out + b * T * C + h * hd, C);
+    gemm_tri(Tri::LowerA, false, false, T, hd, T, 1.0f, S, T, v, C3, 0.0f, out + b * T * C + h * hd, C);
   }
 }
 
@@ -315,12 +316,13 @@ void attention_backward(float* dqkv, const float* dout, const float* qkv, const 
     const float* dy = dout + b * T * C + h * hd;
     float* dP = scratch + std::int64_t(omp_get_thread_num()) * T * T;
     // dP = dY V^T ; dV = P^T dY
-    gemm(Precision::F32, false, true, T, T, hd, 1.0f, dy, C, v, C3, 0.0f, dP, T);
-    gemm(Precision::F32, true, false, T, hd, T, 1.0f, P, T, dy, C, 0.0f, dv, C3);
+    // (P and dS are lower triangular: each product skips the zero half.)
+    gemm_tri(Tri::LowerC, false, true, T, T, hd, 1.0f, dy, C, v, C3, 0.0f, dP, T);
+    gemm_tri(Tri::UpperA, true, false, T, hd, T, 1.0f, P, T, dy, C, 0.0f, dv, C3);
     for (std::int64_t i = 0; i < T; ++i) softmax_bwd_row(dP + i * T, P + i * T, i + 1, T);
     // dQ = scale dS K ; dK = scale dS^T Q
-    gemm(Precision::F32, false, false, T, hd, T, scale, dP, T, k, C3, 0.0f, dq, C3);
-    gemm(Precision::F32, true, false, T, hd, T, scale, dP, T, q, C3, 0.0f, dk, C3);
+    gemm_tri(Tri::LowerA, false, false, T, hd, T, scale, dP, T, k, C3, 0.0f, dq, C3);
+    gemm_tri(Tri::UpperA, true, false, T, hd, T, scale, dP, T, q, C3, 0.0f, dk, C3);
   }
 }
 

@@ -40,4 +40,16 @@ void gemm_f32(bool trans_a, bool trans_b, std::int64_t M, std::int64_t N, std::i
               float alpha, const float* A, std::int64_t lda, const float* B, std::int64_t ldb,
               float beta, float* C, std::int64_t ldc);
 
+// Triangular-structure fp32 GEMM for causal attention (own AVX-512 kernel; without
+// AVX-512 the full product through gemm(F32), which gives the same defined values):
+//   LowerC: only C(m, n) with n <= m is needed; C above the diagonal is unspecified (some of
+//           it is written, in 16-column steps). alpha/beta apply as usual below it.
+//   LowerA: op(A)(m, k) must be zero for k > m; most of those entries are skipped.
+//   UpperA: op(A)(m, k) must be zero for k < m; most of those entries are skipped.
+// The work left is about half of the full product for square triangles.
+enum class Tri { None, LowerC, LowerA, UpperA };
+void gemm_tri(Tri tri, bool trans_a, bool trans_b, std::int64_t M, std::int64_t N, std::int64_t K,
+              float alpha, const float* A, std::int64_t lda, const float* B, std::int64_t ldb,
+              float beta, float* C, std::int64_t ldc);
+
 }  // namespace ds::nn

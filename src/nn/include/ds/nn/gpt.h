@@ -17,6 +17,7 @@
 #include <cstdint>
 #include <functional>
 #include <span>
+#include <string>
 #include <vector>
 
 #include "ds/core/buffer.h"
@@ -65,14 +66,28 @@ class Gpt : public Module {
   std::vector<std::int32_t> generate(std::span<const std::int32_t> context, int n_new,
                                      float temperature, std::uint64_t seed);
 
+  // Per-op profile of forward/backward (benchmarks): when enabled, every kernel call adds
+  // the process CPU time it took (all threads; run 1 thread for a clean split) to its op.
+  struct OpTime {
+    std::string op;
+    double cpu_s = 0;
+    std::int64_t calls = 0;
+    double flops = 0;  // GEMM FLOPs of the op (0 for the others)
+  };
+  void set_profiling(bool on);
+  const std::vector<OpTime>& profile() const { return prof_; }
+
  private:
   struct LayerIdx { std::size_t ln1w, ln1b, qkvw, qkvb, projw, projb, ln2w, ln2b, fcw, fcb, fcprojw, fcprojb; };
   void ensure_scratch(std::int64_t B, std::int64_t T);
   void run_forward(const std::int32_t* tokens, std::int64_t B, std::int64_t T);
   float loss_forward(const Batch& batch);
 
+  friend struct GptProf;
   GptConfig cfg_;
   ParamSet ps_;
+  bool profiling_ = false;
+  std::vector<OpTime> prof_;
   std::size_t wte_, wpe_, lnfw_, lnfb_;
   std::vector<LayerIdx> layers_;
 
