@@ -22,6 +22,7 @@
 #include "ds/core/half.h"
 #include "ds/core/log.h"
 #include "ds/io/checksum.h"
+#include "raw_io.h"
 
 namespace fs = std::filesystem;
 
@@ -323,13 +324,35 @@ LocalWriteResult write_local(const PendingSave& pending, int rank, const Checkpo
   res.shard_offset = c.shard_offset;
   res.shard_count = c.shard_count;
   for (const auto& s : c.shard) res.shard_names.push_back(s.name);
+  // HDF5 lays out both files (metadata, attributes, state trees, and storage for every
+  // tensor dataset, allocated but not written) and closes them; then the tensors' bytes go
+  // to their extents through detail::write_raw (parallel chunks, CRC per chunk, writeback
+  // started per chunk), and every file is fsynced once, after all writes were issued.
+  struct Out {
+    std::string path;
+    int fd = -1;
+  };
+  std::vector<Out> files;
+  std::vector<detail::RawWrite> jobs;
+  struct JobInfo {
+    std::size_t file;                               // index into files
+    std::map<std::string, std::uint32_t>* crc_map;  // where the job's CRC goes
+    std::string name;
+  };
+  std::vector<JobInfo> job_info;
+  std::size_t first_shard_job = std::size_t(-1);
+  auto close_fds = [&] {
+    for (auto& f : files)
+      if (f.fd >= 0) { ::close(f.fd); f.fd = -1; }
+  };
   try {
     DS_CHECK(pending.active, "write_local: no save in progress");
     if (rank == 0) {
       std::size_t need = 65536 + state_bytes(c.engine_state) + state_bytes(c.client_state) + c.config_json.size();
       for (const auto& pr : c.params) need += 4096 + pr.numel() * dtype_size(pr.dtype);
-      ensure_space((fs::path(pending.tmp_dir) / kModelFile).string(), need);
-      H5File f((fs::path(pending.tmp_dir) / kModelFile).string(), H5File::Mode::Create);
+      const std::string path = (fs::path(pending.tmp_dir) / kModelFile).string();
+      ensure_space(path, need);
+      H5File f(path, H5File::Mode::Create);
       f.set_attr("/", "format", "dstrain-checkpoint");
       f.set_attr("/", "format_version", std::int64_t(kFormatVersion));
       f.set_attr("/", "tag", pending.tag);
@@ -342,21 +365,28 @@ LocalWriteResult write_local(const PendingSave& pending, int rank, const Checkpo
                  "parameter name '" << pr.name << "' cannot be a checkpoint dataset name (empty or contains '/')");
         std::string ds = "params/" + pr.name;
         std::size_t bytes = pr.numel() * dtype_size(pr.dtype);
-        res.model_crc[ds] = crc32c(pr.data, bytes);
-        f.write(ds, pr.data, pr.dtype, pr.shape);
+        auto ext = f.create_raw(ds, pr.dtype, pr.shape);
         f.set_attr(ds, "flat_offset", std::int64_t(pr.flat_offset));
+        if (ext) {
+          DS_CHECK(ext->bytes == bytes, "HDF5 allocated " << ext->bytes << " bytes for " << path << " dataset " << ds << ", expected " << bytes);
+          jobs.push_back({-1, ext->offset, pr.data, bytes, path + " dataset " + ds});
+          job_info.push_back({files.size(), &res.model_crc, ds});
+        } else {
+          res.model_crc[ds] = crc32c(pr.data, bytes);
+        }
         ParamRecord meta = pr;
         meta.data = nullptr;
         res.params_meta.push_back(std::move(meta));
       }
       f.write_state("engine", c.engine_state);
       f.write_state("client_state", c.client_state);
-      f.close();
+      f.close(/*sync=*/false);
+      files.push_back({path});
     }
     if (c.has_shard) {
-      ensure_space((fs::path(pending.tmp_dir) / shard_file_name(rank)).string(),
-                   65536 + c.shard.size() * (4096 + c.shard_count * sizeof(float)));
-      H5File s((fs::path(pending.tmp_dir) / shard_file_name(rank)).string(), H5File::Mode::Create);
+      const std::string path = (fs::path(pending.tmp_dir) / shard_file_name(rank)).string();
+      ensure_space(path, 65536 + c.shard.size() * (4096 + c.shard_count * sizeof(float)));
+      H5File s(path, H5File::Mode::Create);
       s.set_attr("/", "format", "dstrain-checkpoint-shard");
       s.set_attr("/", "format_version", std::int64_t(kFormatVersion));
       s.set_attr("/", "rank", std::int64_t(rank));
@@ -365,17 +395,40 @@ LocalWriteResult write_local(const PendingSave& pending, int rank, const Checkpo
       s.set_attr("/", "offset", std::int64_t(c.shard_offset));
       s.set_attr("/", "count", std::int64_t(c.shard_count));
       s.set_attr("/", "flat_numel", std::int64_t(c.flat_numel));
-      bool first = true;
+      const std::size_t bytes = c.shard_count * sizeof(float);
+      const std::int64_t n = std::int64_t(c.shard_count);
       for (const auto& t : c.shard) {
-        res.shard_crc[t.name] = crc32c(t.data, c.shard_count * sizeof(float));
-        s.write_1d(t.name, t.data, DType::F32, c.shard_count);
-        if (first) test_kill_point("shard_write", rank);
-        first = false;
+        auto ext = s.create_raw(t.name, DType::F32, std::span<const std::int64_t>(&n, 1));
+        if (ext) {
+          if (first_shard_job == std::size_t(-1)) first_shard_job = jobs.size();
+          jobs.push_back({-1, ext->offset, t.data, bytes, path + " dataset " + t.name});
+          job_info.push_back({files.size(), &res.shard_crc, t.name});
+        } else {
+          res.shard_crc[t.name] = crc32c(t.data, bytes);
+        }
       }
-      s.close();
+      s.close(/*sync=*/false);
+      files.push_back({path});
     }
+    for (auto& f : files) {
+      f.fd = ::open(f.path.c_str(), O_WRONLY | O_CLOEXEC);
+      DS_CHECK(f.fd >= 0, "cannot open " << f.path << " for writing: " << std::strerror(errno));
+    }
+    for (std::size_t i = 0; i < jobs.size(); ++i) jobs[i].fd = files[job_info[i].file].fd;
+    if (first_shard_job == std::size_t(-1) && c.has_shard) test_kill_point("shard_write", rank);
+    std::vector<std::uint32_t> crcs = detail::write_raw(jobs, [&](std::size_t job) {
+      if (job == first_shard_job) test_kill_point("shard_write", rank);
+    });
+    for (std::size_t i = 0; i < jobs.size(); ++i) (*job_info[i].crc_map)[job_info[i].name] = crcs[i];
+    for (auto& f : files) {
+      int rc = ::fsync(f.fd);
+      int err = errno;
+      DS_CHECK(rc == 0, "fsync of " << f.path << " failed: " << std::strerror(err));
+    }
+    close_fds();
     res.ok = true;
   } catch (const std::exception& e) {
+    close_fds();
     res.ok = false;
     res.error = e.what();
   }
@@ -598,6 +651,7 @@ CheckpointReader::CheckpointReader(const std::string& load_dir, const std::strin
     DS_CHECK(fs::exists(fs::path(dir_) / p.file), "checkpoint " << dir_ << ": shard " << p.file << " (rank " << p.rank
                                                                 << " of " << manifest_.world_size << ") is missing");
   shards_.resize(manifest_.partitions.size());
+  shard_maps_.resize(manifest_.partitions.size());
 }
 
 CheckpointReader::~CheckpointReader() = default;
@@ -611,6 +665,15 @@ H5File& CheckpointReader::shard_file(std::size_t i) {
   if (!shards_[i])
     shards_[i] = std::make_unique<H5File>((fs::path(dir_) / manifest_.partitions[i].file).string(), H5File::Mode::Read);
   return *shards_[i];
+}
+
+const unsigned char* CheckpointReader::raw_bytes(H5File& f, std::unique_ptr<detail::MappedFile>& map, const std::string& ds,
+                                                 std::size_t bytes) {
+  auto ext = f.raw_extent(ds);
+  if (!ext) return nullptr;
+  DS_CHECK(ext->bytes == bytes, f.path() << " dataset '" << ds << "' stores " << ext->bytes << " bytes, expected " << bytes);
+  if (!map) map = std::make_unique<detail::MappedFile>(f.path());
+  return map->range(ext->offset, ext->bytes, f.path() + " dataset '" + ds + "'");
 }
 
 std::uint32_t CheckpointReader::expected_crc(const std::string& file, const std::string& dataset) const {
@@ -677,9 +740,15 @@ void CheckpointReader::verify_params(const std::vector<std::string>& names) {
     std::string ds = "params/" + n;
     DatasetInfo di = f.info(ds);
     std::size_t bytes = di.numel() * dtype_size(di.dtype);
-    if (scratch_.bytes() < bytes) scratch_ = HostBuffer(bytes);
-    f.read(ds, scratch_.data(), di.dtype, di.numel());
-    std::uint32_t want = expected_crc(kModelFile, ds), got = crc32c(scratch_.data(), bytes);
+    std::uint32_t got = 0;
+    if (const unsigned char* p = raw_bytes(f, model_map_, ds, bytes)) {
+      got = detail::crc32c_parallel(p, bytes);
+    } else {
+      if (scratch_.bytes() < bytes) scratch_ = HostBuffer(bytes);
+      f.read(ds, scratch_.data(), di.dtype, di.numel());
+      got = crc32c(scratch_.data(), bytes);
+    }
+    std::uint32_t want = expected_crc(kModelFile, ds);
     DS_CHECK(want == got, "checksum mismatch in " << f.path() << " dataset '" << ds << "' (manifest crc32c:" << hex32(want)
                                                   << ", data crc32c:" << hex32(got) << "): the file is corrupt");
   }
@@ -687,7 +756,6 @@ void CheckpointReader::verify_params(const std::vector<std::string>& names) {
 
 void CheckpointReader::verify_flat_range(std::size_t offset, std::size_t count) {
   constexpr std::size_t kChunk = std::size_t(4) << 20;  // floats per read (16 MiB)
-  if (scratch_.bytes() < kChunk * sizeof(float)) scratch_ = HostBuffer(kChunk * sizeof(float));
   for (std::size_t i = 0; i < manifest_.partitions.size(); ++i) {
     const auto& p = manifest_.partitions[i];
     if (p.offset >= offset + count || p.offset + p.count <= offset || count == 0) continue;
@@ -698,10 +766,15 @@ void CheckpointReader::verify_flat_range(std::size_t offset, std::size_t count) 
                f.path() << " dataset '" << ds << "' has " << di.numel() << " " << dtype_name(di.dtype)
                         << " elements; the manifest says " << p.count << " fp32");
       std::uint32_t crc = 0;
-      for (std::size_t o = 0; o < p.count; o += kChunk) {
-        std::size_t n = std::min(kChunk, p.count - o);
-        f.read_range(ds, scratch_.data(), DType::F32, o, n);
-        crc = crc32c(scratch_.data(), n * sizeof(float), crc);
+      if (const unsigned char* raw = raw_bytes(f, shard_maps_[i], ds, p.count * sizeof(float))) {
+        crc = detail::crc32c_parallel(raw, p.count * sizeof(float));
+      } else {
+        if (scratch_.bytes() < kChunk * sizeof(float)) scratch_ = HostBuffer(kChunk * sizeof(float));
+        for (std::size_t o = 0; o < p.count; o += kChunk) {
+          std::size_t n = std::min(kChunk, p.count - o);
+          f.read_range(ds, scratch_.data(), DType::F32, o, n);
+          crc = crc32c(scratch_.data(), n * sizeof(float), crc);
+        }
       }
       std::uint32_t want = expected_crc(p.file, ds);
       DS_CHECK(want == crc, "checksum mismatch in " << f.path() << " dataset '" << ds << "' (manifest crc32c:" << hex32(want)
@@ -715,6 +788,18 @@ void CheckpointReader::read_param(const std::string& name, void* dst, DType dst_
   std::string ds = "params/" + name;
   DatasetInfo di = f.info(ds);
   DS_CHECK(di.numel() == numel, f.path() << " dataset '" << ds << "' has " << di.numel() << " elements, the model " << numel);
+  if (const unsigned char* p = raw_bytes(f, model_map_, ds, numel * dtype_size(di.dtype))) {
+    if (di.dtype == dst_dtype) {
+      detail::copy_parallel(dst, p, numel * dtype_size(dst_dtype));
+    } else {
+      auto* d = static_cast<unsigned char*>(dst);
+      const std::size_t ssz = dtype_size(di.dtype), dsz = dtype_size(dst_dtype);
+      detail::parallel_ranges(numel, [&](std::size_t lo, std::size_t hi) {  // element ranges
+        convert(p + lo * ssz, di.dtype, d + lo * dsz, dst_dtype, hi - lo);
+      });
+    }
+    return;
+  }
   if (di.dtype == dst_dtype) {
     f.read(ds, dst, dst_dtype, numel);
     return;
@@ -736,7 +821,15 @@ void CheckpointReader::read_flat(const std::string& dataset, std::size_t offset,
     const auto& p = manifest_.partitions[i];
     std::size_t lo = std::max(offset, p.offset), hi = std::min(offset + count, p.offset + p.count);
     if (lo >= hi) continue;
-    shard_file(i).read_range(dataset, dst + (lo - offset), DType::F32, lo - p.offset, hi - lo);
+    H5File& f = shard_file(i);
+    DatasetInfo di = f.info(dataset);
+    DS_CHECK(di.dtype == DType::F32 && di.numel() == p.count,
+             f.path() << " dataset '" << dataset << "' has " << di.numel() << " " << dtype_name(di.dtype)
+                      << " elements; the manifest says " << p.count << " fp32");
+    if (const unsigned char* raw = raw_bytes(f, shard_maps_[i], dataset, p.count * sizeof(float)))
+      detail::copy_parallel(dst + (lo - offset), raw + (lo - p.offset) * sizeof(float), (hi - lo) * sizeof(float));
+    else
+      f.read_range(dataset, dst + (lo - offset), DType::F32, lo - p.offset, hi - lo);
     covered.emplace_back(lo, hi);
   }
   std::sort(covered.begin(), covered.end());

@@ -155,7 +155,9 @@ void fsync_path(const std::string& path) {
 H5File::H5File(const std::string& path, Mode mode) : path_(path), mode_(mode) {
   detail::silence_hdf5_errors();
   if (mode == Mode::Create) {
-    id_ = DS_H5_CHECK(H5Fcreate(path.c_str(), H5F_ACC_TRUNC, H5P_DEFAULT, H5P_DEFAULT), "file " << path);
+    Hid fapl(DS_H5_CHECK(H5Pcreate(H5P_FILE_ACCESS), "file " << path), H5Pclose);
+    DS_H5_CHECK(H5Pset_alignment(fapl.get(), 65536, 4096), "file " << path << " (alignment)");
+    id_ = DS_H5_CHECK(H5Fcreate(path.c_str(), H5F_ACC_TRUNC, H5P_DEFAULT, fapl.get()), "file " << path);
   } else {
     id_ = DS_H5_CHECK(H5Fopen(path.c_str(), H5F_ACC_RDONLY, H5P_DEFAULT), "file " << path);
   }
@@ -170,7 +172,7 @@ H5File::~H5File() {
 
 H5File::H5File(H5File&& o) noexcept : id_(o.id_), path_(std::move(o.path_)), mode_(o.mode_) { o.id_ = -1; }
 
-void H5File::close() {
+void H5File::close(bool sync) {
   if (id_ < 0) return;
   hid_t id = id_;
   id_ = -1;
@@ -179,7 +181,55 @@ void H5File::close() {
     if (rc < 0) { H5Fclose(id); DS_H5_CHECK(rc, "file " << path_ << " (flush)"); }
   }
   DS_H5_CHECK(H5Fclose(id), "file " << path_ << " (close)");
-  if (mode_ == Mode::Create) fsync_path(path_);
+  if (mode_ == Mode::Create && sync) fsync_path(path_);
+}
+
+std::optional<RawExtent> H5File::create_raw(std::string_view name, DType dtype, std::span<const std::int64_t> shape) {
+  std::vector<hsize_t> dims(shape.begin(), shape.end());
+  std::size_t n = 1;
+  for (auto d : dims) n *= d;
+  if (n == 0) {
+    write(name, nullptr, dtype, shape);
+    return std::nullopt;
+  }
+  Hid space(DS_H5_CHECK(H5Screate_simple(int(dims.size()), dims.data(), nullptr), path_), H5Sclose);
+  Hid type = type_of(dtype);
+  Hid lcpl = lcpl_intermediate();
+  Hid dcpl(DS_H5_CHECK(H5Pcreate(H5P_DATASET_CREATE), path_), H5Pclose);
+  DS_H5_CHECK(H5Pset_layout(dcpl.get(), H5D_CONTIGUOUS), "file " << path_ << " dataset " << name);
+  DS_H5_CHECK(H5Pset_alloc_time(dcpl.get(), H5D_ALLOC_TIME_EARLY), "file " << path_ << " dataset " << name);
+  DS_H5_CHECK(H5Pset_fill_time(dcpl.get(), H5D_FILL_TIME_NEVER), "file " << path_ << " dataset " << name);
+  Hid dset(DS_H5_CHECK(H5Dcreate2(id_, str(name).c_str(), type.get(), space.get(), lcpl.get(), dcpl.get(), H5P_DEFAULT),
+                       "file " << path_ << " dataset " << name),
+           H5Dclose);
+  haddr_t off = H5Dget_offset(dset.get());
+  DS_CHECK(off != HADDR_UNDEF, "HDF5 did not allocate storage for " << path_ << " dataset " << name);
+  if (dtype == DType::BF16) set_attr(name, "dtype", "bf16");
+  return RawExtent{std::uint64_t(off), std::uint64_t(n * dtype_size(dtype))};
+}
+
+std::optional<RawExtent> H5File::raw_extent(std::string_view name) const {
+  if (!exists(name)) return std::nullopt;
+  Hid dset(DS_H5_CHECK(H5Dopen2(id_, str(name).c_str(), H5P_DEFAULT), "file " << path_ << " dataset " << name), H5Dclose);
+  Hid dcpl(DS_H5_CHECK(H5Dget_create_plist(dset.get()), "file " << path_ << " dataset " << name), H5Pclose);
+  if (H5Pget_layout(dcpl.get()) != H5D_CONTIGUOUS || H5Pget_external_count(dcpl.get()) != 0 || H5Pget_nfilters(dcpl.get()) != 0) {
+    H5Eclear2(H5E_DEFAULT);
+    return std::nullopt;
+  }
+  haddr_t off = H5Dget_offset(dset.get());
+  if (off == HADDR_UNDEF) {
+    H5Eclear2(H5E_DEFAULT);
+    return std::nullopt;
+  }
+  Hid space(DS_H5_CHECK(H5Dget_space(dset.get()), "file " << path_ << " dataset " << name), H5Sclose);
+  Hid type(DS_H5_CHECK(H5Dget_type(dset.get()), "file " << path_ << " dataset " << name), H5Tclose);
+  hssize_t npoints = H5Sget_simple_extent_npoints(space.get());
+  std::size_t tsize = H5Tget_size(type.get());
+  if (npoints < 0 || tsize == 0 || H5Tis_variable_str(type.get()) > 0) {
+    H5Eclear2(H5E_DEFAULT);
+    return std::nullopt;
+  }
+  return RawExtent{std::uint64_t(off), std::uint64_t(npoints) * tsize};
 }
 
 void H5File::write(std::string_view name, const void* data, DType dtype, std::span<const std::int64_t> shape) {

@@ -275,6 +275,42 @@ TEST(Crc32c, StandardValueAndFastMatchesReference) {
   }
 }
 
+// The three-stream loop joins blocks of 3 * 8192 bytes: sizes around those blocks, unaligned
+// starts (the loop aligns to 8 bytes first) and incremental seeds all match the table version.
+TEST(Crc32c, InterleavedStreamsMatchReferenceAtAwkwardSizesAndAlignments) {
+  std::mt19937 rng(7);
+  std::vector<unsigned char> b(3 * 24576 + 64);
+  for (auto& c : b) c = static_cast<unsigned char>(rng());
+  for (std::size_t start : {0, 1, 3, 7, 8, 13}) {
+    for (std::size_t n : {std::size_t(0), std::size_t(1), std::size_t(7), std::size_t(8), std::size_t(24575),
+                          std::size_t(24576), std::size_t(24577), std::size_t(24576 + 7), std::size_t(2 * 24576 + 13),
+                          std::size_t(3 * 24576 + 1)}) {
+      if (start + n > b.size()) continue;
+      const unsigned char* p = b.data() + start;
+      EXPECT_EQ(crc32c(p, n), crc32c_ref(p, n)) << "start " << start << " n " << n;
+      EXPECT_EQ(crc32c(p, n, 0x12345678u), crc32c_ref(p, n, 0x12345678u)) << "start " << start << " n " << n;
+    }
+  }
+  std::vector<unsigned char> big(278011 * 5 + 3);
+  for (auto& c : big) c = static_cast<unsigned char>(rng());
+  EXPECT_EQ(crc32c(big.data() + 3, big.size() - 3), crc32c_ref(big.data() + 3, big.size() - 3));
+}
+
+TEST(Crc32c, CombineJoinsPieces) {
+  std::mt19937 rng(3);
+  std::vector<unsigned char> b(278011);
+  for (auto& c : b) c = static_cast<unsigned char>(rng());
+  const std::uint32_t whole = crc32c_ref(b.data(), b.size());
+  for (std::size_t cut : {std::size_t(0), std::size_t(1), std::size_t(7), std::size_t(4096), std::size_t(139005),
+                          std::size_t(278010), std::size_t(278011)}) {
+    std::uint32_t a = crc32c(b.data(), cut), c = crc32c(b.data() + cut, b.size() - cut);
+    EXPECT_EQ(crc32c_combine(a, c, b.size() - cut), whole) << cut;
+  }
+  // three pieces, joined left to right
+  std::uint32_t x = crc32c(b.data(), 1), y = crc32c(b.data() + 1, 7), z = crc32c(b.data() + 8, b.size() - 8);
+  EXPECT_EQ(crc32c_combine(crc32c_combine(x, y, 7), z, b.size() - 8), whole);
+}
+
 TEST(Checkpoint, SaveLoadRoundTripAndLayout) {
   fs::path d = fresh_dir("roundtrip");
   ds::test::SelfComm comm;
@@ -305,6 +341,66 @@ TEST(Checkpoint, SaveLoadRoundTripAndLayout) {
   for (int i = 0; i < 5; ++i) EXPECT_EQ(part[i], m.m1[35 + i]);
   for (int i = 5; i < 10; ++i) EXPECT_EQ(part[i], 0.0f);
   EXPECT_TRUE(r.same_flat_layout(fake_expected()));
+}
+
+// Tensors above the bulk-I/O threshold (8 MiB) at odd sizes: several write chunks, CRC pieces
+// joined across threads, the verify pass on the mapped file, parallel copies and a parallel
+// bf16 -> fp32 conversion. Corruption deep inside a large dataset is still found.
+TEST(Checkpoint, LargeTensorsRoundTripOnSeveralIoThreads) {
+  ::setenv("DS_IO_THREADS", "3", 1);
+  fs::path d = fresh_dir("large");
+  const std::size_t n = 5000003;  // fp32 shard: 20 MB; bf16 param: 10 MB
+  std::vector<float> master(n), m1(n), m2(n);
+  std::vector<bf16> w(n);
+  for (std::size_t i = 0; i < n; ++i) {
+    master[i] = float(i % 9973) * 0.25f - 7.0f;
+    m1[i] = float(i) * 1e-6f;
+    m2[i] = float(i) * 0.5f + 1.0f;  // exact, unique
+    w[i] = float_to_bf16(master[i]);
+  }
+  CheckpointContent c;
+  c.params.push_back({"w", {std::int64_t(n)}, DType::BF16, w.data(), 0});
+  c.working_dtype = "bf16";
+  c.zero_stage = 1;
+  c.flat_numel = n;
+  c.shard_count = n;
+  c.shard = {{"fp32_master", master.data()}, {"optim/exp_avg", m1.data()}, {"optim/exp_avg_sq", m2.data()}};
+  c.engine_state["global_steps"] = std::int64_t(1);
+  ds::test::SelfComm comm;
+  save_checkpoint(comm, d.string(), "t", c);
+  {
+    CheckpointReader r(d.string(), "t");
+    EXPECT_EQ(r.manifest().checksums.at("zero_rank_0.h5").at("fp32_master"), crc32c_ref(master.data(), n * 4));
+    EXPECT_EQ(r.manifest().checksums.at("model_states.h5").at("params/w"), crc32c_ref(w.data(), n * 2));
+    r.verify_params({"w"});
+    r.verify_flat_range(0, n);
+    std::vector<bf16> lw(n);
+    std::vector<float> lf(n), lm(n), part(n / 2 + 5);
+    r.read_param("w", lw.data(), DType::BF16, n);
+    EXPECT_EQ(std::memcmp(lw.data(), w.data(), n * 2), 0);
+    r.read_param("w", lf.data(), DType::F32, n);
+    for (std::size_t i : {std::size_t(0), n / 3, n / 2 + 1, n - 1}) EXPECT_EQ(lf[i], bf16_to_float(w[i])) << i;
+    r.read_flat("optim/exp_avg", 0, n, lm.data());
+    EXPECT_EQ(lm, m1);
+    r.read_flat("fp32_master", n - part.size() + 5, part.size(), part.data());  // tail + 5 padding zeros
+    for (std::size_t i = 0; i + 5 < part.size(); ++i) ASSERT_EQ(part[i], master[n - part.size() + 5 + i]) << i;
+    for (std::size_t i = part.size() - 5; i < part.size(); ++i) EXPECT_EQ(part[i], 0.0f);
+  }
+  {  // one flipped byte deep inside exp_avg_sq
+    const fs::path shard = d / "t" / "zero_rank_0.h5";
+    std::fstream f(shard, std::ios::in | std::ios::out | std::ios::binary);
+    std::string bytes((std::istreambuf_iterator<char>(f)), {});
+    auto pos = bytes.find(std::string(reinterpret_cast<const char*>(m2.data() + 4000000), 4 * 64));
+    ASSERT_NE(pos, std::string::npos);
+    f.seekp(std::streamoff(pos + 17));
+    char ch = char(bytes[pos + 17] ^ 0x20);
+    f.write(&ch, 1);
+  }
+  CheckpointReader r(d.string(), "t");
+  std::string e = error_of([&] { r.verify_flat_range(0, n); });
+  EXPECT_NE(e.find("checksum mismatch"), std::string::npos) << e;
+  EXPECT_NE(e.find("optim/exp_avg_sq"), std::string::npos) << e;
+  ::unsetenv("DS_IO_THREADS");
 }
 
 TEST(Checkpoint, LatestMissingDirMissingTag) {

@@ -31,6 +31,10 @@
 
 namespace ds::io {
 
+namespace detail {
+class MappedFile;
+}
+
 inline constexpr int kFormatVersion = 1;
 inline constexpr const char* kModelFile = "model_states.h5";
 inline constexpr const char* kManifestFile = "manifest.json";
@@ -183,18 +187,23 @@ class CheckpointReader {
   // optimizer) state can be re-cut into the new partitioning.
   bool same_flat_layout(const std::vector<ExpectedParam>& expected) const;
 
-  // Checksums, streamed through a bounded scratch buffer: the model file's params, and every
-  // shard dataset overlapping [offset, offset + count) of the flat space. ds::Error naming
-  // file and dataset on mismatch.
+  // Checksums: the model file's params, and every shard dataset overlapping [offset, offset +
+  // count) of the flat space. ds::Error naming file and dataset on mismatch. Contiguous
+  // datasets (all that dstrain writes) are checksummed in place in the read-only mapped file
+  // (no copy, io threads in parallel); others are streamed through a bounded scratch buffer.
+  // Nothing outside the reader is written, so a caller can verify everything first and only
+  // then read into live state (the engine does).
   void verify_params(const std::vector<std::string>& names);
   void verify_flat_range(std::size_t offset, std::size_t count);
 
   // Reads parameter `name` into dst (numel elements of dst_dtype, converting from the saved
-  // dtype through a reused scratch buffer when they differ).
+  // dtype when they differ). Contiguous datasets are copied (or converted) straight from the
+  // mapped file on the io threads; others go through HDF5 and a reused scratch buffer.
   void read_param(const std::string& name, void* dst, DType dst_dtype, std::size_t numel);
   // Elastic read of the flat fp32 tensor `dataset` ("fp32_master", ...): elements
-  // [offset, offset + count) gathered from every old shard overlapping them (hyperslab reads
-  // into dst, no intermediate copy); elements beyond every old shard (padding) become 0.
+  // [offset, offset + count) gathered from every old shard overlapping them (copies from the
+  // mapped file, or HDF5 hyperslab reads into dst, no intermediate copy); elements beyond
+  // every old shard (padding) become 0.
   void read_flat(const std::string& dataset, std::size_t offset, std::size_t count, float* dst);
   bool has_shard_dataset(const std::string& dataset) const;
 
@@ -206,10 +215,16 @@ class CheckpointReader {
   H5File& model_file();
   H5File& shard_file(std::size_t partition_index);
   std::uint32_t expected_crc(const std::string& file, const std::string& dataset) const;
+  // The bytes of dataset `ds` of f straight from the mapped file (mapping it on first use), or
+  // nullptr when the dataset is not one contiguous run in the file (HDF5 reads it then).
+  const unsigned char* raw_bytes(H5File& f, std::unique_ptr<detail::MappedFile>& map, const std::string& ds,
+                                 std::size_t bytes);
   std::string dir_;
   Manifest manifest_;
   std::unique_ptr<H5File> model_;
   std::vector<std::unique_ptr<H5File>> shards_;
+  std::unique_ptr<detail::MappedFile> model_map_;
+  std::vector<std::unique_ptr<detail::MappedFile>> shard_maps_;
   HostBuffer scratch_;  // reused for conversions and checksum streaming
 };
 

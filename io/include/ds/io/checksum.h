@@ -2,8 +2,13 @@
 // bytes: the checksum of every dataset in a checkpoint manifest.
 //
 // crc32c_ref is the plain table version (obviously right); crc32c uses the SSE4.2 crc32
-// instruction when the CPU has it (about 10x faster) and the table otherwise. Both give the
-// standard value: crc32c("123456789") == 0xE3069283. Incremental: pass the previous value.
+// instruction on three interleaved streams when the CPU has it (20-30x the table, several
+// GB/s per core above the single-stream loop) and the table otherwise. Both give the standard
+// value: crc32c("123456789") == 0xE3069283. Incremental: pass the previous value.
+//
+// crc32c_combine joins the checksums of two adjacent pieces A and B (B of bytes_b bytes) into
+// the checksum of A followed by B, so pieces can be summed on different threads:
+//   crc32c(A ++ B) == crc32c_combine(crc32c(A), crc32c(B), |B|).
 #pragma once
 
 #include <cstddef>
@@ -13,5 +18,6 @@ namespace ds::io {
 
 std::uint32_t crc32c_ref(const void* data, std::size_t bytes, std::uint32_t crc = 0);
 std::uint32_t crc32c(const void* data, std::size_t bytes, std::uint32_t crc = 0);
+std::uint32_t crc32c_combine(std::uint32_t crc_a, std::uint32_t crc_b, std::uint64_t bytes_b);
 
 }  // namespace ds::io

@@ -10,12 +10,15 @@
 //   BF16 -> uint16 holding the bf16 bits, with the attribute dtype = "bf16" on the dataset
 //           (numpy has no bfloat16: `(a.astype(np.uint32) << 16).view(np.float32)`)
 // Datasets are contiguous (no chunking, no filters), so reads and writes move raw bytes.
+// Files are created with objects of 64 KiB or more aligned to 4 KiB in the file (page
+// aligned: mmap, O_DIRECT and the page cache see whole pages of one dataset).
 //
 // Thread safety: Debian's serial HDF5 is built thread-safe; one H5File is used by one thread.
 #pragma once
 
 #include <cstddef>
 #include <cstdint>
+#include <optional>
 #include <span>
 #include <string>
 #include <string_view>
@@ -25,6 +28,12 @@
 #include "ds/io/state_value.h"
 
 namespace ds::io {
+
+// Where a contiguous dataset's elements lie in the file: bytes [offset, offset + bytes).
+struct RawExtent {
+  std::uint64_t offset = 0;
+  std::uint64_t bytes = 0;
+};
 
 struct DatasetInfo {
   DType dtype = DType::F32;
@@ -50,6 +59,15 @@ class H5File {
     std::int64_t n = std::int64_t(count);
     write(name, data, dtype, std::span<const std::int64_t>(&n, 1));
   }
+  // Creates a contiguous dataset whose storage is allocated now and never filled by HDF5
+  // (alloc time early, fill time never) and returns its extent in the file, so the caller
+  // writes the elements itself (after close(), through its own descriptor: the bulk-write
+  // path of checkpoints). std::nullopt for an empty dataset (no storage).
+  std::optional<RawExtent> create_raw(std::string_view name, DType dtype, std::span<const std::int64_t> shape);
+  // The extent of a dataset that is contiguous, allocated and stored inside this file (no
+  // external storage, no filters): its bytes can be read straight from the file. std::nullopt
+  // otherwise (e.g. a chunked dataset written by another tool).
+  std::optional<RawExtent> raw_extent(std::string_view name) const;
   bool exists(std::string_view name) const;  // dataset or group
   DatasetInfo info(std::string_view name) const;
   // Reads the whole dataset into dst (count elements of `dtype`, which must equal the stored
@@ -73,8 +91,8 @@ class H5File {
   void write_state(std::string_view name, const StateValue& value);
   StateValue read_state(std::string_view name) const;
 
-  // Flushes, closes, and (Create mode) fsyncs the file. Errors throw.
-  void close();
+  // Flushes, closes, and (Create mode, when sync) fsyncs the file. Errors throw.
+  void close(bool sync = true);
 
  private:
   std::int64_t id_ = -1;  // hid_t
