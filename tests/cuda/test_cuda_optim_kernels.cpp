@@ -161,7 +161,9 @@ void lamb_case(std::size_t n, const std::vector<ds::optim::Segment>& segs, DType
   Dev dp(p.data(), n * 4, offset), dm(m.data(), n * 4, offset), dv(v.data(), n * 4, offset);
   const std::size_t wb = wt == DType::U8 ? 0 : n * ds::dtype_size(wt);
   const DType wview = wt == DType::U8 ? DType::F32 : wt;
-  std::vector<unsigned char> w(wb), wd(wb);
+  // The working copy starts as the master rounded (as in an engine), so elements in the
+  // gaps between segments, which Lamb leaves alone, still match the master afterwards.
+  std::vector<unsigned char> w = wb ? to_dtype(p, wt) : std::vector<unsigned char>(), wd(wb);
   Dev dw(w.data(), wb, offset);
   oc::LambPlan plan(segs, n);
   std::vector<float> coeffs(plan.num_segments()), dcoeffs(plan.num_segments());

@@ -49,7 +49,7 @@ namespace {
 // Several tensors in one flat range: awkward sizes, and offsets that leave most of them
 // misaligned for the per-tensor grad_stats launches.
 const std::size_t kTensor[] = {1, 7, 278011, 5, 64};
-constexpr int kSteps = 10;
+constexpr int kSteps = 12;
 const std::set<int> kOverflowSteps = {1, 3, 4, 7};  // 1-based attempts with an inf/NaN gradient
 
 enum class Opt { AdamW, Sgd, Adagrad, Lamb };
@@ -131,6 +131,7 @@ void pipeline_case(Opt opt, DType gt, DType wt, float clip, const ds::precision:
   std::int64_t steps = 0;
   float last_norm = 0.f;
   std::vector<std::vector<unsigned char>> gbytes;
+  int grew = 0;
   for (int k = 1; k <= kSteps; ++k) {
     gbytes.push_back(to_dtype(grads_of(k, L), gt));
     const auto& gb = gbytes.back();
@@ -144,6 +145,7 @@ void pipeline_case(Opt opt, DType gt, DType wt, float clip, const ds::precision:
     EXPECT(bad == (kOverflowSteps.count(k) == 1), "CPU reference: attempt %d overflow %d", k, int(bad));
     const double prev = scaler.scale();
     scaler.update(bad);
+    grew += scaler.scale() > prev;
     if (bad) { last_norm = -1.f; continue; }
     ++steps;
     const double norm = std::sqrt(sumsq) / prev;
@@ -158,6 +160,8 @@ void pipeline_case(Opt opt, DType gt, DType wt, float clip, const ds::precision:
       case Opt::Lamb: { auto h = lamb_h(steps); h.grad_scale = gs; ds::optim::lamb_ref(p.data(), st[0].data(), st[1].data(), gv, wv, n, L.segs, h, {}); break; }
     }
   }
+
+  if (cfg.dynamic) EXPECT(grew >= 1, "the sequence must grow the scale at least once (%s)", what.c_str());
 
   // ---- GPU: the same attempts, enqueued back to back ----
   cudaStream_t s;
@@ -240,7 +244,7 @@ void pipeline_case(Opt opt, DType gt, DType wt, float clip, const ds::precision:
 void test_pipeline() {
   ds::precision::LossScalerConfig dyn;
   dyn.initial_scale_power = 12;
-  dyn.window = 3;
+  dyn.window = 2;  // the scale also grows (attempts 10 and 12) between the overflows
   dyn.hysteresis = 2;
   dyn.raise_at_min_scale = true;
   for (Opt o : {Opt::AdamW, Opt::Sgd, Opt::Adagrad, Opt::Lamb}) {
