@@ -108,6 +108,7 @@ finish() {
 gpu_desc=""
 gpu_cc=""
 gpu_why=""
+ngpu=0
 if [ "${CUDA_VISIBLE_DEVICES-unset}" = "" ] || [ "${CUDA_VISIBLE_DEVICES-}" = "-1" ]; then
   gpu_why="CUDA_VISIBLE_DEVICES='${CUDA_VISIBLE_DEVICES}' hides every GPU"
 elif command -v nvidia-smi >/dev/null 2>&1; then
@@ -116,16 +117,18 @@ elif command -v nvidia-smi >/dev/null 2>&1; then
     gpu_desc=$(echo "$q" | head -1 | sed 's/, */, /g')
     gpu_cc=$(echo "$q" | head -1 | cut -d, -f2 | tr -d ' .')
     [ "$(echo "$q" | wc -l)" -gt 1 ] && gpu_desc="$gpu_desc (+$(($(echo "$q" | wc -l) - 1)) more)"
+  elif l=$(timeout 30 nvidia-smi -L 2>/dev/null) && echo "$l" | grep -q '^GPU'; then
+    gpu_desc=$(echo "$l" | head -1)  # a driver too old for --query-gpu=compute_cap
   else
     gpu_why="nvidia-smi failed: $(echo "$q" | head -2 | tr '\n' ' ')"
   fi
+  [ -n "$gpu_desc" ] && ngpu=$( (timeout 30 nvidia-smi -L 2>/dev/null || true) | grep -c '^GPU' )
 elif ls /dev/nvidia[0-9]* >/dev/null 2>&1; then
-  gpu_desc="$(ls /dev/nvidia[0-9]* | wc -l) device node(s) /dev/nvidia*, no nvidia-smi"
+  ngpu=$(ls /dev/nvidia[0-9]* | wc -l)
+  gpu_desc="$ngpu device node(s) /dev/nvidia*, no nvidia-smi"
 else
   gpu_why="no nvidia-smi and no /dev/nvidia* device node"
 fi
-ngpu=0
-[ -n "$gpu_desc" ] && ngpu=$( (timeout 30 nvidia-smi -L 2>/dev/null || true) | grep -c '^GPU' )
 if [ -z "$gpu_desc" ]; then
   if [ "$build_only" = 1 ]; then
     say "no GPU visible ($gpu_why): --build-only, the tests will skip"
@@ -166,7 +169,8 @@ jobs=$(nproc 2>/dev/null || echo 4)
 mode=direct
 if [ "$direct" = 0 ]; then
   if ! command -v cmake >/dev/null 2>&1; then
-    row "configure" "FAIL" 0 "cmake not found: building directly with nvcc"
+    say "cmake not found: building directly with nvcc/g++"
+    row "configure" "fallback" 0 "cmake not found: direct nvcc/g++ build"
   else
     gen=()
     command -v ninja >/dev/null 2>&1 && gen=(-G Ninja)
