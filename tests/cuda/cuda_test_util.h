@@ -38,8 +38,9 @@ inline int finish(const char* prog) {
   return 0;
 }
 
-// A device copy of a host byte buffer, `offset` bytes into a fresh allocation (offset 4
-// breaks 16-byte alignment and exercises the scalar paths).
+// A device copy of a host byte buffer (zeros when host is null), `offset` bytes into a fresh
+// allocation (offset 4 breaks 16-byte alignment and exercises the scalar paths). Complete
+// on the device when the constructor / from_host returns.
 struct Dev {
   void* base = nullptr;
   char* ptr = nullptr;
@@ -107,11 +108,15 @@ inline Dev::Dev(const void* host, std::size_t nbytes, std::size_t offset) : byte
   ptr = static_cast<char*>(base) + offset;
   if (nbytes && host) CU(cudaMemcpy(ptr, host, nbytes, cudaMemcpyHostToDevice));
   if (nbytes && !host) CU(cudaMemset(ptr, 0, nbytes));
+  // cudaMemset is asynchronous and a pageable cudaMemcpy may return before its DMA lands;
+  // both are ordered on the legacy stream only, which a non-blocking stream ignores.
+  CU(cudaDeviceSynchronize());
 }
 inline void Dev::to_host(void* host) const {
   if (bytes) CU(cudaMemcpy(host, ptr, bytes, cudaMemcpyDeviceToHost));
 }
 inline void Dev::from_host(const void* host) {
   if (bytes) CU(cudaMemcpy(ptr, host, bytes, cudaMemcpyHostToDevice));
+  CU(cudaDeviceSynchronize());
 }
 }  // namespace cuda_test
