@@ -24,6 +24,10 @@
 #include "ds/core/cpu_features.h"
 #include "ds/core/error.h"
 
+// GCC 12 reports the _mm512_undefined_ps() inside its own intrinsics headers as
+// maybe-uninitialized (a false positive; the lanes are all written).
+#pragma GCC diagnostic ignored "-Wmaybe-uninitialized"
+
 namespace ds::nn {
 namespace {
 
@@ -86,11 +90,43 @@ void pack_panel(std::uint32_t* out, const View& v, std::int64_t i0, std::int64_t
 }
 
 
+// exp(x) to ~2 ulp over [-87, 88] (Cephes expf, the polynomial of the scalar fast_exp in
+// kernels.cpp), 16 lanes.
+__attribute__((target("avx512f,avx512bw,avx512vl,fma"))) inline __m512 exp16(__m512 x) {
+  x = _mm512_min_ps(_mm512_max_ps(x, _mm512_set1_ps(-87.0f)), _mm512_set1_ps(88.0f));
+  const __m512 fx = _mm512_roundscale_ps(_mm512_mul_ps(x, _mm512_set1_ps(1.44269504088896341f)),
+                                         _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC);
+  const __m512 r = _mm512_fmadd_ps(fx, _mm512_set1_ps(2.12194440e-4f),
+                                   _mm512_fnmadd_ps(fx, _mm512_set1_ps(0.693359375f), x));
+  __m512 y = _mm512_set1_ps(1.9875691500e-4f);
+  y = _mm512_fmadd_ps(y, r, _mm512_set1_ps(1.3981999507e-3f));
+  y = _mm512_fmadd_ps(y, r, _mm512_set1_ps(8.3334519073e-3f));
+  y = _mm512_fmadd_ps(y, r, _mm512_set1_ps(4.1665795894e-2f));
+  y = _mm512_fmadd_ps(y, r, _mm512_set1_ps(1.6666665459e-1f));
+  y = _mm512_fmadd_ps(y, r, _mm512_set1_ps(5.0000001201e-1f));
+  y = _mm512_add_ps(_mm512_fmadd_ps(y, _mm512_mul_ps(r, r), r), _mm512_set1_ps(1.0f));
+  return _mm512_scalef_ps(y, fx);
+}
+
+// GPT-2's tanh GELU, 16 lanes: 0.5 x (1 + tanh(u)), tanh(u) = 1 - 2 / (exp(2u) + 1).
+__attribute__((target("avx512f,avx512bw,avx512vl,fma"))) inline __m512 gelu16(__m512 x) {
+  const __m512 x3 = _mm512_mul_ps(_mm512_mul_ps(x, x), x);
+  const __m512 u = _mm512_mul_ps(_mm512_set1_ps(0.7978845608028654f),
+                                 _mm512_fmadd_ps(_mm512_set1_ps(0.044715f), x3, x));
+  const __m512 e = exp16(_mm512_add_ps(u, u));
+  const __m512 t = _mm512_sub_ps(_mm512_set1_ps(1.0f),
+                                 _mm512_div_ps(_mm512_set1_ps(2.0f), _mm512_add_ps(e, _mm512_set1_ps(1.0f))));
+  return _mm512_mul_ps(_mm512_mul_ps(_mm512_set1_ps(0.5f), x), _mm512_add_ps(_mm512_set1_ps(1.0f), t));
+}
+
+// C tile = alpha acc + beta C, then the epilogue (bias[n], + add[m, n], gelu copy), for the
+// valid mv x nv corner. c / add / gelu point at the tile's (0, 0); bias at its column 0.
 __attribute__((target("avx512f,avx512bw,avx512vl,fma"))) inline void store_tile(
     __m512 (&acc)[MR][4], float alpha, float beta, float* c, std::int64_t ldc, std::int64_t mv,
-    std::int64_t nv) {
+    std::int64_t nv, const GemmEpilogue& ep = {}, std::int64_t m0 = 0, std::int64_t n0t = 0) {
   const __m512 va = _mm512_set1_ps(alpha), vb = _mm512_set1_ps(beta);
-  if (mv == MR && nv == NR) {
+  const bool plain = !ep.bias && !ep.add && !ep.gelu;
+  if (plain && mv == MR && nv == NR) {
 #pragma GCC unroll 6
     for (int r = 0; r < MR; ++r)
 #pragma GCC unroll 4
@@ -109,7 +145,10 @@ __attribute__((target("avx512f,avx512bw,avx512vl,fma"))) inline void store_tile(
         float* p = c + r * ldc + n0;
         __m512 v = _mm512_mul_ps(acc[r][j], va);
         if (beta != 0.0f) v = _mm512_fmadd_ps(_mm512_maskz_loadu_ps(m, p), vb, v);
+        if (ep.bias) v = _mm512_add_ps(v, _mm512_maskz_loadu_ps(m, ep.bias + n0t + n0));
+        if (ep.add) v = _mm512_add_ps(v, _mm512_maskz_loadu_ps(m, ep.add + (m0 + r) * ep.ld_add + n0t + n0));
         _mm512_mask_storeu_ps(p, m, v);
+        if (ep.gelu) _mm512_mask_storeu_ps(ep.gelu + (m0 + r) * ep.ld_gelu + n0t + n0, m, gelu16(v));
       }
   }
 }
@@ -198,7 +237,8 @@ void pack_panel_f32(float* out, const View& v, std::int64_t i0, std::int64_t row
 template <int NV>
 __attribute__((target("avx512f,avx512bw,avx512vl,fma"))) void micro_kernel_f32(
     const float* __restrict a, std::int64_t rs, std::int64_t ks, const float* __restrict b,
-    std::int64_t K, float alpha, float beta, float* c, std::int64_t ldc, std::int64_t mv, std::int64_t nv) {
+    std::int64_t K, float alpha, float beta, float* c, std::int64_t ldc, std::int64_t mv, std::int64_t nv,
+    const GemmEpilogue& ep, std::int64_t m0, std::int64_t n0) {
   __m512 acc[MR][4];
   const float* ar[MR];
 #pragma GCC unroll 6
@@ -218,7 +258,7 @@ __attribute__((target("avx512f,avx512bw,avx512vl,fma"))) void micro_kernel_f32(
       for (int j = 0; j < NV; ++j) acc[r][j] = _mm512_fmadd_ps(av, bv[j], acc[r][j]);
     }
   }
-  store_tile(acc, alpha, beta, c, ldc, mv, std::min<std::int64_t>(nv, 16 * NV));
+  store_tile(acc, alpha, beta, c, ldc, mv, std::min<std::int64_t>(nv, 16 * NV), ep, m0, n0);
 }
 
 // Packing buffers, one pair per calling thread (the attention runs one GEMM per thread):
@@ -298,7 +338,7 @@ namespace {
 
 void gemm_f32_impl(Tri tri, bool trans_a, bool trans_b, std::int64_t M, std::int64_t N, std::int64_t K,
                    float alpha, const float* A, std::int64_t lda, const float* B, std::int64_t ldb,
-                   float beta, float* C, std::int64_t ldc) {
+                   float beta, float* C, std::int64_t ldc, const GemmEpilogue& ep = {}) {
   DS_CHECK(f32_gemm_supported(), "gemm_f32: this CPU has no AVX-512");
   if (M <= 0 || N <= 0) return;
   const std::int64_t mp = (M + MR - 1) / MR, np = (N + NR - 1) / NR;
@@ -337,11 +377,12 @@ void gemm_f32_impl(Tri tri, bool trans_a, bool trans_b, std::int64_t M, std::int
         const std::int64_t rs = pack_a ? 1 : trans_a ? 1 : lda, ks = pack_a ? MR : trans_a ? lda : 1;
         const float* b = pb + j * NR * K + k0 * NR;
         float* c = C + m0 * ldc + n0;
+        const std::int64_t kk = k1 - k0;
         switch ((nv + 15) / 16) {
-          case 1: micro_kernel_f32<1>(a, rs, ks, b, k1 - k0, alpha, beta, c, ldc, mv, nv); break;
-          case 2: micro_kernel_f32<2>(a, rs, ks, b, k1 - k0, alpha, beta, c, ldc, mv, nv); break;
-          case 3: micro_kernel_f32<3>(a, rs, ks, b, k1 - k0, alpha, beta, c, ldc, mv, nv); break;
-          default: micro_kernel_f32<4>(a, rs, ks, b, k1 - k0, alpha, beta, c, ldc, mv, nv); break;
+          case 1: micro_kernel_f32<1>(a, rs, ks, b, kk, alpha, beta, c, ldc, mv, nv, ep, m0, n0); break;
+          case 2: micro_kernel_f32<2>(a, rs, ks, b, kk, alpha, beta, c, ldc, mv, nv, ep, m0, n0); break;
+          case 3: micro_kernel_f32<3>(a, rs, ks, b, kk, alpha, beta, c, ldc, mv, nv, ep, m0, n0); break;
+          default: micro_kernel_f32<4>(a, rs, ks, b, kk, alpha, beta, c, ldc, mv, nv, ep, m0, n0); break;
         }
       }
   }
@@ -353,6 +394,20 @@ void gemm_f32(bool trans_a, bool trans_b, std::int64_t M, std::int64_t N, std::i
               float alpha, const float* A, std::int64_t lda, const float* B, std::int64_t ldb,
               float beta, float* C, std::int64_t ldc) {
   gemm_f32_impl(Tri::None, trans_a, trans_b, M, N, K, alpha, A, lda, B, ldb, beta, C, ldc);
+}
+
+void gemm_f32_epilogue(bool trans_a, bool trans_b, std::int64_t M, std::int64_t N, std::int64_t K,
+                       float alpha, const float* A, std::int64_t lda, const float* B, std::int64_t ldb,
+                       float beta, float* C, std::int64_t ldc, const GemmEpilogue& ep) {
+  gemm_f32_impl(Tri::None, trans_a, trans_b, M, N, K, alpha, A, lda, B, ldb, beta, C, ldc, ep);
+}
+
+bool own_f32_for_layers() {
+  static const bool own = [] {
+    const char* e = std::getenv("DS_NN_GEMM");
+    return f32_gemm_supported() && !(e && std::string_view(e) == "openblas");
+  }();
+  return own;
 }
 
 void gemm_tri(Tri tri, bool trans_a, bool trans_b, std::int64_t M, std::int64_t N, std::int64_t K,

@@ -206,6 +206,14 @@ constexpr std::int64_t kParallelMin = 32768;
 void linear_forward(float* out, const float* inp, const float* w, const float* bias,
                     const float* residual, std::int64_t N, std::int64_t C, std::int64_t OC,
                     Precision prec) {
+  if (prec == Precision::F32 && own_f32_for_layers()) {
+    // Bias and residual in the GEMM's epilogue: no separate pass over out.
+    GemmEpilogue ep;
+    ep.bias = bias;
+    if (residual && residual != out) { ep.add = residual; ep.ld_add = OC; }
+    gemm_f32_epilogue(false, true, N, OC, C, 1.0f, inp, C, w, C, residual == out ? 1.0f : 0.0f, out, OC, ep);
+    return;
+  }
   float beta = 0.0f;
   if (bias || residual) {
     if (!(residual == out && !bias)) {
@@ -218,10 +226,29 @@ void linear_forward(float* out, const float* inp, const float* w, const float* b
   gemm(prec, false, true, N, OC, C, 1.0f, inp, C, w, C, beta, out, OC);
 }
 
+void linear_gelu_forward(float* pre, float* act, const float* inp, const float* w, const float* bias,
+                         std::int64_t N, std::int64_t C, std::int64_t OC, Precision prec) {
+  if (prec == Precision::F32 && own_f32_for_layers()) {
+    GemmEpilogue ep;
+    ep.bias = bias;
+    ep.gelu = act;
+    ep.ld_gelu = OC;
+    gemm_f32_epilogue(false, true, N, OC, C, 1.0f, inp, C, w, C, 0.0f, pre, OC, ep);
+    return;
+  }
+  linear_forward(pre, inp, w, bias, nullptr, N, C, OC, prec);
+  gelu_forward(act, pre, N * OC);
+}
+
 void linear_backward(float* dinp, float* dw, float* dbias, const float* dout, const float* inp,
                      const float* w, std::int64_t N, std::int64_t C, std::int64_t OC,
                      bool accumulate_dinp, Precision prec) {
-  if (dinp) gemm(prec, false, false, N, C, OC, 1.0f, dout, OC, w, C, accumulate_dinp ? 1.0f : 0.0f, dinp, C);
+  if (dinp) {
+    if (prec == Precision::F32 && own_f32_for_layers())
+      gemm_f32_epilogue(false, false, N, C, OC, 1.0f, dout, OC, w, C, accumulate_dinp ? 1.0f : 0.0f, dinp, C, {});
+    else
+      gemm(prec, false, false, N, C, OC, 1.0f, dout, OC, w, C, accumulate_dinp ? 1.0f : 0.0f, dinp, C);
+  }
   gemm(prec, true, false, OC, C, N, 1.0f, dout, OC, inp, C, 1.0f, dw, C);
   if (dbias) {
     const std::int64_t blocks = (OC + 15) / 16;

@@ -1,0 +1,99 @@
+// Peak arithmetic rate of one core for the three AVX-512 multiply-add forms a GEMM could use
+// (CPU time, 12 independent accumulator chains, no memory traffic):
+//   fp32 vfmadd231ps (32 FLOP / instruction), bf16 vdpbf16ps (64 FLOP: 16 lanes x 2 pairs,
+//   fp32 accumulation), fp16 vfmadd231ph (64 FLOP, fp16 accumulation).
+// It bounds what a bf16 GEMM can gain over fp32 on this CPU (see docs/MODELS.md).
+//
+//   bench_peak        (prints one line per form; skips the ones the CPU lacks)
+#include <immintrin.h>
+#include <time.h>
+
+#include <cstdio>
+
+#include "ds/core/cpu_features.h"
+
+// GCC 12 reports the _mm512_undefined_*() inside its own reduce intrinsics as uninitialized.
+#pragma GCC diagnostic ignored "-Wuninitialized"
+#pragma GCC diagnostic ignored "-Wmaybe-uninitialized"
+
+namespace {
+
+double cpu_now() {
+  timespec ts;
+  clock_gettime(CLOCK_PROCESS_CPUTIME_ID, &ts);
+  return double(ts.tv_sec) + 1e-9 * double(ts.tv_nsec);
+}
+
+#define DS_R12(X) X(0) X(1) X(2) X(3) X(4) X(5) X(6) X(7) X(8) X(9) X(10) X(11)
+#define DS_SUM(i) +_mm512_reduce_add_ps(a##i)
+
+__attribute__((target("avx512f,fma"), noinline)) float fp32_fma(long n) {
+#define DS_D(i) __m512 a##i = _mm512_set1_ps(float(i));
+  DS_R12(DS_D)
+  __m512 x = _mm512_set1_ps(1.0001f), y = _mm512_set1_ps(0.9999f);
+  for (long k = 0; k < n; ++k) {
+#define DS_F(i) a##i = _mm512_fmadd_ps(x, y, a##i);
+    DS_R12(DS_F)
+    __asm__ volatile("" : "+v"(x));  // keeps the loop from being folded
+  }
+  return 0 DS_R12(DS_SUM);
+}
+
+__attribute__((target("avx512f,avx512bf16"), noinline)) float bf16_dot(long n) {
+  DS_R12(DS_D)
+  __m512bh x = (__m512bh)_mm512_set1_epi32(0x3f803f80), y = x;
+  for (long k = 0; k < n; ++k) {
+#define DS_B(i) a##i = _mm512_dpbf16_ps(a##i, x, y);
+    DS_R12(DS_B)
+    __asm__ volatile("" : "+v"(x));
+  }
+  return 0 DS_R12(DS_SUM);
+}
+
+__attribute__((target("avx512f,avx512fp16"), noinline)) float fp16_fma(long n) {
+#define DS_DH(i) __m512h a##i = _mm512_set1_ph((_Float16)(i));
+  DS_R12(DS_DH)
+  __m512h x = _mm512_set1_ph((_Float16)1.0f), y = x;
+  for (long k = 0; k < n; ++k) {
+#define DS_H(i) a##i = _mm512_fmadd_ph(x, y, a##i);
+    DS_R12(DS_H)
+    __asm__ volatile("" : "+v"(x));
+  }
+#define DS_SUMH(i) +float(_mm512_reduce_add_ph(a##i))
+  return 0 DS_R12(DS_SUMH);
+}
+
+template <class F>
+double best_gflops(F f, double flop_per_iter, long n) {
+  double best = 0;
+  for (int r = 0; r < 3; ++r) {
+    const double t0 = cpu_now();
+    volatile float sink = f(n);
+    (void)sink;
+    const double t = cpu_now() - t0;
+    if (t > 0 && flop_per_iter * double(n) / t > best) best = flop_per_iter * double(n) / t;
+  }
+  return best / 1e9;
+}
+
+}  // namespace
+
+int main() {
+  const auto& cf = ds::cpu_features();
+  const long n = 20000000;
+  if (!cf.avx512f || !cf.fma) {
+    std::printf("no AVX-512: nothing to measure\n");
+    return 0;
+  }
+  const double f32 = best_gflops(fp32_fma, 12 * 32, n);
+  std::printf("fp32 vfmadd231ps: %.1f GFLOP/s per core (CPU time)\n", f32);
+  if (cf.avx512_bf16) {
+    const double b = best_gflops(bf16_dot, 12 * 64, n);
+    std::printf("bf16 vdpbf16ps:   %.1f GFLOP/s (%.2fx fp32)\n", b, b / f32);
+  }
+  if (cf.avx512_fp16) {
+    const double h = best_gflops(fp16_fma, 12 * 64, n);
+    std::printf("fp16 vfmadd231ph: %.1f GFLOP/s (%.2fx fp32; fp16 accumulation)\n", h, h / f32);
+  }
+  return 0;
+}
