@@ -3,10 +3,11 @@
 // For each optimizer and precision: the fused step of ds::optim (Kernel::Cpu) in params/s
 // and GB/s, beside a STREAM-style kernel with exactly the optimizer's access pattern (same
 // arrays read, same arrays written in place, same fp16/bf16 gradient read and working write,
-// one multiply-add per element) measured in the same run: the memory-bandwidth limit (the faster of
-// the pattern kernel with hardware prefetch only and with the kernels' software prefetch).
+// one multiply-add per element) measured in the same run: the memory-bandwidth limit, the
+// fastest of the pattern kernel with hardware prefetch only and with the kernels' software
+// prefetch, and with a working copy, each with plain and with non-temporal working stores.
 // Also torch.optim.AdamW(foreach=True) through /usr/bin/python3 for fp32 AdamW. Median of
-// --repeats after one warm-up, ours and the two pattern kernels timed in turn. Buffers are
+// --repeats after one warm-up, ours and the pattern kernels timed in turn. Buffers are
 // allocated and first-touched once.
 #include <immintrin.h>
 #include <omp.h>
@@ -77,8 +78,8 @@ std::vector<double> median_times(int repeats, const std::vector<std::function<vo
 // The AVX-512 version is specialised on the array counts and dtypes (a generic loop over the
 // arrays costs ~20% of the bandwidth on one thread here, which would make the "limit" too
 // easy) and runs the optimizer kernels' own loop, simd::stream_loop (two full vectors per
-// iteration, masked tail), with or without their software prefetch: the bench takes the
-// faster of the two as the limit.
+// iteration, masked tail), with or without their software prefetch and non-temporal working
+// stores: the bench takes the fastest as the limit.
 struct Pattern {
   std::vector<float*> rw, ro;
   TensorView g;  // data == nullptr: none
@@ -93,7 +94,7 @@ volatile float g_zero = 0.0f;
 #pragma GCC push_options
 #pragma GCC target("avx512f,avx512bw,avx512vl,avx512dq,avx512bf16,f16c,fma")
 template <int NRW, int NRO, DType G, DType W, bool PF>
-__attribute__((noinline)) void pattern_avx512(const Pattern& pt, std::size_t lo, std::size_t hi) {
+__attribute__((noinline)) void pattern_avx512(const Pattern& pt, std::size_t lo, std::size_t hi, bool nt) {
   const __m512 zero = _mm512_set1_ps(pt.zero);
   float* rw[NRW];
   const float* ro[NRO > 0 ? NRO : 1] = {};
@@ -106,7 +107,7 @@ __attribute__((noinline)) void pattern_avx512(const Pattern& pt, std::size_t lo,
       if constexpr (G != simd::kNone) simd::prefetch_g32<G>(g, i);
       for (int j = 0; j < NRO; ++j) simd::prefetch32<4>(ro[j], i);
       for (int j = 0; j < NRW; ++j) simd::prefetch32<4>(rw[j], i);
-      simd::prefetch_w32<W>(w, i);
+      simd::prefetch_w32<W>(w, i, nt);
     }
   };
   simd::stream_loop(lo, hi, prefetch, [&](std::size_t i, __mmask16 k) {
@@ -123,13 +124,14 @@ __attribute__((noinline)) void pattern_avx512(const Pattern& pt, std::size_t lo,
       _mm512_mask_storeu_ps(rw[j] + i, k, x);
       if (j == 0) first = x;
     }
-    if constexpr (W == DType::F32) _mm512_mask_storeu_ps(static_cast<float*>(w) + i, k, first);
-    if constexpr (W == DType::F16)
-      _mm256_mask_storeu_epi16(static_cast<std::uint16_t*>(w) + i, k, _mm512_cvtps_ph(first, _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC));
-    if constexpr (W == DType::BF16)
-      _mm256_mask_storeu_epi16(static_cast<std::uint16_t*>(w) + i, k,
-                               _mm512_cvtepi32_epi16(_mm512_srli_epi32(_mm512_castps_si512(first), 16)));
+    if constexpr (W == DType::F32) {
+      if (nt && k == __mmask16(0xffff)) _mm512_stream_ps(static_cast<float*>(w) + i, first);
+      else _mm512_mask_storeu_ps(static_cast<float*>(w) + i, k, first);
+    }
+    if constexpr (W == DType::F16) simd::store16(w, i, _mm512_cvtps_ph(first, _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC), k, nt);
+    if constexpr (W == DType::BF16) simd::store16(w, i, _mm512_cvtepi32_epi16(_mm512_srli_epi32(_mm512_castps_si512(first), 16)), k, nt);
   });
+  if (nt) _mm_sfence();
 }
 #pragma GCC pop_options
 
@@ -153,13 +155,13 @@ void pattern_plain(const Pattern& pt, std::size_t lo, std::size_t hi) {
 }
 
 template <int NRW, int NRO, bool PF>
-void pattern_dispatch(const Pattern& pt, DType g, DType w, std::size_t lo, std::size_t hi) {
+void pattern_dispatch(const Pattern& pt, DType g, DType w, std::size_t lo, std::size_t hi, bool nt) {
   auto by_w = [&]<DType G>() {
     switch (w) {
-      case DType::F32: pattern_avx512<NRW, NRO, G, DType::F32, PF>(pt, lo, hi); break;
-      case DType::F16: pattern_avx512<NRW, NRO, G, DType::F16, PF>(pt, lo, hi); break;
-      case DType::BF16: pattern_avx512<NRW, NRO, G, DType::BF16, PF>(pt, lo, hi); break;
-      default: pattern_avx512<NRW, NRO, G, simd::kNone, PF>(pt, lo, hi); break;
+      case DType::F32: pattern_avx512<NRW, NRO, G, DType::F32, PF>(pt, lo, hi, nt); break;
+      case DType::F16: pattern_avx512<NRW, NRO, G, DType::F16, PF>(pt, lo, hi, nt); break;
+      case DType::BF16: pattern_avx512<NRW, NRO, G, DType::BF16, PF>(pt, lo, hi, nt); break;
+      default: pattern_avx512<NRW, NRO, G, simd::kNone, PF>(pt, lo, hi, nt); break;
     }
   };
   switch (g) {
@@ -172,18 +174,20 @@ void pattern_dispatch(const Pattern& pt, DType g, DType w, std::size_t lo, std::
 
 // The access patterns the optimizers have: (read-write arrays, read-only arrays).
 template <bool PF>
-void pattern_counts(const Pattern& pt, DType g, DType w, std::size_t lo, std::size_t hi) {
+void pattern_counts(const Pattern& pt, DType g, DType w, std::size_t lo, std::size_t hi, bool nt) {
   const std::size_t nrw = pt.rw.size(), nro = pt.ro.size();
-  if (nrw == 1 && nro == 0) pattern_dispatch<1, 0, PF>(pt, g, w, lo, hi);
-  else if (nrw == 2 && nro == 0) pattern_dispatch<2, 0, PF>(pt, g, w, lo, hi);
-  else if (nrw == 3 && nro == 0) pattern_dispatch<3, 0, PF>(pt, g, w, lo, hi);
-  else if (nrw == 2 && nro == 1) pattern_dispatch<2, 1, PF>(pt, g, w, lo, hi);
-  else if (nrw == 1 && nro == 2) pattern_dispatch<1, 2, PF>(pt, g, w, lo, hi);
+  if (nrw == 1 && nro == 0) pattern_dispatch<1, 0, PF>(pt, g, w, lo, hi, nt);
+  else if (nrw == 2 && nro == 0) pattern_dispatch<2, 0, PF>(pt, g, w, lo, hi, nt);
+  else if (nrw == 3 && nro == 0) pattern_dispatch<3, 0, PF>(pt, g, w, lo, hi, nt);
+  else if (nrw == 2 && nro == 1) pattern_dispatch<2, 1, PF>(pt, g, w, lo, hi, nt);
+  else if (nrw == 1 && nro == 2) pattern_dispatch<1, 2, PF>(pt, g, w, lo, hi, nt);
   else pattern_plain(pt, lo, hi);
 }
 
-// prefetch: the optimizer kernels' software prefetch on or off.
-void run_pattern(const Pattern& pt, std::size_t n, bool prefetch) {
+// prefetch: the optimizer kernels' software prefetch on or off; nt: the working copy (if any)
+// written with non-temporal stores (simd::store16, as the kernels do from
+// simd::kStreamWorkingBytes up) or plain ones.
+void run_pattern(const Pattern& pt, std::size_t n, bool prefetch, bool nt) {
   const bool vec = ds::cpu_features().avx512f && ds::cpu_features().avx512bw;
   const DType g = pt.g.data ? pt.g.dtype : simd::kNone, w = pt.w.data ? pt.w.dtype : simd::kNone;
 #pragma omp parallel
@@ -193,8 +197,8 @@ void run_pattern(const Pattern& pt, std::size_t n, bool prefetch) {
     const std::size_t lo = std::min(n, t * per), hi = std::min(n, lo + per);
     if (lo < hi) {
       if (!vec) pattern_plain(pt, lo, hi);
-      else if (prefetch) pattern_counts<true>(pt, g, w, lo, hi);
-      else pattern_counts<false>(pt, g, w, lo, hi);
+      else if (prefetch) pattern_counts<true>(pt, g, w, lo, hi, nt);
+      else pattern_counts<false>(pt, g, w, lo, hi, nt);
     }
   }
 }
@@ -270,7 +274,7 @@ int main(int argc, char** argv) {
       {"lamb", "fp32", DType::F32, DType::U8},  {"lamb", "bf16", DType::BF16, DType::BF16},
   };
   std::printf("| optimizer | precision | params | threads | B/param | ours G params/s | ours GB/s | pattern limit GB/s | ours / limit "
-              "| pattern GB/s: hw prefetch only / + sw prefetch (limit) |\n");
+              "| pattern kernels GB/s (hw: hardware prefetch only, pf: + software prefetch, nt: non-temporal working stores) |\n");
   std::printf("| --- | --- | --- | --- | --- | --- | --- | --- | --- | --- |\n");
   for (long long nn : sizes) {
     const std::size_t n = std::size_t(nn);
@@ -300,8 +304,8 @@ int main(int argc, char** argv) {
         std::vector<float*> states;
         for (auto& kv : st) states.push_back(kv.second.data());
         std::size_t bytes = 0;
-        // The limit: the pattern kernel with and without the kernels' software prefetch, the
-        // faster median of the two (the more demanding bound).
+        // The limit: the fastest median of the pattern kernel variants below (the most
+        // demanding bound).
         std::vector<Pattern> passes;
         if (std::string(v.opt) == "lamb") {
           passes.push_back({{states[0], states[1]}, {p.as<float>()}, gv, {}});  // pass 1
@@ -313,14 +317,33 @@ int main(int argc, char** argv) {
           bytes = (1 + states.size()) * 8 + half_io + w_io;
         }
         for (Pattern& pt : passes) pt.zero = g_zero;
-        auto pattern = [&](bool pf) { for (const Pattern& pt : passes) run_pattern(pt, n, pf); };
-        const std::vector<double> med = median_times(repeats, {run_opt, [&] { pattern(false); }, [&] { pattern(true); }});
-        const double t_opt = med[0], t_pat = std::min(med[1], med[2]);
-        const char* limit_kind = med[2] < med[1] ? "prefetch" : "hw";
+        auto pattern = [&](bool pf, bool nt) { for (const Pattern& pt : passes) run_pattern(pt, n, pf, nt); };
+        // The pattern variants: hardware prefetch only / + software prefetch, and, with a
+        // working copy, each with plain and with non-temporal working stores.
+        struct PatVariant { const char* name; bool pf, nt; };
+        std::vector<PatVariant> pvs = {{"hw", false, false}, {"pf", true, false}};
+        if (wv.data) {
+          pvs.push_back({"hw+nt", false, true});
+          pvs.push_back({"pf+nt", true, true});
+        }
+        std::vector<std::function<void()>> fs = {run_opt};
+        for (const PatVariant& pv : pvs) fs.push_back([&, pv] { pattern(pv.pf, pv.nt); });
+        const std::vector<double> med = median_times(repeats, fs);
+        const double t_opt = med[0];
+        std::size_t best = 1;
+        for (std::size_t j = 2; j < med.size(); ++j)
+          if (med[j] < med[best]) best = j;
+        const double t_pat = med[best];
+        std::string variants_gbs;
+        for (std::size_t j = 1; j < med.size(); ++j) {
+          char buf[64];
+          std::snprintf(buf, sizeof buf, "%s%s %.1f", j > 1 ? ", " : "", pvs[j - 1].name, double(bytes) * double(n) / med[j] / 1e9);
+          variants_gbs += buf;
+        }
         const double gbs = double(bytes) * double(n) / t_opt / 1e9, lim = double(bytes) * double(n) / t_pat / 1e9;
-        const double lim_hw = double(bytes) * double(n) / med[1] / 1e9, lim_pf = double(bytes) * double(n) / med[2] / 1e9;
-        std::printf("| %s | %s | %lldM | %lld | %zu | %.2f | %.1f | %.1f | %.2f | %.1f / %.1f (%s) |\n", v.opt, v.prec,
-                    nn / 1000000, th, bytes, double(n) / t_opt / 1e9, gbs, lim, gbs / lim, lim_hw, lim_pf, limit_kind);
+        std::printf("| %s | %s | %lldM | %lld | %zu | %.2f | %.1f | %.1f | %.2f | %s (limit: %s) |\n", v.opt, v.prec,
+                    nn / 1000000, th, bytes, double(n) / t_opt / 1e9, gbs, lim, gbs / lim, variants_gbs.c_str(),
+                    pvs[best - 1].name);
         std::fflush(stdout);
       }
       if (!python.empty() && (only.empty() || only == "adamw")) {

@@ -12,7 +12,7 @@ namespace {
 template <DType G, DType W>
 __attribute__((noinline)) void adam_avx512(float* p, float* m, float* v, const void* g, void* w,
                                            std::size_t lo, std::size_t hi, const AdamHyper& h,
-                                           const detail::AdamDerived& d) {
+                                           const detail::AdamDerived& d, bool nt) {
   const __m512 gs = _mm512_set1_ps(h.grad_scale), wd = _mm512_set1_ps(h.weight_decay);
   const __m512 b1 = _mm512_set1_ps(h.beta1), b2 = _mm512_set1_ps(h.beta2);
   const __m512 omb1 = _mm512_set1_ps(d.omb1), omb2 = _mm512_set1_ps(d.omb2);
@@ -24,7 +24,7 @@ __attribute__((noinline)) void adam_avx512(float* p, float* m, float* v, const v
     simd::prefetch32<4>(p, i);
     simd::prefetch32<4>(m, i);
     simd::prefetch32<4>(v, i);
-    simd::prefetch_w32<W>(w, i);
+    simd::prefetch_w32<W>(w, i, nt);
   };
   simd::stream_loop(lo, hi, prefetch, [&](std::size_t i, __mmask16 k) {
     __m512 gv = _mm512_mul_ps(simd::load_g<G>(g, i, k), gs);
@@ -40,8 +40,9 @@ __attribute__((noinline)) void adam_avx512(float* p, float* m, float* v, const v
     _mm512_mask_storeu_ps(m + i, k, mv);
     _mm512_mask_storeu_ps(v + i, k, vv);
     _mm512_mask_storeu_ps(p + i, k, pv);
-    if constexpr (W != simd::kNone) simd::store_w<W>(w, i, pv, k);
+    if constexpr (W != simd::kNone) simd::store_w<W>(w, i, pv, k, nt);
   });
+  if (nt) _mm_sfence();
 }
 #pragma GCC pop_options
 
@@ -51,9 +52,10 @@ void adam_cpu(float* p, float* m, float* v, TensorView g, TensorView w, std::siz
   detail::check_views(g, w, n, "adam");
   const detail::AdamDerived d = detail::adam_derived(h);
   if (simd::have_avx512()) {
+    const bool nt = simd::stream_working(w.data, n, w.dtype);
     simd::dispatch(g.dtype, w.data ? w.dtype : simd::kNone, [&]<DType G, DType W>() {
       simd::parallel_ranges(n, [&](std::size_t lo, std::size_t hi) {
-        adam_avx512<G, W>(p, m, v, g.data, w.data, lo, hi, h, d);
+        adam_avx512<G, W>(p, m, v, g.data, w.data, lo, hi, h, d, nt);
       });
     });
     return;

@@ -71,22 +71,23 @@ __attribute__((noinline)) void lamb_pass1_avx512(float* p, float* m, float* v, c
 
 template <DType W>
 __attribute__((noinline)) void lamb_pass2_avx512(float* p, const float* m, const float* v, void* w, std::size_t lo,
-                                                 std::size_t hi, const LambHyper& h, float sc) {
+                                                 std::size_t hi, const LambHyper& h, float sc, bool nt) {
   const LambVec c(h);
   const __m512 nsc = _mm512_set1_ps(-sc);
   auto prefetch = [&](std::size_t i) {
     simd::prefetch32<4>(p, i);
     simd::prefetch32<4>(m, i);
     simd::prefetch32<4>(v, i);
-    simd::prefetch_w32<W>(w, i);
+    simd::prefetch_w32<W>(w, i, nt);
   };
   simd::stream_loop(lo, hi, prefetch, [&](std::size_t i, __mmask16 k) {
     __m512 pv = _mm512_maskz_loadu_ps(k, p + i);
     const __m512 u = lamb_dir(_mm512_maskz_loadu_ps(k, m + i), _mm512_maskz_loadu_ps(k, v + i), pv, c, h.eps_inside_sqrt);
     pv = _mm512_fmadd_ps(u, nsc, pv);
     _mm512_mask_storeu_ps(p + i, k, pv);
-    if constexpr (W != simd::kNone) simd::store_w<W>(w, i, pv, k);
+    if constexpr (W != simd::kNone) simd::store_w<W>(w, i, pv, k, nt);
   });
+  if (nt) _mm_sfence();
 }
 #pragma GCC pop_options
 
@@ -151,12 +152,13 @@ void lamb_cpu(float* p, float* m, float* v, TensorView g, TensorView w, std::siz
   }
 
   // Pass 2: p -= (step_size*c) * u, working copy written.
+  const bool nt = vec && simd::stream_working(w.data, n, w.dtype);
   auto pass2 = [&]<DType W>() {
 #pragma omp parallel for schedule(static) if (par)
     for (std::ptrdiff_t c = 0; c < nc; ++c) {
       const Chunk& ch = chunks[std::size_t(c)];
       if (vec) {
-        lamb_pass2_avx512<W>(p, m, v, w.data, ch.lo, ch.hi, h, sc[ch.seg]);
+        lamb_pass2_avx512<W>(p, m, v, w.data, ch.lo, ch.hi, h, sc[ch.seg], nt);
       } else {
         for (std::size_t i = ch.lo; i < ch.hi; ++i) {
           const float u = detail::lamb_update_dir(m[i], v[i], p[i], h);

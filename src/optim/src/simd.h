@@ -55,6 +55,25 @@ void dispatch(DType g, DType w, F&& f) {
 // Below this many elements one thread does it all (a parallel region costs a few us).
 inline constexpr std::size_t kMinParallel = 1 << 15;
 
+// Non-temporal working-copy stores (store_w's nt) from this many bytes of working copy up
+// (twice a core's L2 here): the step streams 7-10x as many bytes of state through the caches
+// in the same pass, so a copy this large would not stay cached for the next forward pass
+// anyway, and the stores skip the read-for-ownership of every line (bench/optim: faster from
+// 10M parameters on). Below it, plain stores leave the copy in cache.
+// DS_CPU_STREAM_MIN_BYTES overrides it (read per call; the tests use 0 to cover the path).
+inline constexpr std::size_t kStreamWorkingBytes = std::size_t(4) << 20;
+
+// Whether a step over n elements writes working copy w (dtype wt; null: none) with
+// non-temporal stores: large enough, and aligned for them (64 bytes; the kernels' vectors
+// start at 16-element multiples, so every full fp32 vector is then 64-byte and every 16-bit
+// one 32-byte aligned).
+inline bool stream_working(const void* w, std::size_t n, DType wt) {
+  if (w == nullptr || (reinterpret_cast<std::uintptr_t>(w) % 64) != 0) return false;
+  std::size_t min_bytes = kStreamWorkingBytes;
+  if (const char* env = std::getenv("DS_CPU_STREAM_MIN_BYTES")) min_bytes = std::strtoull(env, nullptr, 10);
+  return n * dtype_size(wt) >= min_bytes;
+}
+
 // Splits [0, n) into one contiguous range per thread, boundaries on 16-element (64-byte)
 // multiples, and calls chunk(lo, hi) on each.
 template <class Chunk>
@@ -101,8 +120,10 @@ template <DType G>
 inline void prefetch_g32(const void* g, std::size_t i) {
   prefetch32<G == DType::F32 ? 4 : 2>(g, i);
 }
+// Not with non-temporal stores (nt): a prefetch would read the line those stores avoid reading.
 template <DType W>
-inline void prefetch_w32(const void* w, std::size_t i) {
+inline void prefetch_w32(const void* w, std::size_t i, bool nt) {
+  if (nt) return;
   if constexpr (W == DType::F32) prefetch32<4>(w, i);
   else if constexpr (W != kNone) prefetch32<2>(w, i);
 }
@@ -135,14 +156,25 @@ inline __m512 load_g(const void* base, std::size_t i, __mmask16 k) {
   }
 }
 
+// Working-copy stores. The step writes the working copy and never reads it, so with plain
+// stores every line is first read for ownership: 2 more bytes of traffic per parameter on top
+// of the 28 (Adam) it needs. nt = true writes full vectors with non-temporal stores instead
+// (no read, the line goes to memory); see stream_working() for when the kernels do.
+inline void store16(void* base, std::size_t i, __m256i h, __mmask16 k, bool nt) {
+  std::uint16_t* a = static_cast<std::uint16_t*>(base) + i;
+  if (nt && k == __mmask16(0xffff)) _mm256_stream_si256(reinterpret_cast<__m256i*>(a), h);
+  else _mm256_mask_storeu_epi16(a, k, h);
+}
+
 // Round to nearest even, NaN stays (quiet) NaN: identical to ds::float_to_f16 / float_to_bf16.
 template <DType W>
-inline void store_w(void* base, std::size_t i, __m512 x, __mmask16 k) {
+inline void store_w(void* base, std::size_t i, __m512 x, __mmask16 k, bool nt = false) {
   if constexpr (W == DType::F32) {
-    _mm512_mask_storeu_ps(static_cast<float*>(base) + i, k, x);
+    float* a = static_cast<float*>(base) + i;
+    if (nt && k == __mmask16(0xffff)) _mm512_stream_ps(a, x);
+    else _mm512_mask_storeu_ps(a, k, x);
   } else if constexpr (W == DType::F16) {
-    const __m256i h = _mm512_cvtps_ph(x, _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC);
-    _mm256_mask_storeu_epi16(static_cast<std::uint16_t*>(base) + i, k, h);
+    store16(base, i, _mm512_cvtps_ph(x, _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC), k, nt);
   } else if constexpr (W == DType::BF16) {
     const __m512i u = _mm512_castps_si512(x);
     const __mmask16 nan = _mm512_cmpgt_epu32_mask(_mm512_and_si512(u, _mm512_set1_epi32(0x7fffffff)),
@@ -150,12 +182,12 @@ inline void store_w(void* base, std::size_t i, __m512 x, __mmask16 k) {
     __m512i r = _mm512_add_epi32(u, _mm512_add_epi32(_mm512_set1_epi32(0x7fff),
                                                      _mm512_and_si512(_mm512_srli_epi32(u, 16), _mm512_set1_epi32(1))));
     r = _mm512_mask_mov_epi32(r, nan, _mm512_or_si512(u, _mm512_set1_epi32(0x00400000)));
-    _mm256_mask_storeu_epi16(static_cast<std::uint16_t*>(base) + i, k, _mm512_cvtepi32_epi16(_mm512_srli_epi32(r, 16)));
+    store16(base, i, _mm512_cvtepi32_epi16(_mm512_srli_epi32(r, 16)), k, nt);
   } else if constexpr (W == kBf16Native) {
     // vcvtneps2bf16 rounds to nearest even and quiets NaN exactly as above, but treats
     // denormal inputs as zero: such vectors take the integer path.
-    if (_mm512_fpclass_ps_mask(x, 0x20) != 0) return store_w<DType::BF16>(base, i, x, k);
-    _mm256_mask_storeu_epi16(static_cast<std::uint16_t*>(base) + i, k, reinterpret_cast<__m256i>(_mm512_cvtneps_pbh(x)));
+    if (_mm512_fpclass_ps_mask(x, 0x20) != 0) return store_w<DType::BF16>(base, i, x, k, nt);
+    store16(base, i, reinterpret_cast<__m256i>(_mm512_cvtneps_pbh(x)), k, nt);
   }
 }
 
