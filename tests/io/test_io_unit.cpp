@@ -287,13 +287,37 @@ TEST(Crc32c, InterleavedStreamsMatchReferenceAtAwkwardSizesAndAlignments) {
                           std::size_t(3 * 24576 + 1)}) {
       if (start + n > b.size()) continue;
       const unsigned char* p = b.data() + start;
-      EXPECT_EQ(crc32c(p, n), crc32c_ref(p, n)) << "start " << start << " n " << n;
-      EXPECT_EQ(crc32c(p, n, 0x12345678u), crc32c_ref(p, n, 0x12345678u)) << "start " << start << " n " << n;
+      const std::uint32_t ref = crc32c_ref(p, n), ref_seeded = crc32c_ref(p, n, 0x12345678u);
+      EXPECT_EQ(crc32c(p, n), ref) << "start " << start << " n " << n;
+      EXPECT_EQ(crc32c(p, n, 0x12345678u), ref_seeded) << "start " << start << " n " << n;
+      EXPECT_EQ(crc32c_streams(p, n), ref) << "start " << start << " n " << n;
+      EXPECT_EQ(crc32c_streams(p, n, 0x12345678u), ref_seeded) << "start " << start << " n " << n;
+      EXPECT_EQ(crc32c_fold(p, n), ref) << "start " << start << " n " << n;
+      EXPECT_EQ(crc32c_fold(p, n, 0x12345678u), ref_seeded) << "start " << start << " n " << n;
     }
   }
   std::vector<unsigned char> big(278011 * 5 + 3);
   for (auto& c : big) c = static_cast<unsigned char>(rng());
-  EXPECT_EQ(crc32c(big.data() + 3, big.size() - 3), crc32c_ref(big.data() + 3, big.size() - 3));
+  const std::uint32_t ref = crc32c_ref(big.data() + 3, big.size() - 3);
+  EXPECT_EQ(crc32c(big.data() + 3, big.size() - 3), ref);
+  EXPECT_EQ(crc32c_streams(big.data() + 3, big.size() - 3), ref);
+  EXPECT_EQ(crc32c_fold(big.data() + 3, big.size() - 3), ref);
+}
+
+// The AVX-512 folding path: every length from 256 to 1100 (1, 2, 3 and 4 accumulators, the
+// 64-byte and 8-byte tails) at every start offset within a cache line, and seeds.
+TEST(Crc32c, FoldingMatchesReferenceAtEveryTailAndOffset) {
+  if (!crc32c_fold_available()) GTEST_SKIP() << "no AVX-512 VPCLMULQDQ on this CPU (crc32c_fold falls back; covered above)";
+  std::mt19937 rng(11);
+  std::vector<unsigned char> b(1200);
+  for (auto& c : b) c = static_cast<unsigned char>(rng());
+  for (std::size_t start = 0; start < 64; start += 5)
+    for (std::size_t n = 256; n + start <= 1100 + 64; n += (n < 600 ? 1 : 13)) {
+      const unsigned char* p = b.data() + start;
+      ASSERT_EQ(crc32c_fold(p, n), crc32c_ref(p, n)) << "start " << start << " n " << n;
+      ASSERT_EQ(crc32c_fold(p, n, ~std::uint32_t(n)), crc32c_ref(p, n, ~std::uint32_t(n))) << "start " << start << " n " << n;
+    }
+  EXPECT_EQ(crc32c_fold("123456789", 9), 0xE3069283u);  // short: falls back
 }
 
 TEST(Crc32c, CombineJoinsPieces) {
