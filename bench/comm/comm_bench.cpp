@@ -172,7 +172,7 @@ int main(int argc, char** argv) {
                 n, comm.num_nodes(), comm.shm_enabled() ? "on" : "off", o.shm_chunk_bytes >> 10, o.shm_min_all_reduce,
                 o.shm_min_reduce_scatter, o.shm_min_all_gather, band(o.plain_all_reduce).c_str(),
                 band(o.plain_reduce_scatter).c_str(), band(o.plain_all_gather).c_str(),
-                comm.oversubscribed() && !o.plain_bands_when_oversubscribed ? "not used: oversubscribed" : "used",
+                comm.oversubscribed() ? "not used: oversubscribed" : "used",
                 comm.uses_progress_thread() ? "on" : "off", tun ? tun : "(unset)");
     std::printf("# %d cpus (%.1f ranks per core), in-cache memcpy %.1f GB/s, load average %s\n", cores, per_core, cache_gbs,
                 loadavg().c_str());

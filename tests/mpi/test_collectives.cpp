@@ -229,7 +229,7 @@ void run_dispatch(const ds::DistributedContext& ctx) {
   o.plain_reduce_scatter = {0, 0};
   o.plain_all_gather = {512, 8192};
   o.shm_min_reduce_scatter = 64;
-  o.plain_bands_when_oversubscribed = true;  // bands apply whatever the CPU count
+  o.oversubscribed = 0;  // bands apply whatever the CPU count
   {
     ds::MpiComm c(ctx.mpi_comm, o);
     const bool w = ctx.world_size > 1;
@@ -243,8 +243,13 @@ void run_dispatch(const ds::DistributedContext& ctx) {
     // Non-blocking calls the progress thread runs keep the window inside a band.
     EXPECT(c.shm_all_reduce_for(2048, true) == (w && c.uses_progress_thread()) && !c.shm_reduce_scatter_for(63, true),
            "non-blocking: band skipped with the progress thread, shm_min kept");
-    // The ranks share one node and are unbound (ds_mpi_test: --bind-to none): oversubscribed
-    // exactly when there are more of them than this rank's CPUs.
+  }
+  {
+    // Detected: the ranks share one node and are unbound (ds_mpi_test: --bind-to none), so
+    // oversubscribed exactly when there are more of them than this rank's CPUs.
+    ds::MpiCommOptions p = o;
+    p.oversubscribed = -1;
+    ds::MpiComm c(ctx.mpi_comm, p);
     cpu_set_t set;
     CPU_ZERO(&set);
     sched_getaffinity(0, sizeof set, &set);
@@ -259,10 +264,9 @@ void run_dispatch(const ds::DistributedContext& ctx) {
   }
   {
     ds::MpiCommOptions p = o;
-    p.plain_bands_when_oversubscribed = false;
+    p.oversubscribed = 1;
     ds::MpiComm c(ctx.mpi_comm, p);
-    EXPECT(c.shm_all_reduce_for(2048) == (ctx.world_size > 1 && c.oversubscribed()),
-           "bands unused only when oversubscribed");
+    EXPECT(c.oversubscribed() && c.shm_all_reduce_for(2048) == (ctx.world_size > 1), "bands unused when oversubscribed");
     p.set_shm_min(0);  // every size through the window
     ds::MpiComm f(ctx.mpi_comm, p);
     EXPECT(f.shm_all_reduce_for(2048) == (ctx.world_size > 1) && f.shm_all_gather_for(1024) == (ctx.world_size > 1) &&
@@ -273,10 +277,12 @@ void run_dispatch(const ds::DistributedContext& ctx) {
   setenv("DS_COMM_PLAIN_ALL_REDUCE", "64K:2M", 1);
   setenv("DS_COMM_PLAIN_ALL_GATHER", "0:0", 1);
   setenv("DS_COMM_SHM_MIN", "16", 1);
+  setenv("DS_COMM_OVERSUBSCRIBED", "1", 1);
   const ds::MpiCommOptions e = ds::MpiCommOptions::from_env();
   EXPECT(e.plain_all_reduce.from == (64u << 10) && e.plain_all_reduce.below == (2u << 20), "env all_reduce band");
   EXPECT(!e.plain_all_gather.contains(0) && !e.plain_reduce_scatter.contains(100) && e.shm_min_all_gather == 16,
          "env all_gather band none, reduce_scatter cleared by DS_COMM_SHM_MIN");
+  EXPECT(e.oversubscribed == 1, "DS_COMM_OVERSUBSCRIBED=1");
   for (const char* bad : {"64K", "x:1M", "1M:", "1Q:2M"}) {
     setenv("DS_COMM_PLAIN_ALL_REDUCE", bad, 1);
     bool named = false;
@@ -290,6 +296,7 @@ void run_dispatch(const ds::DistributedContext& ctx) {
   unsetenv("DS_COMM_PLAIN_ALL_REDUCE");
   unsetenv("DS_COMM_PLAIN_ALL_GATHER");
   unsetenv("DS_COMM_SHM_MIN");
+  unsetenv("DS_COMM_OVERSUBSCRIBED");
 }
 
 }  // namespace
@@ -320,6 +327,15 @@ int main(int argc, char** argv) {
       run_variant(c, "shm", false, true);
       run_variant(c, "shm-nonblocking", true, false, {ds::DType::F32, ds::DType::BF16}, {ds::ReduceOp::Sum});
       run_overlap(c, "shm", 1);
+    }
+    // Both CPU-count regimes whatever this machine has: one-shot small all_reduce and long
+    // barrier spins (not oversubscribed), sliced small all_reduce and short spins (oversubscribed).
+    for (int over : {0, 1}) {
+      ds::MpiCommOptions p = o;
+      p.oversubscribed = over;
+      ds::MpiComm c(ctx.mpi_comm, p);
+      run_variant(c, over ? "shm-oversubscribed" : "shm-not-oversubscribed", false, true,
+                  {ds::DType::F32, ds::DType::F16, ds::DType::I32}, {ds::ReduceOp::Sum, ds::ReduceOp::Avg, ds::ReduceOp::Max});
     }
     {
       ds::MpiCommOptions p = o;

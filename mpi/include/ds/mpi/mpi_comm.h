@@ -44,21 +44,27 @@ struct SizeBand {
 struct MpiCommOptions {
   bool shm = true;                              // DS_COMM_SHM=0 turns the shm path off
   std::size_t shm_chunk_bytes = 1u << 20;       // per half-segment (DS_COMM_SHM_CHUNK)
+  // all_reduce on one node up to this many bytes, while the node's ranks do not outnumber
+  // its CPUs: one barrier, every rank reduces the whole message (DS_COMM_SHM_ONESHOT_MAX; 0
+  // turns it off).
+  std::size_t shm_oneshot_max = 32u << 10;
   // Sizes are the full buffer: all_reduce's buffer, reduce_scatter's send, all_gather's recv.
   // Smaller messages than shm_min_* take plain MPI.
   std::size_t shm_min_all_reduce = 0;
   std::size_t shm_min_reduce_scatter = 0;
   std::size_t shm_min_all_gather = 0;
-  // Blocking calls inside these bands take plain MPI while the node's ranks do not outnumber
-  // the CPUs they may run on (with more ranks than CPUs the window won at every size measured,
-  // unless plain_bands_when_oversubscribed). Non-blocking calls run by the progress thread
+  // Blocking calls inside these bands take plain MPI unless the node is oversubscribed (with
+  // more ranks than CPUs the window won at every size measured). Non-blocking calls run by the progress thread
   // keep the window (it overlaps compute; MPI_I* progresses only inside MPI calls).
   // DS_COMM_PLAIN_ALL_REDUCE / _REDUCE_SCATTER / _ALL_GATHER=FROM:BELOW (e.g. 128K:16M; 0:0
   // for none) override them.
   SizeBand plain_all_reduce{128u << 10, 16u << 20};
   SizeBand plain_reduce_scatter{0, 0};
   SizeBand plain_all_gather{32u << 10, 64u << 20};
-  bool plain_bands_when_oversubscribed = false;
+  // Whether the node's ranks outnumber the CPUs they may run on (the union of their affinity
+  // masks): -1 detects it; 0 / 1 say so (DS_COMM_OVERSUBSCRIBED). Oversubscribed: no plain
+  // bands, no one-shot all_reduce, barriers yield after 4 spins.
+  int oversubscribed = -1;
   // Every message of at least `bytes` takes the window (clears the bands; DS_COMM_SHM_MIN).
   void set_shm_min(std::size_t bytes) {
     shm_min_all_reduce = shm_min_reduce_scatter = shm_min_all_gather = bytes;
@@ -70,9 +76,9 @@ struct MpiCommOptions {
   // Pause-spins of a window barrier before it yields the CPU (DS_COMM_BARRIER_SPINS);
   // -1: 256, or 4 when the node's ranks outnumber its CPUs.
   int barrier_spins = -1;
-  // Defaults overridden by DS_COMM_SHM, DS_COMM_SHM_CHUNK, DS_COMM_SHM_MIN,
+  // Defaults overridden by DS_COMM_SHM, DS_COMM_SHM_CHUNK, DS_COMM_SHM_ONESHOT_MAX, DS_COMM_SHM_MIN,
   // DS_COMM_PLAIN_ALL_REDUCE, DS_COMM_PLAIN_REDUCE_SCATTER, DS_COMM_PLAIN_ALL_GATHER,
-  // DS_COMM_RANKS_PER_NODE, DS_COMM_PROGRESS_THREAD, DS_COMM_BARRIER_SPINS.
+  // DS_COMM_RANKS_PER_NODE, DS_COMM_PROGRESS_THREAD, DS_COMM_OVERSUBSCRIBED, DS_COMM_BARRIER_SPINS.
   static MpiCommOptions from_env();
 };
 
@@ -110,7 +116,7 @@ class MpiComm final : public Communicator {
   bool shm_all_reduce_for(std::size_t bytes, bool nonblocking = false) const;
   bool shm_reduce_scatter_for(std::size_t bytes, bool nonblocking = false) const;
   bool shm_all_gather_for(std::size_t bytes, bool nonblocking = false) const;
-  bool oversubscribed() const;  // the node's ranks outnumber the CPUs they may run on
+  bool oversubscribed() const;  // as detected or set in the options (MpiCommOptions::oversubscribed)
   int node_size() const;        // ranks in this rank's node group
   int num_nodes() const;
   bool uses_progress_thread() const;
