@@ -2,10 +2,23 @@
 // bf16 working params (2 B) + fp32 master + exp_avg + exp_avg_sq (12 B) = 14 B per parameter.
 // One rank (the per-rank path is the same at any world size: each rank writes its own shard).
 //
-//   bench_checkpoint DIR [N=100000000] [REPEATS=3]
+//   bench_checkpoint DIR [N=100000000] [REPEATS=3] [--dd]
 // Prints one line per measurement: "<what> <bytes> <seconds> <GB/s>" (median of repeats).
+//
+// --dd: also runs the dd reference from here (dd_write: `dd if=/dev/zero bs=16M
+// conv=fdatasync` of the same byte count, dd_read: dd of that file to /dev/null, with dd's
+// own timing), after this process's buffers exist and each repeat's dd write right before
+// its save. The page cache's cost depends on the guest's memory state: on a VM, pages the
+// guest freed a moment ago are far cheaper than pages it has not used recently (~13 us per
+// 4 KiB here), so a write right after a big file was deleted runs several times faster.
+// Run separately, dd came right after torch freed its tensors and file, and our save right
+// after this process first touched 2.8 GB of buffers, so dd had cheap pages and we did not.
+// Here both start right after an equally large file was deleted: one unmeasured dd write
+// (deleted at once) primes the first repeat; dd's file is deleted before our save.
 // Save includes fsync of every file and directory; load reads into existing buffers;
 // dstrain_verify_pass is the checksum pass of the verified load on its own.
+#include <unistd.h>
+
 #include <algorithm>
 #include <chrono>
 #include <cstdio>
@@ -44,6 +57,22 @@ class SelfComm final : public Communicator {
 
 double now() { return std::chrono::duration<double>(std::chrono::steady_clock::now().time_since_epoch()).count(); }
 
+// Runs dd (command line `args`) and returns the seconds it reports ("..., 1.23 s, ...").
+double run_dd(const std::string& args) {
+  std::string cmd = "dd " + args + " 2>&1";
+  FILE* p = ::popen(cmd.c_str(), "r");
+  if (!p) return -1;
+  std::string out;
+  char buf[512];
+  while (std::fgets(buf, sizeof buf, p)) out += buf;
+  if (::pclose(p) != 0) {
+    std::fprintf(stderr, "bench_checkpoint: '%s' failed: %s\n", cmd.c_str(), out.c_str());
+    std::exit(1);
+  }
+  auto comma = out.find("copied, ");
+  return comma == std::string::npos ? -1 : std::strtod(out.c_str() + comma + 8, nullptr);
+}
+
 double median(std::vector<double> v) {
   std::sort(v.begin(), v.end());
   return v[v.size() / 2];
@@ -52,13 +81,19 @@ double median(std::vector<double> v) {
 }  // namespace
 
 int main(int argc, char** argv) {
-  if (argc < 2) {
-    std::fprintf(stderr, "usage: bench_checkpoint DIR [N] [REPEATS]\n");
+  bool with_dd = false;
+  std::vector<std::string> pos;
+  for (int i = 1; i < argc; ++i) {
+    if (std::string(argv[i]) == "--dd") with_dd = true;
+    else pos.push_back(argv[i]);
+  }
+  if (pos.empty()) {
+    std::fprintf(stderr, "usage: bench_checkpoint DIR [N] [REPEATS] [--dd]\n");
     return 2;
   }
-  const std::string dir = argv[1];
-  const std::size_t n = argc > 2 ? std::strtoull(argv[2], nullptr, 10) : 100000000ull;
-  const int repeats = argc > 3 ? std::atoi(argv[3]) : 3;
+  const std::string dir = pos[0];
+  const std::size_t n = pos.size() > 1 ? std::strtoull(pos[1].c_str(), nullptr, 10) : 100000000ull;
+  const int repeats = pos.size() > 2 ? std::atoi(pos[2].c_str()) : 3;
   // 12 tensors, like the layers of a small transformer, in one flat space.
   const int tensors = 12;
   HostBuffer params(n, DType::BF16), master(n, DType::F32), m1(n, DType::F32), m2(n, DType::F32);
@@ -89,11 +124,24 @@ int main(int argc, char** argv) {
   SelfComm comm;
   io::SaveOptions opt;
   opt.overwrite = true;
-  std::vector<double> save_t, load_t, load_verified_t, verify_pass_t;
+  std::vector<double> save_t, load_t, load_verified_t, verify_pass_t, dd_write_t, dd_read_t;
+  const std::string dd_file = dir + ".dd.bin";
+  const std::size_t dd_block = std::size_t(16) << 20;
+  const std::string dd_write = "if=/dev/zero of=" + dd_file + " bs=16M count=" + std::to_string((bytes + dd_block - 1) / dd_block) +
+                               " conv=fdatasync";
+  if (with_dd) {  // priming: see the header comment
+    (void)run_dd(dd_write);
+    ::unlink(dd_file.c_str());
+  }
   // Load targets: allocated and touched once, reused by every repeat.
   HostBuffer lp(n, DType::BF16), lmaster(n, DType::F32), lm1(n, DType::F32), lm2(n, DType::F32);
   for (int r = 0; r < repeats; ++r) {
     fs::remove_all(dir);
+    if (with_dd) {
+      dd_write_t.push_back(run_dd(dd_write));
+      dd_read_t.push_back(run_dd("if=" + dd_file + " of=/dev/null bs=16M"));
+      ::unlink(dd_file.c_str());
+    }
     double t0 = now();
     io::save_checkpoint(comm, dir, "bench", c, opt);
     save_t.push_back(now() - t0);
@@ -121,6 +169,10 @@ int main(int argc, char** argv) {
     return 1;
   }
   auto line = [&](const char* what, double t) { std::printf("%s %zu %.3f %.3f\n", what, bytes, t, double(bytes) / t / 1e9); };
+  if (with_dd) {
+    line("dd_write", median(dd_write_t));
+    line("dd_read", median(dd_read_t));
+  }
   line("dstrain_save", median(save_t));
   line("dstrain_load", median(load_t));
   line("dstrain_load_verified", median(load_verified_t));
