@@ -1,6 +1,7 @@
 // Training throughput of the built-in GPT on the CPU (issue 6 item 7), our side:
-// tokens/s of forward + backward + a fused AdamW step, and the compute bound (model
-// FLOPs/token over the sgemm rate OpenBLAS reaches here, measured in the same run).
+// tokens/s of forward + backward + the library's fused AdamW step (ds::optim::adam_cpu), and
+// the compute bound (model FLOPs/token over the sgemm rate OpenBLAS reaches here, measured in
+// the same run). --profile adds the per-op CPU-time split of a step (run it on 1 thread).
 // bench/train/run.sh runs this beside the same model in PyTorch and prints the table.
 //
 //   bench_train [--dtype fp32|bf16|fp16] [--steps N] [--warmup N] [--layers 4] [--heads 4]
@@ -23,6 +24,7 @@
 #include "ds/data/sampler.h"
 #include "ds/nn/gemm.h"
 #include "ds/nn/gpt.h"
+#include "ds/optim/kernels.h"
 
 namespace {
 
@@ -105,7 +107,6 @@ int main(int argc, char** argv) {
   auto data = ds::data::TextDataset::embedded();
   ds::data::Loader loader(data, T, ds::data::DistributedSampler(data.num_samples(T), 1, 0, std::size_t(B), true, 1, true));
 
-  std::vector<float> gtmp(dt == ds::DType::F32 ? 0 : P);
   double t_fwd = 0, t_bwd = 0, t_opt = 0, t_total = 0, cpu_total = 0, cpu_opt = 0;
   float loss = 0, first_loss = 0;
   const float lr = 1e-3f, b1 = 0.9f, b2 = 0.95f, eps = 1e-8f, wd = 0.1f;
@@ -121,24 +122,20 @@ int main(int argc, char** argv) {
     model.backward(1.0f, {});
     const double t2 = now();
     const double cb = cpu_now();
-    // Fused AdamW over the flat fp32 master (grads read in the working dtype), then zero
-    // grads and write back the working params.
-    const float* g = dt == ds::DType::F32 ? grad.as<float>() : gtmp.data();
-    if (dt != ds::DType::F32) ds::convert(grad.data(), dt, gtmp.data(), ds::DType::F32, P);
-    const int step = s + 1;
-    const float c1 = 1.0f / (1.0f - std::pow(b1, float(step))), c2 = 1.0f / (1.0f - std::pow(b2, float(step)));
-    float* w = master.as<float>();
-    float* mm = m1.as<float>();
-    float* vv = m2.as<float>();
-#pragma omp parallel for schedule(static)
-    for (std::int64_t i = 0; i < std::int64_t(P); ++i) {
-      const float gi = g[i];
-      mm[i] = b1 * mm[i] + (1 - b1) * gi;
-      vv[i] = b2 * vv[i] + (1 - b2) * gi * gi;
-      w[i] -= lr * (mm[i] * c1 / (std::sqrt(vv[i] * c2) + eps) + wd * w[i]);
-    }
+    // The library's fused AdamW (ds::optim::adam_cpu, what the engine runs) over the flat
+    // fp32 master, reading the grads and writing the working params in the working dtype;
+    // then zero the grads.
+    ds::optim::AdamHyper h;
+    h.lr = lr;
+    h.beta1 = b1;
+    h.beta2 = b2;
+    h.eps = eps;
+    h.weight_decay = wd;
+    h.bc1 = 1.0f - std::pow(b1, float(s + 1));
+    h.bc2 = 1.0f - std::pow(b2, float(s + 1));
+    ds::optim::adam_cpu(master.as<float>(), m1.as<float>(), m2.as<float>(), ds::TensorView{grad.data(), P, dt},
+                        ds::TensorView{work.data(), P, dt}, P, h);
     std::memset(grad.data(), 0, grad.bytes());
-    ds::convert(master.data(), ds::DType::F32, work.data(), dt, P);  // fp32: a copy
     const double t3 = now();
     const double c3 = cpu_now();
     if (s >= warmup) {

@@ -88,24 +88,29 @@ TEST(NnLayers, LinearGradientAndFast) {
   }
 }
 
-// The fused forms (GEMM epilogue on the own kernel: bias, residual, GELU; the plain
-// passes otherwise) against the reference, at awkward sizes and a full-tile size.
-TEST(NnLayers, LinearGeluAndInPlaceResidualFast) {
+// The Linear forward's epilogue forms on the own kernel (bias, separate residual, residual
+// aliasing out) against the reference, at awkward sizes and a full-tile size.
+TEST(NnLayers, LinearEpilogueFormsFast) {
   for (auto [n, c, oc] : {std::array<std::int64_t, 3>{1, 1, 1}, {7, 13, 5}, {33, 17, 65}, {70, 64, 260}}) {
     Vd i2 = randn(n * c, 61, 2.0), w2 = randn(oc * c, 62), b2 = randn(oc, 63), r2 = randn(n * oc, 64);
-    Vd pre_ref(n * oc), act_ref(n * oc);
-    ds::nn::ref::linear_gelu_forward(pre_ref.data(), act_ref.data(), i2.data(), w2.data(), b2.data(), n, c, oc);
-    Vf i2f = to_f(i2), w2f = to_f(w2), b2f = to_f(b2), pre(n * oc, 7.0f), act(n * oc, 7.0f);
-    ds::nn::kernels::linear_gelu_forward(pre.data(), act.data(), i2f.data(), w2f.data(), b2f.data(), n, c, oc);
-    expect_close(pre, pre_ref, 1e-5, "linear+gelu pre-activation");
-    expect_close(act, act_ref, 1e-5, "linear+gelu activation");
-    // out += inp w^T (residual aliasing out, no bias).
+    Vf i2f = to_f(i2), w2f = to_f(w2), b2f = to_f(b2), r2f = to_f(r2);
     Vd o_ref(n * oc);
+    ds::nn::ref::linear_forward(o_ref.data(), i2.data(), w2.data(), b2.data(), r2.data(), n, c, oc);
+    Vf o(n * oc, 7.0f);
+    ds::nn::kernels::linear_forward(o.data(), i2f.data(), w2f.data(), b2f.data(), r2f.data(), n, c, oc);
+    expect_close(o, o_ref, 1e-5, "linear fwd bias + residual");
+    // out += inp w^T (residual aliasing out, no bias).
     ds::nn::ref::linear_forward(o_ref.data(), i2.data(), w2.data(), static_cast<const double*>(nullptr), r2.data(),
                                 n, c, oc);
-    Vf o = to_f(r2);
+    o = r2f;
     ds::nn::kernels::linear_forward(o.data(), i2f.data(), w2f.data(), nullptr, o.data(), n, c, oc);
     expect_close(o, o_ref, 1e-5, "linear fwd in-place residual");
+    // bias only, over a dirty output
+    ds::nn::ref::linear_forward(o_ref.data(), i2.data(), w2.data(), b2.data(), static_cast<const double*>(nullptr),
+                                n, c, oc);
+    std::fill(o.begin(), o.end(), 7.0f);
+    ds::nn::kernels::linear_forward(o.data(), i2f.data(), w2f.data(), b2f.data(), nullptr, n, c, oc);
+    expect_close(o, o_ref, 1e-5, "linear fwd bias");
   }
 }
 

@@ -90,42 +90,14 @@ void pack_panel(std::uint32_t* out, const View& v, std::int64_t i0, std::int64_t
 }
 
 
-// exp(x) to ~2 ulp over [-87, 88] (Cephes expf, the polynomial of the scalar fast_exp in
-// kernels.cpp), 16 lanes.
-__attribute__((target("avx512f,avx512bw,avx512vl,fma"))) inline __m512 exp16(__m512 x) {
-  x = _mm512_min_ps(_mm512_max_ps(x, _mm512_set1_ps(-87.0f)), _mm512_set1_ps(88.0f));
-  const __m512 fx = _mm512_roundscale_ps(_mm512_mul_ps(x, _mm512_set1_ps(1.44269504088896341f)),
-                                         _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC);
-  const __m512 r = _mm512_fmadd_ps(fx, _mm512_set1_ps(2.12194440e-4f),
-                                   _mm512_fnmadd_ps(fx, _mm512_set1_ps(0.693359375f), x));
-  __m512 y = _mm512_set1_ps(1.9875691500e-4f);
-  y = _mm512_fmadd_ps(y, r, _mm512_set1_ps(1.3981999507e-3f));
-  y = _mm512_fmadd_ps(y, r, _mm512_set1_ps(8.3334519073e-3f));
-  y = _mm512_fmadd_ps(y, r, _mm512_set1_ps(4.1665795894e-2f));
-  y = _mm512_fmadd_ps(y, r, _mm512_set1_ps(1.6666665459e-1f));
-  y = _mm512_fmadd_ps(y, r, _mm512_set1_ps(5.0000001201e-1f));
-  y = _mm512_add_ps(_mm512_fmadd_ps(y, _mm512_mul_ps(r, r), r), _mm512_set1_ps(1.0f));
-  return _mm512_scalef_ps(y, fx);
-}
-
-// GPT-2's tanh GELU, 16 lanes: 0.5 x (1 + tanh(u)), tanh(u) = 1 - 2 / (exp(2u) + 1).
-__attribute__((target("avx512f,avx512bw,avx512vl,fma"))) inline __m512 gelu16(__m512 x) {
-  const __m512 x3 = _mm512_mul_ps(_mm512_mul_ps(x, x), x);
-  const __m512 u = _mm512_mul_ps(_mm512_set1_ps(0.7978845608028654f),
-                                 _mm512_fmadd_ps(_mm512_set1_ps(0.044715f), x3, x));
-  const __m512 e = exp16(_mm512_add_ps(u, u));
-  const __m512 t = _mm512_sub_ps(_mm512_set1_ps(1.0f),
-                                 _mm512_div_ps(_mm512_set1_ps(2.0f), _mm512_add_ps(e, _mm512_set1_ps(1.0f))));
-  return _mm512_mul_ps(_mm512_mul_ps(_mm512_set1_ps(0.5f), x), _mm512_add_ps(_mm512_set1_ps(1.0f), t));
-}
-
-// C tile = alpha acc + beta C, then the epilogue (bias[n], + add[m, n], gelu copy), for the
-// valid mv x nv corner. c / add / gelu point at the tile's (0, 0); bias at its column 0.
+// C tile = alpha acc + beta C, then the epilogue (+ bias[n], + add[m, n]), for the valid
+// mv x nv corner. c points at the tile's (0, 0); bias / add are indexed by the tile's
+// origin (m0, n0t) in C.
 __attribute__((target("avx512f,avx512bw,avx512vl,fma"))) inline void store_tile(
     __m512 (&acc)[MR][4], float alpha, float beta, float* c, std::int64_t ldc, std::int64_t mv,
     std::int64_t nv, const GemmEpilogue& ep = {}, std::int64_t m0 = 0, std::int64_t n0t = 0) {
   const __m512 va = _mm512_set1_ps(alpha), vb = _mm512_set1_ps(beta);
-  const bool plain = !ep.bias && !ep.add && !ep.gelu;
+  const bool plain = !ep.bias && !ep.add;
   if (plain && mv == MR && nv == NR) {
 #pragma GCC unroll 6
     for (int r = 0; r < MR; ++r)
@@ -148,7 +120,6 @@ __attribute__((target("avx512f,avx512bw,avx512vl,fma"))) inline void store_tile(
         if (ep.bias) v = _mm512_add_ps(v, _mm512_maskz_loadu_ps(m, ep.bias + n0t + n0));
         if (ep.add) v = _mm512_add_ps(v, _mm512_maskz_loadu_ps(m, ep.add + (m0 + r) * ep.ld_add + n0t + n0));
         _mm512_mask_storeu_ps(p, m, v);
-        if (ep.gelu) _mm512_mask_storeu_ps(ep.gelu + (m0 + r) * ep.ld_gelu + n0t + n0, m, gelu16(v));
       }
   }
 }

@@ -25,7 +25,7 @@ enum Op : int {
 };
 constexpr const char* kOpNames[kNumOps] = {
     "embedding fwd", "layernorm fwd", "qkv linear fwd", "attention fwd", "attn proj linear fwd",
-    "fc linear + gelu fwd", "gelu fwd", "fc proj linear fwd", "lm head fwd", "cross-entropy fwd",
+    "fc linear fwd", "gelu fwd", "fc proj linear fwd", "lm head fwd", "cross-entropy fwd",
     "cross-entropy bwd", "lm head bwd", "fc proj linear bwd", "gelu bwd", "fc linear bwd",
     "layernorm bwd", "attn proj linear bwd", "attention bwd", "qkv linear bwd", "embedding bwd",
     "half dtype: params to fp32, zero grads", "grad fold + grad_ready"};
@@ -188,8 +188,9 @@ void Gpt::run_forward(const std::int32_t* tokens, std::int64_t B, std::int64_t T
     }
     {
       GptProf pf(this, kFcFwd, 2.0 * double(N) * double(4 * C) * double(C));
-      k::linear_gelu_forward(a.fch, a.fch_gelu, a.ln2, ps_.w(P.fcw), ps_.w(P.fcb), N, C, 4 * C, prec_);
+      k::linear_forward(a.fch, a.ln2, ps_.w(P.fcw), ps_.w(P.fcb), nullptr, N, C, 4 * C, prec_);
     }
+    { GptProf pf(this, kGeluFwd, 0); k::gelu_forward(a.fch_gelu, a.fch, 4 * N * C); }
     {
       GptProf pf(this, kFcProjFwd, 2.0 * double(N) * double(4 * C) * double(C));
       k::linear_forward(resid_[l + 1], a.fch_gelu, ps_.w(P.fcprojw), ps_.w(P.fcprojb), a.x1, N, 4 * C, C, prec_);

@@ -226,20 +226,6 @@ void linear_forward(float* out, const float* inp, const float* w, const float* b
   gemm(prec, false, true, N, OC, C, 1.0f, inp, C, w, C, beta, out, OC);
 }
 
-void linear_gelu_forward(float* pre, float* act, const float* inp, const float* w, const float* bias,
-                         std::int64_t N, std::int64_t C, std::int64_t OC, Precision prec) {
-  if (prec == Precision::F32 && own_f32_for_layers()) {
-    GemmEpilogue ep;
-    ep.bias = bias;
-    ep.gelu = act;
-    ep.ld_gelu = OC;
-    gemm_f32_epilogue(false, true, N, OC, C, 1.0f, inp, C, w, C, 0.0f, pre, OC, ep);
-    return;
-  }
-  linear_forward(pre, inp, w, bias, nullptr, N, C, OC, prec);
-  gelu_forward(act, pre, N * OC);
-}
-
 void linear_backward(float* dinp, float* dw, float* dbias, const float* dout, const float* inp,
                      const float* w, std::int64_t N, std::int64_t C, std::int64_t OC,
                      bool accumulate_dinp, Precision prec) {

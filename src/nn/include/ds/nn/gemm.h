@@ -41,8 +41,7 @@ void gemm_f32(bool trans_a, bool trans_b, std::int64_t M, std::int64_t N, std::i
               float beta, float* C, std::int64_t ldc);
 
 // The own fp32 kernel with a fused epilogue, applied after alpha/beta on every C element:
-// + bias[n], + add[m * ld_add + n], and gelu[m * ld_gelu + n] = GELU(C) (C keeps the
-// pre-activation). Null pointers skip a step. Requires f32_gemm_supported(). The layers use
+// + bias[n], + add[m * ld_add + n] (null pointers skip a step). Requires f32_gemm_supported(). The layers use
 // it for their forward and input-gradient GEMMs when own_f32_for_layers() (AVX-512 and
 // DS_NN_GEMM is not "openblas": at the layer shapes it runs at or above OpenBLAS' rate, see
 // bench/train/bench_gemm_shapes); weight gradients (A transposed) stay on gemm(F32).
@@ -50,8 +49,6 @@ struct GemmEpilogue {
   const float* bias = nullptr;
   const float* add = nullptr;
   std::int64_t ld_add = 0;
-  float* gelu = nullptr;
-  std::int64_t ld_gelu = 0;
 };
 void gemm_f32_epilogue(bool trans_a, bool trans_b, std::int64_t M, std::int64_t N, std::int64_t K,
                        float alpha, const float* A, std::int64_t lda, const float* B, std::int64_t ldb,

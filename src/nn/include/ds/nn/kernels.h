@@ -20,10 +20,6 @@ namespace ds::nn::kernels {
 void linear_forward(float* out, const float* inp, const float* w, const float* bias,
                     const float* residual, std::int64_t N, std::int64_t C, std::int64_t OC,
                     Precision prec = Precision::F32);
-// pre[N,OC] = inp @ w^T + bias (bias may be null); act = GELU(pre) (tanh form, as
-// gelu_forward): the c_fc layer, fused into the GEMM's epilogue on the own fp32 kernel.
-void linear_gelu_forward(float* pre, float* act, const float* inp, const float* w, const float* bias,
-                         std::int64_t N, std::int64_t C, std::int64_t OC, Precision prec = Precision::F32);
 // dw[OC,C] += dout^T @ inp; dbias[OC] += column sums of dout (dbias may be null);
 // dinp[N,C] (=, or += when accumulate_dinp) dout @ w. dinp may be null (not needed).
 void linear_backward(float* dinp, float* dw, float* dbias, const float* dout, const float* inp,

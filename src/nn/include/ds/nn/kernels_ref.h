@@ -90,13 +90,6 @@ void gelu_forward(T* out, const T* inp, std::int64_t n) {
 }
 
 template <typename T>
-void linear_gelu_forward(T* pre, T* act, const T* inp, const T* w, const T* bias, std::int64_t N,
-                         std::int64_t C, std::int64_t OC) {
-  linear_forward(pre, inp, w, bias, static_cast<const T*>(nullptr), N, C, OC);
-  gelu_forward(act, pre, N * OC);
-}
-
-template <typename T>
 void gelu_backward(T* dinp, const T* inp, const T* dout, std::int64_t n) {
   const T s = std::sqrt(T(2) / T(M_PI));
   for (std::int64_t i = 0; i < n; ++i) {
