@@ -151,24 +151,51 @@ __attribute__((target("avx512f,avx512bw,avx512vl,avx512bf16,fma"))) void micro_k
 }
 
 // fp32 panels: out[k][r] = X(i0 + r, k), zero outside.
-// X with k contiguous per row (the transposing case) walks k outer so the panel is written
-// in order: W = 64 gathers 16 rows per vector, narrow panels copy W scalars per k.
+// X with k contiguous per row (the transposing case): W = 64 by 16 x 16 register
+// transposes, narrow panels copy W scalars per k.
+// Rows of X (k contiguous) into a k-major panel of 64: 16 x 16 blocks transposed in
+// registers (unpack / shuffle / shuffle_f32x4), rows past `valid` as zeros. (AVX-512
+// gathers are microcode-slow on CPUs with the GDS mitigation.)
+__attribute__((target("avx512f,avx512bw,avx512vl,fma"))) inline void transpose16(__m512 (&r)[16]) {
+  __m512 t[16];
+  for (int i = 0; i < 8; ++i) {
+    t[2 * i] = _mm512_unpacklo_ps(r[2 * i], r[2 * i + 1]);
+    t[2 * i + 1] = _mm512_unpackhi_ps(r[2 * i], r[2 * i + 1]);
+  }
+  for (int i = 0; i < 4; ++i) {
+    r[4 * i + 0] = _mm512_shuffle_ps(t[4 * i + 0], t[4 * i + 2], _MM_SHUFFLE(1, 0, 1, 0));
+    r[4 * i + 1] = _mm512_shuffle_ps(t[4 * i + 0], t[4 * i + 2], _MM_SHUFFLE(3, 2, 3, 2));
+    r[4 * i + 2] = _mm512_shuffle_ps(t[4 * i + 1], t[4 * i + 3], _MM_SHUFFLE(1, 0, 1, 0));
+    r[4 * i + 3] = _mm512_shuffle_ps(t[4 * i + 1], t[4 * i + 3], _MM_SHUFFLE(3, 2, 3, 2));
+  }
+  // r[4i + j] now holds, in 128-bit lane L, column 4L + j of rows 4i..4i+3.
+  for (int j = 0; j < 4; ++j) {
+    t[j] = _mm512_shuffle_f32x4(r[j], r[4 + j], 0x88);        // lanes 0,2 of rows 0-3 / 4-7
+    t[4 + j] = _mm512_shuffle_f32x4(r[j], r[4 + j], 0xDD);    // lanes 1,3
+    t[8 + j] = _mm512_shuffle_f32x4(r[8 + j], r[12 + j], 0x88);
+    t[12 + j] = _mm512_shuffle_f32x4(r[8 + j], r[12 + j], 0xDD);
+  }
+  for (int j = 0; j < 4; ++j) {
+    r[j] = _mm512_shuffle_f32x4(t[j], t[8 + j], 0x88);          // column j
+    r[8 + j] = _mm512_shuffle_f32x4(t[j], t[8 + j], 0xDD);      // column 8 + j
+    r[4 + j] = _mm512_shuffle_f32x4(t[4 + j], t[12 + j], 0x88);  // column 4 + j
+    r[12 + j] = _mm512_shuffle_f32x4(t[4 + j], t[12 + j], 0xDD); // column 12 + j
+  }
+}
+
 __attribute__((target("avx512f,avx512bw,avx512vl,fma"))) void pack_rows_k_major_64(
     float* __restrict out, const float* base, std::int64_t ld, std::int64_t valid, std::int64_t K) {
-  const __m512i idx = _mm512_mullo_epi32(_mm512_set_epi32(15, 14, 13, 12, 11, 10, 9, 8, 7, 6, 5, 4, 3, 2, 1, 0),
-                                         _mm512_set1_epi32(int(ld)));
-  __mmask16 m[4];
-  for (int j = 0; j < 4; ++j) {
-    const std::int64_t v = std::clamp<std::int64_t>(valid - 16 * j, 0, 16);
-    m[j] = __mmask16(v >= 16 ? 0xFFFF : (1u << v) - 1);
-  }
-  for (std::int64_t k = 0; k < K; ++k) {
-    float* o = out + k * 64;
-#pragma GCC unroll 4
+  for (std::int64_t k0 = 0; k0 < K; k0 += 16) {
+    const std::int64_t kw = std::min<std::int64_t>(16, K - k0);
+    const __mmask16 km = __mmask16(kw >= 16 ? 0xFFFF : (1u << kw) - 1);
     for (int j = 0; j < 4; ++j) {
-      const float* src = base + 16 * j * ld + k;
-      const __m512 v = _mm512_mask_i32gather_ps(_mm512_setzero_ps(), m[j], idx, src, 4);
-      _mm512_storeu_ps(o + 16 * j, v);
+      __m512 r[16];
+      for (int i = 0; i < 16; ++i) {
+        const std::int64_t row = 16 * j + i;
+        r[i] = row < valid ? _mm512_maskz_loadu_ps(km, base + row * ld + k0) : _mm512_setzero_ps();
+      }
+      transpose16(r);
+      for (std::int64_t t = 0; t < kw; ++t) _mm512_storeu_ps(out + (k0 + t) * 64 + 16 * j, r[t]);
     }
   }
 }
@@ -179,10 +206,8 @@ void pack_panel_f32(float* out, const View& v, std::int64_t i0, std::int64_t row
   if (!v.trans) {
     const float* base = v.p + i0 * v.ld;
     if constexpr (W == 64) {
-      if (v.ld * 15 < (std::int64_t(1) << 31)) {
-        pack_rows_k_major_64(out, base, v.ld, valid, K);
-        return;
-      }
+      pack_rows_k_major_64(out, base, v.ld, valid, K);
+      return;
     }
     for (std::int64_t k = 0; k < K; ++k) {
       float* o = out + k * W;
