@@ -9,8 +9,10 @@
 // (MPI_Comm_split_type SHARED) share one MPI-3 window (MPI_Win_allocate_shared, allocated
 // once, two half-segments per rank used alternately, so a chunk needs only the barriers that
 // order it). all_reduce: each rank copies its chunk in, barrier, reduces its own slice from
-// every peer's segment in rank order (so the result is the same on every rank), barrier,
-// copies the reduced chunk out. Across nodes (uniform ranks per node): the reduced slice is
+// every peer's segment in rank order (so the result is the same on every rank) into its
+// segment and its buffer in one pass, barrier, copies the peers' slices out; up to
+// shm_oneshot_max on one node (not oversubscribed) every rank reduces the whole message after
+// a single barrier, same order, same bits. Across nodes (uniform ranks per node): the reduced slice is
 // all-reduced among the ranks with the same local rank (one MPI_Allreduce per slice) before
 // the copy-out. reduce_scatter and all_gather use the window inside a single node and plain
 // MPI across nodes. Where Open MPI's single-copy (CMA) transfers match or beat two copies
