@@ -14,13 +14,14 @@
 // the bytes it must move through the shared window at the in-cache (256 KiB) memcpy
 // bandwidth, times ranks per core; MPI's median time divided by that lower bound.
 //
-//   mpirun -np 4 --oversubscribe --bind-to none build/bench/comm/comm_bench [--max_size 256M]
+//   mpirun -np 4 --oversubscribe --bind-to none build/bench/comm/comm_bench [--max_size 256M] [--in_place]
 #include <mpi.h>
 #include <sched.h>
 
 #include <CLI/CLI.hpp>
 #include <algorithm>
 #include <chrono>
+#include <cstdint>
 #include <cstdio>
 #include <cstring>
 #include <fstream>
@@ -135,6 +136,8 @@ int main(int argc, char** argv) {
   app.add_option("--warmup", warmup, "untimed repeats per size");
   app.add_option("--budget", budget, "seconds of repeats per size and collective");
   app.add_option("--only", only, "all_reduce | reduce_scatter | all_gather");
+  bool in_place = false;
+  app.add_flag("--in_place", in_place, "all_gather in place (send = this rank's block of recv, as ZeRO's parameter gather)");
   CLI11_PARSE(app, argc, argv);
 
   ds::DistributedContext ctx = ds::init_distributed();
@@ -166,12 +169,15 @@ int main(int argc, char** argv) {
   if (r == 0) {
     const char* tun = std::getenv("GLIBC_TUNABLES");
     const auto& o = comm.options();
-    auto band = [](const ds::SizeBand& b) { return b.from < b.below ? human(b.from) + ":" + human(b.below) : std::string("none"); };
+    auto band = [](const ds::SizeBand& b) {
+      if (b.from >= b.below) return std::string("none");
+      return human(b.from) + ":" + (b.below == SIZE_MAX ? std::string("max") : human(b.below));
+    };
     std::printf("# comm_bench: %d ranks, %d node(s), shm %s (chunk %zu KiB; from %zu / %zu / %zu B for all_reduce / "
-                "reduce_scatter / all_gather; plain-MPI bands %s / %s / %s, %s), progress thread %s, GLIBC_TUNABLES=%s\n",
+                "reduce_scatter / all_gather; plain-MPI bands %s / %s / %s / in place %s, %s), progress thread %s, GLIBC_TUNABLES=%s\n",
                 n, comm.num_nodes(), comm.shm_enabled() ? "on" : "off", o.shm_chunk_bytes >> 10, o.shm_min_all_reduce,
                 o.shm_min_reduce_scatter, o.shm_min_all_gather, band(o.plain_all_reduce).c_str(),
-                band(o.plain_reduce_scatter).c_str(), band(o.plain_all_gather).c_str(),
+                band(o.plain_reduce_scatter).c_str(), band(o.plain_all_gather).c_str(), band(o.plain_all_gather_in_place).c_str(),
                 comm.oversubscribed() ? "not used: oversubscribed" : "used",
                 comm.uses_progress_thread() ? "on" : "off", tun ? tun : "(unset)");
     std::printf("# %d cpus (%.1f ranks per core), in-cache memcpy %.1f GB/s, load average %s\n", cores, per_core, cache_gbs,
@@ -182,7 +188,7 @@ int main(int argc, char** argv) {
                 "GB/s", "x");
   }
 
-  const char* names[] = {"all_reduce", "reduce_scatter", "all_gather"};
+  const char* names[] = {"all_reduce", "reduce_scatter", in_place ? "all_gather_ip" : "all_gather"};
   for (std::size_t bytes = min_b; bytes <= max_b; bytes *= 2) {
     const std::size_t elems = bytes / 4;
     if (elems % n) continue;
@@ -193,14 +199,14 @@ int main(int argc, char** argv) {
     MPI_Allreduce(MPI_IN_PLACE, &tm_best, 1, MPI_DOUBLE, MPI_MIN, ctx.mpi_comm);
     const double memcpy_gbs = bytes / tm / 1e9, memcpy_best_gbs = bytes / tm_best / 1e9;
     for (int c = 0; c < 3; ++c) {
-      if (!only.empty() && only != names[c]) continue;
+      if (!only.empty() && only != names[c] && !(c == 2 && only == "all_gather")) continue;
       const std::size_t blk = elems / n;
       std::function<void()> prepare, ours, raw;
       double factor = double(n - 1) / n;
       // Minimum bytes (read + written) per rank for a shared-memory algorithm with private
       // caller buffers: through the caller's buffers (buf) and through the window (win).
       const double S = double(bytes), q = double(n - 1) / n;
-      const double buf_bytes = c == 0 ? 2 * S : S + S / n;
+      const double buf_bytes = c == 0 ? 2 * S : c == 2 && in_place ? S : S + S / n;
       const double win_bytes = c == 0 ? 3 * q * S + S / n : c == 1 ? 2 * q * S : S;
       if (c == 0) {
         factor *= 2;
@@ -210,9 +216,13 @@ int main(int argc, char** argv) {
       } else if (c == 1) {
         ours = [&] { comm.reduce_scatter({P, elems, ds::DType::F32}, {W, blk, ds::DType::F32}, ds::ReduceOp::Sum); };
         raw = [&] { MPI_Reduce_scatter_block(P, W, int(blk), MPI_FLOAT, MPI_SUM, ctx.mpi_comm); };
-      } else {
+      } else if (!in_place) {
         ours = [&] { comm.all_gather({P, blk, ds::DType::F32}, {W, elems, ds::DType::F32}); };
         raw = [&] { MPI_Allgather(P, int(blk), MPI_FLOAT, W, int(blk), MPI_FLOAT, ctx.mpi_comm); };
+      } else {
+        prepare = [&] { std::memcpy(W + r * blk, P, blk * 4); };
+        ours = [&] { comm.all_gather({W + r * blk, blk, ds::DType::F32}, {W, elems, ds::DType::F32}); };
+        raw = [&] { MPI_Allgather(MPI_IN_PLACE, 0, MPI_DATATYPE_NULL, W, int(blk), MPI_FLOAT, ctx.mpi_comm); };
       }
       // Repeats from a first estimate, so each size costs about `budget` seconds.
       const double t1 = timed(ctx.mpi_comm, 0, 1, prepare, raw) + timed(ctx.mpi_comm, 0, 1, prepare, ours);

@@ -296,6 +296,7 @@ MpiCommOptions MpiCommOptions::from_env() {
   env_band("DS_COMM_PLAIN_ALL_REDUCE", o.plain_all_reduce);
   env_band("DS_COMM_PLAIN_REDUCE_SCATTER", o.plain_reduce_scatter);
   env_band("DS_COMM_PLAIN_ALL_GATHER", o.plain_all_gather);
+  env_band("DS_COMM_PLAIN_ALL_GATHER_IN_PLACE", o.plain_all_gather_in_place);
   o.ranks_per_node = static_cast<int>(env_size("DS_COMM_RANKS_PER_NODE", 0));
   o.progress_thread = env_size("DS_COMM_PROGRESS_THREAD", 1) != 0;
   if (const char* v = std::getenv("DS_COMM_OVERSUBSCRIBED"); v && *v)
@@ -433,9 +434,9 @@ struct MpiComm::Impl {
     return win != MPI_WIN_NULL && nnodes == 1 && bytes >= opt.shm_min_reduce_scatter &&
            !in_plain_band(opt.plain_reduce_scatter, bytes, nonblocking);
   }
-  bool use_shm_all_gather(std::size_t bytes, bool nonblocking) const {
+  bool use_shm_all_gather(std::size_t bytes, bool nonblocking, bool in_place) const {
     return win != MPI_WIN_NULL && nnodes == 1 && bytes >= opt.shm_min_all_gather &&
-           !in_plain_band(opt.plain_all_gather, bytes, nonblocking);
+           !in_plain_band(in_place ? opt.plain_all_gather_in_place : opt.plain_all_gather, bytes, nonblocking);
   }
   // Segment layout: one 4 KiB control page (this rank's barrier counter in its first cache
   // line), then the two data halves.
@@ -811,8 +812,8 @@ bool MpiComm::shm_all_reduce_for(std::size_t bytes, bool nonblocking) const {
 bool MpiComm::shm_reduce_scatter_for(std::size_t bytes, bool nonblocking) const {
   return impl_->use_shm_reduce_scatter(bytes, nonblocking);
 }
-bool MpiComm::shm_all_gather_for(std::size_t bytes, bool nonblocking) const {
-  return impl_->use_shm_all_gather(bytes, nonblocking);
+bool MpiComm::shm_all_gather_for(std::size_t bytes, bool nonblocking, bool in_place) const {
+  return impl_->use_shm_all_gather(bytes, nonblocking, in_place);
 }
 bool MpiComm::oversubscribed() const { return impl_->oversub; }
 int MpiComm::node_size() const { return impl_->node_size; }
@@ -898,7 +899,7 @@ CommWork MpiComm::ireduce_scatter(TensorView send, TensorView recv, ReduceOp op)
 void MpiComm::all_gather(TensorView send, TensorView recv) {
   check_ag(send, recv, size(), rank());
   if (send.count == 0) return;
-  if (impl_->use_shm_all_gather(recv.bytes(), false)) {
+  if (impl_->use_shm_all_gather(recv.bytes(), false, send.data == ptr(recv, rank() * send.count))) {
     impl_->drain();
     impl_->shm_all_gather(send, recv);
   } else {
@@ -909,7 +910,7 @@ void MpiComm::all_gather(TensorView send, TensorView recv) {
 CommWork MpiComm::iall_gather(TensorView send, TensorView recv) {
   check_ag(send, recv, size(), rank());
   if (send.count == 0) return std::make_unique<DoneHandle>();
-  if (impl_->use_shm_all_gather(recv.bytes(), true))
+  if (impl_->use_shm_all_gather(recv.bytes(), true, send.data == ptr(recv, rank() * send.count)))
     return impl_->submit([this, send, recv] { impl_->shm_all_gather(send, recv); });
   std::vector<MPI_Request> reqs;
   impl_->mpi_all_gather(send, recv, &reqs);

@@ -228,6 +228,7 @@ void run_dispatch(const ds::DistributedContext& ctx) {
   o.plain_all_reduce = {1024, 4096};
   o.plain_reduce_scatter = {0, 0};
   o.plain_all_gather = {512, 8192};
+  o.plain_all_gather_in_place = {256, 1024};
   o.shm_min_reduce_scatter = 64;
   o.oversubscribed = 0;  // bands apply whatever the CPU count
   {
@@ -240,6 +241,9 @@ void run_dispatch(const ds::DistributedContext& ctx) {
            "reduce_scatter shm_min 64, no band");
     EXPECT(c.shm_all_gather_for(511) == w && !c.shm_all_gather_for(512) && c.shm_all_gather_for(8192) == w,
            "all_gather band [512, 8K)");
+    EXPECT(c.shm_all_gather_for(255, false, true) == w && !c.shm_all_gather_for(256, false, true) &&
+               c.shm_all_gather_for(1024, false, true) == w,
+           "in-place all_gather band [256, 1K)");
     // Non-blocking calls the progress thread runs keep the window inside a band.
     EXPECT(c.shm_all_reduce_for(2048, true) == (w && c.uses_progress_thread()) && !c.shm_reduce_scatter_for(63, true),
            "non-blocking: band skipped with the progress thread, shm_min kept");
@@ -276,6 +280,7 @@ void run_dispatch(const ds::DistributedContext& ctx) {
   // Environment: FROM:BELOW with K/M suffixes; DS_COMM_SHM_MIN clears the bands first.
   setenv("DS_COMM_PLAIN_ALL_REDUCE", "64K:2M", 1);
   setenv("DS_COMM_PLAIN_ALL_GATHER", "0:0", 1);
+  setenv("DS_COMM_PLAIN_ALL_GATHER_IN_PLACE", "1M:1024M", 1);
   setenv("DS_COMM_SHM_MIN", "16", 1);
   setenv("DS_COMM_OVERSUBSCRIBED", "1", 1);
   const ds::MpiCommOptions e = ds::MpiCommOptions::from_env();
@@ -283,6 +288,8 @@ void run_dispatch(const ds::DistributedContext& ctx) {
   EXPECT(!e.plain_all_gather.contains(0) && !e.plain_reduce_scatter.contains(100) && e.shm_min_all_gather == 16,
          "env all_gather band none, reduce_scatter cleared by DS_COMM_SHM_MIN");
   EXPECT(e.oversubscribed == 1, "DS_COMM_OVERSUBSCRIBED=1");
+  EXPECT(e.plain_all_gather_in_place.from == (1u << 20) && e.plain_all_gather_in_place.below == (std::size_t(1) << 30),
+         "env in-place all_gather band");
   for (const char* bad : {"64K", "x:1M", "1M:", "1Q:2M"}) {
     setenv("DS_COMM_PLAIN_ALL_REDUCE", bad, 1);
     bool named = false;
@@ -295,6 +302,7 @@ void run_dispatch(const ds::DistributedContext& ctx) {
   }
   unsetenv("DS_COMM_PLAIN_ALL_REDUCE");
   unsetenv("DS_COMM_PLAIN_ALL_GATHER");
+  unsetenv("DS_COMM_PLAIN_ALL_GATHER_IN_PLACE");
   unsetenv("DS_COMM_SHM_MIN");
   unsetenv("DS_COMM_OVERSUBSCRIBED");
 }

@@ -29,6 +29,7 @@
 
 #include <climits>
 #include <cstddef>
+#include <cstdint>
 #include <memory>
 
 #include "ds/mpi/communicator.h"
@@ -63,6 +64,9 @@ struct MpiCommOptions {
   SizeBand plain_all_reduce{128u << 10, 16u << 20};
   SizeBand plain_reduce_scatter{0, 0};
   SizeBand plain_all_gather{32u << 10, 64u << 20};
+  // In place (send is this rank's block of recv) MPI copies only the peers' blocks while the
+  // window still needs two copies, so no size above 32 KiB gained (DS_COMM_PLAIN_ALL_GATHER_IN_PLACE).
+  SizeBand plain_all_gather_in_place{32u << 10, SIZE_MAX};
   // Whether the node's ranks outnumber the CPUs they may run on (the union of their affinity
   // masks): -1 detects it; 0 / 1 say so (DS_COMM_OVERSUBSCRIBED). Oversubscribed: no plain
   // bands, no one-shot all_reduce, barriers yield after 4 spins.
@@ -70,7 +74,7 @@ struct MpiCommOptions {
   // Every message of at least `bytes` takes the window (clears the bands; DS_COMM_SHM_MIN).
   void set_shm_min(std::size_t bytes) {
     shm_min_all_reduce = shm_min_reduce_scatter = shm_min_all_gather = bytes;
-    plain_all_reduce = plain_reduce_scatter = plain_all_gather = SizeBand{};
+    plain_all_reduce = plain_reduce_scatter = plain_all_gather = plain_all_gather_in_place = SizeBand{};
   }
   int ranks_per_node = 0;                       // >0: consecutive groups act as nodes (tests)
   std::size_t max_count = INT_MAX;              // split limit for MPI counts (tests lower it)
@@ -79,7 +83,7 @@ struct MpiCommOptions {
   // -1: 256, or 4 when the node's ranks outnumber its CPUs.
   int barrier_spins = -1;
   // Defaults overridden by DS_COMM_SHM, DS_COMM_SHM_CHUNK, DS_COMM_SHM_ONESHOT_MAX, DS_COMM_SHM_MIN,
-  // DS_COMM_PLAIN_ALL_REDUCE, DS_COMM_PLAIN_REDUCE_SCATTER, DS_COMM_PLAIN_ALL_GATHER,
+  // DS_COMM_PLAIN_ALL_REDUCE, DS_COMM_PLAIN_REDUCE_SCATTER, DS_COMM_PLAIN_ALL_GATHER(_IN_PLACE),
   // DS_COMM_RANKS_PER_NODE, DS_COMM_PROGRESS_THREAD, DS_COMM_OVERSUBSCRIBED, DS_COMM_BARRIER_SPINS.
   static MpiCommOptions from_env();
 };
@@ -117,7 +121,7 @@ class MpiComm final : public Communicator {
   // answer on every rank.
   bool shm_all_reduce_for(std::size_t bytes, bool nonblocking = false) const;
   bool shm_reduce_scatter_for(std::size_t bytes, bool nonblocking = false) const;
-  bool shm_all_gather_for(std::size_t bytes, bool nonblocking = false) const;
+  bool shm_all_gather_for(std::size_t bytes, bool nonblocking = false, bool in_place = false) const;
   bool oversubscribed() const;  // as detected or set in the options (MpiCommOptions::oversubscribed)
   int node_size() const;        // ranks in this rank's node group
   int num_nodes() const;
