@@ -21,6 +21,8 @@
 #include "ds/io/state_value.h"
 #include "../common/self_comm.h"
 
+#include <hdf5.h>
+
 namespace fs = std::filesystem;
 using namespace ds;
 using namespace ds::io;
@@ -425,6 +427,84 @@ TEST(Checkpoint, LargeTensorsRoundTripOnSeveralIoThreads) {
   EXPECT_NE(e.find("checksum mismatch"), std::string::npos) << e;
   EXPECT_NE(e.find("optim/exp_avg_sq"), std::string::npos) << e;
   ::unsetenv("DS_IO_THREADS");
+}
+
+// Replaces dataset `name` of `file` by a chunked, gzip-compressed copy of the same elements
+// (as h5repack or another tool might leave it): no longer one contiguous run in the file.
+void rewrite_chunked(const fs::path& file, const std::string& name, hid_t type, std::size_t n, const void* data) {
+  hid_t f = H5Fopen(file.c_str(), H5F_ACC_RDWR, H5P_DEFAULT);
+  ASSERT_GE(f, 0);
+  hid_t old = H5Dopen2(f, name.c_str(), H5P_DEFAULT);
+  ASSERT_GE(old, 0);
+  const bool bf16_attr = H5Aexists(old, "dtype") > 0;
+  H5Dclose(old);
+  ASSERT_GE(H5Ldelete(f, name.c_str(), H5P_DEFAULT), 0);
+  hsize_t dims = n, chunk = std::max<hsize_t>(1, n / 3);
+  hid_t space = H5Screate_simple(1, &dims, nullptr);
+  hid_t dcpl = H5Pcreate(H5P_DATASET_CREATE);
+  H5Pset_chunk(dcpl, 1, &chunk);
+  H5Pset_deflate(dcpl, 1);
+  hid_t d = H5Dcreate2(f, name.c_str(), type, space, H5P_DEFAULT, dcpl, H5P_DEFAULT);
+  ASSERT_GE(d, 0);
+  ASSERT_GE(H5Dwrite(d, type, H5S_ALL, H5S_ALL, H5P_DEFAULT, data), 0);
+  if (bf16_attr) {
+    hid_t st = H5Tcopy(H5T_C_S1);
+    H5Tset_size(st, H5T_VARIABLE);
+    H5Tset_cset(st, H5T_CSET_UTF8);  // as dstrain (and h5py) write strings
+    hid_t as = H5Screate(H5S_SCALAR);
+    hid_t a = H5Acreate2(d, "dtype", st, as, H5P_DEFAULT, H5P_DEFAULT);
+    const char* v = "bf16";
+    H5Awrite(a, st, &v);
+    H5Aclose(a);
+    H5Sclose(as);
+    H5Tclose(st);
+  }
+  H5Dclose(d);
+  H5Pclose(dcpl);
+  H5Sclose(space);
+  H5Fclose(f);
+}
+
+// Datasets that are not contiguous (chunked + compressed) are verified and read through HDF5
+// (the mapped-file path does not apply), with the same results and the same corruption check.
+TEST(Checkpoint, ChunkedDatasetsAreReadThroughHdf5) {
+  fs::path d = fresh_dir("chunked");
+  ds::test::SelfComm comm;
+  FakeModel m(4.0f);
+  save_checkpoint(comm, d.string(), "t", m.content());
+  {
+    H5File f((d / "t" / "zero_rank_0.h5").string(), H5File::Mode::Read);
+    ASSERT_TRUE(f.raw_extent("fp32_master").has_value());  // dstrain writes contiguous datasets
+  }
+  rewrite_chunked(d / "t" / "zero_rank_0.h5", "fp32_master", H5T_IEEE_F32LE, m.master.size(), m.master.data());
+  rewrite_chunked(d / "t" / "model_states.h5", "params/b.weight", H5T_STD_U16LE, m.b.size(), m.b.data());
+  {
+    H5File f((d / "t" / "zero_rank_0.h5").string(), H5File::Mode::Read);
+    EXPECT_FALSE(f.raw_extent("fp32_master").has_value());
+  }
+  expect_loads(d, "t", 4.0f);  // verifies params and flat range, reads a and fp32_master
+  {
+    CheckpointReader r(d.string(), "t");
+    std::vector<bf16> b(5);
+    std::vector<float> bf(5), part(10);
+    r.read_param("b.weight", b.data(), DType::BF16, 5);
+    r.read_param("b.weight", bf.data(), DType::F32, 5);
+    for (int i = 0; i < 5; ++i) {
+      EXPECT_EQ(b[i].bits, m.b[i].bits);
+      EXPECT_EQ(bf[i], bf16_to_float(m.b[i]));
+    }
+    r.read_flat("fp32_master", 35, 10, part.data());
+    for (int i = 0; i < 5; ++i) EXPECT_EQ(part[i], m.master[35 + i]);
+    for (int i = 5; i < 10; ++i) EXPECT_EQ(part[i], 0.0f);
+  }  // the reader closes its files (HDF5 opens a file once per process)
+  // wrong data in a chunked dataset: still a checksum mismatch naming it
+  std::vector<float> wrong = m.master;
+  wrong[7] += 1.0f;
+  rewrite_chunked(d / "t" / "zero_rank_0.h5", "fp32_master", H5T_IEEE_F32LE, wrong.size(), wrong.data());
+  CheckpointReader r2(d.string(), "t");
+  std::string e = error_of([&] { r2.verify_flat_range(0, 40); });
+  EXPECT_NE(e.find("checksum mismatch"), std::string::npos) << e;
+  EXPECT_NE(e.find("fp32_master"), std::string::npos) << e;
 }
 
 TEST(Checkpoint, LatestMissingDirMissingTag) {
