@@ -151,13 +151,18 @@ int main(int argc, char** argv) {
   const double gf_model = sgemm_gflops(int(B * T), int(4 * cfg.n_embd), int(cfg.n_embd), 10);
   const double gf_1024 = sgemm_gflops(1024, 1024, 1024, 5);
   const double bound = std::max(gf_model, gf_1024) * 1e9 / fpt;
+  // The same rate per CPU-second (all threads' CPU time): with cpu_ms_per_step, a comparison
+  // that a loaded machine distorts far less than wall time.
+  const double gf_1024_cpu = sgemm_gflops(1024, 1024, 1024, 5, cpu_now);
   if (json) {
     std::printf("{\"impl\": \"dstrain\", \"dtype\": \"%s\", \"threads\": %d, \"tokens_per_s\": %.1f, "
                 "\"fwd_ms\": %.2f, \"bwd_ms\": %.2f, \"opt_ms\": %.2f, \"flops_per_token\": %.0f, "
                 "\"sgemm_gflops_model\": %.1f, \"sgemm_gflops_1024\": %.1f, \"bound_tokens_per_s\": %.1f, "
+                "\"cpu_ms_per_step\": %.2f, \"sgemm_gflops_1024_cpu\": %.1f, "
                 "\"loss_first\": %.4f, \"loss_last\": %.4f, \"params\": %zu, \"gemm\": \"%s\", \"openblas_core\": \"%s\"}\n",
                 dtype.c_str(), threads, tps, 1e3 * t_fwd / steps, 1e3 * t_bwd / steps, 1e3 * t_opt / steps,
-                fpt, gf_model, gf_1024, bound, first_loss, loss, P, gemm_name, openblas_get_corename());
+                fpt, gf_model, gf_1024, bound, 1e3 * cpu_total / steps, gf_1024_cpu, first_loss, loss, P, gemm_name,
+                openblas_get_corename());
   } else {
     std::printf("dstrain GPT %lldL %lldH %lld wide, seq %lld, vocab %lld, batch %lld, %s, %d threads, %zu params\n",
                 (long long)cfg.n_layer, (long long)cfg.n_head, (long long)cfg.n_embd, (long long)T,
@@ -173,7 +178,7 @@ int main(int argc, char** argv) {
     // Per-op split of the step by process CPU time (run with OMP_NUM_THREADS=1 for a clean
     // split: with more threads it includes OpenMP spin-waits).
     const double step_ms = 1e3 * cpu_total / steps;
-    const double gf_cpu = sgemm_gflops(1024, 1024, 1024, 5, cpu_now);
+    const double gf_cpu = gf_1024_cpu;
     std::printf("\nper-op CPU time per step (%d threads; step %.1f ms CPU, %.0f tokens/s by CPU time):\n",
                 threads, step_ms, double(B * T) / (cpu_total / steps));
     std::printf("| op | ms/step | share | GFLOP/s |\n| --- | --- | --- | --- |\n");

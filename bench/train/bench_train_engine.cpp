@@ -1,6 +1,7 @@
 // Training throughput of the built-in GPT through the engine (ds::initialize, forward /
 // backward / step with AdamW), on as many ranks as mpirun starts. Rank 0 prints one JSON
-// line. bench/train/run.sh drives it beside PyTorch DDP.
+// line (cpu_ms_per_step: rank 0's process CPU time per step). bench/train/run.sh drives it
+// beside PyTorch DDP.
 //
 //   mpirun -np 2 bench_train_engine [--dtype fp32|bf16] [--steps N] [--warmup N] [--batch 8]
 #include <mpi.h>
@@ -8,6 +9,7 @@
 
 #include <chrono>
 #include <cstdio>
+#include <ctime>
 #include <sstream>
 #include <string>
 
@@ -50,26 +52,34 @@ int main(int argc, char** argv) {
     ds::data::Loader loader(data, T,
                             ds::data::DistributedSampler(data.num_samples(T), ctx.world_size, ctx.rank,
                                                          std::size_t(B), true, 1, true));
-    double t0 = 0;
+    double t0 = 0, c0 = 0;
+    auto cpu_now = [] {
+      timespec ts;
+      clock_gettime(CLOCK_PROCESS_CPUTIME_ID, &ts);
+      return double(ts.tv_sec) + 1e-9 * double(ts.tv_nsec);
+    };
     float first = 0, loss = 0;
     for (int s = 0; s < warmup + steps; ++s) {
       if (s == warmup) {
         MPI_Barrier(ctx.mpi_comm);
         t0 = MPI_Wtime();
+        c0 = cpu_now();
       }
       loss = engine.forward(loader.next());
       if (s == 0) first = loss;
       engine.backward(loss);
       engine.step();
     }
+    const double dc = cpu_now() - c0;  // this rank's CPU time (all its threads), before the barrier
     MPI_Barrier(ctx.mpi_comm);
     const double dt = MPI_Wtime() - t0;
     const double tps = double(ctx.world_size) * double(B * T) * steps / dt;
     if (ctx.rank == 0)
       std::printf("{\"impl\": \"dstrain-engine\", \"dtype\": \"%s\", \"ranks\": %d, \"threads\": %d, "
-                  "\"tokens_per_s\": %.1f, \"step_ms\": %.2f, \"loss_first\": %.4f, \"loss_last\": %.4f, "
+                  "\"tokens_per_s\": %.1f, \"step_ms\": %.2f, \"cpu_ms_per_step\": %.2f, "
+                  "\"loss_first\": %.4f, \"loss_last\": %.4f, "
                   "\"gemm\": \"%s\"}\n",
-                  dtype.c_str(), ctx.world_size, omp_get_max_threads(), tps, 1e3 * dt / steps, first, loss,
+                  dtype.c_str(), ctx.world_size, omp_get_max_threads(), tps, 1e3 * dt / steps, 1e3 * dc / steps, first, loss,
                   ds::nn::use_openblas_f32() ? "openblas" : "own-f32");
     init.engine.reset();
     ds::finalize_distributed(ctx);

@@ -3,7 +3,9 @@
 # 256 wide, context 128, vocab 256, micro-batch 8 per rank, AdamW) through the engine on
 # 1 rank x 2 threads and 2 ranks x 1 thread, fp32 and bf16, against the same model in
 # PyTorch 1.13 (one process x 2 threads, DDP over gloo 2 x 1), plus the compute bound
-# (model FLOPs/token over the sgemm rate OpenBLAS reaches here, measured in this run).
+# (model FLOPs/token over the sgemm rate OpenBLAS reaches here, measured in this run). The
+# CPU-time columns divide each run's tokens by its CPU time instead of wall time, which a
+# machine shared with other jobs distorts far less.
 #
 #   bench/train/run.sh [build-dir] [steps]        (not a test; prints a markdown table)
 #
@@ -51,11 +53,16 @@ rate = {t: max(r["sgemm_gflops_model"], r["sgemm_gflops_1024"]) for t, r in own.
 def bound(ranks, threads):  # tokens/s if every FLOP ran at the measured sgemm rate
     return ranks * rate.get(threads, threads * rate[1]) * 1e9 / fpt
 torch = {(r["ranks"], r["threads"]): r for r in rows if r["impl"] == "pytorch"}
+rate_cpu = own[1]["sgemm_gflops_1024_cpu"]  # sgemm FLOPs per CPU-second, 1 thread
 print(f"model: {fpt/1e6:.2f} MFLOP/token (6N + 12 L C T). OpenBLAS sgemm, core "
-      f"{own[1]['openblas_core']}: " + ", ".join(f"{rate[t]:.0f} GFLOP/s on {t} thread(s)" for t in sorted(rate)))
+      f"{own[1]['openblas_core']}: " + ", ".join(f"{rate[t]:.0f} GFLOP/s on {t} thread(s)" for t in sorted(rate))
+      + f"; by CPU time {rate_cpu:.0f} GFLOP per CPU-second")
 print()
-print("| implementation | dtype | ranks x threads | tokens/s | compute bound | % of bound | vs PyTorch (same layout) |")
-print("| --- | --- | --- | --- | --- | --- | --- |")
+print("| implementation | dtype | ranks x threads | tokens/s | compute bound | % of bound | vs PyTorch (same layout) "
+      "| tokens per CPU-s | % of CPU-time bound | vs PyTorch (CPU time) |")
+print("| --- | --- | --- | --- | --- | --- | --- | --- | --- | --- |")
+def per_cpu_s(r):  # tokens per CPU-second of one rank (ranks are symmetric)
+    return 8 * 128 / (r["cpu_ms_per_step"] / 1e3)  # batch x seq of the bench shape if r.get("cpu_ms_per_step") else float("nan")
 for r in rows:
     ranks, thr = r.get("ranks", 1), r["threads"]
     name = {"dstrain": "dstrain, own loop (no engine)", "dstrain-engine": "dstrain engine",
@@ -63,7 +70,13 @@ for r in rows:
     tps, b = r["tokens_per_s"], bound(ranks, thr)
     t = torch.get((ranks, thr))
     vs = f"{tps / t['tokens_per_s']:.2f}x" if t else "-"
-    print(f"| {name} | {r.get('dtype', 'fp32')} | {ranks} x {thr} | {tps:.0f} | {b:.0f} | {100 * tps / b:.0f}% | {vs} |")
+    c = per_cpu_s(r)
+    cb = rate_cpu * 1e9 / fpt
+    vsc = f"{c / per_cpu_s(t):.2f}x" if t else "-"
+    print(f"| {name} | {r.get('dtype', 'fp32')} | {ranks} x {thr} | {tps:.0f} | {b:.0f} | {100 * tps / b:.0f}% | {vs} "
+          f"| {c:.0f} | {100 * c / cb:.0f}% | {vsc} |")
+print(f"\nCPU-time columns: tokens per CPU-second of one rank (all its threads, spin-waits included) "
+      f"against the bound {rate_cpu * 1e9 / fpt:.0f} = sgemm FLOPs per CPU-second / FLOPs per token.")
 for k, t in sorted(torch.items()):
     print(f"\nPyTorch {k[0]} x {k[1]}: torch.matmul at n=1024 ran at {t['matmul_gflops_1024']} GFLOP/s "
           f"(the reference BLAS gives 3-5: OpenBLAS is loaded)", end="")

@@ -1,7 +1,8 @@
 """The PyTorch side of bench/train: the same GPT (GPT-2 architecture, tied head, pre-LN,
 tanh GELU), same batch and AdamW, timed the same way (forward + backward + step).
 
-Run with /usr/bin/python3 (torch 1.13). One process:  torch_gpt.py --threads 2
+Run with /usr/bin/python3 (torch 1.13). cpu_ms_per_step: rank 0's process CPU time per step
+(all its threads), for the load-robust comparison in run.sh. One process:  torch_gpt.py --threads 2
 DDP over gloo:  torchrun-free, we spawn ranks ourselves:  torch_gpt.py --ranks 2 --threads 1
 Prints one JSON line (rank 0). Also measures torch's matmul GFLOP/s, to show which BLAS
 torch really uses (reference BLAS gives ~3-5 GFLOP/s, OpenBLAS ~80+).
@@ -92,20 +93,21 @@ def run(rank, world, args, port):
     g = torch.Generator().manual_seed(rank)
     B, T = args.batch, args.seq
     buf = torch.tensor(list(data), dtype=torch.long)
-    times = []
+    times, cpu = [], []
     first = last = None
     for s in range(args.warmup + args.steps):
         ix = torch.randint(len(buf) - T - 1, (B,), generator=g)
         x = torch.stack([buf[i:i + T] for i in ix])
         y = torch.stack([buf[i + 1:i + T + 1] for i in ix])
-        t0 = time.perf_counter()
+        t0, c0 = time.perf_counter(), time.process_time()
         loss = model(x, y)
         opt.zero_grad(set_to_none=False)
         loss.backward()
         opt.step()
-        dt = time.perf_counter() - t0
+        dt, dc = time.perf_counter() - t0, time.process_time() - c0
         if s >= args.warmup:
             times.append(dt)
+            cpu.append(dc)
         if first is None:
             first = loss.item()
         last = loss.item()
@@ -114,6 +116,7 @@ def run(rank, world, args, port):
         gf = matmul_gflops()
         print(json.dumps({"impl": "pytorch", "ranks": world, "threads": args.threads,
                           "tokens_per_s": round(tps, 1), "step_ms": round(1e3 * sum(times) / len(times), 2),
+                          "cpu_ms_per_step": round(1e3 * sum(cpu) / len(cpu), 2),
                           "matmul_gflops_1024": round(gf, 1), "torch": torch.__version__,
                           "blas": torch.__config__.show().count("BLAS"),
                           "loss_first": round(first, 4), "loss_last": round(last, 4)}), flush=True)

@@ -1,16 +1,19 @@
 // GEMM front door for the layers: C = alpha * op(A) op(B) + beta * C, row-major fp32 in and
 // out, op(A) M x K, op(B) K x N.
 //
-// Precision::F32: OpenBLAS cblas_sgemm when OpenBLAS runs an AVX-512 kernel; else our packed
-// AVX-512 FMA kernel (6 x 64 register tile) when the CPU has AVX-512. Debian's OpenBLAS
-// 0.3.21 does not know the CI machine's CPU model and falls back to its SSE3 "Prescott"
-// kernel (~1/4 of the AVX-512 rate) unless OPENBLAS_CORETYPE=SkylakeX is in the environment
-// before the program starts; our kernel runs at ~0.8x of OpenBLAS' SkylakeX kernel.
-// DS_NN_GEMM=openblas|own overrides the choice. Else (no AVX-512) OpenBLAS. Precision::BF16 rounds A and B to
-// bfloat16 (round to nearest even) while packing them and multiplies with AVX512-BF16
-// `vdpbf16ps`, accumulating in fp32 (that OpenBLAS is built without cblas_sbgemm); on the
-// CI machine it is slower than the fp32 kernel (vdpbf16ps issues at ~0.6x the FMA rate), so
-// the models compute in fp32 by default. Without AVX512-BF16 a BF16 request runs fp32.
+// gemm(Precision::F32): OpenBLAS cblas_sgemm when OpenBLAS runs an AVX-512 kernel; else our
+// AVX-512 FMA kernel (6 x 64 register tile, B packed, A read in place) when the CPU has
+// AVX-512. Debian's OpenBLAS 0.3.21 does not know the CI machine's CPU model and falls back
+// to its SSE3 "Prescott" kernel (~1/4 of the AVX-512 rate) unless OPENBLAS_CORETYPE=SkylakeX
+// is in the environment before the program starts. DS_NN_GEMM=openblas|own overrides the
+// choice; without AVX-512, OpenBLAS. The layers call the own kernel directly for their
+// forward and input-gradient GEMMs (gemm_f32_epilogue, where it runs at or above OpenBLAS)
+// and the triangular one for attention (gemm_tri); see docs/MODELS.md.
+// Precision::BF16 rounds A and B to bfloat16 (round to nearest even) while packing them and
+// multiplies with AVX512-BF16 `vdpbf16ps`, accumulating in fp32 (that OpenBLAS is built
+// without cblas_sbgemm); on the CI machine vdpbf16ps runs at 0.49x the FLOP rate of fp32 FMA
+// (bench/train/bench_peak), so the models compute in fp32 by default. Without AVX512-BF16 a
+// BF16 request runs fp32.
 // Safe to call from several threads at once (per-thread packing buffers).
 #pragma once
 
