@@ -9,10 +9,10 @@ namespace {
 
 #pragma GCC push_options
 #pragma GCC target("avx512f,avx512bw,avx512vl,avx512dq,avx512bf16,f16c,fma")
-template <DType G, DType W>
+template <DType G, DType W, bool NT>
 __attribute__((noinline)) void adam_avx512(float* p, float* m, float* v, const void* g, void* w,
                                            std::size_t lo, std::size_t hi, const AdamHyper& h,
-                                           const detail::AdamDerived& d, bool nt) {
+                                           const detail::AdamDerived& d) {
   const __m512 gs = _mm512_set1_ps(h.grad_scale), wd = _mm512_set1_ps(h.weight_decay);
   const __m512 b1 = _mm512_set1_ps(h.beta1), b2 = _mm512_set1_ps(h.beta2);
   const __m512 omb1 = _mm512_set1_ps(d.omb1), omb2 = _mm512_set1_ps(d.omb2);
@@ -24,7 +24,7 @@ __attribute__((noinline)) void adam_avx512(float* p, float* m, float* v, const v
     simd::prefetch32<4>(p, i);
     simd::prefetch32<4>(m, i);
     simd::prefetch32<4>(v, i);
-    simd::prefetch_w32<W>(w, i, nt);
+    simd::prefetch_w32<W>(w, i, NT);
   };
   simd::stream_loop(lo, hi, prefetch, [&](std::size_t i, __mmask16 k) {
     __m512 gv = _mm512_mul_ps(simd::load_g<G>(g, i, k), gs);
@@ -40,9 +40,9 @@ __attribute__((noinline)) void adam_avx512(float* p, float* m, float* v, const v
     _mm512_mask_storeu_ps(m + i, k, mv);
     _mm512_mask_storeu_ps(v + i, k, vv);
     _mm512_mask_storeu_ps(p + i, k, pv);
-    if constexpr (W != simd::kNone) simd::store_w<W>(w, i, pv, k, nt);
+    if constexpr (W != simd::kNone) simd::store_w<W>(w, i, pv, k, NT);
   });
-  if (nt) _mm_sfence();
+  if constexpr (NT) _mm_sfence();
 }
 #pragma GCC pop_options
 
@@ -55,7 +55,8 @@ void adam_cpu(float* p, float* m, float* v, TensorView g, TensorView w, std::siz
     const bool nt = simd::stream_working(w.data, n, w.dtype);
     simd::dispatch(g.dtype, w.data ? w.dtype : simd::kNone, [&]<DType G, DType W>() {
       simd::parallel_ranges(n, [&](std::size_t lo, std::size_t hi) {
-        adam_avx512<G, W>(p, m, v, g.data, w.data, lo, hi, h, d, nt);
+        if (nt) adam_avx512<G, W, true>(p, m, v, g.data, w.data, lo, hi, h, d);
+        else adam_avx512<G, W, false>(p, m, v, g.data, w.data, lo, hi, h, d);
       });
     });
     return;

@@ -69,25 +69,25 @@ __attribute__((noinline)) void lamb_pass1_avx512(float* p, float* m, float* v, c
   *u_sq = _mm512_reduce_add_pd(_mm512_add_pd(ua0, ua1));
 }
 
-template <DType W>
+template <DType W, bool NT>
 __attribute__((noinline)) void lamb_pass2_avx512(float* p, const float* m, const float* v, void* w, std::size_t lo,
-                                                 std::size_t hi, const LambHyper& h, float sc, bool nt) {
+                                                 std::size_t hi, const LambHyper& h, float sc) {
   const LambVec c(h);
   const __m512 nsc = _mm512_set1_ps(-sc);
   auto prefetch = [&](std::size_t i) {
     simd::prefetch32<4>(p, i);
     simd::prefetch32<4>(m, i);
     simd::prefetch32<4>(v, i);
-    simd::prefetch_w32<W>(w, i, nt);
+    simd::prefetch_w32<W>(w, i, NT);
   };
   simd::stream_loop(lo, hi, prefetch, [&](std::size_t i, __mmask16 k) {
     __m512 pv = _mm512_maskz_loadu_ps(k, p + i);
     const __m512 u = lamb_dir(_mm512_maskz_loadu_ps(k, m + i), _mm512_maskz_loadu_ps(k, v + i), pv, c, h.eps_inside_sqrt);
     pv = _mm512_fmadd_ps(u, nsc, pv);
     _mm512_mask_storeu_ps(p + i, k, pv);
-    if constexpr (W != simd::kNone) simd::store_w<W>(w, i, pv, k, nt);
+    if constexpr (W != simd::kNone) simd::store_w<W>(w, i, pv, k, NT);
   });
-  if (nt) _mm_sfence();
+  if constexpr (NT) _mm_sfence();
 }
 #pragma GCC pop_options
 
@@ -158,7 +158,8 @@ void lamb_cpu(float* p, float* m, float* v, TensorView g, TensorView w, std::siz
     for (std::ptrdiff_t c = 0; c < nc; ++c) {
       const Chunk& ch = chunks[std::size_t(c)];
       if (vec) {
-        lamb_pass2_avx512<W>(p, m, v, w.data, ch.lo, ch.hi, h, sc[ch.seg], nt);
+        if (nt) lamb_pass2_avx512<W, true>(p, m, v, w.data, ch.lo, ch.hi, h, sc[ch.seg]);
+        else lamb_pass2_avx512<W, false>(p, m, v, w.data, ch.lo, ch.hi, h, sc[ch.seg]);
       } else {
         for (std::size_t i = ch.lo; i < ch.hi; ++i) {
           const float u = detail::lamb_update_dir(m[i], v[i], p[i], h);

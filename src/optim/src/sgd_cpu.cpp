@@ -9,9 +9,9 @@ namespace {
 
 #pragma GCC push_options
 #pragma GCC target("avx512f,avx512bw,avx512vl,avx512dq,avx512bf16,f16c,fma")
-template <DType G, DType W>
+template <DType G, DType W, bool NT>
 __attribute__((noinline)) void sgd_avx512(float* p, float* buf, const void* g, void* w, std::size_t lo,
-                                          std::size_t hi, const SgdHyper& h, bool nt) {
+                                          std::size_t hi, const SgdHyper& h) {
   const __m512 gs = _mm512_set1_ps(h.grad_scale), wd = _mm512_set1_ps(h.weight_decay);
   const __m512 mom = _mm512_set1_ps(h.momentum), omd = _mm512_set1_ps(1.0f - h.dampening);
   const __m512 nlr = _mm512_set1_ps(-h.lr);
@@ -19,7 +19,7 @@ __attribute__((noinline)) void sgd_avx512(float* p, float* buf, const void* g, v
     simd::prefetch_g32<G>(g, i);
     simd::prefetch32<4>(p, i);
     if (buf != nullptr) simd::prefetch32<4>(buf, i);
-    simd::prefetch_w32<W>(w, i, nt);
+    simd::prefetch_w32<W>(w, i, NT);
   };
   simd::stream_loop(lo, hi, prefetch, [&](std::size_t i, __mmask16 k) {
     __m512 gv = _mm512_mul_ps(simd::load_g<G>(g, i, k), gs);
@@ -33,21 +33,21 @@ __attribute__((noinline)) void sgd_avx512(float* p, float* buf, const void* g, v
     }
     pv = _mm512_fmadd_ps(gv, nlr, pv);
     _mm512_mask_storeu_ps(p + i, k, pv);
-    if constexpr (W != simd::kNone) simd::store_w<W>(w, i, pv, k, nt);
+    if constexpr (W != simd::kNone) simd::store_w<W>(w, i, pv, k, NT);
   });
-  if (nt) _mm_sfence();
+  if constexpr (NT) _mm_sfence();
 }
 
-template <DType G, DType W>
+template <DType G, DType W, bool NT>
 __attribute__((noinline)) void adagrad_avx512(float* p, float* sum, const void* g, void* w, std::size_t lo,
-                                              std::size_t hi, const AdagradHyper& h, bool nt) {
+                                              std::size_t hi, const AdagradHyper& h) {
   const __m512 gs = _mm512_set1_ps(h.grad_scale), wd = _mm512_set1_ps(h.weight_decay);
   const __m512 nclr = _mm512_set1_ps(-h.clr), eps = _mm512_set1_ps(h.eps);
   auto prefetch = [&](std::size_t i) {
     simd::prefetch_g32<G>(g, i);
     simd::prefetch32<4>(p, i);
     simd::prefetch32<4>(sum, i);
-    simd::prefetch_w32<W>(w, i, nt);
+    simd::prefetch_w32<W>(w, i, NT);
   };
   simd::stream_loop(lo, hi, prefetch, [&](std::size_t i, __mmask16 k) {
     __m512 gv = _mm512_mul_ps(simd::load_g<G>(g, i, k), gs);
@@ -58,9 +58,9 @@ __attribute__((noinline)) void adagrad_avx512(float* p, float* sum, const void* 
     pv = _mm512_fmadd_ps(simd::fast_div(gv, stdv), nclr, pv);
     _mm512_mask_storeu_ps(sum + i, k, s);
     _mm512_mask_storeu_ps(p + i, k, pv);
-    if constexpr (W != simd::kNone) simd::store_w<W>(w, i, pv, k, nt);
+    if constexpr (W != simd::kNone) simd::store_w<W>(w, i, pv, k, NT);
   });
-  if (nt) _mm_sfence();
+  if constexpr (NT) _mm_sfence();
 }
 #pragma GCC pop_options
 
@@ -72,7 +72,10 @@ void sgd_cpu(float* p, float* buf, TensorView g, TensorView w, std::size_t n, co
   if (simd::have_avx512()) {
     const bool nt = simd::stream_working(w.data, n, w.dtype);
     simd::dispatch(g.dtype, w.data ? w.dtype : simd::kNone, [&]<DType G, DType W>() {
-      simd::parallel_ranges(n, [&](std::size_t lo, std::size_t hi) { sgd_avx512<G, W>(p, buf, g.data, w.data, lo, hi, h, nt); });
+      simd::parallel_ranges(n, [&](std::size_t lo, std::size_t hi) {
+        if (nt) sgd_avx512<G, W, true>(p, buf, g.data, w.data, lo, hi, h);
+        else sgd_avx512<G, W, false>(p, buf, g.data, w.data, lo, hi, h);
+      });
     });
     return;
   }
@@ -89,7 +92,10 @@ void adagrad_cpu(float* p, float* sum, TensorView g, TensorView w, std::size_t n
   if (simd::have_avx512()) {
     const bool nt = simd::stream_working(w.data, n, w.dtype);
     simd::dispatch(g.dtype, w.data ? w.dtype : simd::kNone, [&]<DType G, DType W>() {
-      simd::parallel_ranges(n, [&](std::size_t lo, std::size_t hi) { adagrad_avx512<G, W>(p, sum, g.data, w.data, lo, hi, h, nt); });
+      simd::parallel_ranges(n, [&](std::size_t lo, std::size_t hi) {
+        if (nt) adagrad_avx512<G, W, true>(p, sum, g.data, w.data, lo, hi, h);
+        else adagrad_avx512<G, W, false>(p, sum, g.data, w.data, lo, hi, h);
+      });
     });
     return;
   }
