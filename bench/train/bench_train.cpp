@@ -143,7 +143,12 @@ int main(int argc, char** argv) {
       cpu_total += c3 - c0; cpu_opt += c3 - cb;
     }
   }
-  const char* gemm_name = gemm_bf16 ? "own-bf16" : (ds::nn::use_openblas_f32() ? "openblas" : "own-f32");
+  // Linear forward / input gradients; weight gradients; attention (always the own kernel when
+  // the CPU has AVX-512).
+  const std::string gemm_name =
+      gemm_bf16 ? std::string("own-bf16")
+                : std::string(ds::nn::own_f32_for_layers() ? "own-f32" : "openblas") + " fwd/dinp, " +
+                      (ds::nn::use_openblas_f32() ? "openblas" : "own-f32") + " dW";
   const double tokens = double(B * T) * steps;
   const double tps = tokens / t_total;
   const double fpt = model.flops_per_token(T);
@@ -161,13 +166,13 @@ int main(int argc, char** argv) {
                 "\"cpu_ms_per_step\": %.2f, \"sgemm_gflops_1024_cpu\": %.1f, "
                 "\"loss_first\": %.4f, \"loss_last\": %.4f, \"params\": %zu, \"gemm\": \"%s\", \"openblas_core\": \"%s\"}\n",
                 dtype.c_str(), threads, tps, 1e3 * t_fwd / steps, 1e3 * t_bwd / steps, 1e3 * t_opt / steps,
-                fpt, gf_model, gf_1024, bound, 1e3 * cpu_total / steps, gf_1024_cpu, first_loss, loss, P, gemm_name,
+                fpt, gf_model, gf_1024, bound, 1e3 * cpu_total / steps, gf_1024_cpu, first_loss, loss, P, gemm_name.c_str(),
                 openblas_get_corename());
   } else {
     std::printf("dstrain GPT %lldL %lldH %lld wide, seq %lld, vocab %lld, batch %lld, %s, %d threads, %zu params\n",
                 (long long)cfg.n_layer, (long long)cfg.n_head, (long long)cfg.n_embd, (long long)T,
                 (long long)cfg.vocab_size, (long long)B, dtype.c_str(), threads, P);
-    std::printf("  linear GEMMs: %s (OpenBLAS core %s)\n", gemm_name, openblas_get_corename());
+    std::printf("  linear GEMMs: %s (OpenBLAS core %s)\n", gemm_name.c_str(), openblas_get_corename());
     std::printf("  tokens/s %.0f  (fwd %.1f ms, bwd %.1f ms, adamw %.1f ms per step)  loss %.3f -> %.3f\n", tps,
                 1e3 * t_fwd / steps, 1e3 * t_bwd / steps, 1e3 * t_opt / steps, first_loss, loss);
     std::printf("  model %.1f MFLOP/token; sgemm %.0f GFLOP/s (model shape), %.0f GFLOP/s (n=1024); "
