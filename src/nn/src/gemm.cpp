@@ -230,9 +230,10 @@ void pack_panel_f32(float* out, const View& v, std::int64_t i0, std::int64_t row
 // triangular) C skips the vectors wholly above the diagonal. A is read in place (no
 // packing: the broadcasts come from L1/L2 either way): element (r, k) of the tile at
 // a[r * rs + k * ks]; rows past mv repeat the last valid row (their results are not stored).
+// B: the tile's 64 columns of row k at b + k * bs (a packed panel: bs = 64).
 template <int NV>
 __attribute__((target("avx512f,avx512bw,avx512vl,fma"))) void micro_kernel_f32(
-    const float* __restrict a, std::int64_t rs, std::int64_t ks, const float* __restrict b,
+    const float* __restrict a, std::int64_t rs, std::int64_t ks, const float* __restrict b, std::int64_t bs,
     std::int64_t K, float alpha, float beta, float* c, std::int64_t ldc, std::int64_t mv, std::int64_t nv,
     const GemmEpilogue& ep, std::int64_t m0, std::int64_t n0) {
   __m512 acc[MR][4];
@@ -246,7 +247,7 @@ __attribute__((target("avx512f,avx512bw,avx512vl,fma"))) void micro_kernel_f32(
   for (std::int64_t k = 0; k < K; ++k) {
     __m512 bv[NV];
 #pragma GCC unroll 4
-    for (int j = 0; j < NV; ++j) bv[j] = _mm512_loadu_ps(b + k * NR + 16 * j);
+    for (int j = 0; j < NV; ++j) bv[j] = _mm512_loadu_ps(b + k * bs + 16 * j);
 #pragma GCC unroll 6
     for (int r = 0; r < MR; ++r) {
       const __m512 av = _mm512_set1_ps(ar[r][k * ks]);
@@ -341,6 +342,12 @@ void gemm_f32_impl(Tri tri, bool trans_a, bool trans_b, std::int64_t M, std::int
   const std::int64_t Kp = std::max<std::int64_t>(K, 1);
   float* pb = reinterpret_cast<float*>(ensure(1, std::size_t(np * NR * Kp)));
   const View vb{B, ldb, !trans_b};
+  // op(B) with rows contiguous in n (B not transposed) is read in place for every full
+  // 64-column panel (its k rows are ldb apart instead of 64: no copy), unless ldb is a
+  // multiple of 512 floats (rows 2 KiB apart share a few L1 sets: measured 143 against 152
+  // GFLOP/s packed at ldb = 1024); a partial last panel and a transposed B are packed.
+  const bool b_rows_ok = !trans_b && ldb % 512 != 0;
+  auto b_in_place = [&](std::int64_t j) { return b_rows_ok && (j + 1) * NR <= N; };
   // op(A) is read in place; a transposed A with a long k is packed into [k][MR] panels
   // first (each k step of A^T in place is a new cache line, and lda = 1024 floats would
   // also alias in L1).
@@ -355,7 +362,8 @@ void gemm_f32_impl(Tri tri, bool trans_a, bool trans_b, std::int64_t M, std::int
       for (std::int64_t i = 0; i < mp; ++i) pack_panel_f32<MR>(pa + i * MR * K, va, i * MR, M, K);
     }
 #pragma omp for schedule(static)
-    for (std::int64_t j = 0; j < np; ++j) pack_panel_f32<NR>(pb + j * NR * K, vb, j * NR, N, K);
+    for (std::int64_t j = 0; j < np; ++j)
+      if (!b_in_place(j)) pack_panel_f32<NR>(pb + j * NR * K, vb, j * NR, N, K);
 #pragma omp for collapse(2) schedule(static)
     for (std::int64_t j = 0; j < np; ++j)
       for (std::int64_t i = 0; i < mp; ++i) {
@@ -371,14 +379,16 @@ void gemm_f32_impl(Tri tri, bool trans_a, bool trans_b, std::int64_t M, std::int
         }
         const float* a = pack_a ? pa + i * MR * K + k0 * MR : trans_a ? A + k0 * lda + m0 : A + m0 * lda + k0;
         const std::int64_t rs = pack_a ? 1 : trans_a ? 1 : lda, ks = pack_a ? MR : trans_a ? lda : 1;
-        const float* b = pb + j * NR * K + k0 * NR;
+        const bool bip = b_in_place(j);
+        const float* b = bip ? B + k0 * ldb + n0 : pb + j * NR * K + k0 * NR;
+        const std::int64_t bs = bip ? ldb : NR;
         float* c = C + m0 * ldc + n0;
         const std::int64_t kk = k1 - k0;
         switch ((nv + 15) / 16) {
-          case 1: micro_kernel_f32<1>(a, rs, ks, b, kk, alpha, beta, c, ldc, mv, nv, ep, m0, n0); break;
-          case 2: micro_kernel_f32<2>(a, rs, ks, b, kk, alpha, beta, c, ldc, mv, nv, ep, m0, n0); break;
-          case 3: micro_kernel_f32<3>(a, rs, ks, b, kk, alpha, beta, c, ldc, mv, nv, ep, m0, n0); break;
-          default: micro_kernel_f32<4>(a, rs, ks, b, kk, alpha, beta, c, ldc, mv, nv, ep, m0, n0); break;
+          case 1: micro_kernel_f32<1>(a, rs, ks, b, bs, kk, alpha, beta, c, ldc, mv, nv, ep, m0, n0); break;
+          case 2: micro_kernel_f32<2>(a, rs, ks, b, bs, kk, alpha, beta, c, ldc, mv, nv, ep, m0, n0); break;
+          case 3: micro_kernel_f32<3>(a, rs, ks, b, bs, kk, alpha, beta, c, ldc, mv, nv, ep, m0, n0); break;
+          default: micro_kernel_f32<4>(a, rs, ks, b, bs, kk, alpha, beta, c, ldc, mv, nv, ep, m0, n0); break;
         }
       }
   }
