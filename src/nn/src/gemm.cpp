@@ -97,8 +97,11 @@ __attribute__((target("avx512f,avx512bw,avx512vl,fma"))) inline void store_tile(
     __m512 (&acc)[MR][4], float alpha, float beta, float* c, std::int64_t ldc, std::int64_t mv,
     std::int64_t nv, const GemmEpilogue& ep = {}, std::int64_t m0 = 0, std::int64_t n0t = 0) {
   const __m512 va = _mm512_set1_ps(alpha), vb = _mm512_set1_ps(beta);
-  const bool plain = !ep.bias && !ep.add;
-  if (plain && mv == MR && nv == NR) {
+  if (mv == MR && nv == NR) {  // full tile: unrolled, the epilogue's tests hoisted per vector
+    __m512 bias[4];
+#pragma GCC unroll 4
+    for (int j = 0; j < 4; ++j)
+      bias[j] = ep.bias ? _mm512_loadu_ps(ep.bias + n0t + 16 * j) : _mm512_setzero_ps();
 #pragma GCC unroll 6
     for (int r = 0; r < MR; ++r)
 #pragma GCC unroll 4
@@ -106,6 +109,8 @@ __attribute__((target("avx512f,avx512bw,avx512vl,fma"))) inline void store_tile(
         float* p = c + r * ldc + 16 * j;
         __m512 v = _mm512_mul_ps(acc[r][j], va);
         if (beta != 0.0f) v = _mm512_fmadd_ps(_mm512_loadu_ps(p), vb, v);
+        if (ep.bias) v = _mm512_add_ps(v, bias[j]);
+        if (ep.add) v = _mm512_add_ps(v, _mm512_loadu_ps(ep.add + (m0 + r) * ep.ld_add + n0t + 16 * j));
         _mm512_storeu_ps(p, v);
       }
   } else {
