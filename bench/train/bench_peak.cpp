@@ -13,8 +13,18 @@
 #include "ds/core/cpu_features.h"
 
 // GCC 12 reports the _mm512_undefined_*() inside its own reduce intrinsics as uninitialized.
+#if defined(__GNUC__) && !defined(__clang__)
 #pragma GCC diagnostic ignored "-Wuninitialized"
 #pragma GCC diagnostic ignored "-Wmaybe-uninitialized"
+#endif
+
+// The fp16 form needs _Float16 vectors under a target attribute: GCC 12+ (clang 14 wants
+// -mavx512fp16 for the whole file).
+#if defined(__GNUC__) && !defined(__clang__) && __GNUC__ >= 12
+#define DS_PEAK_FP16 1
+#else
+#define DS_PEAK_FP16 0
+#endif
 
 namespace {
 
@@ -50,6 +60,7 @@ __attribute__((target("avx512f,avx512bf16"), noinline)) float bf16_dot(long n) {
   return 0 DS_R12(DS_SUM);
 }
 
+#if DS_PEAK_FP16
 __attribute__((target("avx512f,avx512fp16"), noinline)) float fp16_fma(long n) {
 #define DS_DH(i) __m512h a##i = _mm512_set1_ph((_Float16)(i));
   DS_R12(DS_DH)
@@ -62,6 +73,7 @@ __attribute__((target("avx512f,avx512fp16"), noinline)) float fp16_fma(long n) {
 #define DS_SUMH(i) +float(_mm512_reduce_add_ph(a##i))
   return 0 DS_R12(DS_SUMH);
 }
+#endif
 
 template <class F>
 double best_gflops(F f, double flop_per_iter, long n) {
@@ -91,9 +103,11 @@ int main() {
     const double b = best_gflops(bf16_dot, 12 * 64, n);
     std::printf("bf16 vdpbf16ps:   %.1f GFLOP/s (%.2fx fp32)\n", b, b / f32);
   }
-  if (cf.avx512_fp16) {
+  if (DS_PEAK_FP16 && cf.avx512_fp16) {
+#if DS_PEAK_FP16
     const double h = best_gflops(fp16_fma, 12 * 64, n);
     std::printf("fp16 vfmadd231ph: %.1f GFLOP/s (%.2fx fp32; fp16 accumulation)\n", h, h / f32);
+#endif
   }
   return 0;
 }

@@ -26,7 +26,9 @@
 
 // GCC 12 reports the _mm512_undefined_ps() inside its own intrinsics headers as
 // maybe-uninitialized (a false positive; the lanes are all written).
+#if defined(__GNUC__) && !defined(__clang__)
 #pragma GCC diagnostic ignored "-Wmaybe-uninitialized"
+#endif
 
 namespace ds::nn {
 namespace {
