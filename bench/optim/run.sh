@@ -6,5 +6,5 @@ set -euo pipefail
 here=$(cd "$(dirname "$0")" && pwd)
 build=${1:-$here/../../build}
 shift || true
-exec "$build/bench/optim/optim_bench" --sizes 10000000,100000000 --threads 1,2 --repeats 5 \
+exec "$build/bench/optim/optim_bench" --sizes 10000000,100000000 --threads 1,2 --repeats 11 \
   --python /usr/bin/python3 "$@"
