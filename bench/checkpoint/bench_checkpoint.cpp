@@ -32,28 +32,12 @@
 #include "ds/core/half.h"
 #include "ds/io/checkpoint.h"
 #include "ds/mpi/communicator.h"
+#include "../../tests/common/self_comm.h"  // the one-rank communicator the io tests use
 
 namespace fs = std::filesystem;
 using namespace ds;
 
 namespace {
-
-class SelfComm final : public Communicator {
- public:
-  int rank() const override { return 0; }
-  int size() const override { return 1; }
-  std::string_view backend() const override { return "self"; }
-  void all_reduce(TensorView, ReduceOp) override {}
-  CommWork iall_reduce(TensorView, ReduceOp) override { return std::make_unique<Done>(); }
-  void reduce_scatter(TensorView s, TensorView r, ReduceOp) override { std::memcpy(r.data, s.data, r.bytes()); }
-  CommWork ireduce_scatter(TensorView s, TensorView r, ReduceOp o) override { reduce_scatter(s, r, o); return std::make_unique<Done>(); }
-  void all_gather(TensorView s, TensorView r) override { std::memcpy(r.data, s.data, r.bytes()); }
-  CommWork iall_gather(TensorView s, TensorView r) override { all_gather(s, r); return std::make_unique<Done>(); }
-  void broadcast(TensorView, int) override {}
-  void barrier() override {}
- private:
-  struct Done final : CommHandle { void wait() override {} bool test() override { return true; } };
-};
 
 double now() { return std::chrono::duration<double>(std::chrono::steady_clock::now().time_since_epoch()).count(); }
 
@@ -121,7 +105,7 @@ int main(int argc, char** argv) {
   c.engine_state["global_steps"] = 1;
   const std::size_t bytes = n * 14;
 
-  SelfComm comm;
+  ds::test::SelfComm comm;
   io::SaveOptions opt;
   opt.overwrite = true;
   std::vector<double> save_t, load_t, load_verified_t, verify_pass_t, dd_write_t, dd_read_t;

@@ -2,6 +2,7 @@
 // fault injection (inf gradients, NaN loss), a world-size-1 Communicator, and data.
 #pragma once
 
+#include "../common/elem.h"
 #include "../common/self_comm.h"
 #include <algorithm>
 #include <cmath>
@@ -119,29 +120,15 @@ class TestMlp : public Module {
   int forward_calls() const { return forward_calls_; }
 
  private:
-  static float read(const TensorView& v, std::size_t i) {
-    switch (v.dtype) {
-      case DType::F16: return f16_to_float(v.as<f16>()[i]);
-      case DType::BF16: return bf16_to_float(v.as<bf16>()[i]);
-      default: return v.as<float>()[i];
-    }
-  }
-  static void write(const TensorView& v, std::size_t i, float x) {
-    switch (v.dtype) {
-      case DType::F16: v.as<f16>()[i] = float_to_f16(x); break;
-      case DType::BF16: v.as<bf16>()[i] = float_to_bf16(x); break;
-      default: v.as<float>()[i] = x;
-    }
-  }
   void load() {
     w_.resize(p_.size());
     for (std::size_t i = 0; i < p_.size(); ++i) {
       w_[i].resize(p_[i].count);
-      for (std::size_t k = 0; k < p_[i].count; ++k) w_[i][k] = read(p_[i], k);
+      for (std::size_t k = 0; k < p_[i].count; ++k) w_[i][k] = ds::test::load(p_[i], k);
     }
   }
   void accumulate(std::size_t i, const std::vector<float>& g) {
-    for (std::size_t k = 0; k < g.size(); ++k) write(g_[i], k, read(g_[i], k) + g[k]);
+    for (std::size_t k = 0; k < g.size(); ++k) ds::test::store(g_[i], k, ds::test::load(g_[i], k) + g[k]);
   }
 
   int d_, h_, extra_;
@@ -189,7 +176,7 @@ class WideLinear : public Module {
       const float* x = x_.data() + std::size_t(s) * std::size_t(d_);
       double y = 0;
       for (int l = 0; l < L_; ++l)
-        for (int i = 0; i < n_; ++i) y += double(value(p_[std::size_t(l)], std::size_t(i))) * x[(l + i) % d_];
+        for (int i = 0; i < n_; ++i) y += double(ds::test::load(p_[std::size_t(l)], std::size_t(i))) * x[(l + i) % d_];
       const double e = y * c_ - double(b.targets[std::size_t(s)]);
       r_[std::size_t(s)] = float(e);
       loss += 0.5 * e * e;
@@ -202,7 +189,7 @@ class WideLinear : public Module {
       for (int i = 0; i < n_; ++i) {
         float acc = 0;
         for (int s = 0; s < B_; ++s) acc += r_[std::size_t(s)] * x_[std::size_t(s) * std::size_t(d_) + std::size_t((l + i) % d_)];
-        store(g, std::size_t(i), value(g, std::size_t(i)) + scale * c_ * acc / float(B_));
+        ds::test::store(g, std::size_t(i), ds::test::load(g, std::size_t(i)) + scale * c_ * acc / float(B_));
       }
       ready(std::size_t(l));
       if (after_ready) after_ready();
@@ -210,20 +197,6 @@ class WideLinear : public Module {
   }
 
  private:
-  static float value(const TensorView& v, std::size_t i) {
-    switch (v.dtype) {
-      case DType::F16: return f16_to_float(v.as<f16>()[i]);
-      case DType::BF16: return bf16_to_float(v.as<bf16>()[i]);
-      default: return v.as<float>()[i];
-    }
-  }
-  static void store(const TensorView& v, std::size_t i, float x) {
-    switch (v.dtype) {
-      case DType::F16: v.as<f16>()[i] = float_to_f16(x); break;
-      case DType::BF16: v.as<bf16>()[i] = float_to_bf16(x); break;
-      default: v.as<float>()[i] = x;
-    }
-  }
   int L_, n_;
   float c_;
   int B_ = 0, d_ = 1;

@@ -11,6 +11,7 @@
 
 #include "ds/core/half.h"
 #include "ds/core/module.h"
+#include "../common/elem.h"
 
 namespace ds::io::test {
 
@@ -42,7 +43,7 @@ class CkptMlp : public Module {
     w_.resize(p_.size());
     for (std::size_t i = 0; i < p_.size(); ++i) {
       w_[i].resize(p_[i].count);
-      for (std::size_t k = 0; k < p_[i].count; ++k) w_[i][k] = get(p_[i], k);
+      for (std::size_t k = 0; k < p_[i].count; ++k) w_[i][k] = ds::test::load(p_[i], k);
     }
     n_ = int(b.batch);
     x_.assign(b.features.begin(), b.features.end());
@@ -83,22 +84,12 @@ class CkptMlp : public Module {
       }
     }
     for (std::size_t i = g.size(); i-- > 0;) {
-      for (std::size_t k = 0; k < g[i].size(); ++k) set(g_[i], k, get(g_[i], k) + g[i][k]);
+      for (std::size_t k = 0; k < g[i].size(); ++k) ds::test::store(g_[i], k, ds::test::load(g_[i], k) + g[i][k]);
       ready(i);
     }
   }
 
  private:
-  static float get(const TensorView& v, std::size_t i) {
-    if (v.dtype == DType::F16) return f16_to_float(v.as<f16>()[i]);
-    if (v.dtype == DType::BF16) return bf16_to_float(v.as<bf16>()[i]);
-    return v.as<float>()[i];
-  }
-  static void set(const TensorView& v, std::size_t i, float x) {
-    if (v.dtype == DType::F16) v.as<f16>()[i] = float_to_f16(x);
-    else if (v.dtype == DType::BF16) v.as<bf16>()[i] = float_to_bf16(x);
-    else v.as<float>()[i] = x;
-  }
   int d_, h_, extra_;
   std::vector<TensorView> p_, g_;
   std::vector<std::vector<float>> w_;
