@@ -38,18 +38,24 @@ namespace {
 
 double now() { return std::chrono::duration<double>(std::chrono::steady_clock::now().time_since_epoch()).count(); }
 
+// One repeat: `prepare` untimed, a barrier, then `op`; the slowest rank's time.
+double slowest(MPI_Comm comm, const std::function<void()>& prepare, const std::function<void()>& op) {
+  if (prepare) prepare();
+  MPI_Barrier(comm);
+  const double t0 = now();
+  op();
+  double dt = now() - t0, mx = 0;
+  MPI_Allreduce(&dt, &mx, 1, MPI_DOUBLE, MPI_MAX, comm);
+  return mx;
+}
+
 // Median over repeats of the slowest rank's time; `prepare` runs untimed before each repeat.
 // *best gets the fastest repeat (on a loaded machine the median catches preemptions).
 double timed(MPI_Comm comm, int warmup, int reps, const std::function<void()>& prepare, const std::function<void()>& op,
              double* best = nullptr) {
   std::vector<double> t;
   for (int i = 0; i < warmup + reps; ++i) {
-    if (prepare) prepare();
-    MPI_Barrier(comm);
-    const double t0 = now();
-    op();
-    double dt = now() - t0, mx = 0;
-    MPI_Allreduce(&dt, &mx, 1, MPI_DOUBLE, MPI_MAX, comm);
+    const double mx = slowest(comm, prepare, op);
     if (i >= warmup) t.push_back(mx);
   }
   std::sort(t.begin(), t.end());
@@ -65,15 +71,7 @@ struct PairTimes {
 PairTimes timed_pair(MPI_Comm comm, int warmup, int reps, const std::function<void()>& prepare,
                      const std::function<void()>& raw, const std::function<void()>& ours) {
   std::vector<double> tr, to;
-  auto one = [&](const std::function<void()>& op) {
-    if (prepare) prepare();
-    MPI_Barrier(comm);
-    const double t0 = now();
-    op();
-    double dt = now() - t0, mx = 0;
-    MPI_Allreduce(&dt, &mx, 1, MPI_DOUBLE, MPI_MAX, comm);
-    return mx;
-  };
+  auto one = [&](const std::function<void()>& op) { return slowest(comm, prepare, op); };
   for (int i = 0; i < warmup + reps; ++i) {
     double a, b;
     if (i % 2 == 0) {

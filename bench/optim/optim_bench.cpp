@@ -228,6 +228,15 @@ double torch_adamw_seconds(const std::string& python, std::size_t n, int threads
   return s;
 }
 
+// The optimizer every row times: the config's defaults, weight decay 0.01, SGD with momentum.
+auto make_bench_optimizer(const char* type) {
+  ds::config::OptimizerConfig cfg;
+  cfg.type = type;
+  cfg.weight_decay = 0.01;
+  if (std::string(type) == "sgd") cfg.momentum = 0.9;
+  return ds::optim::make_optimizer(cfg, ds::optim::Kernel::Cpu);
+}
+
 }  // namespace
 
 int main(int argc, char** argv) {
@@ -282,11 +291,7 @@ int main(int argc, char** argv) {
       omp_set_num_threads(int(th));
       for (const Variant& v : variants) {
         if (!only.empty() && only != v.opt) continue;
-        ds::config::OptimizerConfig cfg;
-        cfg.type = v.opt;
-        cfg.weight_decay = 0.01;
-        if (std::string(v.opt) == "sgd") cfg.momentum = 0.9;
-        auto opt = ds::optim::make_optimizer(cfg, ds::optim::Kernel::Cpu);
+        auto opt = make_bench_optimizer(v.opt);
         opt->init_state(n);  // the optimizer's own state (first touch outside the timing)
         auto st = opt->state_tensors();
         const TensorView gv{v.g == DType::F32 ? g32.data() : v.g == DType::F16 ? g16.data() : gbf16.data(), n, v.g};
@@ -366,16 +371,12 @@ int main(int argc, char** argv) {
   std::printf("\n| optimizer | precision | compute ceiling: 16 Ki cache-resident params, 1 thread (G params/s, thread CPU time) |\n| --- | --- | --- |\n");
   for (const Variant& v : variants) {
     if (!only.empty() && only != v.opt) continue;
-    ds::config::OptimizerConfig cfg;
-    cfg.type = v.opt;
-    cfg.weight_decay = 0.01;
-    if (std::string(v.opt) == "sgd") cfg.momentum = 0.9;
     const std::size_t n = 16384;
     // Fresh parameters for each row: 25000 steps of the previous rows leave some of them
     // below 1e-18, whose squares (Lamb's norm) are denormal and run through microcode assists
     // (Lamb's ceiling read 0.8 instead of 1.3 G params/s).
     for (std::size_t i = 0; i < n; ++i) p.as<float>()[i] = 0.01f * float(i % 97);
-    auto opt = ds::optim::make_optimizer(cfg, ds::optim::Kernel::Cpu);
+    auto opt = make_bench_optimizer(v.opt);
     opt->init_state(n);
     const TensorView gv{v.g == DType::F32 ? g32.data() : v.g == DType::F16 ? g16.data() : gbf16.data(), n, v.g};
     const TensorView wv{v.w == DType::U8 ? nullptr : w16.data(), n, v.w == DType::U8 ? DType::F32 : v.w};
