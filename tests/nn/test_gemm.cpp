@@ -15,14 +15,25 @@ namespace {
 float round_bf16(float x) { return ds::bf16_to_float(ds::float_to_bf16(x)); }
 bool g_bf16 = true;  // which kernel check() runs
 
+// Random op(A) M x K, op(B) K x N and C M x N with padded leading dimensions (so the kernels
+// must honour lda/ldb/ldc).
+struct Operands {
+  std::int64_t lda, ldb, ldc;
+  std::vector<float> A, B, C;
+  Operands(bool ta, bool tb, std::int64_t M, std::int64_t N, std::int64_t K, std::uint64_t seed)
+      : lda((ta ? M : K) + 3), ldb((tb ? K : N) + 1), ldc(N + 2),
+        A(std::size_t((ta ? K : M) * lda)), B(std::size_t((tb ? N : K) * ldb)), C(std::size_t(M * ldc)) {
+    std::mt19937_64 g(seed);
+    std::normal_distribution<float> d;
+    for (auto* v : {&A, &B, &C})
+      for (auto& x : *v) x = d(g);
+  }
+};
+
 void check(bool ta, bool tb, std::int64_t M, std::int64_t N, std::int64_t K, float alpha, float beta) {
-  std::mt19937_64 g(M * 131 + N * 7 + K);
-  std::normal_distribution<float> d;
-  const std::int64_t lda = (ta ? M : K) + 3, ldb = (tb ? K : N) + 1, ldc = N + 2;
-  std::vector<float> A((ta ? K : M) * lda), B((tb ? N : K) * ldb), C(M * ldc);
-  for (auto& x : A) x = d(g);
-  for (auto& x : B) x = d(g);
-  for (auto& x : C) x = d(g);
+  Operands o(ta, tb, M, N, K, M * 131 + N * 7 + K);
+  const std::int64_t lda = o.lda, ldb = o.ldb, ldc = o.ldc;
+  std::vector<float>&A = o.A, &B = o.B, &C = o.C;
   std::vector<float> C0 = C;
   if (g_bf16) ds::nn::gemm_bf16(ta, tb, M, N, K, alpha, A.data(), lda, B.data(), ldb, beta, C.data(), ldc);
   else ds::nn::gemm_f32(ta, tb, M, N, K, alpha, A.data(), lda, B.data(), ldb, beta, C.data(), ldc);
@@ -75,13 +86,9 @@ TEST(NnGemm, F32BlockedMatchesReference) {
 void check_tri(ds::nn::Tri tri, bool ta, bool tb, std::int64_t M, std::int64_t N, std::int64_t K, float alpha,
                float beta) {
   using ds::nn::Tri;
-  std::mt19937_64 g(M * 131 + N * 7 + K + int(tri));
-  std::normal_distribution<float> d;
-  const std::int64_t lda = (ta ? M : K) + 3, ldb = (tb ? K : N) + 1, ldc = N + 2;
-  std::vector<float> A((ta ? K : M) * lda), B((tb ? N : K) * ldb), C(M * ldc);
-  for (auto& x : A) x = d(g);
-  for (auto& x : B) x = d(g);
-  for (auto& x : C) x = d(g);
+  Operands o(ta, tb, M, N, K, M * 131 + N * 7 + K + int(tri));
+  const std::int64_t lda = o.lda, ldb = o.ldb, ldc = o.ldc;
+  std::vector<float>&A = o.A, &B = o.B, &C = o.C;
   auto aref = [&](std::int64_t m, std::int64_t k) -> float& { return ta ? A[k * lda + m] : A[m * lda + k]; };
   for (std::int64_t m = 0; m < M; ++m)
     for (std::int64_t k = 0; k < K; ++k)
