@@ -143,12 +143,10 @@ int main(int argc, char** argv) {
       cpu_total += c3 - c0; cpu_opt += c3 - cb;
     }
   }
-  // Linear forward / input gradients; weight gradients; attention (always the own kernel when
-  // the CPU has AVX-512).
+  // Linear forward, input and weight gradients (attention is always the own kernel when the
+  // CPU has AVX-512).
   const std::string gemm_name =
-      gemm_bf16 ? std::string("own-bf16")
-                : std::string(ds::nn::own_f32_for_layers() ? "own-f32" : "openblas") + " fwd/dinp, " +
-                      (ds::nn::use_openblas_f32() ? "openblas" : "own-f32") + " dW";
+      gemm_bf16 ? std::string("own-bf16") : std::string(ds::nn::own_f32_for_layers() ? "own-f32" : "openblas");
   const double tokens = double(B * T) * steps;
   const double tps = tokens / t_total;
   const double fpt = model.flops_per_token(T);

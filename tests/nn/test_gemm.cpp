@@ -3,6 +3,7 @@
 // element (fp32 accumulation of exact bf16 products).
 #include <gtest/gtest.h>
 
+#include <array>
 #include <cmath>
 #include <random>
 #include <vector>
@@ -77,8 +78,38 @@ TEST(NnGemm, F32BlockedMatchesReference) {
       check(ta, tb, 13, 65, 33, 1.0f, 0.0f);
       check(ta, tb, 70, 130, 64, -2.0f, 0.25f);
       check(ta, tb, 6, 64, 0, 1.0f, 0.5f);  // K = 0: C = beta C
+      // K > 256: a transposed A is packed (strip groups, a partial last one); op(B) of
+      // 145 KB and of 1.25 MB: both tile orders (B in L2 or not).
+      check(ta, tb, 301, 70, 520, 1.0f, 1.0f);
+      check(ta, tb, 50, 600, 520, 0.5f, 0.0f);
     }
   g_bf16 = true;
+}
+
+// GemmEpilogue::a_row_sum adds each row's sum of op(A) (the bias gradient of a weight
+// gradient): summed while packing a transposed A with K > 256, by a plain loop otherwise.
+TEST(NnGemm, F32RowSumOfA) {
+  if (!ds::nn::f32_gemm_supported()) GTEST_SKIP() << "no AVX-512 on this CPU";
+  for (bool ta : {false, true})
+    for (auto [M, N, K] : {std::array<std::int64_t, 3>{1, 1, 1}, {13, 20, 33}, {301, 70, 520}, {50, 17, 1000}}) {
+      Operands o(ta, false, M, N, K, std::uint64_t(M * 17 + K));
+      std::vector<float> rs(std::size_t(M) + 1);
+      for (std::int64_t m = 0; m <= M; ++m) rs[std::size_t(m)] = float(m) - 3.0f;  // accumulates; rs[M] untouched
+      ds::nn::GemmEpilogue ep;
+      ep.a_row_sum = rs.data();
+      ds::nn::gemm_f32_epilogue(ta, false, M, N, K, 1.0f, o.A.data(), o.lda, o.B.data(), o.ldb, 0.0f, o.C.data(),
+                                o.ldc, ep);
+      for (std::int64_t m = 0; m < M; ++m) {
+        double s = double(m) - 3.0, mag = 0;
+        for (std::int64_t k = 0; k < K; ++k) {
+          const double a = ta ? o.A[std::size_t(k * o.lda + m)] : o.A[std::size_t(m * o.lda + k)];
+          s += a;
+          mag += std::fabs(a);
+        }
+        ASSERT_NEAR(rs[std::size_t(m)], s, 1e-5 * mag + 1e-5) << "ta " << ta << " M " << M << " K " << K << " row " << m;
+      }
+      ASSERT_EQ(rs[std::size_t(M)], float(M) - 3.0f);
+    }
 }
 
 // gemm_tri against the plain triple loop on the defined part: LowerC compares n <= m only;

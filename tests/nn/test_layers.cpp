@@ -68,8 +68,12 @@ TEST(NnLayers, LinearGradientAndFast) {
   fd_check(b, db, f, "linear db");
   fd_check(res, R, f, "linear dresidual");
 
-  // Fast vs reference at awkward sizes (with and without bias / residual, accumulate on).
-  for (auto [n, c, oc] : {std::array<std::int64_t, 3>{1, 1, 1}, {7, 13, 5}, {33, 17, 65}}) {
+  // Fast vs reference at awkward sizes (with and without bias / residual, accumulate on);
+  // n > 256 takes the weight gradient's packed dout^T path with the bias gradient summed
+  // while packing (50 rows: a partial strip group), and n x c over 256 Ki the tile order
+  // that keeps a column panel in L2.
+  for (auto [n, c, oc] : {std::array<std::int64_t, 3>{1, 1, 1}, {7, 13, 5}, {33, 17, 65}, {300, 70, 50},
+                          {520, 600, 13}}) {
     Vd i2 = randn(n * c, 6), w2 = randn(oc * c, 7), b2 = randn(oc, 8), r2 = randn(n * oc, 9), d2 = randn(n * oc, 10);
     Vd o_ref(n * oc), di_ref = randn(n * c, 11), dw_ref = randn(oc * c, 12), db_ref = randn(oc, 13);
     Vf o(n * oc), di = to_f(di_ref), dwf = to_f(dw_ref), dbf = to_f(db_ref);

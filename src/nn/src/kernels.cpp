@@ -235,6 +235,13 @@ void linear_backward(float* dinp, float* dw, float* dbias, const float* dout, co
     else
       gemm(prec, false, false, N, C, OC, 1.0f, dout, OC, w, C, accumulate_dinp ? 1.0f : 0.0f, dinp, C);
   }
+  if (prec == Precision::F32 && own_f32_for_layers()) {
+    // The bias gradient is summed while dout^T is packed for the weight gradient.
+    GemmEpilogue ep;
+    ep.a_row_sum = dbias;
+    gemm_f32_epilogue(true, false, OC, C, N, 1.0f, dout, OC, inp, C, 1.0f, dw, C, ep);
+    return;
+  }
   gemm(prec, true, false, OC, C, N, 1.0f, dout, OC, inp, C, 1.0f, dw, C);
   if (dbias) {
     const std::int64_t blocks = (OC + 15) / 16;

@@ -6,9 +6,9 @@
 // AVX-512. Debian's OpenBLAS 0.3.21 does not know the CI machine's CPU model and falls back
 // to its SSE3 "Prescott" kernel (~1/4 of the AVX-512 rate) unless OPENBLAS_CORETYPE=SkylakeX
 // is in the environment before the program starts. DS_NN_GEMM=openblas|own overrides the
-// choice; without AVX-512, OpenBLAS. The layers call the own kernel directly for their
-// forward and input-gradient GEMMs (gemm_f32_epilogue, where it runs at or above OpenBLAS)
-// and the triangular one for attention (gemm_tri); see docs/MODELS.md.
+// choice; without AVX-512, OpenBLAS. The layers call the own kernel directly for all their
+// GEMMs (gemm_f32_epilogue: forward, input and weight gradients) and the triangular one for
+// attention (gemm_tri); see docs/MODELS.md.
 // Precision::BF16 rounds A and B to bfloat16 (round to nearest even) while packing them and
 // multiplies with AVX512-BF16 `vdpbf16ps`, accumulating in fp32 (that OpenBLAS is built
 // without cblas_sbgemm); on the CI machine vdpbf16ps runs at 0.49x the FLOP rate of fp32 FMA
@@ -45,13 +45,15 @@ void gemm_f32(bool trans_a, bool trans_b, std::int64_t M, std::int64_t N, std::i
 
 // The own fp32 kernel with a fused epilogue, applied after alpha/beta on every C element:
 // + bias[n], + add[m * ld_add + n] (null pointers skip a step). Requires f32_gemm_supported(). The layers use
-// it for their forward and input-gradient GEMMs when own_f32_for_layers() (AVX-512 and
-// DS_NN_GEMM is not "openblas": at the layer shapes it runs at or above OpenBLAS' rate, see
-// bench/train/bench_gemm_shapes); weight gradients (A transposed) stay on gemm(F32).
+// it for all their GEMMs when own_f32_for_layers() (AVX-512 and DS_NN_GEMM is not
+// "openblas"; rates at the layer shapes: bench/train/bench_gemm_shapes).
+// a_row_sum (not an epilogue step: read while op(A) is packed): row_sum[m] += sum over k of
+// op(A)(m, k), i.e. the bias gradient when the GEMM is a weight gradient dout^T x inp.
 struct GemmEpilogue {
   const float* bias = nullptr;
   const float* add = nullptr;
   std::int64_t ld_add = 0;
+  float* a_row_sum = nullptr;
 };
 void gemm_f32_epilogue(bool trans_a, bool trans_b, std::int64_t M, std::int64_t N, std::int64_t K,
                        float alpha, const float* A, std::int64_t lda, const float* B, std::int64_t ldb,
