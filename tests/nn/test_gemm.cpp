@@ -163,4 +163,34 @@ TEST(NnGemm, FrontDoorF32IsSgemm) {
   EXPECT_EQ(C, (std::vector<float>{20, 23, 44, 51}));
 }
 
+// GemmEpilogue::half_c: accumulating into bf16 / fp16 storage gives exactly the bits of the
+// fp32 result (same kernel, beta 0) added to the old half values and rounded once.
+TEST(NnGemm, F32HalfAccumulateIsFp32ThenOneRounding) {
+  if (!ds::nn::f32_gemm_supported()) GTEST_SKIP() << "no AVX-512 on this CPU";
+  for (bool bf16 : {true, false})
+    for (bool ta : {false, true})
+      for (auto [M, N, K] : {std::array<std::int64_t, 3>{1, 1, 1}, {13, 70, 33}, {301, 70, 520}}) {
+        Operands o(ta, false, M, N, K, std::uint64_t(M + N + K + bf16));
+        std::vector<float> f32(std::size_t(M * o.ldc), 0.0f);
+        ds::nn::gemm_f32_epilogue(ta, false, M, N, K, 0.5f, o.A.data(), o.lda, o.B.data(), o.ldb, 0.0f, f32.data(),
+                                  o.ldc, {});
+        std::vector<std::uint16_t> h(std::size_t(M * o.ldc)), want(h.size());
+        for (std::size_t i = 0; i < h.size(); ++i) {
+          const float old = o.C[i];  // random; the padding columns must stay as they are
+          h[i] = bf16 ? ds::float_to_bf16(old).bits : ds::float_to_f16(old).bits;
+          const bool pad = std::int64_t(i % std::size_t(o.ldc)) >= N;
+          const float v = bf16 ? ds::bf16_to_float(ds::bf16{h[i]}) : ds::f16_to_float(ds::f16{h[i]});
+          want[i] = pad ? h[i] : bf16 ? ds::float_to_bf16(v + f32[i]).bits : ds::float_to_f16(v + f32[i]).bits;
+        }
+        ds::nn::GemmEpilogue ep;
+        ep.half_c = h.data();
+        ep.half_bf16 = bf16;
+        ds::nn::gemm_f32_epilogue(ta, false, M, N, K, 0.5f, o.A.data(), o.lda, o.B.data(), o.ldb, 1.0f, nullptr,
+                                  o.ldc, ep);
+        for (std::size_t i = 0; i < h.size(); ++i)
+          ASSERT_EQ(h[i], want[i]) << (bf16 ? "bf16" : "fp16") << " ta " << ta << " M " << M << " N " << N << " K "
+                                   << K << " at " << i;
+      }
+}
+
 }  // namespace

@@ -5,6 +5,7 @@
 
 #include <cmath>
 #include <map>
+#include <string>
 #include <random>
 #include <vector>
 
@@ -13,6 +14,7 @@
 #include "ds/data/sampler.h"
 #include "ds/nn/gemm.h"
 #include "ds/nn/gpt.h"
+#include "ds/nn/params.h"
 #include "ds/nn/mlp.h"
 #include "model_harness.h"
 
@@ -152,7 +154,9 @@ TEST(NnModels, GradReadyOncePerParamAfterItsGradient) {
 }
 
 TEST(NnModels, BackwardAccumulatesAndScales) {
-  for (ds::DType dt : {ds::DType::F32, ds::DType::BF16}) {
+  // Half dtypes: the Linear weights' gradients go straight into the 16-bit storage (see
+  // ParamSet::set_direct_grad), the rest through the folded fp32 shadow; both accumulate.
+  for (ds::DType dt : {ds::DType::F32, ds::DType::BF16, ds::DType::F16}) {
     ds::nn::Gpt m(tiny_gpt());
     Harness h(m, 3, dt);
     TokenBatch tb(2, 6, 11, 13);
@@ -163,10 +167,13 @@ TEST(NnModels, BackwardAccumulatesAndScales) {
     m.forward(tb.batch);
     m.backward(2.0f, {});
     const float tol = dt == ds::DType::F32 ? 1e-5f : 2e-2f;
+    // fp16 gradients this small are subnormal: steps of 2^-24 (6e-8), two roundings.
+    const float abs_tol = dt == ds::DType::F16 ? 1.2e-7f : 0.0f;
     for (std::size_t i = 0; i < h.infos.size(); ++i) {
       auto g = h.grad(i);
       for (std::size_t j = 0; j < g.size(); ++j)
-        ASSERT_NEAR(g[j], 3.0f * once[i][j], tol * (std::fabs(3.0f * once[i][j]) + 1e-6f)) << h.infos[i].name;
+        ASSERT_NEAR(g[j], 3.0f * once[i][j], tol * (std::fabs(3.0f * once[i][j]) + 1e-6f) + abs_tol)
+            << ds::dtype_name(dt) << " " << h.infos[i].name;
     }
   }
 }
@@ -329,3 +336,35 @@ TEST(NnModels, BadInputsGiveClearErrors) {
 }
 
 }  // namespace
+
+// ParamSet in a half working dtype: prepare_forward converts every parameter (spread over
+// threads in 64 Ki-element pieces that cross parameter boundaries), prepare_backward zeroes
+// only the non-direct shadows.
+TEST(NnModels, ParamSetHalfShadows) {
+  ds::nn::ParamSet ps;
+  const std::vector<std::int64_t> sizes = {100000, 3, 0, 70001, 131072, 5};
+  for (std::size_t i = 0; i < sizes.size(); ++i) ps.add("p" + std::to_string(i), {sizes[i]});
+  std::vector<std::vector<std::uint16_t>> p16(sizes.size()), g16(sizes.size());
+  std::vector<ds::TensorView> pv, gv;
+  for (std::size_t i = 0; i < sizes.size(); ++i) {
+    p16[i].resize(std::size_t(sizes[i]) + 1);  // never empty: views need a pointer
+    g16[i].resize(std::size_t(sizes[i]) + 1);
+    for (std::size_t j = 0; j < p16[i].size(); ++j) p16[i][j] = ds::float_to_bf16(float(i) + 1e-3f * float(j % 997)).bits;
+    pv.push_back({p16[i].data(), std::size_t(sizes[i]), ds::DType::BF16});
+    gv.push_back({g16[i].data(), std::size_t(sizes[i]), ds::DType::BF16});
+  }
+  ps.bind(pv, gv);
+  ps.prepare_forward();
+  for (std::size_t i = 0; i < sizes.size(); ++i)
+    for (std::int64_t j = 0; j < sizes[i]; ++j)
+      ASSERT_EQ(ps.w(i)[j], ds::bf16_to_float(ds::bf16{p16[i][std::size_t(j)]})) << "param " << i << " element " << j;
+  for (std::size_t i = 0; i < sizes.size(); ++i) std::fill(ps.g(i), ps.g(i) + sizes[i], 7.0f);
+  ps.set_direct_grad(3, true);
+  ps.set_direct_grad(5, true);
+  ps.prepare_backward();
+  for (std::size_t i = 0; i < sizes.size(); ++i)
+    for (std::int64_t j = 0; j < sizes[i]; ++j)
+      ASSERT_EQ(ps.g(i)[j], ps.direct_grad(i) ? 7.0f : 0.0f) << "param " << i << " element " << j;
+  EXPECT_TRUE(ps.direct_grad(3));
+  EXPECT_FALSE(ps.direct_grad(4));
+}

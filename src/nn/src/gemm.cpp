@@ -94,6 +94,27 @@ void pack_panel(std::uint32_t* out, const View& v, std::int64_t i0, std::int64_t
 }
 
 
+// h[0, 16) (lanes in m) = round(h + v) in bf16 or fp16 storage, round to nearest even; bf16
+// by integer rounding like ds::float_to_bf16 (NaN kept quiet), fp16 by vcvtps2ph.
+__attribute__((target("avx512f,avx512bw,avx512vl,fma"))) inline void half_accumulate(
+    std::uint16_t* h, __mmask16 m, __m512 v, bool bf16) {
+  const __m256i old = _mm256_maskz_loadu_epi16(m, h);
+  __m256i out;
+  if (bf16) {
+    const __m512 s = _mm512_add_ps(_mm512_castsi512_ps(_mm512_slli_epi32(_mm512_cvtepu16_epi32(old), 16)), v);
+    const __m512i u = _mm512_castps_si512(s);
+    const __mmask16 nan = _mm512_cmpgt_epu32_mask(_mm512_and_si512(u, _mm512_set1_epi32(0x7fffffff)),
+                                                  _mm512_set1_epi32(0x7f800000));
+    __m512i r = _mm512_add_epi32(u, _mm512_add_epi32(_mm512_set1_epi32(0x7fff),
+                                                     _mm512_and_si512(_mm512_srli_epi32(u, 16), _mm512_set1_epi32(1))));
+    r = _mm512_mask_mov_epi32(r, nan, _mm512_or_si512(u, _mm512_set1_epi32(0x00400000)));
+    out = _mm512_cvtepi32_epi16(_mm512_srli_epi32(r, 16));
+  } else {
+    out = _mm512_cvtps_ph(_mm512_add_ps(_mm512_cvtph_ps(old), v), _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC);
+  }
+  _mm256_mask_storeu_epi16(h, m, out);
+}
+
 // C tile = alpha acc + beta C, then the epilogue (+ bias[n], + add[m, n]), for the valid
 // mv x nv corner. c points at the tile's (0, 0); bias / add are indexed by the tile's
 // origin (m0, n0t) in C.
@@ -101,6 +122,17 @@ __attribute__((target("avx512f,avx512bw,avx512vl,fma"))) inline void store_tile(
     __m512 (&acc)[MR][4], float alpha, float beta, float* c, std::int64_t ldc, std::int64_t mv,
     std::int64_t nv, const GemmEpilogue& ep = {}, std::int64_t m0 = 0, std::int64_t n0t = 0) {
   const __m512 va = _mm512_set1_ps(alpha), vb = _mm512_set1_ps(beta);
+  if (ep.half_c) {
+    for (int r = 0; r < mv; ++r)
+      for (int j = 0; j < 4; ++j) {
+        const std::int64_t n0 = 16 * j;
+        if (n0 >= nv) break;
+        const __mmask16 m = std::uint16_t(nv - n0 >= 16 ? 0xFFFF : (1u << (nv - n0)) - 1);
+        std::uint16_t* h = static_cast<std::uint16_t*>(ep.half_c) + (m0 + r) * ldc + n0t + n0;
+        half_accumulate(h, m, _mm512_mul_ps(acc[r][j], va), ep.half_bf16);
+      }
+    return;
+  }
   if (mv == MR && nv == NR) {  // full tile: unrolled, the epilogue's tests hoisted per vector
     __m512 bias[4];
 #pragma GCC unroll 4
@@ -391,6 +423,8 @@ void gemm_f32_impl(Tri tri, bool trans_a, bool trans_b, std::int64_t M, std::int
                    float alpha, const float* A, std::int64_t lda, const float* B, std::int64_t ldb,
                    float beta, float* C, std::int64_t ldc, const GemmEpilogue& ep = {}) {
   DS_CHECK(f32_gemm_supported(), "gemm_f32: this CPU has no AVX-512");
+  DS_CHECK(!ep.half_c || (beta == 1.0f && !ep.bias && !ep.add),
+           "gemm_f32_epilogue: half_c accumulates (beta 1) and takes no bias / add");
   if (M <= 0 || N <= 0) return;
   const std::int64_t mp = (M + MR - 1) / MR, np = (N + NR - 1) / NR;
   const std::int64_t Kp = std::max<std::int64_t>(K, 1);
@@ -433,7 +467,7 @@ void gemm_f32_impl(Tri tri, bool trans_a, bool trans_b, std::int64_t M, std::int
       const bool bip = b_in_place(j);
       const float* b = bip ? B + k0 * ldb + n0 : pb + j * NR * K + k0 * NR;
       const std::int64_t bs = bip ? ldb : NR;
-      float* c = C + m0 * ldc + n0;
+      float* c = ep.half_c ? nullptr : C + m0 * ldc + n0;
       const std::int64_t kk = k1 - k0;
       switch ((nv + 15) / 16) {
         case 1: micro_kernel_f32<1>(a, rs, ks, b, bs, kk, alpha, beta, c, ldc, mv, nv, ep, m0, n0); break;

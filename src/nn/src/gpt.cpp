@@ -245,6 +245,14 @@ void Gpt::backward(float scale, const std::function<void(std::size_t)>& grad_rea
   have_cache_ = false;
   const std::int64_t B = B_, T = T_, C = cfg_.n_embd, NH = cfg_.n_head, V = cfg_.vocab_size;
   const std::int64_t N = B * T;
+  // Half working dtypes on the own fp32 kernel: the Linear weight gradients go straight into
+  // the engine's 16-bit gradients as their tiles are stored (no shadow to zero and fold).
+  const bool direct = ps_.dtype() != DType::F32 && prec_ == Precision::F32 && own_f32_for_layers();
+  for (const LayerIdx& P : layers_)
+    for (std::size_t id : {P.qkvw, P.projw, P.fcw, P.fcprojw}) ps_.set_direct_grad(id, direct);
+  auto half = [&](std::size_t id) {
+    return ps_.direct_grad(id) ? k::HalfGrad{ps_.bound_grad(id), ps_.dtype() == DType::BF16} : k::HalfGrad{};
+  };
   { GptProf pf(this, kParamsFwd, 0); ps_.prepare_backward(); }
   // Fused softmax + cross-entropy gradient, in place over the logits.
   { GptProf pf(this, kXentBwd, 0); k::crossentropy_backward(logits_, lse_, targets_.data(), N, V, scale); }
@@ -268,14 +276,15 @@ void Gpt::backward(float scale, const std::function<void(std::size_t)>& grad_rea
     {
       GptProf pf(this, kFcProjBwd, 2 * 2.0 * double(N) * double(4 * C) * double(C));
       k::linear_backward(dfch_, ps_.g(P.fcprojw), ps_.g(P.fcprojb), dres_, a.fch_gelu,
-                         ps_.w(P.fcprojw), N, 4 * C, C, false, prec_);
+                         ps_.w(P.fcprojw), N, 4 * C, C, false, prec_, half(P.fcprojw));
     }
     { GptProf pf(this, kGradFold); ps_.finish_grad(P.fcprojw, grad_ready); }
     { GptProf pf(this, kGradFold); ps_.finish_grad(P.fcprojb, grad_ready); }
     { GptProf pf(this, kGeluBwd, 0); k::gelu_backward(dfch_, a.fch, dfch_, 4 * N * C); }
     {
       GptProf pf(this, kFcBwd, 2 * 2.0 * double(N) * double(4 * C) * double(C));
-      k::linear_backward(dln_, ps_.g(P.fcw), ps_.g(P.fcb), dfch_, a.ln2, ps_.w(P.fcw), N, C, 4 * C, false, prec_);
+      k::linear_backward(dln_, ps_.g(P.fcw), ps_.g(P.fcb), dfch_, a.ln2, ps_.w(P.fcw), N, C, 4 * C, false, prec_,
+                         half(P.fcw));
     }
     { GptProf pf(this, kGradFold); ps_.finish_grad(P.fcw, grad_ready); }
     { GptProf pf(this, kGradFold); ps_.finish_grad(P.fcb, grad_ready); }
@@ -290,7 +299,7 @@ void Gpt::backward(float scale, const std::function<void(std::size_t)>& grad_rea
     {
       GptProf pf(this, kAttProjBwd, 2 * 2.0 * double(N) * double(C) * double(C));
       k::linear_backward(datty_, ps_.g(P.projw), ps_.g(P.projb), dres_, a.atty, ps_.w(P.projw), N, C,
-                         C, false, prec_);
+                         C, false, prec_, half(P.projw));
     }
     { GptProf pf(this, kGradFold); ps_.finish_grad(P.projw, grad_ready); }
     { GptProf pf(this, kGradFold); ps_.finish_grad(P.projb, grad_ready); }
@@ -301,7 +310,7 @@ void Gpt::backward(float scale, const std::function<void(std::size_t)>& grad_rea
     {
       GptProf pf(this, kQkvBwd, 2 * 2.0 * double(N) * double(3 * C) * double(C));
       k::linear_backward(dln_, ps_.g(P.qkvw), ps_.g(P.qkvb), dqkv_, a.ln1, ps_.w(P.qkvw), N, C,
-                         3 * C, false, prec_);
+                         3 * C, false, prec_, half(P.qkvw));
     }
     { GptProf pf(this, kGradFold); ps_.finish_grad(P.qkvw, grad_ready); }
     { GptProf pf(this, kGradFold); ps_.finish_grad(P.qkvb, grad_ready); }

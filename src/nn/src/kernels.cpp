@@ -8,6 +8,8 @@
 
 #include "ds/nn/gemm.h"
 
+#include "ds/core/error.h"
+
 #include <omp.h>
 
 #include <algorithm>
@@ -228,18 +230,22 @@ void linear_forward(float* out, const float* inp, const float* w, const float* b
 
 void linear_backward(float* dinp, float* dw, float* dbias, const float* dout, const float* inp,
                      const float* w, std::int64_t N, std::int64_t C, std::int64_t OC,
-                     bool accumulate_dinp, Precision prec) {
+                     bool accumulate_dinp, Precision prec, HalfGrad dw_half) {
+  const bool own = prec == Precision::F32 && own_f32_for_layers();
+  DS_CHECK(!dw_half.data || own, "linear_backward: a 16-bit weight gradient needs the own fp32 GEMM kernel");
   if (dinp) {
-    if (prec == Precision::F32 && own_f32_for_layers())
+    if (own)
       gemm_f32_epilogue(false, false, N, C, OC, 1.0f, dout, OC, w, C, accumulate_dinp ? 1.0f : 0.0f, dinp, C, {});
     else
       gemm(prec, false, false, N, C, OC, 1.0f, dout, OC, w, C, accumulate_dinp ? 1.0f : 0.0f, dinp, C);
   }
-  if (prec == Precision::F32 && own_f32_for_layers()) {
+  if (own) {
     // The bias gradient is summed while dout^T is packed for the weight gradient.
     GemmEpilogue ep;
     ep.a_row_sum = dbias;
-    gemm_f32_epilogue(true, false, OC, C, N, 1.0f, dout, OC, inp, C, 1.0f, dw, C, ep);
+    ep.half_c = dw_half.data;
+    ep.half_bf16 = dw_half.bf16;
+    gemm_f32_epilogue(true, false, OC, C, N, 1.0f, dout, OC, inp, C, 1.0f, dw_half.data ? nullptr : dw, C, ep);
     return;
   }
   gemm(prec, true, false, OC, C, N, 1.0f, dout, OC, inp, C, 1.0f, dw, C);

@@ -49,11 +49,17 @@ void gemm_f32(bool trans_a, bool trans_b, std::int64_t M, std::int64_t N, std::i
 // "openblas"; rates at the layer shapes: bench/train/bench_gemm_shapes).
 // a_row_sum (not an epilogue step: read while op(A) is packed): row_sum[m] += sum over k of
 // op(A)(m, k), i.e. the bias gradient when the GEMM is a weight gradient dout^T x inp.
+// half_c: the result accumulates into 16-bit storage instead of C (C is not touched and may
+// be null): half_c[m * ldc + n] = round(half_c[m * ldc + n] + alpha * acc) to bf16
+// (half_bf16) or fp16, round to nearest even: the same bits as computing alpha * acc in fp32
+// and adding it afterwards. beta must be 1; not combined with bias / add.
 struct GemmEpilogue {
   const float* bias = nullptr;
   const float* add = nullptr;
   std::int64_t ld_add = 0;
   float* a_row_sum = nullptr;
+  void* half_c = nullptr;
+  bool half_bf16 = true;
 };
 void gemm_f32_epilogue(bool trans_a, bool trans_b, std::int64_t M, std::int64_t N, std::int64_t K,
                        float alpha, const float* A, std::int64_t lda, const float* B, std::int64_t ldb,

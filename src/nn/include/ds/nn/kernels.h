@@ -20,11 +20,19 @@ namespace ds::nn::kernels {
 void linear_forward(float* out, const float* inp, const float* w, const float* bias,
                     const float* residual, std::int64_t N, std::int64_t C, std::int64_t OC,
                     Precision prec = Precision::F32);
+// 16-bit gradient storage a kernel may accumulate into directly (the engine's fp16 / bf16
+// gradient): data null = not used.
+struct HalfGrad {
+  void* data = nullptr;
+  bool bf16 = true;  // else fp16
+};
 // dw[OC,C] += dout^T @ inp; dbias[OC] += column sums of dout (dbias may be null);
 // dinp[N,C] (=, or += when accumulate_dinp) dout @ w. dinp may be null (not needed).
+// With dw_half.data (needs prec F32 and own_f32_for_layers()): dw is not used; the weight
+// gradient is added to dw_half in fp32 and rounded once, as each tile is stored.
 void linear_backward(float* dinp, float* dw, float* dbias, const float* dout, const float* inp,
                      const float* w, std::int64_t N, std::int64_t C, std::int64_t OC,
-                     bool accumulate_dinp, Precision prec = Precision::F32);
+                     bool accumulate_dinp, Precision prec = Precision::F32, HalfGrad dw_half = {});
 
 // out = (inp - mean) * rstd * w + b per row; mean/rstd[N] saved for backward.
 void layernorm_forward(float* out, float* mean, float* rstd, const float* inp, const float* w,
