@@ -297,6 +297,7 @@ MpiCommOptions MpiCommOptions::from_env() {
   env_band("DS_COMM_PLAIN_REDUCE_SCATTER", o.plain_reduce_scatter);
   env_band("DS_COMM_PLAIN_ALL_GATHER", o.plain_all_gather);
   env_band("DS_COMM_PLAIN_ALL_GATHER_IN_PLACE", o.plain_all_gather_in_place);
+  env_band("DS_COMM_PLAIN_ALL_GATHER_OVERSUBSCRIBED", o.plain_all_gather_oversubscribed);
   o.ranks_per_node = static_cast<int>(env_size("DS_COMM_RANKS_PER_NODE", 0));
   o.progress_thread = env_size("DS_COMM_PROGRESS_THREAD", 1) != 0;
   if (const char* v = std::getenv("DS_COMM_OVERSUBSCRIBED"); v && *v)
@@ -422,9 +423,9 @@ struct MpiComm::Impl {
   // The bands hold for blocking calls. A non-blocking call that the progress thread will run
   // keeps the window whatever its size: it overlaps the caller's compute, while Open MPI
   // progresses an MPI_I* request only inside the caller's MPI calls.
-  bool in_plain_band(const SizeBand& band, std::size_t bytes, bool nonblocking) const {
+  bool in_plain_band(const SizeBand& band, std::size_t bytes, bool nonblocking, bool for_oversubscribed = false) const {
     if (nonblocking && threaded()) return false;
-    return !oversub && band.contains(bytes);
+    return (for_oversubscribed == oversub) && band.contains(bytes);
   }
   bool use_shm_allreduce(std::size_t bytes, bool nonblocking) const {
     return win != MPI_WIN_NULL && bytes >= opt.shm_min_all_reduce &&
@@ -436,7 +437,8 @@ struct MpiComm::Impl {
   }
   bool use_shm_all_gather(std::size_t bytes, bool nonblocking, bool in_place) const {
     return win != MPI_WIN_NULL && nnodes == 1 && bytes >= opt.shm_min_all_gather &&
-           !in_plain_band(in_place ? opt.plain_all_gather_in_place : opt.plain_all_gather, bytes, nonblocking);
+           !in_plain_band(in_place ? opt.plain_all_gather_in_place : opt.plain_all_gather, bytes, nonblocking) &&
+           !(!in_place && in_plain_band(opt.plain_all_gather_oversubscribed, bytes, nonblocking, true));
   }
   // Segment layout: one 4 KiB control page (this rank's barrier counter in its first cache
   // line), then the two data halves.

@@ -229,6 +229,7 @@ void run_dispatch(const ds::DistributedContext& ctx) {
   o.plain_reduce_scatter = {0, 0};
   o.plain_all_gather = {512, 8192};
   o.plain_all_gather_in_place = {256, 1024};
+  o.plain_all_gather_oversubscribed = {2048, 4096};
   o.shm_min_reduce_scatter = 64;
   o.oversubscribed = 0;  // bands apply whatever the CPU count
   {
@@ -271,6 +272,9 @@ void run_dispatch(const ds::DistributedContext& ctx) {
     p.oversubscribed = 1;
     ds::MpiComm c(ctx.mpi_comm, p);
     EXPECT(c.oversubscribed() && c.shm_all_reduce_for(2048) == (ctx.world_size > 1), "bands unused when oversubscribed");
+    EXPECT(c.shm_all_gather_for(1024) == (ctx.world_size > 1) && !c.shm_all_gather_for(2048) &&
+               c.shm_all_gather_for(4096) == (ctx.world_size > 1) && c.shm_all_gather_for(512, false, true) == (ctx.world_size > 1),
+           "oversubscribed: only the all_gather band for it, [2K, 4K)");
     p.set_shm_min(0);  // every size through the window
     ds::MpiComm f(ctx.mpi_comm, p);
     EXPECT(f.shm_all_reduce_for(2048) == (ctx.world_size > 1) && f.shm_all_gather_for(1024) == (ctx.world_size > 1) &&
