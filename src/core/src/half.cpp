@@ -3,6 +3,7 @@
 
 #include <immintrin.h>
 
+#include "ds/core/bf16_simd.h"
 #include "ds/core/cpu_features.h"
 #include "ds/core/error.h"
 
@@ -57,22 +58,12 @@ __attribute__((target("f16c,avx"))) void f16_to_f32_f16c(const f16* s, float* d,
 
 // --- AVX-512 bf16 (16 lanes) by integer rounding, identical to the scalar code ---
 __attribute__((target("avx512f,avx512bw"))) void f32_to_bf16_avx512(const float* s, bf16* d, std::size_t n, std::size_t& i) {
-  const __m512i lsb_mask = _mm512_set1_epi32(1), bias = _mm512_set1_epi32(0x7fff);
-  const __m512i abs_mask = _mm512_set1_epi32(0x7fffffff), inf = _mm512_set1_epi32(0x7f800000);
-  const __m512i qnan = _mm512_set1_epi32(0x00400000);
-  for (; i + 16 <= n; i += 16) {
-    __m512i u = _mm512_loadu_si512(s + i);
-    __mmask16 nan = _mm512_cmpgt_epu32_mask(_mm512_and_si512(u, abs_mask), inf);
-    __m512i r = _mm512_add_epi32(u, _mm512_add_epi32(bias, _mm512_and_si512(_mm512_srli_epi32(u, 16), lsb_mask)));
-    r = _mm512_mask_mov_epi32(r, nan, _mm512_or_si512(u, qnan));
-    _mm256_storeu_si256(reinterpret_cast<__m256i*>(d + i), _mm512_cvtepi32_epi16(_mm512_srli_epi32(r, 16)));
-  }
+  for (; i + 16 <= n; i += 16)
+    _mm256_storeu_si256(reinterpret_cast<__m256i*>(d + i), f32x16_to_bf16_rne(_mm512_loadu_ps(s + i)));
 }
 __attribute__((target("avx512f,avx512bw"))) void bf16_to_f32_avx512(const bf16* s, float* d, std::size_t n, std::size_t& i) {
-  for (; i + 16 <= n; i += 16) {
-    __m256i h = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(s + i));
-    _mm512_storeu_si512(d + i, _mm512_slli_epi32(_mm512_cvtepu16_epi32(h), 16));
-  }
+  for (; i + 16 <= n; i += 16)
+    _mm512_storeu_ps(d + i, bf16x16_to_f32(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(s + i))));
 }
 
 }  // namespace

@@ -22,6 +22,7 @@
 
 #include <unistd.h>
 
+#include "ds/core/bf16_simd.h"
 #include "ds/core/buffer.h"
 #include "ds/core/cpu_features.h"
 #include "ds/core/error.h"
@@ -101,14 +102,7 @@ __attribute__((target("avx512f,avx512bw,avx512vl,fma"))) inline void half_accumu
   const __m256i old = _mm256_maskz_loadu_epi16(m, h);
   __m256i out;
   if (bf16) {
-    const __m512 s = _mm512_add_ps(_mm512_castsi512_ps(_mm512_slli_epi32(_mm512_cvtepu16_epi32(old), 16)), v);
-    const __m512i u = _mm512_castps_si512(s);
-    const __mmask16 nan = _mm512_cmpgt_epu32_mask(_mm512_and_si512(u, _mm512_set1_epi32(0x7fffffff)),
-                                                  _mm512_set1_epi32(0x7f800000));
-    __m512i r = _mm512_add_epi32(u, _mm512_add_epi32(_mm512_set1_epi32(0x7fff),
-                                                     _mm512_and_si512(_mm512_srli_epi32(u, 16), _mm512_set1_epi32(1))));
-    r = _mm512_mask_mov_epi32(r, nan, _mm512_or_si512(u, _mm512_set1_epi32(0x00400000)));
-    out = _mm512_cvtepi32_epi16(_mm512_srli_epi32(r, 16));
+    out = f32x16_to_bf16_rne(_mm512_add_ps(bf16x16_to_f32(old), v));
   } else {
     out = _mm512_cvtps_ph(_mm512_add_ps(_mm512_cvtph_ps(old), v), _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC);
   }

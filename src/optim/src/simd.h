@@ -12,6 +12,7 @@
 #include <cstdint>
 #include <cstdlib>
 
+#include "ds/core/bf16_simd.h"
 #include "ds/core/buffer.h"
 #include "ds/core/cpu_features.h"
 #include "ds/core/error.h"
@@ -176,13 +177,7 @@ inline void store_w(void* base, std::size_t i, __m512 x, __mmask16 k, bool nt = 
   } else if constexpr (W == DType::F16) {
     store16(base, i, _mm512_cvtps_ph(x, _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC), k, nt);
   } else if constexpr (W == DType::BF16) {
-    const __m512i u = _mm512_castps_si512(x);
-    const __mmask16 nan = _mm512_cmpgt_epu32_mask(_mm512_and_si512(u, _mm512_set1_epi32(0x7fffffff)),
-                                                  _mm512_set1_epi32(0x7f800000));
-    __m512i r = _mm512_add_epi32(u, _mm512_add_epi32(_mm512_set1_epi32(0x7fff),
-                                                     _mm512_and_si512(_mm512_srli_epi32(u, 16), _mm512_set1_epi32(1))));
-    r = _mm512_mask_mov_epi32(r, nan, _mm512_or_si512(u, _mm512_set1_epi32(0x00400000)));
-    store16(base, i, _mm512_cvtepi32_epi16(_mm512_srli_epi32(r, 16)), k, nt);
+    store16(base, i, f32x16_to_bf16_rne(x), k, nt);
   } else if constexpr (W == kBf16Native) {
     // vcvtneps2bf16 rounds to nearest even and quiets NaN exactly as above, but treats
     // denormal inputs as zero: such vectors take the integer path.
