@@ -8,15 +8,19 @@
 
 #include "ds/nn/gemm.h"
 
+#include "ds/core/cpu_features.h"
 #include "ds/core/error.h"
 
+#include <immintrin.h>
 #include <omp.h>
 
 #include <algorithm>
 #include <bit>
 #include <cmath>
 #include <cstdint>
+#include <cstdlib>
 #include <cstring>
+#include <string_view>
 
 #define DS_CLONES __attribute__((target_clones("arch=x86-64-v4", "arch=x86-64-v3", "default")))
 
@@ -146,6 +150,64 @@ DS_CLONES void causal_softmax_row(float* __restrict row, std::int64_t valid, std
   for (std::int64_t j = valid; j < T; ++j) row[j] = 0.0f;
 }
 
+// AVX-512 forms of the two causal softmax rows, masked over the row's valid length: the
+// vectorized plain loops above spend most of their time in scalar remainder iterations
+// (rows of 1..T elements, 64 on average), which took the attention's softmax to ~40% of its
+// forward time. Called only when cpu_features() has AVX-512F.
+__attribute__((target("avx512f,fma"))) inline __m512 exp_avx512(__m512 x) {  // fast_exp, 16 lanes
+  x = _mm512_min_ps(_mm512_max_ps(x, _mm512_set1_ps(-87.0f)), _mm512_set1_ps(88.0f));
+  const __m512 fx = _mm512_sub_ps(_mm512_add_ps(_mm512_mul_ps(x, _mm512_set1_ps(1.44269504088896341f)),
+                                                _mm512_set1_ps(12582912.0f)),
+                                  _mm512_set1_ps(12582912.0f));
+  const __m512 r = _mm512_add_ps(_mm512_sub_ps(x, _mm512_mul_ps(fx, _mm512_set1_ps(0.693359375f))),
+                                 _mm512_mul_ps(fx, _mm512_set1_ps(2.12194440e-4f)));
+  __m512 y = _mm512_set1_ps(1.9875691500e-4f);
+  y = _mm512_fmadd_ps(y, r, _mm512_set1_ps(1.3981999507e-3f));
+  y = _mm512_fmadd_ps(y, r, _mm512_set1_ps(8.3334519073e-3f));
+  y = _mm512_fmadd_ps(y, r, _mm512_set1_ps(4.1665795894e-2f));
+  y = _mm512_fmadd_ps(y, r, _mm512_set1_ps(1.6666665459e-1f));
+  y = _mm512_fmadd_ps(y, r, _mm512_set1_ps(5.0000001201e-1f));
+  y = _mm512_add_ps(_mm512_fmadd_ps(y, _mm512_mul_ps(r, r), r), _mm512_set1_ps(1.0f));
+  const __m512i bits = _mm512_slli_epi32(_mm512_add_epi32(_mm512_cvtps_epi32(fx), _mm512_set1_epi32(127)), 23);
+  return _mm512_mul_ps(y, _mm512_castsi512_ps(bits));
+}
+inline __mmask16 lanes(std::int64_t left) {
+  return left >= 16 ? __mmask16(0xFFFF) : __mmask16((1u << left) - 1);
+}
+__attribute__((target("avx512f,fma"))) void causal_softmax_row_avx512(float* row, std::int64_t valid,
+                                                                        std::int64_t T) {
+  __m512 mx = _mm512_set1_ps(-INFINITY);
+  for (std::int64_t j = 0; j < valid; j += 16)
+    mx = _mm512_mask_max_ps(mx, lanes(valid - j), mx, _mm512_maskz_loadu_ps(lanes(valid - j), row + j));
+  const __m512 m = _mm512_set1_ps(_mm512_reduce_max_ps(mx));
+  __m512 sum = _mm512_setzero_ps();
+  for (std::int64_t j = 0; j < valid; j += 16) {
+    const __mmask16 k = lanes(valid - j);
+    const __m512 e = _mm512_maskz_mov_ps(k, exp_avx512(_mm512_sub_ps(_mm512_maskz_loadu_ps(k, row + j), m)));
+    _mm512_mask_storeu_ps(row + j, k, e);
+    sum = _mm512_add_ps(sum, e);
+  }
+  const __m512 inv = _mm512_set1_ps(1.0f / _mm512_reduce_add_ps(sum));
+  for (std::int64_t j = 0; j < T; j += 16) {  // scale the valid part, zero the rest
+    const __mmask16 k = lanes(T - j), v = j < valid ? lanes(valid - j) : __mmask16(0);
+    _mm512_mask_storeu_ps(row + j, k, _mm512_maskz_mul_ps(v, _mm512_maskz_loadu_ps(v, row + j), inv));
+  }
+}
+__attribute__((target("avx512f,fma"))) void softmax_bwd_row_avx512(float* dp, const float* p, std::int64_t valid,
+                                                                     std::int64_t T) {
+  __m512 acc = _mm512_setzero_ps();
+  for (std::int64_t j = 0; j < valid; j += 16) {
+    const __mmask16 k = lanes(valid - j);
+    acc = _mm512_fmadd_ps(_mm512_maskz_loadu_ps(k, p + j), _mm512_maskz_loadu_ps(k, dp + j), acc);
+  }
+  const __m512 s = _mm512_set1_ps(_mm512_reduce_add_ps(acc));
+  for (std::int64_t j = 0; j < T; j += 16) {
+    const __mmask16 k = lanes(T - j), v = j < valid ? lanes(valid - j) : __mmask16(0);
+    const __m512 d = _mm512_mul_ps(_mm512_maskz_loadu_ps(v, p + j), _mm512_sub_ps(_mm512_maskz_loadu_ps(v, dp + j), s));
+    _mm512_mask_storeu_ps(dp + j, k, _mm512_maskz_mov_ps(v, d));
+  }
+}
+
 // dS = P * (dP - sum(P * dP)) on the causal part, zero elsewhere (in place over dP).
 DS_CLONES void softmax_bwd_row(float* __restrict dp, const float* __restrict p, std::int64_t valid,
                                std::int64_t T) {
@@ -199,6 +261,16 @@ DS_CLONES void emb_fwd_row(float* __restrict o, const float* __restrict a, const
 }
 
 constexpr std::int64_t kChunk = 4096;
+
+// The explicit AVX-512 row kernels (softmax rows) when the CPU has them; DS_NN_ROWS=plain
+// forces the vectorized plain loops (the tests cover both; read once).
+bool use_avx512_rows() {
+  static const bool on = [] {
+    const char* e = std::getenv("DS_NN_ROWS");
+    return cpu_features().avx512f && cpu_features().fma && !(e && std::string_view(e) == "plain");
+  }();
+  return on;
+}
 // Below this much work a parallel region costs more than it saves (and on a loaded machine a
 // descheduled thread stalls the barrier): run on the calling thread.
 constexpr std::int64_t kParallelMin = 32768;
@@ -307,6 +379,7 @@ void attention_forward(float* out, float* att, const float* qkv, std::int64_t B,
   const std::int64_t hd = C / NH;
   const float scale = 1.0f / std::sqrt(float(hd));
   const int C3 = int(3 * C);
+  const bool avx512 = use_avx512_rows();
   // One (batch, head) per task; OpenBLAS runs single-threaded inside a parallel region.
 #pragma omp parallel for schedule(dynamic, 1) if (B * NH * T * T * hd > kParallelMin)
   for (std::int64_t bh = 0; bh < B * NH; ++bh) {
@@ -317,7 +390,9 @@ void attention_forward(float* out, float* att, const float* qkv, std::int64_t B,
     float* S = att + bh * T * T;
     // Causal: only the lower triangle of S, and P V over k <= row.
     gemm_tri(Tri::LowerC, false, true, T, T, hd, scale, q, C3, k, C3, 0.0f, S, T);
-    for (std::int64_t i = 0; i < T; ++i) causal_softmax_row(S + i * T, i + 1, T);
+    for (std::int64_t i = 0; i < T; ++i)
+      if (avx512) causal_softmax_row_avx512(S + i * T, i + 1, T);
+      else causal_softmax_row(S + i * T, i + 1, T);
     gemm_tri(Tri::LowerA, false, false, T, hd, T, 1.0f, S, T, v, C3, 0.0f, out + b * T * C + h * hd, C);
   }
 }
@@ -329,6 +404,7 @@ void attention_backward(float* dqkv, const float* dout, const float* qkv, const 
   const float scale = 1.0f / std::sqrt(float(hd));
   const int C3 = int(3 * C);
   const int threads = std::max(1, std::min(scratch_slots, omp_get_max_threads()));
+  const bool avx512 = use_avx512_rows();
 #pragma omp parallel for schedule(dynamic, 1) num_threads(threads) if (B * NH * T * T * hd > kParallelMin)
   for (std::int64_t bh = 0; bh < B * NH; ++bh) {
     const std::int64_t b = bh / NH, h = bh % NH;
@@ -345,7 +421,9 @@ void attention_backward(float* dqkv, const float* dout, const float* qkv, const 
     // (P and dS are lower triangular: each product skips the zero half.)
     gemm_tri(Tri::LowerC, false, true, T, T, hd, 1.0f, dy, C, v, C3, 0.0f, dP, T);
     gemm_tri(Tri::UpperA, true, false, T, hd, T, 1.0f, P, T, dy, C, 0.0f, dv, C3);
-    for (std::int64_t i = 0; i < T; ++i) softmax_bwd_row(dP + i * T, P + i * T, i + 1, T);
+    for (std::int64_t i = 0; i < T; ++i)
+      if (avx512) softmax_bwd_row_avx512(dP + i * T, P + i * T, i + 1, T);
+      else softmax_bwd_row(dP + i * T, P + i * T, i + 1, T);
     // dQ = scale dS K ; dK = scale dS^T Q
     gemm_tri(Tri::LowerA, false, false, T, hd, T, scale, dP, T, k, C3, 0.0f, dq, C3);
     gemm_tri(Tri::UpperA, true, false, T, hd, T, scale, dP, T, q, C3, 0.0f, dk, C3);
