@@ -172,11 +172,12 @@ int main(int argc, char** argv) {
       return human(b.from) + ":" + (b.below == SIZE_MAX ? std::string("max") : human(b.below));
     };
     std::printf("# comm_bench: %d ranks, %d node(s), shm %s (chunk %zu KiB; from %zu / %zu / %zu B for all_reduce / "
-                "reduce_scatter / all_gather; plain-MPI bands %s / %s / %s / in place %s / all_gather oversubscribed %s, %s), progress thread %s, GLIBC_TUNABLES=%s\n",
+                "reduce_scatter / all_gather; plain-MPI bands %s / %s / %s / in place %s / oversubscribed: all_reduce %s, all_gather %s, %s), progress thread %s, GLIBC_TUNABLES=%s\n",
                 n, comm.num_nodes(), comm.shm_enabled() ? "on" : "off", o.shm_chunk_bytes >> 10, o.shm_min_all_reduce,
                 o.shm_min_reduce_scatter, o.shm_min_all_gather, band(o.plain_all_reduce).c_str(),
-                band(o.plain_reduce_scatter).c_str(), band(o.plain_all_gather).c_str(), band(o.plain_all_gather_in_place).c_str(), band(o.plain_all_gather_oversubscribed).c_str(),
-                comm.oversubscribed() ? "oversubscribed: all_gather band only" : "used",
+                band(o.plain_reduce_scatter).c_str(), band(o.plain_all_gather).c_str(), band(o.plain_all_gather_in_place).c_str(), band(o.plain_all_reduce_oversubscribed).c_str(),
+                band(o.plain_all_gather_oversubscribed).c_str(),
+                comm.oversubscribed() ? "oversubscribed: those bands only" : "used",
                 comm.uses_progress_thread() ? "on" : "off", tun ? tun : "(unset)");
     std::printf("# %d cpus (%.1f ranks per core), in-cache memcpy %.1f GB/s, load average %s\n", cores, per_core, cache_gbs,
                 loadavg().c_str());

@@ -298,6 +298,7 @@ MpiCommOptions MpiCommOptions::from_env() {
   env_band("DS_COMM_PLAIN_ALL_GATHER", o.plain_all_gather);
   env_band("DS_COMM_PLAIN_ALL_GATHER_IN_PLACE", o.plain_all_gather_in_place);
   env_band("DS_COMM_PLAIN_ALL_GATHER_OVERSUBSCRIBED", o.plain_all_gather_oversubscribed);
+  env_band("DS_COMM_PLAIN_ALL_REDUCE_OVERSUBSCRIBED", o.plain_all_reduce_oversubscribed);
   o.ranks_per_node = static_cast<int>(env_size("DS_COMM_RANKS_PER_NODE", 0));
   o.progress_thread = env_size("DS_COMM_PROGRESS_THREAD", 1) != 0;
   if (const char* v = std::getenv("DS_COMM_OVERSUBSCRIBED"); v && *v)
@@ -429,7 +430,8 @@ struct MpiComm::Impl {
   }
   bool use_shm_allreduce(std::size_t bytes, bool nonblocking) const {
     return win != MPI_WIN_NULL && bytes >= opt.shm_min_all_reduce &&
-           !in_plain_band(opt.plain_all_reduce, bytes, nonblocking) && (nnodes == 1 || uniform);
+           !in_plain_band(opt.plain_all_reduce, bytes, nonblocking) &&
+           !in_plain_band(opt.plain_all_reduce_oversubscribed, bytes, nonblocking, true) && (nnodes == 1 || uniform);
   }
   bool use_shm_reduce_scatter(std::size_t bytes, bool nonblocking) const {
     return win != MPI_WIN_NULL && nnodes == 1 && bytes >= opt.shm_min_reduce_scatter &&

@@ -230,6 +230,7 @@ void run_dispatch(const ds::DistributedContext& ctx) {
   o.plain_all_gather = {512, 8192};
   o.plain_all_gather_in_place = {256, 1024};
   o.plain_all_gather_oversubscribed = {2048, 4096};
+  o.plain_all_reduce_oversubscribed = {8192, 16384};
   o.shm_min_reduce_scatter = 64;
   o.oversubscribed = 0;  // bands apply whatever the CPU count
   {
@@ -272,6 +273,8 @@ void run_dispatch(const ds::DistributedContext& ctx) {
     p.oversubscribed = 1;
     ds::MpiComm c(ctx.mpi_comm, p);
     EXPECT(c.oversubscribed() && c.shm_all_reduce_for(2048) == (ctx.world_size > 1), "bands unused when oversubscribed");
+    EXPECT(!c.shm_all_reduce_for(8192) && c.shm_all_reduce_for(16384) == (ctx.world_size > 1),
+           "oversubscribed: the all_reduce band for it, [8K, 16K)");
     EXPECT(c.shm_all_gather_for(1024) == (ctx.world_size > 1) && !c.shm_all_gather_for(2048) &&
                c.shm_all_gather_for(4096) == (ctx.world_size > 1) && c.shm_all_gather_for(512, false, true) == (ctx.world_size > 1),
            "oversubscribed: only the all_gather band for it, [2K, 4K)");

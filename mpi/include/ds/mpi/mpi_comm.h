@@ -73,18 +73,22 @@ struct MpiCommOptions {
   // and at 32 MiB, tied between (DS_COMM_PLAIN_ALL_GATHER_OVERSUBSCRIBED).
   SizeBand plain_all_gather{32u << 10, SIZE_MAX};
   SizeBand plain_all_gather_oversubscribed{1u << 20, 32u << 20};
+  // all_reduce on an oversubscribed node, likewise: the window measured 0.83-1.17x at 512 KiB
+  // and 0.92-1.04x at 1-4 MiB over three 4-rank runs, 1.06-1.51x at 8 MiB
+  // (DS_COMM_PLAIN_ALL_REDUCE_OVERSUBSCRIBED).
+  SizeBand plain_all_reduce_oversubscribed{512u << 10, 8u << 20};
   // In place (send is this rank's block of recv) MPI copies only the peers' blocks while the
   // window still needs two copies, so no size above 32 KiB gained (DS_COMM_PLAIN_ALL_GATHER_IN_PLACE).
   SizeBand plain_all_gather_in_place{32u << 10, SIZE_MAX};
   // Whether the node's ranks outnumber the CPUs they may run on (the union of their affinity
   // masks): -1 detects it; 0 / 1 say so (DS_COMM_OVERSUBSCRIBED). Oversubscribed: only the
-  // plain_all_gather_oversubscribed band, no one-shot all_reduce, barriers yield after 4 spins.
+  // *_oversubscribed bands, no one-shot all_reduce, barriers yield after 4 spins.
   int oversubscribed = -1;
   // Every message of at least `bytes` takes the window (clears the bands; DS_COMM_SHM_MIN).
   void set_shm_min(std::size_t bytes) {
     shm_min_all_reduce = shm_min_reduce_scatter = shm_min_all_gather = bytes;
     plain_all_reduce = plain_reduce_scatter = plain_all_gather = plain_all_gather_in_place =
-        plain_all_gather_oversubscribed = SizeBand{};
+        plain_all_gather_oversubscribed = plain_all_reduce_oversubscribed = SizeBand{};
   }
   int ranks_per_node = 0;                       // >0: consecutive groups act as nodes (tests)
   std::size_t max_count = INT_MAX;              // split limit for MPI counts (tests lower it)
@@ -93,8 +97,8 @@ struct MpiCommOptions {
   // -1: 256, or 4 when the node's ranks outnumber its CPUs.
   int barrier_spins = -1;
   // Defaults overridden by DS_COMM_SHM, DS_COMM_SHM_CHUNK, DS_COMM_SHM_ONESHOT_MAX, DS_COMM_SHM_MIN,
-  // DS_COMM_PLAIN_ALL_REDUCE, DS_COMM_PLAIN_REDUCE_SCATTER, DS_COMM_PLAIN_ALL_GATHER(_IN_PLACE,
-  // _OVERSUBSCRIBED),
+  // DS_COMM_PLAIN_ALL_REDUCE(_OVERSUBSCRIBED), DS_COMM_PLAIN_REDUCE_SCATTER,
+  // DS_COMM_PLAIN_ALL_GATHER(_IN_PLACE, _OVERSUBSCRIBED),
   // DS_COMM_RANKS_PER_NODE, DS_COMM_PROGRESS_THREAD, DS_COMM_OVERSUBSCRIBED, DS_COMM_BARRIER_SPINS.
   static MpiCommOptions from_env();
 };
