@@ -343,7 +343,7 @@ TEST(NnModels, BadInputsGiveClearErrors) {
 TEST(NnModels, ParamSetHalfShadows) {
   ds::nn::ParamSet ps;
   const std::vector<std::int64_t> sizes = {100000, 3, 0, 70001, 131072, 5};
-  for (std::size_t i = 0; i < sizes.size(); ++i) ps.add("p" + std::to_string(i), {sizes[i]});
+  for (std::size_t i = 0; i < sizes.size(); ++i) ps.add(std::string(1, 'p').append(std::to_string(i)), {sizes[i]});
   std::vector<std::vector<std::uint16_t>> p16(sizes.size()), g16(sizes.size());
   std::vector<ds::TensorView> pv, gv;
   for (std::size_t i = 0; i < sizes.size(); ++i) {

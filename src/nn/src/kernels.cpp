@@ -22,6 +22,13 @@
 #include <cstring>
 #include <string_view>
 
+// GCC 12 reports the _mm512_undefined_*() inside its own AVX-512 intrinsic headers (reduce,
+// max) as (maybe-)uninitialized: a false positive, every lane is written.
+#if defined(__GNUC__) && !defined(__clang__)
+#pragma GCC diagnostic ignored "-Wuninitialized"
+#pragma GCC diagnostic ignored "-Wmaybe-uninitialized"
+#endif
+
 #define DS_CLONES __attribute__((target_clones("arch=x86-64-v4", "arch=x86-64-v3", "default")))
 
 namespace ds::nn::kernels {
