@@ -116,18 +116,7 @@ __attribute__((target("avx512f,avx512bw,avx512vl,fma"))) inline void store_tile(
     __m512 (&acc)[MR][4], float alpha, float beta, float* c, std::int64_t ldc, std::int64_t mv,
     std::int64_t nv, const GemmEpilogue& ep = {}, std::int64_t m0 = 0, std::int64_t n0t = 0) {
   const __m512 va = _mm512_set1_ps(alpha), vb = _mm512_set1_ps(beta);
-  if (ep.half_c) {
-    for (int r = 0; r < mv; ++r)
-      for (int j = 0; j < 4; ++j) {
-        const std::int64_t n0 = 16 * j;
-        if (n0 >= nv) break;
-        const __mmask16 m = std::uint16_t(nv - n0 >= 16 ? 0xFFFF : (1u << (nv - n0)) - 1);
-        std::uint16_t* h = static_cast<std::uint16_t*>(ep.half_c) + (m0 + r) * ldc + n0t + n0;
-        half_accumulate(h, m, _mm512_mul_ps(acc[r][j], va), ep.half_bf16);
-      }
-    return;
-  }
-  if (mv == MR && nv == NR) {  // full tile: unrolled, the epilogue's tests hoisted per vector
+  if (!ep.half_c && mv == MR && nv == NR) {  // full fp32 tile: unrolled, the epilogue's tests hoisted
     __m512 bias[4];
 #pragma GCC unroll 4
     for (int j = 0; j < 4; ++j)
@@ -149,8 +138,12 @@ __attribute__((target("avx512f,avx512bw,avx512vl,fma"))) inline void store_tile(
         const std::int64_t n0 = 16 * j;
         if (n0 >= nv) break;
         const __mmask16 m = std::uint16_t(nv - n0 >= 16 ? 0xFFFF : (1u << (nv - n0)) - 1);
-        float* p = c + r * ldc + n0;
         __m512 v = _mm512_mul_ps(acc[r][j], va);
+        if (ep.half_c) {  // 16-bit storage, beta 1 (checked by the caller), no bias / add
+          half_accumulate(static_cast<std::uint16_t*>(ep.half_c) + (m0 + r) * ldc + n0t + n0, m, v, ep.half_bf16);
+          continue;
+        }
+        float* p = c + r * ldc + n0;
         if (beta != 0.0f) v = _mm512_fmadd_ps(_mm512_maskz_loadu_ps(m, p), vb, v);
         if (ep.bias) v = _mm512_add_ps(v, _mm512_maskz_loadu_ps(m, ep.bias + n0t + n0));
         if (ep.add) v = _mm512_add_ps(v, _mm512_maskz_loadu_ps(m, ep.add + (m0 + r) * ep.ld_add + n0t + n0));
@@ -185,9 +178,6 @@ __attribute__((target("avx512f,avx512bw,avx512vl,avx512bf16,fma"))) void micro_k
   store_tile(acc, alpha, beta, c, ldc, mv, nv);
 }
 
-// fp32 panels: out[k][r] = X(i0 + r, k), zero outside.
-// X with k contiguous per row (the transposing case): W = 64 by 16 x 16 register
-// transposes, narrow panels copy W scalars per k.
 // Rows of X (k contiguous) into a k-major panel of 64: 16 x 16 blocks transposed in
 // registers (unpack / shuffle / shuffle_f32x4), rows past `valid` as zeros. (AVX-512
 // gathers are microcode-slow on CPUs with the GDS mitigation.)
@@ -271,28 +261,22 @@ __attribute__((target("avx512f,avx512bw,avx512vl,fma"))) void pack_at_group(
                             _mm256_add_ps(_mm256_maskz_loadu_ps(m[t], row_sum + t * MR), sum[t]));
 }
 
-template <std::int64_t W>
-void pack_panel_f32(float* out, const View& v, std::int64_t i0, std::int64_t rows, std::int64_t K) {
-  const std::int64_t valid = std::min<std::int64_t>(W, rows - i0);
-  if (!v.trans) {
-    const float* base = v.p + i0 * v.ld;
-    if constexpr (W == 64) {
-      pack_rows_k_major_64(out, base, v.ld, valid, K);
-      return;
-    }
-    for (std::int64_t k = 0; k < K; ++k) {
-      float* o = out + k * W;
-      for (std::int64_t r = 0; r < W; ++r) o[r] = r < valid ? base[r * v.ld + k] : 0.0f;
-    }
-  } else {
-    for (std::int64_t k = 0; k < K; ++k) {
-      const float* src = v.p + k * v.ld + i0;
-      float* o = out + k * W;
-      if (valid == W) {
-        std::memcpy(o, src, sizeof(float) * W);
-      } else {
-        for (std::int64_t r = 0; r < W; ++r) o[r] = r < valid ? src[r] : 0.0f;
-      }
+// op(B) column panel of NR = 64: out[k][c] = op(B)(k, n0 + c), zero past the last column.
+// View x = B seen as X(n, k) (see gemm_f32_impl): rows of X contiguous in k (B transposed)
+// go through the register transposes, else each k row is one copy.
+void pack_b_panel(float* out, const View& x, std::int64_t n0, std::int64_t N, std::int64_t K) {
+  const std::int64_t valid = std::min<std::int64_t>(NR, N - n0);
+  if (!x.trans) {
+    pack_rows_k_major_64(out, x.p + n0 * x.ld, x.ld, valid, K);
+    return;
+  }
+  for (std::int64_t k = 0; k < K; ++k) {
+    const float* src = x.p + k * x.ld + n0;
+    float* o = out + k * NR;
+    if (valid == NR) {
+      std::memcpy(o, src, sizeof(float) * NR);
+    } else {
+      for (std::int64_t r = 0; r < NR; ++r) o[r] = r < valid ? src[r] : 0.0f;
     }
   }
 }
@@ -487,7 +471,7 @@ void gemm_f32_impl(Tri tri, bool trans_a, bool trans_b, std::int64_t M, std::int
     }
 #pragma omp for schedule(static)
     for (std::int64_t j = 0; j < np; ++j)
-      if (!b_in_place(j)) pack_panel_f32<NR>(pb + j * NR * K, vb, j * NR, N, K);
+      if (!b_in_place(j)) pack_b_panel(pb + j * NR * K, vb, j * NR, N, K);
 #pragma omp for schedule(static)
     for (std::int64_t t = 0; t < np * mp; ++t) {
       if (i_outer) tile(t / np, t % np);
