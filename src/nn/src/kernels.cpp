@@ -34,19 +34,23 @@
 namespace ds::nn::kernels {
 namespace {
 
-// exp(x) to ~2 ulp over [-87, 88] (Cephes expf); inputs outside are clamped.
+// Cephes expf: x = n ln2 + r (ln2 split in a high and a low part), exp(r) by a degree-6
+// polynomial. Shared by the scalar fast_exp and its AVX-512 form below.
+constexpr float kLog2e = 1.44269504088896341f, kLn2Hi = 0.693359375f, kLn2Lo = -2.12194440e-4f;
+constexpr float kRound = 12582912.0f;  // 1.5 * 2^23: adding and subtracting it rounds to nearest
+constexpr float kExpP[6] = {1.9875691500e-4f, 1.3981999507e-3f, 8.3334519073e-3f,
+                            4.1665795894e-2f, 1.6666665459e-1f, 5.0000001201e-1f};
+
+// exp(x) to ~2 ulp over [-87, 88]; inputs outside are clamped.
 inline float fast_exp(float x) {
   x = x < -87.0f ? -87.0f : x;  // ternaries, not std::min/max: these vectorize
   x = x > 88.0f ? 88.0f : x;
   // Round to nearest by the 1.5 * 2^23 trick (no floor(): a libm call without SSE4.1).
-  const float fx = (x * 1.44269504088896341f + 12582912.0f) - 12582912.0f;
-  const float r = x - fx * 0.693359375f + fx * 2.12194440e-4f;
-  float y = 1.9875691500e-4f;
-  y = y * r + 1.3981999507e-3f;
-  y = y * r + 8.3334519073e-3f;
-  y = y * r + 4.1665795894e-2f;
-  y = y * r + 1.6666665459e-1f;
-  y = y * r + 5.0000001201e-1f;
+  const float fx = (x * kLog2e + kRound) - kRound;
+  const float r = x - fx * kLn2Hi - fx * kLn2Lo;
+  float y = kExpP[0];
+#pragma GCC unroll 6
+  for (int i = 1; i < 6; ++i) y = y * r + kExpP[i];
   y = y * (r * r) + r + 1.0f;
   const std::uint32_t bits = std::uint32_t(std::int32_t(fx) + 127) << 23;
   return y * std::bit_cast<float>(bits);
@@ -163,17 +167,13 @@ DS_CLONES void causal_softmax_row(float* __restrict row, std::int64_t valid, std
 // forward time. Called only when cpu_features() has AVX-512F.
 __attribute__((target("avx512f,fma"))) inline __m512 exp_avx512(__m512 x) {  // fast_exp, 16 lanes
   x = _mm512_min_ps(_mm512_max_ps(x, _mm512_set1_ps(-87.0f)), _mm512_set1_ps(88.0f));
-  const __m512 fx = _mm512_sub_ps(_mm512_add_ps(_mm512_mul_ps(x, _mm512_set1_ps(1.44269504088896341f)),
-                                                _mm512_set1_ps(12582912.0f)),
-                                  _mm512_set1_ps(12582912.0f));
-  const __m512 r = _mm512_add_ps(_mm512_sub_ps(x, _mm512_mul_ps(fx, _mm512_set1_ps(0.693359375f))),
-                                 _mm512_mul_ps(fx, _mm512_set1_ps(2.12194440e-4f)));
-  __m512 y = _mm512_set1_ps(1.9875691500e-4f);
-  y = _mm512_fmadd_ps(y, r, _mm512_set1_ps(1.3981999507e-3f));
-  y = _mm512_fmadd_ps(y, r, _mm512_set1_ps(8.3334519073e-3f));
-  y = _mm512_fmadd_ps(y, r, _mm512_set1_ps(4.1665795894e-2f));
-  y = _mm512_fmadd_ps(y, r, _mm512_set1_ps(1.6666665459e-1f));
-  y = _mm512_fmadd_ps(y, r, _mm512_set1_ps(5.0000001201e-1f));
+  const __m512 fx = _mm512_sub_ps(_mm512_add_ps(_mm512_mul_ps(x, _mm512_set1_ps(kLog2e)), _mm512_set1_ps(kRound)),
+                                  _mm512_set1_ps(kRound));
+  const __m512 r = _mm512_sub_ps(_mm512_sub_ps(x, _mm512_mul_ps(fx, _mm512_set1_ps(kLn2Hi))),
+                                 _mm512_mul_ps(fx, _mm512_set1_ps(kLn2Lo)));
+  __m512 y = _mm512_set1_ps(kExpP[0]);
+#pragma GCC unroll 6
+  for (int i = 1; i < 6; ++i) y = _mm512_fmadd_ps(y, r, _mm512_set1_ps(kExpP[i]));
   y = _mm512_add_ps(_mm512_fmadd_ps(y, _mm512_mul_ps(r, r), r), _mm512_set1_ps(1.0f));
   const __m512i bits = _mm512_slli_epi32(_mm512_add_epi32(_mm512_cvtps_epi32(fx), _mm512_set1_epi32(127)), 23);
   return _mm512_mul_ps(y, _mm512_castsi512_ps(bits));
