@@ -424,23 +424,25 @@ struct MpiComm::Impl {
   // The bands hold for blocking calls. A non-blocking call that the progress thread will run
   // keeps the window whatever its size: it overlaps the caller's compute, while Open MPI
   // progresses an MPI_I* request only inside the caller's MPI calls.
-  bool in_plain_band(const SizeBand& band, std::size_t bytes, bool nonblocking, bool for_oversubscribed = false) const {
+  // `band` holds at one rank per CPU, `band_oversubscribed` on an oversubscribed node.
+  bool in_plain_band(const SizeBand& band, const SizeBand& band_oversubscribed, std::size_t bytes,
+                     bool nonblocking) const {
     if (nonblocking && threaded()) return false;
-    return (for_oversubscribed == oversub) && band.contains(bytes);
+    return (oversub ? band_oversubscribed : band).contains(bytes);
   }
   bool use_shm_allreduce(std::size_t bytes, bool nonblocking) const {
     return win != MPI_WIN_NULL && bytes >= opt.shm_min_all_reduce &&
-           !in_plain_band(opt.plain_all_reduce, bytes, nonblocking) &&
-           !in_plain_band(opt.plain_all_reduce_oversubscribed, bytes, nonblocking, true) && (nnodes == 1 || uniform);
+           !in_plain_band(opt.plain_all_reduce, opt.plain_all_reduce_oversubscribed, bytes, nonblocking) &&
+           (nnodes == 1 || uniform);
   }
   bool use_shm_reduce_scatter(std::size_t bytes, bool nonblocking) const {
     return win != MPI_WIN_NULL && nnodes == 1 && bytes >= opt.shm_min_reduce_scatter &&
-           !in_plain_band(opt.plain_reduce_scatter, bytes, nonblocking);
+           !in_plain_band(opt.plain_reduce_scatter, SizeBand{}, bytes, nonblocking);
   }
   bool use_shm_all_gather(std::size_t bytes, bool nonblocking, bool in_place) const {
     return win != MPI_WIN_NULL && nnodes == 1 && bytes >= opt.shm_min_all_gather &&
-           !in_plain_band(in_place ? opt.plain_all_gather_in_place : opt.plain_all_gather, bytes, nonblocking) &&
-           !(!in_place && in_plain_band(opt.plain_all_gather_oversubscribed, bytes, nonblocking, true));
+           !(in_place ? in_plain_band(opt.plain_all_gather_in_place, SizeBand{}, bytes, nonblocking)
+                      : in_plain_band(opt.plain_all_gather, opt.plain_all_gather_oversubscribed, bytes, nonblocking));
   }
   // Segment layout: one 4 KiB control page (this rank's barrier counter in its first cache
   // line), then the two data halves.
