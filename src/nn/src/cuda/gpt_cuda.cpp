@@ -1,0 +1,581 @@
+// GptCuda: ds::nn::Gpt on a CUDA device (see ds/nn/gpt_cuda.h). cuBLAS for every GEMM, the
+// kernels of ds/nn/cuda_kernels.h for the rest; everything on one non-blocking stream.
+//
+// The forward/backward sequence, the grad_ready order and the sampler are those of
+// src/nn/src/gpt.cpp (Gpt::run_forward / Gpt::backward / Gpt::generate); keep them in step.
+//
+// ---------------------------------------------------------------------------------------
+// Row-major tensors through column-major cuBLAS. A row-major X[R,S] (row stride S) is, read
+// column-major with ld = S, the matrix X^T [S x R]. cuBLAS computes C = op(A) op(B) with
+// C [m x n], op(A) [m x k], op(B) [k x n], all column-major. So to get a row-major result
+// Y[R,S] we let cuBLAS compute Y^T [S x R] (m = S, n = R, ldc = S), and pick op(A), op(B)
+// so that op(A) op(B) = Y^T, remembering that each operand's memory reads as its transpose.
+//
+// Linear layer, inp[N,C], w[OC,C] (PyTorch layout), out[N,OC]:
+//   fwd   out = inp w^T      out^T[OC x N] = w[OC x C] . inp^T[C x N]
+//         w's memory reads as w^T [C x OC]     -> OP_T, lda = C
+//         inp's memory reads as inp^T [C x N]  -> OP_N, ldb = C
+//         gemm(T, N, m=OC, n=N, k=C, A=w,C, B=inp,C, C=out,OC)
+//   dinp  dinp = dout w      dinp^T[C x N] = w^T[C x OC] . dout^T[OC x N]
+//         w reads as w^T (OP_N, lda C), dout reads as dout^T [OC x N] (OP_N, ldb OC)
+//         gemm(N, N, m=C, n=N, k=OC, A=w,C, B=dout,OC, C=dinp,C)                beta 0
+//   dw    dw += dout^T inp   dw^T[C x OC] = inp^T[C x N] . dout[N x OC]
+//         inp reads as inp^T (OP_N, lda C), dout reads as dout^T -> OP_T gives dout (ldb OC)
+//         gemm(N, T, m=C, n=OC, k=N, A=inp,C, B=dout,OC, C=dw,C)                beta 1
+//
+// Attention, per (b, h) of the BNH batch, q/k/v/yh [T,hs], att/S [T,T] (row-major):
+//   S  = q k^T    S^T[j,i] = sum_d k[j,d] q[i,d]:  A = k (reads k^T [hs x T], OP_T -> k),
+//                 B = q (reads q^T, OP_N):  gemm(T, N, m=T, n=T, k=hs, k,hs, q,hs, S,T)
+//   yh = att v    yh^T[d,i] = sum_j v[j,d] att[i,j] = (v^T . att^T)[d,i]:
+//                 gemm(N, N, m=hs, n=T, k=T, v,hs, att,T, yh,hs)
+//   datt = dyh v^T   (as S with q -> dyh, k -> v):  gemm(T, N, T, T, hs, v,hs, dyh,hs, datt,T)
+//   dv = att^T dyh   dv^T[d,j] = sum_i dyh[i,d] att[i,j] = (dyh^T . att)[d,j]; att's memory
+//                 reads as att^T, OP_T gives att:  gemm(N, T, m=hs, n=T, k=T, dyh,hs, att,T, dv,hs)
+//   dq = dS k     dq^T[d,i] = sum_j k[j,d] dS[i,j] = (k^T . dS^T)[d,i]:
+//                 gemm(N, N, m=hs, n=T, k=T, k,hs, dS,T, dq,hs)
+//   dk = dS^T q   dk^T[d,j] = sum_i q[i,d] dS[i,j] = (q^T . dS)[d,j]:
+//                 gemm(N, T, m=hs, n=T, k=T, q,hs, dS,T, dk,hs)
+// Batch strides: T*hs for q/k/v/yh and their gradients, T*T for S/att/datt.
+// The full T x T products are computed; the causal softmax writes 0 above the diagonal, so
+// the products with att / dS are exact without masking.
+// ---------------------------------------------------------------------------------------
+#include "ds/nn/gpt_cuda.h"
+
+#include <cublas_v2.h>
+#include <cuda_runtime.h>
+
+#include <algorithm>
+#include <climits>
+#include <cmath>
+#include <cstring>
+#include <random>
+#include <string>
+
+#include "ds/core/cuda_check.h"
+#include "ds/core/error.h"
+#include "ds/nn/cuda_kernels.h"
+
+#define DS_CUBLAS_CHECK(call)                                                                 \
+  do {                                                                                        \
+    cublasStatus_t ds_cublas_st_ = (call);                                                    \
+    if (ds_cublas_st_ != CUBLAS_STATUS_SUCCESS)                                               \
+      DS_THROW("cuBLAS call " #call " failed: " << cublasGetStatusName(ds_cublas_st_) << " (" \
+                                                << cublasGetStatusString(ds_cublas_st_) << ")"); \
+  } while (0)
+
+namespace ds::nn {
+
+namespace kc = ds::nn::cuda;
+
+namespace {
+
+constexpr std::size_t kWorkspaceBytes = std::size_t(32) << 20;  // cuBLAS workspace
+constexpr std::size_t kAlign = 256;                             // every arena array
+
+int to_int(std::int64_t v, const char* what) {
+  DS_CHECK(v >= 0 && v <= std::int64_t(INT_MAX),
+           "GptCuda: " << what << " = " << v << " does not fit a cuBLAS int argument");
+  return int(v);
+}
+
+}  // namespace
+
+struct GptCuda::Impl {
+  struct LayerIdx { std::size_t ln1w, ln1b, qkvw, qkvb, projw, projb, ln2w, ln2b, fcw, fcb, fcprojw, fcprojb; };
+  // Saved activations of one block (dt elements, LayerNorm statistics fp32).
+  struct LayerAct {
+    void *ln1, *qkv, *att, *atty, *x1, *ln2, *fch, *fch_gelu;
+    float *ln1_mean, *ln1_rstd, *ln2_mean, *ln2_rstd;
+  };
+
+  Gpt twin;  // parameters(), init_parameters(), flops: never bound, never run
+  GptConfig cfg;
+  bool allow_tf32;
+  int device = -1;
+  cudaStream_t stream = nullptr;
+  cublasHandle_t blas = nullptr;
+  void* workspace = nullptr;
+
+  // Parameter indices (the order of Gpt's constructor; checked against the names).
+  std::size_t wte = 0, wpe = 1, lnfw = 0, lnfb = 0;
+  std::vector<LayerIdx> layers;
+
+  // Bound engine storage (device pointers, working dtype dt).
+  bool bound = false;
+  DType dt = DType::F32;
+  std::vector<void*> w, g;
+
+  // Activation arena (one cudaMalloc), sized for cap_bt rows and cap_t positions in arena_dt.
+  char* arena = nullptr;
+  DType arena_dt = DType::F32;
+  std::int64_t cap_bt = 0, cap_t = 0;
+  std::vector<LayerAct> acts;
+  std::vector<void*> resid;  // n_layer + 1 residual streams [N, C]
+  void *lnf = nullptr, *logits = nullptr;
+  void *q = nullptr, *k = nullptr, *v = nullptr, *yh = nullptr;  // [B,NH,T,hs], shared by layers
+  // Backward (shared across layers).
+  void *dres = nullptr, *dln = nullptr, *dfch = nullptr, *dqkv = nullptr, *datty = nullptr,
+       *dyh = nullptr, *dq = nullptr, *dk = nullptr, *dv = nullptr, *datt = nullptr;
+  float *lnf_mean = nullptr, *lnf_rstd = nullptr, *lse = nullptr, *losses = nullptr,
+        *d_loss = nullptr, *scratch = nullptr;
+  std::int32_t *d_tokens = nullptr, *d_targets = nullptr;
+
+  // Pinned host staging: tokens [cap], targets [cap], loss.
+  void* pinned = nullptr;
+  std::int64_t pinned_cap = 0;
+  std::int32_t *h_tokens = nullptr, *h_targets = nullptr;
+  float* h_loss = nullptr;
+
+  std::int64_t B = 0, T = 0;
+  bool have_cache = false;
+
+  Impl(const GptConfig& c, bool tf32) : twin(c), cfg(c), allow_tf32(tf32) {}
+
+  void init() {
+    // Parameter indices, as Gpt's constructor registers them; verified by name.
+    const auto infos = twin.parameters();
+    const std::size_t L = std::size_t(cfg.n_layer);
+    DS_CHECK(infos.size() == 4 + 12 * L, "GptCuda: unexpected parameter count " << infos.size());
+    for (std::size_t l = 0; l < L; ++l) {
+      const std::size_t b = 2 + 12 * l;
+      layers.push_back({b, b + 1, b + 2, b + 3, b + 4, b + 5, b + 6, b + 7, b + 8, b + 9, b + 10, b + 11});
+    }
+    lnfw = 2 + 12 * L;
+    lnfb = lnfw + 1;
+    auto expect = [&](std::size_t i, const std::string& name) {
+      DS_CHECK(infos[i].name == name, "GptCuda: parameter " << i << " is '" << infos[i].name
+                                                            << "', expected '" << name << "'");
+    };
+    expect(wte, "wte.weight");
+    expect(wpe, "wpe.weight");
+    for (std::size_t l = 0; l < L; ++l) {
+      const std::string p = "h." + std::to_string(l) + ".";
+      const LayerIdx& P = layers[l];
+      expect(P.ln1w, p + "ln_1.weight"); expect(P.ln1b, p + "ln_1.bias");
+      expect(P.qkvw, p + "attn.c_attn.weight"); expect(P.qkvb, p + "attn.c_attn.bias");
+      expect(P.projw, p + "attn.c_proj.weight"); expect(P.projb, p + "attn.c_proj.bias");
+      expect(P.ln2w, p + "ln_2.weight"); expect(P.ln2b, p + "ln_2.bias");
+      expect(P.fcw, p + "mlp.c_fc.weight"); expect(P.fcb, p + "mlp.c_fc.bias");
+      expect(P.fcprojw, p + "mlp.c_proj.weight"); expect(P.fcprojb, p + "mlp.c_proj.bias");
+    }
+    expect(lnfw, "ln_f.weight");
+    expect(lnfb, "ln_f.bias");
+
+    DS_CUDA_CHECK(cudaGetDevice(&device));
+    DS_CUDA_CHECK(cudaStreamCreateWithFlags(&stream, cudaStreamNonBlocking));
+    DS_CUBLAS_CHECK(cublasCreate(&blas));
+    DS_CUBLAS_CHECK(cublasSetStream(blas, stream));
+    DS_CUBLAS_CHECK(cublasSetPointerMode(blas, CUBLAS_POINTER_MODE_HOST));
+    // Reductions (split-K) in the fp32 compute type, never in the 16-bit output type: the
+    // weight gradients accumulate into the engine's gradients with one rounding.
+    DS_CUBLAS_CHECK(cublasSetMathMode(
+        blas, cublasMath_t(CUBLAS_DEFAULT_MATH | CUBLAS_MATH_DISALLOW_REDUCED_PRECISION_REDUCTION)));
+    DS_CUDA_CHECK(cudaMalloc(&workspace, kWorkspaceBytes));
+    DS_CUBLAS_CHECK(cublasSetWorkspace(blas, workspace, kWorkspaceBytes));
+  }
+
+  ~Impl() {
+    // No throwing here: errors are ignored (a failed run has reported them already).
+    if (stream) (void)cudaStreamSynchronize(stream);
+    if (arena) (void)cudaFree(arena);
+    if (pinned) (void)cudaFreeHost(pinned);
+    if (blas) (void)cublasDestroy(blas);
+    if (workspace) (void)cudaFree(workspace);
+    if (stream) (void)cudaStreamDestroy(stream);
+  }
+
+  // ---- cuBLAS helpers (row-major derivations in the header comment) ----
+  cudaDataType_t ctype() const {
+    switch (dt) {
+      case DType::F16: return CUDA_R_16F;
+      case DType::BF16: return CUDA_R_16BF;
+      default: return CUDA_R_32F;
+    }
+  }
+  cublasComputeType_t compute() const {
+    if (dt == DType::F32 && allow_tf32) return CUBLAS_COMPUTE_32F_FAST_TF32;
+    return CUBLAS_COMPUTE_32F;
+  }
+  void gemm(cublasOperation_t ta, cublasOperation_t tb, std::int64_t m, std::int64_t n, std::int64_t kk,
+            const void* A, std::int64_t lda, const void* Bm, std::int64_t ldb, void* Cm, std::int64_t ldc,
+            float beta) {
+    const float alpha = 1.0f;
+    DS_CUBLAS_CHECK(cublasGemmEx(blas, ta, tb, to_int(m, "m"), to_int(n, "n"), to_int(kk, "k"), &alpha, A,
+                                 ctype(), to_int(lda, "lda"), Bm, ctype(), to_int(ldb, "ldb"), &beta, Cm,
+                                 ctype(), to_int(ldc, "ldc"), compute(), CUBLAS_GEMM_DEFAULT));
+  }
+  void gemm_batched(cublasOperation_t ta, cublasOperation_t tb, std::int64_t m, std::int64_t n, std::int64_t kk,
+                    const void* A, std::int64_t lda, std::int64_t sa, const void* Bm, std::int64_t ldb,
+                    std::int64_t sb, void* Cm, std::int64_t ldc, std::int64_t sc, std::int64_t batch) {
+    const float alpha = 1.0f, beta = 0.0f;
+    DS_CUBLAS_CHECK(cublasGemmStridedBatchedEx(
+        blas, ta, tb, to_int(m, "m"), to_int(n, "n"), to_int(kk, "k"), &alpha, A, ctype(), to_int(lda, "lda"),
+        (long long)sa, Bm, ctype(), to_int(ldb, "ldb"), (long long)sb, &beta, Cm, ctype(), to_int(ldc, "ldc"),
+        (long long)sc, to_int(batch, "batch"), compute(), CUBLAS_GEMM_DEFAULT));
+  }
+  // out[N,OC] = inp[N,C] w[OC,C]^T
+  void linear_fwd(void* out, const void* inp, const void* wt, std::int64_t N, std::int64_t C, std::int64_t OC) {
+    gemm(CUBLAS_OP_T, CUBLAS_OP_N, OC, N, C, wt, C, inp, C, out, OC, 0.0f);
+  }
+  // dinp[N,C] = dout[N,OC] w[OC,C]
+  void linear_dinp(void* dinp, const void* dout, const void* wt, std::int64_t N, std::int64_t C, std::int64_t OC) {
+    gemm(CUBLAS_OP_N, CUBLAS_OP_N, C, N, OC, wt, C, dout, OC, dinp, C, 0.0f);
+  }
+  // dw[OC,C] += dout[N,OC]^T inp[N,C]
+  void linear_dw(void* dw, const void* dout, const void* inp, std::int64_t N, std::int64_t C, std::int64_t OC) {
+    gemm(CUBLAS_OP_N, CUBLAS_OP_T, C, OC, N, inp, C, dout, OC, dw, C, 1.0f);
+  }
+
+  // ---- activations ----
+  void ensure(std::int64_t Bn, std::int64_t Tn) {
+    const std::int64_t BT = Bn * Tn;
+    if (arena && BT <= cap_bt && Tn <= cap_t && arena_dt == dt) return;
+    cap_bt = std::max(cap_bt, BT);
+    cap_t = std::max(cap_t, Tn);
+    if (arena) {
+      DS_CUDA_CHECK(cudaStreamSynchronize(stream));  // earlier work may still read it
+      char* old = arena;
+      arena = nullptr;
+      DS_CUDA_CHECK(cudaFree(old));
+    }
+    const std::size_t bytes = layout(nullptr);
+    void* p = nullptr;
+    DS_CUDA_CHECK(cudaMalloc(&p, bytes));
+    arena = static_cast<char*>(p);
+    arena_dt = dt;
+    layout(arena);
+    if (pinned_cap < cap_bt) {
+      if (pinned) {
+        void* old = pinned;
+        pinned = nullptr;
+        pinned_cap = 0;
+        DS_CUDA_CHECK(cudaFreeHost(old));  // every copy from it has completed (forward syncs)
+      }
+      DS_CUDA_CHECK(cudaMallocHost(&pinned, std::size_t(cap_bt) * 2 * sizeof(std::int32_t) + 64));
+      pinned_cap = cap_bt;
+      h_loss = static_cast<float*>(pinned);
+      h_tokens = reinterpret_cast<std::int32_t*>(static_cast<char*>(pinned) + 64);
+      h_targets = h_tokens + cap_bt;
+    }
+  }
+
+  // Carves the arena (base null: only counts). Returns the bytes needed.
+  std::size_t layout(char* base) {
+    const std::int64_t N = cap_bt, C = cfg.n_embd, L = cfg.n_layer, V = cfg.vocab_size, NH = cfg.n_head;
+    // Attention probabilities: B*NH*T*T = (BT)*NH*T <= cap_bt*NH*cap_t.
+    const std::int64_t att = N * NH * cap_t;
+    const std::size_t es = dtype_size(dt);
+    std::size_t off = 0;
+    auto take = [&](std::size_t b) -> char* {
+      char* r = base ? base + off : nullptr;
+      off += (b + kAlign - 1) / kAlign * kAlign;
+      return r;
+    };
+    auto te = [&](std::int64_t n) -> void* { return take(std::size_t(n) * es); };
+    auto tf = [&](std::int64_t n) -> float* { return reinterpret_cast<float*>(take(std::size_t(n) * 4)); };
+    acts.assign(std::size_t(L), LayerAct{});
+    for (auto& a : acts) {
+      a.ln1 = te(N * C); a.qkv = te(3 * N * C); a.att = te(att); a.atty = te(N * C); a.x1 = te(N * C);
+      a.ln2 = te(N * C); a.fch = te(4 * N * C); a.fch_gelu = te(4 * N * C);
+      a.ln1_mean = tf(N); a.ln1_rstd = tf(N); a.ln2_mean = tf(N); a.ln2_rstd = tf(N);
+    }
+    resid.assign(std::size_t(L + 1), nullptr);
+    for (auto& r : resid) r = te(N * C);
+    lnf = te(N * C); logits = te(N * V);
+    q = te(N * C); k = te(N * C); v = te(N * C); yh = te(N * C);
+    dres = te(N * C); dln = te(N * C); dfch = te(4 * N * C); dqkv = te(3 * N * C); datty = te(N * C);
+    dyh = te(N * C); dq = te(N * C); dk = te(N * C); dv = te(N * C); datt = te(att);
+    lnf_mean = tf(N); lnf_rstd = tf(N); lse = tf(N); losses = tf(N); d_loss = tf(1);
+    // fp32 scratch, used by one kernel at a time (all on one stream): the embedding's
+    // V*C accumulator, LayerNorm / bias reductions, the fp32 row of logits_last.
+    std::size_t sf = std::size_t(V * C);
+    sf = std::max(sf, kc::layernorm_scratch_floats(N, C));
+    for (std::int64_t oc : {C, 3 * C, 4 * C}) sf = std::max(sf, kc::bias_scratch_floats(N, oc));
+    sf = std::max(sf, std::size_t(V));
+    scratch = tf(std::int64_t(sf));
+    d_tokens = reinterpret_cast<std::int32_t*>(take(std::size_t(N) * 4));
+    d_targets = reinterpret_cast<std::int32_t*>(take(std::size_t(N) * 4));
+    return off;
+  }
+
+  void upload(const std::int32_t* tok, const std::int32_t* tgt, std::int64_t N) {
+    std::memcpy(h_tokens, tok, std::size_t(N) * 4);
+    DS_CUDA_CHECK(cudaMemcpyAsync(d_tokens, h_tokens, std::size_t(N) * 4, cudaMemcpyHostToDevice, stream));
+    if (tgt) {
+      std::memcpy(h_targets, tgt, std::size_t(N) * 4);
+      DS_CUDA_CHECK(cudaMemcpyAsync(d_targets, h_targets, std::size_t(N) * 4, cudaMemcpyHostToDevice, stream));
+    }
+  }
+
+  // Gpt::run_forward on the device; tokens already in d_tokens.
+  void run_forward(std::int64_t Bn, std::int64_t Tn) {
+    const std::int64_t C = cfg.n_embd, NH = cfg.n_head, V = cfg.vocab_size, N = Bn * Tn;
+    const std::int64_t hs = C / NH, BNH = Bn * NH, TT = Tn * Tn;
+    const float att_scale = 1.0f / std::sqrt(float(hs));
+    B = Bn;
+    T = Tn;
+    kc::embedding_forward(resid[0], d_tokens, w[wte], w[wpe], Bn, Tn, C, dt, stream);
+    for (std::size_t l = 0; l < layers.size(); ++l) {
+      const LayerIdx& P = layers[l];
+      const LayerAct& a = acts[l];
+      const void* x = resid[l];
+      kc::layernorm_forward(a.ln1, a.ln1_mean, a.ln1_rstd, x, w[P.ln1w], w[P.ln1b], N, C, dt, stream);
+      linear_fwd(a.qkv, a.ln1, w[P.qkvw], N, C, 3 * C);
+      kc::add_bias_residual(a.qkv, w[P.qkvb], nullptr, N, 3 * C, dt, stream);
+      // Attention: scores into att, softmax in place, yh = att v, heads merged into atty.
+      kc::split_qkv(q, k, v, a.qkv, Bn, Tn, C, NH, dt, stream);
+      gemm_batched(CUBLAS_OP_T, CUBLAS_OP_N, Tn, Tn, hs, k, hs, Tn * hs, q, hs, Tn * hs, a.att, Tn, TT, BNH);
+      kc::causal_softmax_forward(a.att, a.att, att_scale, BNH, Tn, dt, stream);
+      gemm_batched(CUBLAS_OP_N, CUBLAS_OP_N, hs, Tn, Tn, v, hs, Tn * hs, a.att, Tn, TT, yh, hs, Tn * hs, BNH);
+      kc::merge_heads(a.atty, yh, Bn, Tn, C, NH, dt, stream);
+      // x1 = x + c_proj(atty)
+      linear_fwd(a.x1, a.atty, w[P.projw], N, C, C);
+      kc::add_bias_residual(a.x1, w[P.projb], x, N, C, dt, stream);
+      // x2 = x1 + c_proj(gelu(c_fc(ln_2(x1))))
+      kc::layernorm_forward(a.ln2, a.ln2_mean, a.ln2_rstd, a.x1, w[P.ln2w], w[P.ln2b], N, C, dt, stream);
+      linear_fwd(a.fch, a.ln2, w[P.fcw], N, C, 4 * C);
+      kc::add_bias_residual(a.fch, w[P.fcb], nullptr, N, 4 * C, dt, stream);
+      kc::gelu_forward(a.fch_gelu, a.fch, 4 * N * C, dt, stream);
+      linear_fwd(resid[l + 1], a.fch_gelu, w[P.fcprojw], N, 4 * C, C);
+      kc::add_bias_residual(resid[l + 1], w[P.fcprojb], a.x1, N, C, dt, stream);
+    }
+    kc::layernorm_forward(lnf, lnf_mean, lnf_rstd, resid.back(), w[lnfw], w[lnfb], N, C, dt, stream);
+    linear_fwd(logits, lnf, w[wte], N, C, V);  // tied LM head
+  }
+
+  void check_bound(const char* who) const {
+    DS_CHECK(bound, "GptCuda::" << who << ": bind() the parameters first");
+  }
+
+  float loss_forward(const Batch& batch, const char* who) {
+    check_bound(who);
+    const std::int64_t Bn = batch.batch, Tn = batch.seq, V = cfg.vocab_size;
+    DS_CHECK(Bn > 0 && Tn > 0, "GptCuda::" << who << ": batch (" << Bn << ") and seq (" << Tn << ") must be > 0");
+    DS_CHECK(Tn <= cfg.block_size, "GptCuda::" << who << ": seq " << Tn << " exceeds block_size " << cfg.block_size);
+    const std::size_t N = std::size_t(Bn * Tn);
+    DS_CHECK(batch.inputs.size() == N && batch.targets.size() == N,
+             "GptCuda::" << who << ": inputs/targets must hold batch*seq = " << N << " tokens, got "
+                         << batch.inputs.size() << "/" << batch.targets.size());
+    for (std::size_t i = 0; i < N; ++i) {
+      const std::int32_t a = batch.inputs[i], b = batch.targets[i];
+      DS_CHECK(a >= 0 && a < V && b >= 0 && b < V,
+               "GptCuda::" << who << ": token id out of range [0, " << V << ") at position " << i << " (input "
+                           << a << ", target " << b << ")");
+    }
+    ensure(Bn, Tn);
+    upload(batch.inputs.data(), batch.targets.data(), std::int64_t(N));
+    run_forward(Bn, Tn);
+    kc::crossentropy_forward(losses, lse, logits, d_targets, std::int64_t(N), V, dt, stream);
+    kc::mean(d_loss, losses, std::int64_t(N), stream);
+    DS_CUDA_CHECK(cudaMemcpyAsync(h_loss, d_loss, sizeof(float), cudaMemcpyDeviceToHost, stream));
+    DS_CUDA_CHECK(cudaStreamSynchronize(stream));
+    return *h_loss;
+  }
+
+  // Gpt::backward on the device, the same grad_ready order.
+  void backward(float scale, const std::function<void(std::size_t)>& grad_ready) {
+    DS_CHECK(have_cache, "GptCuda::backward: call forward() first (evaluate() and generation do not "
+                         "keep activations for backward)");
+    have_cache = false;
+    auto ready = [&](std::size_t i) {
+      if (grad_ready) grad_ready(i);
+    };
+    const std::int64_t C = cfg.n_embd, NH = cfg.n_head, V = cfg.vocab_size, N = B * T;
+    const std::int64_t hs = C / NH, BNH = B * NH, TT = T * T;
+    const float att_scale = 1.0f / std::sqrt(float(hs));
+    // Fused softmax + cross-entropy gradient, in place over the logits.
+    kc::crossentropy_backward(logits, lse, d_targets, N, V, scale, dt, stream);
+    // LM head (tied to wte): dlnf = dlogits wte ; dwte += dlogits^T lnf.
+    linear_dinp(dln, logits, w[wte], N, C, V);
+    linear_dw(g[wte], logits, lnf, N, C, V);
+    DS_CUDA_CHECK(cudaMemsetAsync(dres, 0, std::size_t(N * C) * dtype_size(dt), stream));
+    kc::layernorm_backward(dres, g[lnfw], g[lnfb], dln, resid.back(), w[lnfw], lnf_mean, lnf_rstd, N, C, scratch,
+                           dt, stream);
+    ready(lnfw);
+    ready(lnfb);
+    for (std::size_t li = layers.size(); li-- > 0;) {
+      const LayerIdx& P = layers[li];
+      const LayerAct& a = acts[li];
+      // MLP: x2 = x1 + c_proj(gelu(c_fc(ln_2(x1)))); dres holds dL/dx2.
+      linear_dinp(dfch, dres, w[P.fcprojw], N, 4 * C, C);
+      linear_dw(g[P.fcprojw], dres, a.fch_gelu, N, 4 * C, C);
+      ready(P.fcprojw);
+      kc::bias_backward(g[P.fcprojb], dres, N, C, scratch, dt, stream);
+      ready(P.fcprojb);
+      kc::gelu_backward(dfch, a.fch, dfch, 4 * N * C, dt, stream);
+      linear_dinp(dln, dfch, w[P.fcw], N, C, 4 * C);
+      linear_dw(g[P.fcw], dfch, a.ln2, N, C, 4 * C);
+      ready(P.fcw);
+      kc::bias_backward(g[P.fcb], dfch, N, 4 * C, scratch, dt, stream);
+      ready(P.fcb);
+      kc::layernorm_backward(dres, g[P.ln2w], g[P.ln2b], dln, a.x1, w[P.ln2w], a.ln2_mean, a.ln2_rstd, N, C,
+                             scratch, dt, stream);
+      ready(P.ln2w);
+      ready(P.ln2b);
+      // Attention: x1 = x + c_proj(attn(c_attn(ln_1(x)))); dres holds dL/dx1.
+      linear_dinp(datty, dres, w[P.projw], N, C, C);
+      linear_dw(g[P.projw], dres, a.atty, N, C, C);
+      ready(P.projw);
+      kc::bias_backward(g[P.projb], dres, N, C, scratch, dt, stream);
+      ready(P.projb);
+      // q, k, v again from the saved qkv (cheaper than keeping them per layer).
+      kc::split_qkv(q, k, v, a.qkv, B, T, C, NH, dt, stream);
+      kc::split_heads(dyh, datty, B, T, C, NH, dt, stream);
+      gemm_batched(CUBLAS_OP_T, CUBLAS_OP_N, T, T, hs, v, hs, T * hs, dyh, hs, T * hs, datt, T, TT, BNH);  // datt = dyh v^T
+      gemm_batched(CUBLAS_OP_N, CUBLAS_OP_T, hs, T, T, dyh, hs, T * hs, a.att, T, TT, dv, hs, T * hs, BNH);  // dv = att^T dyh
+      kc::causal_softmax_backward(datt, a.att, datt, att_scale, BNH, T, dt, stream);  // datt -> dS
+      gemm_batched(CUBLAS_OP_N, CUBLAS_OP_N, hs, T, T, k, hs, T * hs, datt, T, TT, dq, hs, T * hs, BNH);  // dq = dS k
+      gemm_batched(CUBLAS_OP_N, CUBLAS_OP_T, hs, T, T, q, hs, T * hs, datt, T, TT, dk, hs, T * hs, BNH);  // dk = dS^T q
+      kc::merge_qkv(dqkv, dq, dk, dv, B, T, C, NH, dt, stream);
+      linear_dinp(dln, dqkv, w[P.qkvw], N, C, 3 * C);
+      linear_dw(g[P.qkvw], dqkv, a.ln1, N, C, 3 * C);
+      ready(P.qkvw);
+      kc::bias_backward(g[P.qkvb], dqkv, N, 3 * C, scratch, dt, stream);
+      ready(P.qkvb);
+      kc::layernorm_backward(dres, g[P.ln1w], g[P.ln1b], dln, resid[li], w[P.ln1w], a.ln1_mean, a.ln1_rstd, N, C,
+                             scratch, dt, stream);
+      ready(P.ln1w);
+      ready(P.ln1b);
+    }
+    kc::embedding_backward(g[wte], g[wpe], dres, d_tokens, B, T, C, V, scratch, dt, stream);
+    ready(wpe);
+    ready(wte);
+  }
+
+  std::vector<float> logits_last(std::span<const std::int32_t> context) {
+    DS_CHECK(!context.empty(), "GptCuda::logits_last: empty context");
+    check_bound("logits_last");
+    have_cache = false;
+    const std::int64_t V = cfg.vocab_size;
+    const std::size_t Tn = std::min<std::size_t>(context.size(), std::size_t(cfg.block_size));
+    const std::int32_t* tok = context.data() + (context.size() - Tn);
+    for (std::size_t i = 0; i < Tn; ++i)
+      DS_CHECK(tok[i] >= 0 && tok[i] < V, "GptCuda::logits_last: token " << tok[i] << " outside [0, " << V << ")");
+    ensure(1, std::int64_t(Tn));
+    upload(tok, nullptr, std::int64_t(Tn));
+    run_forward(1, std::int64_t(Tn));
+    const char* row = static_cast<const char*>(logits) + std::size_t(std::int64_t(Tn) - 1) * std::size_t(V) * dtype_size(dt);
+    const void* src = row;
+    if (dt != DType::F32) {
+      kc::convert(scratch, DType::F32, row, dt, V, stream);
+      src = scratch;
+    }
+    std::vector<float> out(static_cast<std::size_t>(V));
+    DS_CUDA_CHECK(cudaMemcpyAsync(out.data(), src, std::size_t(V) * sizeof(float), cudaMemcpyDeviceToHost, stream));
+    DS_CUDA_CHECK(cudaStreamSynchronize(stream));
+    return out;
+  }
+};
+
+GptCuda::GptCuda(const GptConfig& cfg, bool allow_tf32) : impl_(std::make_unique<Impl>(cfg, allow_tf32)) {
+  impl_->init();  // on failure impl_'s destructor releases what init() created
+}
+
+GptCuda::~GptCuda() = default;
+
+std::vector<ParamInfo> GptCuda::parameters() const { return impl_->twin.parameters(); }
+
+void GptCuda::init_parameters(std::span<const std::span<float>> params, std::uint64_t seed) {
+  impl_->twin.init_parameters(params, seed);
+}
+
+void GptCuda::bind(std::span<const TensorView> params, std::span<const TensorView> grads) {
+  Impl& m = *impl_;
+  const auto infos = m.twin.parameters();
+  DS_CHECK(params.size() == infos.size() && grads.size() == infos.size(),
+           "GptCuda::bind: expected " << infos.size() << " parameter and gradient views, got " << params.size()
+                                      << " and " << grads.size());
+  DS_CHECK(!params.empty(), "GptCuda::bind: no parameters");
+  const DType dt = params[0].dtype;
+  DS_CHECK(dt == DType::F32 || dt == DType::F16 || dt == DType::BF16,
+           "GptCuda::bind: working dtype must be fp32, fp16 or bf16, got " << dtype_name(dt));
+  auto check_view = [&](const TensorView& t, const ParamInfo& info, const char* kind) {
+    DS_CHECK(t.dtype == dt, "GptCuda::bind: all parameters and gradients must share one dtype: "
+                                << kind << " of '" << info.name << "' is " << dtype_name(t.dtype) << ", '"
+                                << infos[0].name << "' is " << dtype_name(dt));
+    DS_CHECK(t.count == info.numel(), "GptCuda::bind: " << kind << " of '" << info.name << "' has " << t.count
+                                                        << " elements, expected " << info.numel());
+    DS_CHECK(t.data != nullptr, "GptCuda::bind: " << kind << " of '" << info.name << "' is null");
+    cudaPointerAttributes attr{};
+    DS_CUDA_CHECK(cudaPointerGetAttributes(&attr, t.data));
+    DS_CHECK(attr.type == cudaMemoryTypeDevice || attr.type == cudaMemoryTypeManaged,
+             "GptCuda::bind: " << kind << " of '" << info.name << "' is not device memory");
+    DS_CHECK(attr.device == m.device, "GptCuda::bind: " << kind << " of '" << info.name << "' lives on device "
+                                                        << attr.device << ", the model on device " << m.device);
+  };
+  for (std::size_t i = 0; i < infos.size(); ++i) {
+    check_view(params[i], infos[i], "parameter");
+    check_view(grads[i], infos[i], "gradient");
+  }
+  m.w.resize(infos.size());
+  m.g.resize(infos.size());
+  for (std::size_t i = 0; i < infos.size(); ++i) {
+    m.w[i] = params[i].data;
+    m.g[i] = grads[i].data;
+  }
+  m.dt = dt;
+  m.bound = true;
+  m.have_cache = false;
+}
+
+float GptCuda::forward(const Batch& batch) {
+  impl_->have_cache = false;
+  const float loss = impl_->loss_forward(batch, "forward");
+  impl_->have_cache = true;
+  return loss;
+}
+
+void GptCuda::backward(float scale, const std::function<void(std::size_t)>& grad_ready) {
+  impl_->backward(scale, grad_ready);
+}
+
+float GptCuda::evaluate(const Batch& batch) {
+  impl_->have_cache = false;
+  return impl_->loss_forward(batch, "evaluate");
+}
+
+void* GptCuda::device_stream() const { return static_cast<void*>(impl_->stream); }
+
+const GptConfig& GptCuda::config() const { return impl_->cfg; }
+
+std::size_t GptCuda::num_parameters() const { return impl_->twin.num_parameters(); }
+
+double GptCuda::flops_per_token(std::int64_t seq) const { return impl_->twin.flops_per_token(seq); }
+
+std::vector<float> GptCuda::logits_last(std::span<const std::int32_t> context) {
+  return impl_->logits_last(context);
+}
+
+// The sampler of Gpt::generate (src/nn/src/gpt.cpp), copied verbatim but for logits_last:
+// the same logits give the same tokens. Keep the two in step.
+std::vector<std::int32_t> GptCuda::generate(std::span<const std::int32_t> context, int n_new, float temperature,
+                                            std::uint64_t seed) {
+  std::vector<std::int32_t> ctx(context.begin(), context.end());
+  if (ctx.empty()) ctx.push_back(0);
+  std::vector<std::int32_t> out;
+  std::mt19937_64 rng(seed);
+  for (int i = 0; i < n_new; ++i) {
+    std::vector<float> l = logits_last(ctx);
+    std::int32_t next = 0;
+    if (temperature <= 0.0f) {
+      next = std::int32_t(std::max_element(l.begin(), l.end()) - l.begin());
+    } else {
+      const float mx = *std::max_element(l.begin(), l.end());
+      double sum = 0.0;
+      for (float& v : l) { v = float(std::exp(double(v - mx) / temperature)); sum += v; }
+      // Inverse-CDF sampling with a 53-bit uniform (platform-independent, unlike std:: distributions).
+      const double u = double(rng() >> 11) * (1.0 / 9007199254740992.0) * sum;
+      double acc = 0.0;
+      next = std::int32_t(l.size() - 1);
+      for (std::size_t j = 0; j < l.size(); ++j) {
+        acc += l[j];
+        if (u < acc) { next = std::int32_t(j); break; }
+      }
+    }
+    out.push_back(next);
+    ctx.push_back(next);
+  }
+  return out;
+}
+
+}  // namespace ds::nn
