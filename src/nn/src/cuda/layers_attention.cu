@@ -1,0 +1,196 @@
+// CUDA attention helpers: the qkv / head layout permutations (bit copies, any dtype) and the
+// causal softmax forward / backward (one warp per row; only j <= i is read, j > i written 0).
+#include "layer_common.cuh"
+
+namespace ds::nn::cuda {
+namespace detail {
+
+// The index map of the layouts: element i of a [B, NH, T, hs] tensor lives at
+// (b*T + t) * row + h*hs + d of the [B, T, row] tensor (row = C, or 3C for qkv).
+struct HeadIndex {
+  std::int64_t T, NH, hs, row;
+  __device__ __forceinline__ std::int64_t operator()(std::int64_t i) const {
+    const std::int64_t d = i % hs;
+    std::int64_t rest = i / hs;
+    const std::int64_t t = rest % T;
+    rest /= T;
+    const std::int64_t h = rest % NH;
+    const std::int64_t b = rest / NH;
+    return (b * T + t) * row + h * hs + d;
+  }
+};
+
+// Bit copies: U = uint32_t (fp32) or uint16_t (fp16 / bf16).
+template <typename U>
+__global__ void split_qkv_kernel(U* q, U* k, U* v, const U* qkv, std::int64_t n, std::int64_t C, HeadIndex hi) {
+  const std::int64_t stride = std::int64_t(gridDim.x) * blockDim.x;
+  for (std::int64_t i = std::int64_t(blockIdx.x) * blockDim.x + threadIdx.x; i < n; i += stride) {
+    const std::int64_t s = hi(i);
+    q[i] = qkv[s];
+    k[i] = qkv[s + C];
+    v[i] = qkv[s + 2 * C];
+  }
+}
+
+template <typename U>
+__global__ void merge_qkv_kernel(U* dqkv, const U* dq, const U* dk, const U* dv, std::int64_t n, std::int64_t C,
+                                 HeadIndex hi) {
+  const std::int64_t stride = std::int64_t(gridDim.x) * blockDim.x;
+  for (std::int64_t i = std::int64_t(blockIdx.x) * blockDim.x + threadIdx.x; i < n; i += stride) {
+    const std::int64_t s = hi(i);
+    dqkv[s] = dq[i];
+    dqkv[s + C] = dk[i];
+    dqkv[s + 2 * C] = dv[i];
+  }
+}
+
+// to_heads: yh[i] = y[hi(i)]; else y[hi(i)] = yh[i].
+template <typename U, bool to_heads>
+__global__ void heads_kernel(U* dst, const U* src, std::int64_t n, HeadIndex hi) {
+  const std::int64_t stride = std::int64_t(gridDim.x) * blockDim.x;
+  for (std::int64_t i = std::int64_t(blockIdx.x) * blockDim.x + threadIdx.x; i < n; i += stride) {
+    if constexpr (to_heads) dst[i] = src[hi(i)];
+    else dst[hi(i)] = src[i];
+  }
+}
+
+// Calls f.template operator()<U>() with the unsigned type of dt's size.
+template <class F>
+void dispatch_bits(DType dt, const char* who, F&& f) {
+  switch (dt) {
+    case DType::F32: return f.template operator()<std::uint32_t>();
+    case DType::F16:
+    case DType::BF16: return f.template operator()<std::uint16_t>();
+    default: DS_THROW(who << " (CUDA): dtype must be fp32, fp16 or bf16, got " << dtype_name(dt));
+  }
+}
+
+inline void check_heads(const char* who, std::int64_t B, std::int64_t T, std::int64_t C, std::int64_t NH) {
+  DS_CHECK(B >= 0 && T >= 0 && C >= 0 && NH > 0 && C % NH == 0,
+           who << ": bad sizes B=" << B << " T=" << T << " C=" << C << " NH=" << NH << " (C % NH must be 0)");
+}
+
+// ---------------------------------------------------------------- causal softmax
+constexpr int kRowsPerBlock = kThreads / kWarp;  // one warp per row
+
+template <typename T>
+__global__ void causal_softmax_forward_kernel(T* att, const T* scores, float scale, std::int64_t rows,
+                                              std::int64_t Tn) {
+  const int lane = threadIdx.x % kWarp;
+  const std::int64_t wstride = std::int64_t(gridDim.x) * kRowsPerBlock;
+  // row is warp-uniform: the loop and the shuffles are too.
+  for (std::int64_t row = std::int64_t(blockIdx.x) * kRowsPerBlock + threadIdx.x / kWarp; row < rows;
+       row += wstride) {
+    const std::int64_t i = row % Tn;
+    const T* s = scores + row * Tn;
+    T* a = att + row * Tn;  // may alias s: each element is read, then written, by one lane
+    float m = -INFINITY;
+    for (std::int64_t j = lane; j <= i; j += kWarp) m = fmaxf(m, scale * ld(s, j));
+    m = warp_max(m);
+    float sum = 0.f;
+    for (std::int64_t j = lane; j <= i; j += kWarp) sum += expf(scale * ld(s, j) - m);
+    const float inv = 1.f / warp_sum(sum);
+    for (std::int64_t j = lane; j <= i; j += kWarp) st(a, j, expf(scale * ld(s, j) - m) * inv);
+    for (std::int64_t j = i + 1 + lane; j < Tn; j += kWarp) st(a, j, 0.f);
+  }
+}
+
+template <typename T>
+__global__ void causal_softmax_backward_kernel(T* dscores, const T* att, const T* datt, float scale,
+                                               std::int64_t rows, std::int64_t Tn) {
+  const int lane = threadIdx.x % kWarp;
+  const std::int64_t wstride = std::int64_t(gridDim.x) * kRowsPerBlock;
+  for (std::int64_t row = std::int64_t(blockIdx.x) * kRowsPerBlock + threadIdx.x / kWarp; row < rows;
+       row += wstride) {
+    const std::int64_t i = row % Tn;
+    const T* p = att + row * Tn;
+    const T* dp = datt + row * Tn;
+    T* ds = dscores + row * Tn;  // may alias dp: each element is read, then written, by one lane
+    float dot = 0.f;
+    for (std::int64_t j = lane; j <= i; j += kWarp) dot += ld(p, j) * ld(dp, j);
+    dot = warp_sum(dot);
+    for (std::int64_t j = lane; j <= i; j += kWarp) st(ds, j, scale * ld(p, j) * (ld(dp, j) - dot));
+    for (std::int64_t j = i + 1 + lane; j < Tn; j += kWarp) st(ds, j, 0.f);
+  }
+}
+
+}  // namespace detail
+
+using namespace detail;
+
+void split_qkv(void* q, void* k, void* v, const void* qkv, std::int64_t B, std::int64_t T, std::int64_t C,
+               std::int64_t NH, DType dt, cudaStream_t stream) {
+  check_heads("split_qkv", B, T, C, NH);
+  const std::int64_t n = B * T * C;
+  if (n == 0) return;
+  const HeadIndex hi{T, NH, C / NH, 3 * C};
+  dispatch_bits(dt, "split_qkv", [&]<typename U>() {
+    split_qkv_kernel<U><<<blocks_for(n), kThreads, 0, stream>>>(static_cast<U*>(q), static_cast<U*>(k),
+                                                                 static_cast<U*>(v), static_cast<const U*>(qkv), n, C, hi);
+  });
+  DS_CUDA_CHECK_LAUNCH();
+}
+
+void merge_qkv(void* dqkv, const void* dq, const void* dk, const void* dv, std::int64_t B, std::int64_t T,
+               std::int64_t C, std::int64_t NH, DType dt, cudaStream_t stream) {
+  check_heads("merge_qkv", B, T, C, NH);
+  const std::int64_t n = B * T * C;
+  if (n == 0) return;
+  const HeadIndex hi{T, NH, C / NH, 3 * C};
+  dispatch_bits(dt, "merge_qkv", [&]<typename U>() {
+    merge_qkv_kernel<U><<<blocks_for(n), kThreads, 0, stream>>>(static_cast<U*>(dqkv), static_cast<const U*>(dq),
+                                                                 static_cast<const U*>(dk), static_cast<const U*>(dv),
+                                                                 n, C, hi);
+  });
+  DS_CUDA_CHECK_LAUNCH();
+}
+
+void merge_heads(void* y, const void* yh, std::int64_t B, std::int64_t T, std::int64_t C, std::int64_t NH, DType dt,
+                 cudaStream_t stream) {
+  check_heads("merge_heads", B, T, C, NH);
+  const std::int64_t n = B * T * C;
+  if (n == 0) return;
+  const HeadIndex hi{T, NH, C / NH, C};
+  dispatch_bits(dt, "merge_heads", [&]<typename U>() {
+    heads_kernel<U, false><<<blocks_for(n), kThreads, 0, stream>>>(static_cast<U*>(y), static_cast<const U*>(yh), n, hi);
+  });
+  DS_CUDA_CHECK_LAUNCH();
+}
+
+void split_heads(void* yh, const void* y, std::int64_t B, std::int64_t T, std::int64_t C, std::int64_t NH, DType dt,
+                 cudaStream_t stream) {
+  check_heads("split_heads", B, T, C, NH);
+  const std::int64_t n = B * T * C;
+  if (n == 0) return;
+  const HeadIndex hi{T, NH, C / NH, C};
+  dispatch_bits(dt, "split_heads", [&]<typename U>() {
+    heads_kernel<U, true><<<blocks_for(n), kThreads, 0, stream>>>(static_cast<U*>(yh), static_cast<const U*>(y), n, hi);
+  });
+  DS_CUDA_CHECK_LAUNCH();
+}
+
+void causal_softmax_forward(void* att, const void* scores, float scale, std::int64_t BNH, std::int64_t T, DType dt,
+                            cudaStream_t stream) {
+  DS_CHECK(BNH >= 0 && T >= 0, "causal_softmax_forward: bad sizes BNH=" << BNH << " T=" << T);
+  const std::int64_t rows = BNH * T;
+  if (rows == 0) return;
+  dispatch(dt, "causal_softmax_forward", [&]<typename Tp>() {
+    causal_softmax_forward_kernel<Tp><<<blocks_for(rows, kRowsPerBlock), kThreads, 0, stream>>>(
+        static_cast<Tp*>(att), static_cast<const Tp*>(scores), scale, rows, T);
+  });
+  DS_CUDA_CHECK_LAUNCH();
+}
+
+void causal_softmax_backward(void* dscores, const void* att, const void* datt, float scale, std::int64_t BNH,
+                             std::int64_t T, DType dt, cudaStream_t stream) {
+  DS_CHECK(BNH >= 0 && T >= 0, "causal_softmax_backward: bad sizes BNH=" << BNH << " T=" << T);
+  const std::int64_t rows = BNH * T;
+  if (rows == 0) return;
+  dispatch(dt, "causal_softmax_backward", [&]<typename Tp>() {
+    causal_softmax_backward_kernel<Tp><<<blocks_for(rows, kRowsPerBlock), kThreads, 0, stream>>>(
+        static_cast<Tp*>(dscores), static_cast<const Tp*>(att), static_cast<const Tp*>(datt), scale, rows, T);
+  });
+  DS_CUDA_CHECK_LAUNCH();
+}
+
+}  // namespace ds::nn::cuda
