@@ -38,9 +38,22 @@ struct Batch {
   std::int64_t feature_dim = 0;
 };
 
+// Where a module computes, and so where the engine keeps the storage it binds.
+enum class Device : std::uint8_t { Cpu, Cuda };
+
 class Module {
  public:
   virtual ~Module() = default;
+
+  // Cpu (default): bind() hands host pointers. Cuda: bind() hands DEVICE pointers on the
+  // current CUDA device, and the engine keeps parameters, gradients, the fp32 master and the
+  // optimizer state on that device, reduces gradients over NCCL and steps there.
+  virtual Device device() const { return Device::Cpu; }
+  // Cuda modules: the cudaStream_t (as void*, keeping CUDA headers out of this header) their
+  // forward and backward enqueue on. The engine orders its gradient reduction and optimizer
+  // step after the work enqueued there, and its parameter updates before the next forward.
+  // A grad_ready(i) call may come before the gradient's kernels have run on this stream.
+  virtual void* device_stream() const { return nullptr; }
 
   // Parameters in a fixed order; the engine lays them out in this order.
   virtual std::vector<ParamInfo> parameters() const = 0;
