@@ -2,17 +2,32 @@
 // kernel (fast CPU or reference). The math lives in the kernels (ds/optim/kernels.h).
 #include "ds/optim/optimizer.h"
 
+#include <algorithm>
 #include <cmath>
+#include <memory>
 
 #include "ds/core/error.h"
 #include "ds/optim/kernels.h"
+
+#if DS_OPTIM_HAVE_CUDA
+#include <cuda_runtime.h>
+
+#include "ds/core/cuda_check.h"
+#include "ds/optim/cuda_kernels.h"
+#endif
 
 namespace ds::optim {
 namespace {
 
 class Base : public Optimizer {
  public:
-  Base(const config::OptimizerConfig& c, Kernel k) : cfg_(c), kernel_(k) {}
+  Base(const config::OptimizerConfig& c, Kernel k) : cfg_(c), kernel_(k) {
+#if !DS_OPTIM_HAVE_CUDA
+    DS_CHECK(k != Kernel::Cuda, "optimizer " << c.type << ": the CUDA kernels were not built (dstrain "
+                                "was configured without CUDA: DS_WITH_CUDA)");
+#endif
+  }
+  ~Base() override { free_device(); }
   void init_state(std::size_t n) override {
     n_ = n;
     initialised_ = true;
@@ -21,17 +36,43 @@ class Base : public Optimizer {
     bufs_.reserve(k);
     for (std::size_t i = 0; i < k; ++i) bufs_.emplace_back(n, DType::F32);  // zero-filled, first-touched once
     fill_initial();
+    if (kernel_ == Kernel::Cuda) {
+      free_device();
+      dev_.assign(k, nullptr);
+#if DS_OPTIM_HAVE_CUDA
+      for (std::size_t i = 0; i < k; ++i) DS_CUDA_CHECK(cudaMalloc(&dev_[i], std::max<std::size_t>(n, 1) * sizeof(float)));
+#endif
+      upload_state();
+    }
   }
   std::vector<std::pair<std::string, std::span<float>>> state_tensors() override {
     std::vector<std::pair<std::string, std::span<float>>> out;
     for (std::size_t i = 0; i < bufs_.size(); ++i) out.emplace_back(state_names()[i], std::span<float>(bufs_[i].as<float>(), n_));
     return out;
   }
+  void download_state() override {
+#if DS_OPTIM_HAVE_CUDA
+    if (kernel_ != Kernel::Cuda) return;
+    for (std::size_t i = 0; i < dev_.size(); ++i)
+      DS_CUDA_CHECK(cudaMemcpy(bufs_[i].data(), dev_[i], n_ * sizeof(float), cudaMemcpyDeviceToHost));
+#endif
+  }
+  void upload_state() override {
+#if DS_OPTIM_HAVE_CUDA
+    if (kernel_ != Kernel::Cuda) return;
+    // A plain cudaMemcpy is ordered after all work on blocking streams; the engine
+    // synchronises its (non-blocking) stream before loading or saving.
+    for (std::size_t i = 0; i < dev_.size(); ++i)
+      DS_CUDA_CHECK(cudaMemcpy(dev_[i], bufs_[i].data(), n_ * sizeof(float), cudaMemcpyHostToDevice));
+#endif
+  }
 
  protected:
   virtual std::vector<std::string> state_names() const = 0;
   virtual void fill_initial() {}
-  float* state(std::size_t i) { return bufs_[i].as<float>(); }
+  // The state array the kernels update: the device copy for Kernel::Cuda.
+  float* state(std::size_t i) { return kernel_ == Kernel::Cuda ? dev_[i] : bufs_[i].as<float>(); }
+  float* host_state(std::size_t i) { return bufs_[i].as<float>(); }
   void check_step(std::span<float> master, const TensorView& grad, const TensorView& working, const StepContext& ctx) {
     DS_CHECK(initialised_, name() << ": step() before init_state()");
     DS_CHECK(master.size() == n_, name() << ": step() over " << master.size() << " elements, init_state() said " << n_);
@@ -43,12 +84,24 @@ class Base : public Optimizer {
              name() << ": lr " << ctx.lr << " and grad_scale " << ctx.grad_scale << " must be finite");
   }
   std::array<double, 2> betas(const StepContext& ctx) const { return ctx.betas.value_or(cfg_.betas); }
+#if DS_OPTIM_HAVE_CUDA
+  static cudaStream_t stream_of(const StepContext& ctx) { return static_cast<cudaStream_t>(ctx.stream); }
+#endif
 
   config::OptimizerConfig cfg_;
   Kernel kernel_;
   std::size_t n_ = 0;
   bool initialised_ = false;
-  std::vector<HostBuffer> bufs_;
+  std::vector<HostBuffer> bufs_;   // the state (CPU kernels), or its host copy (Kernel::Cuda)
+  std::vector<float*> dev_;        // Kernel::Cuda: the state on the device
+
+ private:
+  void free_device() {
+#if DS_OPTIM_HAVE_CUDA
+    for (float* d : dev_) cudaFree(d);  // no check: also runs from the destructor
+#endif
+    dev_.clear();
+  }
 };
 
 class Adam final : public Base {
@@ -70,6 +123,9 @@ class Adam final : public Base {
     h.bc2 = cfg_.bias_correction ? float(1.0 - std::pow(double(h.beta2), double(ctx.step))) : 1.f;
     h.adam_w_mode = adamw_;
     h.grad_scale = float(ctx.grad_scale);
+#if DS_OPTIM_HAVE_CUDA
+    if (kernel_ == Kernel::Cuda) return cuda::adam(master.data(), state(0), state(1), grad, working, n_, h, {}, stream_of(ctx));
+#endif
     (kernel_ == Kernel::Cpu ? adam_cpu : adam_ref)(master.data(), state(0), state(1), grad, working, n_, h);
   }
 
@@ -94,6 +150,9 @@ class Sgd final : public Base {
     h.first_step = ctx.step == 1;  // torch: momentum_buffer is None on the first step
     h.grad_scale = float(ctx.grad_scale);
     float* buf = cfg_.momentum != 0.0 ? state(0) : nullptr;
+#if DS_OPTIM_HAVE_CUDA
+    if (kernel_ == Kernel::Cuda) return cuda::sgd(master.data(), buf, grad, working, n_, h, {}, stream_of(ctx));
+#endif
     (kernel_ == Kernel::Cpu ? sgd_cpu : sgd_ref)(master.data(), buf, grad, working, n_, h);
   }
 
@@ -116,6 +175,9 @@ class Adagrad final : public Base {
     h.eps = float(cfg_.eps);
     h.weight_decay = float(cfg_.weight_decay);
     h.grad_scale = float(ctx.grad_scale);
+#if DS_OPTIM_HAVE_CUDA
+    if (kernel_ == Kernel::Cuda) return cuda::adagrad(master.data(), state(0), grad, working, n_, h, {}, stream_of(ctx));
+#endif
     (kernel_ == Kernel::Cpu ? adagrad_cpu : adagrad_ref)(master.data(), state(0), grad, working, n_, h);
   }
 
@@ -123,7 +185,7 @@ class Adagrad final : public Base {
   std::vector<std::string> state_names() const override { return {"sum"}; }
   void fill_initial() override {
     const float init = float(cfg_.initial_accumulator_value);
-    float* s = state(0);
+    float* s = host_state(0);  // init_state uploads it for Kernel::Cuda
     for (std::size_t i = 0; i < n_; ++i) s[i] = init;
   }
 };
@@ -153,6 +215,18 @@ class Lamb final : public Base {
     h.max_coeff = float(cfg_.max_coeff);
     h.eps_inside_sqrt = cfg_.eps_inside_sqrt;
     h.grad_scale = float(ctx.grad_scale);
+#if DS_OPTIM_HAVE_CUDA
+    if (kernel_ == Kernel::Cuda) {
+      // One plan per segment layout (the engine passes the same segments every step).
+      if (!plan_ || plan_segments_.size() != segments.size() ||
+          !std::equal(segments.begin(), segments.end(), plan_segments_.begin(),
+                      [](const Segment& a, const Segment& b) { return a.offset == b.offset && a.count == b.count; })) {
+        plan_ = std::make_unique<cuda::LambPlan>(segments, n_);
+        plan_segments_.assign(segments.begin(), segments.end());
+      }
+      return cuda::lamb(master.data(), state(0), state(1), grad, working, n_, *plan_, h, {}, stream_of(ctx));
+    }
+#endif
     coeffs_.assign(segments.empty() ? 1 : segments.size(), 1.f);
     (kernel_ == Kernel::Cpu ? lamb_cpu : lamb_ref)(master.data(), state(0), state(1), grad, working, n_, segments, h,
                                                     coeffs_);
@@ -162,6 +236,10 @@ class Lamb final : public Base {
  private:
   std::vector<std::string> state_names() const override { return {"exp_avg", "exp_avg_sq"}; }
   std::vector<float> coeffs_;
+#if DS_OPTIM_HAVE_CUDA
+  std::unique_ptr<cuda::LambPlan> plan_;
+  std::vector<Segment> plan_segments_;
+#endif
 };
 
 void check_range(bool ok, const char* key, double v, const char* want) {

@@ -52,6 +52,11 @@ class Communicator {
 
   virtual void broadcast(TensorView buf, int root) = 0;
   virtual void barrier() = 0;
+
+  // Device backends (NcclComm): each operation first waits for the work enqueued so far on
+  // this cudaStream_t (void* keeps CUDA headers out), so buffers produced there are complete.
+  // Host backends ignore it.
+  virtual void set_compute_stream(void* /*stream*/) {}
 };
 
 }  // namespace ds

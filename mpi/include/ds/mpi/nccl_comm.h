@@ -32,7 +32,7 @@ class NcclComm final : public Communicator {
   std::string_view backend() const override { return "nccl"; }
 
   // A cudaStream_t (void* keeps CUDA headers out of this header); nullptr = legacy default stream.
-  void set_compute_stream(void* stream);
+  void set_compute_stream(void* stream) override;
   void* stream() const;  // the communicator's own cudaStream_t
 
   void all_reduce(TensorView buf, ReduceOp op) override;

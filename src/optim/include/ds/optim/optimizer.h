@@ -32,6 +32,7 @@ struct StepContext {
   std::int64_t step = 1;      // 1-based count of successful steps, including this one
   double grad_scale = 1.0;    // multiply each gradient by this first (1/loss_scale x clip coefficient)
   std::optional<std::array<double, 2>> betas;  // scheduler override (OneCycle); Adam/AdamW/Lamb only
+  void* stream = nullptr;     // Kernel::Cuda: the cudaStream_t to enqueue on (nullptr: legacy default)
 };
 
 class Optimizer {
@@ -51,12 +52,21 @@ class Optimizer {
   virtual std::vector<std::pair<std::string, std::span<float>>> state_tensors() = 0;
   // Lamb only: the trust ratios of the last step, one per segment (empty for the others).
   virtual std::span<const float> last_lamb_coeffs() const { return {}; }
+  // Kernel::Cuda keeps its state on the device: state_tensors() then returns HOST copies that
+  // are current only after download_state() (synchronous), and upload_state() copies them
+  // back to the device (checkpoint load). No-ops for the CPU kernels.
+  virtual void download_state() {}
+  virtual void upload_state() {}
 };
 
-enum class Kernel { Cpu, Ref };
+// Cpu: the fast CPU kernels; Ref: the plain references; Cuda: the CUDA kernels of
+// ds/optim/cuda_kernels.h (only when built with CUDA: DS_OPTIM_HAVE_CUDA), with step()'s
+// master, grad and working on the current device and ctx.stream as the stream. Lamb's trust
+// ratios stay on the device there (last_lamb_coeffs() is empty).
+enum class Kernel { Cpu, Ref, Cuda };
 
-// The fast CPU kernels (Kernel::Cpu) or the plain references (Kernel::Ref). Validates the
-// hyperparameters (errors name optimizer.params.<key>); unknown type names optimizer.type.
+// Validates the hyperparameters (errors name optimizer.params.<key>); unknown type names
+// optimizer.type; Kernel::Cuda in a build without CUDA throws.
 std::unique_ptr<Optimizer> make_optimizer(const config::OptimizerConfig& cfg, Kernel kernel = Kernel::Cpu);
 
 }  // namespace ds::optim
