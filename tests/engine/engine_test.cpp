@@ -5,6 +5,7 @@
 #include <sys/mman.h>
 
 #include <cmath>
+#include <cstdlib>
 #include <filesystem>
 #include <fstream>
 #include <sstream>
@@ -640,6 +641,43 @@ TEST(Engine, BadConfigsFailAtInitialize) {
   EXPECT_THROW(ds::initialize(parse(c), model, g_world), ds::Error);
   // The same error from a file path, unchanged.
   EXPECT_THROW(ds::initialize(std::string("/nonexistent/ds.json"), model, g_world), ds::Error);
+}
+
+// A module that says it runs on a CUDA device (the GPU path, tests/cuda/test_cuda_engine.cpp)
+// where no GPU can be used: one clear error at initialize, naming what is missing.
+class CudaClaimingMlp : public ds::test::TestMlp {
+ public:
+  using TestMlp::TestMlp;
+  ds::Device device() const override { return ds::Device::Cuda; }
+};
+
+TEST(Engine, CudaModuleWithoutAGpuIsAClearError) {
+  ::setenv("CUDA_VISIBLE_DEVICES", "", 1);  // hide any GPU (this process uses CUDA nowhere else)
+  CudaClaimingMlp model(kD, kH);
+  try {
+    ds::initialize(parse(base_config(2, 1)), model, self());
+    ADD_FAILURE() << "a CUDA module trained without a GPU";
+  } catch (const ds::Error& e) {
+    // Built with CUDA: the device allocation fails and says so; without: "built without CUDA".
+    EXPECT_NE(std::string(e.what()).find("CUDA"), std::string::npos) << e.what();
+  }
+  if (W() > 1) {  // several ranks and no NCCL communicator given
+    try {
+      ds::initialize(parse(base_config(2, 1)), model, g_world);
+      ADD_FAILURE() << "a CUDA module on " << W() << " ranks started without an NCCL communicator";
+    } catch (const ds::Error& e) {
+      EXPECT_NE(std::string(e.what()).find("NCCL"), std::string::npos) << e.what();
+    }
+  }
+  CudaClaimingMlp m2(kD, kH);
+  auto c = base_config(2, 1);
+  c["zero_optimization"] = {{"stage", 2}};
+  try {
+    ds::initialize(parse(c), m2, self());
+    ADD_FAILURE() << "ZeRO-2 accepted on the GPU path";
+  } catch (const ds::Error& e) {
+    EXPECT_NE(std::string(e.what()).find("zero_optimization.stage"), std::string::npos) << e.what();
+  }
 }
 
 int main(int argc, char** argv) {

@@ -12,6 +12,8 @@
 #include "ds/core/half.h"
 #include "ds/core/log.h"
 #include "ds/engine/monitor.h"
+#include "device_store.h"
+#include "ds/mpi/comm_factory.h"
 #include "ds/mpi/init.h"
 #include "ds/optim/optimizer.h"
 #include "ds/precision/grad_stats.h"
@@ -68,23 +70,28 @@ void zero_range(const engine::PagedBuffer& b, DType t, std::size_t begin, std::s
 // initialize
 // ----------------------------------------------------------------------------------------
 
-InitResult initialize(config::DsConfig cfg, Module& module, std::shared_ptr<Communicator> comm) {
+InitResult initialize(config::DsConfig cfg, Module& module, std::shared_ptr<Communicator> comm,
+                      std::shared_ptr<Communicator> device_comm) {
   std::shared_ptr<void> keepalive;
   if (!comm) {
     auto ctx = std::make_shared<DistributedContext>(init_distributed());
     comm = ctx->comm;
+    if (!device_comm && module.device() == Device::Cuda && ctx->world_size > 1)
+      device_comm = make_communicator(*ctx, "nccl");
     keepalive = ctx;
   }
   InitResult r;
-  r.engine = std::make_unique<Engine>(std::move(cfg), module, std::move(comm), std::move(keepalive));
+  r.engine = std::make_unique<Engine>(std::move(cfg), module, std::move(comm), std::move(keepalive),
+                                      std::move(device_comm));
   r.optimizer = r.engine->optimizer();
   r.lr_scheduler = r.engine->lr_scheduler();
   return r;
 }
 
-InitResult initialize(const std::string& config, Module& module, std::shared_ptr<Communicator> comm) {
+InitResult initialize(const std::string& config, Module& module, std::shared_ptr<Communicator> comm,
+                      std::shared_ptr<Communicator> device_comm) {
   std::vector<std::string> warnings;
-  return initialize(config::load_config(config, &warnings), module, std::move(comm));
+  return initialize(config::load_config(config, &warnings), module, std::move(comm), std::move(device_comm));
 }
 
 // ----------------------------------------------------------------------------------------
@@ -92,13 +99,27 @@ InitResult initialize(const std::string& config, Module& module, std::shared_ptr
 // ----------------------------------------------------------------------------------------
 
 Engine::Engine(config::DsConfig cfg, Module& module, std::shared_ptr<Communicator> comm,
-               std::shared_ptr<void> dist_keepalive)
-    : cfg_(std::move(cfg)), module_(&module), comm_(std::move(comm)), dist_keepalive_(std::move(dist_keepalive)) {
+               std::shared_ptr<void> dist_keepalive, std::shared_ptr<Communicator> device_comm)
+    : cfg_(std::move(cfg)), module_(&module), comm_(std::move(comm)), dist_keepalive_(std::move(dist_keepalive)),
+      device_comm_(std::move(device_comm)), device_(module.device()) {
   DS_CHECK(comm_ != nullptr, "ds::Engine needs a communicator");
   rank_ = comm_->rank();
   world_ = comm_->size();
   config::resolve_batch_sizes(cfg_, world_);
   validate_config();
+  if (on_device()) {
+    // The GPU path (docs/GPU.md): ZeRO 0/1, gradients reduced in the working dtype over NCCL.
+    DS_CHECK(cfg_.zero_optimization.stage <= 1,
+             cfg_.source << ": zero_optimization.stage " << cfg_.zero_optimization.stage
+                         << " is not implemented on the GPU path (stages 0 and 1 are); use stage 0 or 1");
+    DS_CHECK(comm_dtype_ == wdtype_,
+             cfg_.source << ": communication_data_type " << dtype_name(comm_dtype_) << " differs from the working dtype "
+                         << dtype_name(wdtype_) << "; the GPU path reduces gradients in the working dtype (remove the key)");
+    DS_CHECK(world_ == 1 || (device_comm_ && device_comm_->size() == world_),
+             "the module runs on a CUDA device and the job has " << world_ << " ranks: gradients need an NCCL "
+             "communicator of the same ranks (ds::initialize(cfg, model, comm, make_communicator(ctx, \"nccl\")))");
+    if (device_comm_) device_comm_->set_compute_stream(module_->device_stream());
+  }
 
   // ---- layout ----
   const auto infos = module_->parameters();
@@ -114,7 +135,8 @@ Engine::Engine(config::DsConfig cfg, Module& module, std::shared_ptr<Communicato
   params_ = HostBuffer(map_.padded_numel, wdtype_);
   // Gradients: address space for the whole flat space; the pages that stay resident (all of
   // them, or at stage 2 this rank's slice) are touched once here (docs/ENGINE.md "Stage 2").
-  grads_ = engine::PagedBuffer(map_.padded_numel, wdtype_);
+  // A CUDA module's gradients live on the device only.
+  if (!on_device()) grads_ = engine::PagedBuffer(map_.padded_numel, wdtype_);
   release_grads_ = map_.stage == 2 && world_ > 1;
   keep_lo_ = 0;
   keep_hi_ = grads_.mapped_bytes();
@@ -124,9 +146,12 @@ Engine::Engine(config::DsConfig cfg, Module& module, std::shared_ptr<Communicato
     keep_hi_ = std::min(grads_.mapped_bytes(), ((slice_.offset + slice_.count) * es + ps - 1) / ps * ps);
     max_in_flight_ = 2;  // DeepSpeed's two ipg buffers: one filling, one reducing
   }
-  grads_.touch(keep_lo_, keep_hi_);
+  if (!on_device()) grads_.touch(keep_lo_, keep_hi_);
   master_ = HostBuffer(slice_.count, DType::F32);
-  if (map_.stage >= 1 && world_ > 1) {
+  if (on_device()) dev_ = std::make_unique<engine::DeviceStore>(map_.padded_numel, wdtype_, slice_.count, module_->device_stream());
+  if (map_.stage >= 1 && world_ > 1 && on_device()) {
+    gather_chunk_ = map_.partition_numel;  // NCCL gathers the whole partition in place
+  } else if (map_.stage >= 1 && world_ > 1) {
     const std::size_t per_rank = std::size_t(std::max<std::int64_t>(1, cfg_.zero_optimization.allgather_bucket_size / world_));
     gather_chunk_ = std::min(per_rank, map_.partition_numel);
     if (gather_chunk_ < map_.partition_numel) gather_recv_ = HostBuffer(gather_chunk_ * std::size_t(world_), wdtype_);
@@ -144,17 +169,18 @@ Engine::Engine(config::DsConfig cfg, Module& module, std::shared_ptr<Communicato
     std::memcpy(master_.data(), s + slice_.offset, slice_.count * sizeof(float));
     convert(s, DType::F32, params_.data(), wdtype_, map_.padded_numel);
   }
+  if (on_device()) dev_->upload(params_, master_);
 
   // ---- bind the module's views ----
   for (const auto& p : map_.params) {
-    param_views_.push_back(sub_view(params_, wdtype_, p.offset, p.numel));
-    grad_views_.push_back(sub_view(grads_, wdtype_, p.offset, p.numel));
+    param_views_.push_back(param_range(p.offset, p.numel));
+    grad_views_.push_back(grad_range(p.offset, p.numel));
   }
   module_->bind(param_views_, grad_views_);
 
   // ---- optimizer, scaler, scheduler ----
   const config::OptimizerConfig ocfg = cfg_.optimizer.value_or(config::OptimizerConfig{});
-  optimizer_ = optim::make_optimizer(ocfg);
+  optimizer_ = optim::make_optimizer(ocfg, on_device() ? optim::Kernel::Cuda : optim::Kernel::Cpu);
   optimizer_->init_state(map_.stage >= 1 ? slice_.real_count : map_.total_numel);
   if (cfg_.fp16.enabled) {
     precision::LossScalerConfig sc;
@@ -185,7 +211,8 @@ Engine::Engine(config::DsConfig cfg, Module& module, std::shared_ptr<Communicato
     }
     // Stage 2 keeps the accumulated partition inside the reduced buffer, so a pre-scale
     // would rescale it again every micro-step: apply the whole factor after the reduction.
-    if (map_.stage == 2) {
+    // The GPU path does the same (the optimizer kernel applies it as part of grad_scale).
+    if (map_.stage == 2 || on_device()) {
       post_factor_ *= pre_factor_;
       pre_factor_ = 1.0;
     }
@@ -209,7 +236,7 @@ Engine::Engine(config::DsConfig cfg, Module& module, std::shared_ptr<Communicato
   if (cfg_.csv_monitor.enabled && rank_ == 0)
     csv_ = std::make_unique<engine::CsvMonitor>(cfg_.csv_monitor.output_path, cfg_.csv_monitor.job_name);
 
-  DS_INFO("dstrain engine: " << map_.params.size() << " parameter tensors, " << map_.total_numel
+  DS_INFO("dstrain engine: " << (on_device() ? "CUDA device, " : "") << map_.params.size() << " parameter tensors, " << map_.total_numel
           << " parameters, ZeRO stage " << map_.stage << ", " << dtype_name(wdtype_) << " working / "
           << dtype_name(comm_dtype_) << " communication, world size " << world_ << ", micro batch "
           << cfg_.train_micro_batch_size_per_gpu << " x gas " << cfg_.gradient_accumulation_steps
@@ -422,14 +449,14 @@ void Engine::launch_bucket(std::size_t k) {
     timers_.stop("bucket_wait");
   }
   const std::size_t n = b.end - b.begin;
-  TensorView g = sub_view(grads_, wdtype_, b.begin, n);
+  TensorView g = grad_range(b.begin, n);
   TensorView wire = g;
   if (comm_buf_.bytes() > 0) {
     wire = sub_view(comm_buf_, comm_dtype_, b.wire, n);
     convert(g.data, wdtype_, wire.data, comm_dtype_, n);
   }
-  scale_in_place(wire, float(pre_factor_));
-  b.work = comm_->iall_reduce(wire, ReduceOp::Sum);
+  if (!on_device()) scale_in_place(wire, float(pre_factor_));  // the GPU path has pre_factor_ 1
+  b.work = grad_comm().iall_reduce(wire, ReduceOp::Sum);
   b.launched = true;
   if (release_grads_) populate_bucket(k + 1);  // the bucket backward is writing now
 }
@@ -494,6 +521,7 @@ void Engine::launch_all_and_wait() {
 }
 
 void Engine::zero_grads() {
+  if (on_device()) return dev_->zero_grads();
   if (release_grads_) {  // normally nothing outside the partition is resident here
     grads_.release(0, keep_lo_);
     grads_.release(keep_hi_, grads_.mapped_bytes());
@@ -533,7 +561,8 @@ void Engine::boundary_step() {
   const bool partitioned = map_.stage >= 1;
   const std::size_t g_off = partitioned ? slice_.offset : 0;
   const std::size_t g_cnt = partitioned ? slice_.real_count : map_.total_numel;
-  const precision::GradStats st = precision::grad_stats(sub_view(grads_, wdtype_, g_off, g_cnt), 1.0);
+  const precision::GradStats st =
+      on_device() ? dev_->grad_stats(g_off, g_cnt) : precision::grad_stats(sub_view(grads_, wdtype_, g_off, g_cnt), 1.0);
   double red[4] = {st.has_inf_or_nan ? 0.0 : st.sum_of_squares, st.has_inf_or_nan ? 1.0 : 0.0,
                    cycle_loss_nonfinite_ ? 1.0 : 0.0, cycle_losses_ > 0 ? cycle_loss_sum_ / cycle_losses_ : 0.0};
   if (world_ > 1) comm_->all_reduce(TensorView{red, 4, DType::F64}, ReduceOp::Sum);
@@ -582,8 +611,9 @@ void Engine::boundary_step() {
     ctx.betas = scheduler_->betas();
     const std::size_t n = partitioned ? slice_.real_count : map_.total_numel;
     if (n > 0) {
-      optimizer_->step(std::span<float>(master_.as<float>(), n), sub_view(grads_, wdtype_, g_off, n),
-                       sub_view(params_, wdtype_, g_off, n), optim_segments_, ctx);
+      float* master = on_device() ? dev_->master() : master_.as<float>();
+      if (on_device()) ctx.stream = dev_->stream();
+      optimizer_->step(std::span<float>(master, n), grad_range(g_off, n), param_range(g_off, n), optim_segments_, ctx);
     }
     // 4. ZeRO: every rank gets every updated slice.
     if (partitioned && world_ > 1) allgather_params();
@@ -607,12 +637,12 @@ void Engine::allgather_params() {
   // Updated working params of each slice -> every rank, allgather_bucket_size elements per
   // collective (gather_chunk_ per rank).
   const std::size_t S = map_.partition_numel, W = std::size_t(world_), es = dtype_size(wdtype_);
-  char* base = static_cast<char*>(params_.data());
+  char* base = static_cast<char*>(param_range(0, 0).data);
   for (std::size_t c = 0; c < S; c += gather_chunk_) {
     const std::size_t k = std::min(gather_chunk_, S - c);
     TensorView send{base + (slice_.offset + c) * es, k, wdtype_};
-    if (gather_chunk_ == S) {
-      comm_->all_gather(send, TensorView{base, S * W, wdtype_});  // in place: send is block rank
+    if (gather_chunk_ == S) {  // always on the GPU path
+      grad_comm().all_gather(send, TensorView{base, S * W, wdtype_});  // in place: send is block rank
     } else {
       char* rb = static_cast<char*>(gather_recv_.data());
       comm_->all_gather(send, TensorView{rb, k * W, wdtype_});
@@ -669,7 +699,9 @@ double Engine::get_lr() const { return scheduler_->lr(); }
 engine::ModelStateBytes Engine::memory_report() const {
   engine::ModelStateBytes b;
   b.params = params_.bytes();
-  if (release_grads_) {
+  if (on_device()) {
+    b.grads = map_.padded_numel * dtype_size(wdtype_);  // on the device, as params and master
+  } else if (release_grads_) {
     const GradientMemory g = gradient_memory();
     b.grads = g.partition;
     b.grad_buckets = g.peak_resident > g.partition ? g.peak_resident - g.partition : 0;
@@ -695,8 +727,34 @@ Engine::GradientMemory Engine::gradient_memory() const {
 
 std::vector<float> Engine::gather_params_fp32() const {
   std::vector<float> out(map_.total_numel);
+  if (on_device()) {
+    HostBuffer p(map_.padded_numel, wdtype_), m(slice_.count, DType::F32);
+    dev_->download(p, m);
+    convert(p.data(), wdtype_, out.data(), DType::F32, map_.total_numel);
+    return out;
+  }
   convert(params_.data(), wdtype_, out.data(), DType::F32, map_.total_numel);
   return out;
+}
+
+TensorView Engine::param_range(std::size_t offset, std::size_t count) const {
+  return on_device() ? dev_->params(offset, count) : sub_view(params_, wdtype_, offset, count);
+}
+
+TensorView Engine::grad_range(std::size_t offset, std::size_t count) const {
+  return on_device() ? dev_->grads(offset, count) : sub_view(grads_, wdtype_, offset, count);
+}
+
+void Engine::device_to_host() {
+  if (!on_device()) return;
+  dev_->download(params_, master_);
+  optimizer_->download_state();
+}
+
+void Engine::host_to_device(bool with_optimizer_state) {
+  if (!on_device()) return;
+  dev_->upload(params_, master_);
+  if (with_optimizer_state) optimizer_->upload_state();
 }
 
 }  // namespace ds

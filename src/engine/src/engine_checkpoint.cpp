@@ -133,6 +133,7 @@ struct EngineCheckpointAccess {
     if (e.micro_steps_ % e.cfg_.gradient_accumulation_steps != 0) {
       DS_WARN("save_checkpoint in the middle of a gradient accumulation cycle: the partial gradients are not saved");
     }
+    e.device_to_host();  // GPU path: the host staging copies are what gets written
     io::CheckpointContent c = content(e, client_state);
     const io::SaveOptions o = options(e, save_latest);
     if (!e.cfg_.checkpoint.async_save) {
@@ -282,6 +283,7 @@ struct EngineCheckpointAccess {
         e.scaler_.set_state(st);
       }
     }
+    e.host_to_device(load_opt);  // GPU path: the loaded values go to the device
     e.zero_grads();
     e.cycle_loss_sum_ = 0;
     e.cycle_losses_ = 0;

@@ -35,7 +35,7 @@ namespace ds::sched { class LrScheduler; }
 
 namespace ds {
 
-namespace engine { class CsvMonitor; }
+namespace engine { class CsvMonitor; class DeviceStore; }
 
 // Engine::load_checkpoint options (DeepSpeed's keyword arguments).
 struct LoadOptions {
@@ -50,8 +50,12 @@ class Engine {
   using LoadOptions = ds::LoadOptions;
 
   // Use ds::initialize(); this constructor does the work. `module` must outlive the engine.
+  // comm (MPI, host memory) carries the engine's control traffic, checkpoints and, for CPU
+  // modules, the gradients. For a CUDA module (module.device() == Device::Cuda) the
+  // gradients and ZeRO's parameter gathers go over device_comm (NCCL), which is required
+  // when comm has more than one rank.
   Engine(config::DsConfig cfg, Module& module, std::shared_ptr<Communicator> comm,
-         std::shared_ptr<void> dist_keepalive = nullptr);
+         std::shared_ptr<void> dist_keepalive = nullptr, std::shared_ptr<Communicator> device_comm = nullptr);
   ~Engine();
   Engine(const Engine&) = delete;
   Engine& operator=(const Engine&) = delete;
@@ -95,6 +99,7 @@ class Engine {
   std::int64_t gradient_accumulation_steps() const { return cfg_.gradient_accumulation_steps; }
   const config::DsConfig& config() const { return cfg_; }
   Communicator& comm() const { return *comm_; }
+  Device device() const { return device_; }  // where the flat storage and the step live
   std::shared_ptr<Communicator> comm_ptr() const { return comm_; }
   int zero_stage() const { return map_.stage; }
   DType working_dtype() const { return wdtype_; }
@@ -152,12 +157,25 @@ class Engine {
   void boundary_step();
   void allgather_params();
   void report_progress(bool overflow, double loss, double step_ms);
+  bool on_device() const { return device_ == Device::Cuda; }
+  // The communicator gradients and parameter gathers use: device_comm_ for a CUDA module.
+  Communicator& grad_comm() const { return on_device() ? *device_comm_ : *comm_; }
+  // Working params / gradients [offset, offset + count) where they live (host or device).
+  TensorView param_range(std::size_t offset, std::size_t count) const;
+  TensorView grad_range(std::size_t offset, std::size_t count) const;
+  // CUDA module: device -> host staging copies (params_, master_, optimizer state) before a
+  // save, and back after a load (the optimizer state only when it was loaded). No-ops on
+  // the CPU path.
+  void device_to_host();
+  void host_to_device(bool with_optimizer_state);
 
   // ---- configuration ----
   config::DsConfig cfg_;                    // resolved (batch sizes filled for world_)
   Module* module_ = nullptr;
   std::shared_ptr<Communicator> comm_;      // data-parallel group (all ranks)
   std::shared_ptr<void> dist_keepalive_;    // the distributed context when initialize made it
+  std::shared_ptr<Communicator> device_comm_;  // NCCL group for a CUDA module's gradients (world > 1)
+  Device device_ = Device::Cpu;             // module.device()
   int rank_ = 0, world_ = 1;
   DType wdtype_ = DType::F32;               // working params and grads: F32 | F16 | BF16
   DType comm_dtype_ = DType::F32;           // communication_data_type (default: wdtype_)
@@ -188,6 +206,9 @@ class Engine {
   std::size_t gather_chunk_ = 0;  // elements per rank per all-gather (allgather_bucket_size / W)
   HostBuffer master_;    // slice_.count x F32: fp32 master of this rank's slice; element j
                          // is global flat element slice_.offset + j
+  // CUDA module: params, grads and master on the device (grads_ is then left empty, and
+  // params_ / master_ are staging copies for initial values and checkpoints).
+  std::unique_ptr<engine::DeviceStore> dev_;
   std::vector<TensorView> param_views_, grad_views_;  // what the module was bound to
 
   // ---- optimizer, scaler, scheduler ----
@@ -236,7 +257,11 @@ struct InitResult {
 // config: a path to ds_config.json or the JSON text itself. comm: the data-parallel group;
 // nullptr initializes MPI (ds::init_distributed) and uses COMM_WORLD. Batch sizes are
 // resolved for comm->size(); config errors surface unchanged as ds::Error.
-InitResult initialize(const std::string& config, Module& module, std::shared_ptr<Communicator> comm = nullptr);
-InitResult initialize(config::DsConfig config, Module& module, std::shared_ptr<Communicator> comm = nullptr);
+// device_comm: see Engine's constructor (NCCL, for a CUDA module on more than one rank;
+// nullptr with comm == nullptr: initialize makes it when the module is a CUDA one).
+InitResult initialize(const std::string& config, Module& module, std::shared_ptr<Communicator> comm = nullptr,
+                      std::shared_ptr<Communicator> device_comm = nullptr);
+InitResult initialize(config::DsConfig config, Module& module, std::shared_ptr<Communicator> comm = nullptr,
+                      std::shared_ptr<Communicator> device_comm = nullptr);
 
 }  // namespace ds
