@@ -69,6 +69,9 @@ ParseResult parse_options(int argc, const char* const* argv) {
       ->check(CLI::Range(std::int64_t{0}, std::int64_t{1} << 20));
   app.add_option("--progress", o.progress, "auto (bar on a terminal), bar, or lines")
       ->check(CLI::IsMember({"auto", "bar", "lines"}));
+  app.add_option("--device", o.device,
+                 "cpu, cuda (one GPU per rank, by local rank) or auto (cuda when a GPU is visible; default)")
+      ->check(CLI::IsMember({"auto", "cpu", "cuda"}));
 
   ParseResult r;
   try {

@@ -36,6 +36,10 @@ struct TrainOptions {
   std::string loss_csv;              // rank 0 writes step,loss,lr,... per optimizer step
   std::int64_t sample_tokens = 200;  // bytes generated at the end (0: no sample)
   std::string progress = "auto";     // auto | bar | lines
+
+  // Where the model trains: cpu, cuda (one GPU per rank, from the local rank), or auto (cuda
+  // when dstrain was built with CUDA and a GPU is visible, else cpu).
+  std::string device = "auto";
 };
 
 // Result of parsing: either options, or the text to print and the exit code (--help: text

@@ -25,8 +25,15 @@
 #include "ds/engine/args.h"
 #include "ds/engine/engine.h"
 #include "ds/io/state_value.h"
+#include "ds/mpi/comm_factory.h"
 #include "ds/nn/gpt.h"
 #include "ds/nn/mlp.h"
+#if DS_NN_HAVE_CUDA
+#include <cuda_runtime.h>
+
+#include "ds/core/cuda_check.h"
+#include "ds/nn/gpt_cuda.h"
+#endif
 #include "model_spec.h"
 #include "report.h"
 
@@ -46,7 +53,11 @@ struct Job {
   std::uint64_t seed = kDefaultSeed;
   data::TextDataset train_data, val_data;
   std::unique_ptr<Module> model;
-  nn::Gpt* gpt = nullptr;  // == model.get() for --model gpt
+  nn::Gpt* gpt = nullptr;  // == model.get() for --model gpt on the CPU
+#if DS_NN_HAVE_CUDA
+  nn::GptCuda* gpt_cuda = nullptr;  // == model.get() for --model gpt on a GPU
+#endif
+  bool on_gpu = false;
   std::int64_t steps_per_epoch = 0;  // optimizer steps per epoch of the training split
   std::int64_t total_steps = 0;      // the run ends after this global step
   std::int64_t eval_interval = 0;
@@ -55,11 +66,56 @@ struct Job {
   double flops_per_token = 0;
   std::string identity;  // what ranks must agree on (see job_fingerprint)
   std::uint64_t data_hash = 0;
+
+  bool model_generates() const {
+#if DS_NN_HAVE_CUDA
+    if (gpt_cuda) return true;
+#endif
+    return gpt != nullptr;
+  }
+  std::vector<std::int32_t> generate(std::span<const std::int32_t> prompt, int n, float temperature,
+                                     std::uint64_t seed) {
+#if DS_NN_HAVE_CUDA
+    if (gpt_cuda) return gpt_cuda->generate(prompt, n, temperature, seed);
+#endif
+    return gpt->generate(prompt, n, temperature, seed);
+  }
 };
 
 void JobDeleter::operator()(Job* j) const { delete j; }
 
 namespace {
+// --device: auto picks cuda when this build has the GPU model and a GPU is visible.
+bool use_gpu(const std::string& device, const DistributedContext& dist) {
+  if (device == "cpu") return false;
+#if DS_NN_HAVE_CUDA
+  int count = 0;
+  const cudaError_t rc = cudaGetDeviceCount(&count);
+  if (rc != cudaSuccess) cudaGetLastError();  // no driver: leave no sticky error behind
+  const bool visible = rc == cudaSuccess && count > 0;
+  if (device == "cuda") {
+    DS_CHECK(visible, "--device cuda: no CUDA device is visible ("
+                          << (rc != cudaSuccess ? cudaGetErrorString(rc) : "0 devices") << ")");
+    DS_CHECK(dist.device < count, "--device cuda: this rank's device " << dist.device << " (local rank "
+                                  << dist.local_rank << ") does not exist: " << count << " visible");
+  }
+  return visible && dist.device < count;
+#else
+  (void)dist;
+  DS_CHECK(device != "cuda", "--device cuda: this train was built without CUDA (DS_WITH_CUDA)");
+  return false;
+#endif
+}
+
+std::string gpu_name(int device) {
+#if DS_NN_HAVE_CUDA
+  cudaDeviceProp prop{};
+  if (cudaGetDeviceProperties(&prop, device) == cudaSuccess)
+    return "cuda:" + std::to_string(device) + " (" + prop.name + ")";
+#endif
+  return "cuda:" + std::to_string(device);
+}
+
 // FNV-1a, 64 bit.
 std::uint64_t fnv1a(const void* data, std::size_t n, std::uint64_t h = 1469598103934665603ull) {
   const auto* p = static_cast<const unsigned char*>(data);
@@ -230,12 +286,14 @@ JobPtr prepare(const TrainOptions& opts, const DistributedContext& dist) {
   j.eval_iters = opts.eval_iters.value_or(kDefaultEvalIters);
   j.eval_interval = opts.eval_interval.value_or(std::max<std::int64_t>(1, j.total_steps / 5));
 
+  j.on_gpu = use_gpu(opts.device, dist);
+
   // What all ranks must share: checked by main() before the first collective, because
   // collectives over differently sized models corrupt memory instead of failing cleanly.
   {
     std::ostringstream id;
     id << config::to_json(j.cfg).dump() << '|' << j.spec.describe() << '|' << j.total_steps << '|' << j.eval_interval
-       << '|' << j.eval_iters << '|' << j.train_data.size() << '|' << j.val_data.size() << '|' << opts.load_dir.empty();
+       << '|' << j.eval_iters << '|' << j.train_data.size() << '|' << j.val_data.size() << '|' << opts.load_dir.empty() << '|' << (j.on_gpu ? "cuda" : "cpu");
     j.identity = id.str();
     const auto t = all.tokens();
     j.data_hash = fnv1a(t.data(), t.size_bytes());
@@ -244,6 +302,8 @@ JobPtr prepare(const TrainOptions& opts, const DistributedContext& dist) {
   // Progress bar only on a terminal (rank 0's stdout; run() shares rank 0's verdict).
   j.bar = dist.rank == 0 && (opts.progress == "bar" || (opts.progress == "auto" && stdout_is_terminal()));
 
+  if (j.on_gpu && j.spec.type != "gpt")
+    DS_THROW("--model " << j.spec.type << " runs on the CPU only; add --device cpu (the GPU path has the GPT)");
   if (j.spec.type == "gpt") {
     nn::GptConfig g;
     g.n_layer = j.spec.n_layer;
@@ -251,10 +311,21 @@ JobPtr prepare(const TrainOptions& opts, const DistributedContext& dist) {
     g.n_embd = j.spec.n_embd;
     g.block_size = j.spec.block_size;
     g.vocab_size = j.spec.vocab_size;
-    auto gpt = std::make_unique<nn::Gpt>(g);
-    j.gpt = gpt.get();
-    j.flops_per_token = gpt->flops_per_token();
-    j.model = std::move(gpt);
+#if DS_NN_HAVE_CUDA
+    if (j.on_gpu) {
+      DS_CUDA_CHECK(cudaSetDevice(dist.device));
+      auto gpt = std::make_unique<nn::GptCuda>(g);
+      j.gpt_cuda = gpt.get();
+      j.flops_per_token = gpt->flops_per_token();
+      j.model = std::move(gpt);
+    }
+#endif
+    if (!j.on_gpu) {
+      auto gpt = std::make_unique<nn::Gpt>(g);
+      j.gpt = gpt.get();
+      j.flops_per_token = gpt->flops_per_token();
+      j.model = std::move(gpt);
+    }
   } else {
     nn::MlpConfig m;
     m.in_features = j.spec.block_size * j.spec.vocab_size;
@@ -270,7 +341,7 @@ JobPtr prepare(const TrainOptions& opts, const DistributedContext& dist) {
   return job;
 }
 
-void run(Job& j, const DistributedContext& dist) {
+void run(Job& j, DistributedContext& dist) {
   const bool rank0 = dist.rank == 0;
   const std::int64_t seq = j.spec.block_size;
   const std::int64_t gas = j.cfg.gradient_accumulation_steps;
@@ -283,7 +354,11 @@ void run(Job& j, const DistributedContext& dist) {
   comm.broadcast(TensorView{&bar_flag, 1, DType::I32}, 0);
   if (bar_flag) j.cfg.steps_per_print.reset();
 
-  auto init = ds::initialize(j.cfg, *j.model, dist.comm);
+  // The GPU path reduces gradients over NCCL (one communicator of the same ranks).
+  std::shared_ptr<Communicator> device_comm;
+  if (j.on_gpu && dist.world_size > 1) device_comm = make_communicator(dist, "nccl");
+  if (rank0 && j.on_gpu) std::printf("[train] device: %s\n", gpu_name(dist.device).c_str());
+  auto init = ds::initialize(j.cfg, *j.model, dist.comm, device_comm);
   Engine& engine = *init.engine;
 
   data::Loader train_loader(j.train_data, seq,
@@ -442,13 +517,13 @@ void run(Job& j, const DistributedContext& dist) {
   rep.finish_bar();
 
   // A short sample from the trained GPT (rank 0 only; no communication).
-  if (rank0 && j.gpt && j.opts.sample_tokens > 0) {
+  if (rank0 && j.model_generates() && j.opts.sample_tokens > 0) {
     const data::TextDataset& src = j.val_data.size() > 0 ? j.val_data : j.train_data;
     const auto toks = src.tokens();
     const std::size_t plen = std::min<std::size_t>({toks.size(), 32, std::size_t(seq)});
     std::vector<std::int32_t> prompt(toks.begin(), toks.begin() + std::ptrdiff_t(plen));
     const std::uint64_t sample_seed = rng();
-    auto out = j.gpt->generate(prompt, int(j.opts.sample_tokens), 0.8f, sample_seed);
+    auto out = j.generate(prompt, int(j.opts.sample_tokens), 0.8f, sample_seed);
     std::string text;
     for (auto t : prompt) text.push_back(char(t));
     std::string gen;

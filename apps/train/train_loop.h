@@ -26,6 +26,6 @@ JobPtr prepare(const TrainOptions& opts, const DistributedContext& dist);
 // hashed; and the same in words for the error message when ranks disagree.
 std::uint64_t job_fingerprint(const Job& job);
 std::string job_summary(const Job& job);
-void run(Job& job, const DistributedContext& dist);
+void run(Job& job, DistributedContext& dist);
 
 }  // namespace ds::train

@@ -33,6 +33,17 @@ TEST(TrainOptions, ConfigAndRunFlags) {
   EXPECT_EQ(r.options->eval_interval, 5);
 }
 
+TEST(TrainOptions, Device) {
+  auto def = parse({"--config", "c.json"});
+  ASSERT_TRUE(def.options) << def.message;
+  EXPECT_EQ(def.options->device, "auto");
+  for (const char* d : {"cpu", "cuda", "auto"}) {
+    auto r = parse({"--config", "c.json", "--device", d});
+    ASSERT_TRUE(r.options) << r.message;
+    EXPECT_EQ(r.options->device, d);
+  }
+}
+
 TEST(TrainOptions, DeepSpeedForms) {
   auto r = parse({"--local_rank=0", "--deepspeed", "--deepspeed_config", "ds.json"});
   ASSERT_TRUE(r.options) << r.message;
@@ -62,6 +73,8 @@ TEST(TrainOptions, Errors) {
   EXPECT_FALSE(parse({"--config", "c", "--steps", "0"}).options);
   EXPECT_FALSE(parse({"--config", "c", "--steps", "x"}).options);
   EXPECT_FALSE(parse({"--config", "c", "--model", "rnn"}).options);
+
+  EXPECT_FALSE(parse({"--config", "c", "--device", "gpu"}).options);  // cpu | cuda | auto
 
   auto help = parse({"--help"});
   EXPECT_FALSE(help.options);

@@ -23,6 +23,9 @@ expect_error missing_data 'no_such_file.txt' 2 --config "$CONFIGS/default.json" 
 expect_error steps_and_epochs 'epochs' 1 --config "$CONFIGS/default.json" --steps 3 --epochs 1
 expect_error bad_heads 'n_head' 1 --config "$CONFIGS/default.json" --n_embd 30 --n_head 4
 expect_error bad_model '--model' 1 --config "$CONFIGS/default.json" --model rnn
+# --device cuda where no GPU is visible (every CI machine; CUDA_VISIBLE_DEVICES= hides any),
+# or in a build without CUDA: one clear line either way.
+CUDA_VISIBLE_DEVICES= expect_error no_gpu 'cuda' 1 --config "$CONFIGS/default.json" "${TINY[@]}" --device cuda
 printf '{"train_micro_batch_size_per_gpu": 4, "gradient_clipping": "x"}' > bad_value.json
 expect_error config_type 'gradient_clipping' 2 --config bad_value.json "${TINY[@]}"
 printf '{"train_micro_batch_size_per_gpu": 4,, }' > bad_syntax.json
