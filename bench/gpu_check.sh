@@ -208,7 +208,8 @@ fi
 # ---- 3b. Build ------------------------------------------------------------------------------
 declare -A exe
 if [ "$mode" = cmake ]; then
-  targets=(test_cuda_optim_kernels test_cuda_step optim_bench_cuda)
+  targets=(test_cuda_optim_kernels test_cuda_step optim_bench_cuda test_cuda_nn_kernels test_cuda_gpt
+           test_cuda_engine train bench_gpt_cuda)
   [ "${nccl:-OFF}" = ON ] && targets+=(test_nccl)
   timed "build ${targets[*]}" 420 cmake --build "$build" --target "${targets[@]}" -j "$jobs"
   if [ "$rc" != 0 ]; then
@@ -219,6 +220,8 @@ if [ "$mode" = cmake ]; then
   exe[test_cuda_optim_kernels]=$build/tests/cuda/test_cuda_optim_kernels
   exe[test_cuda_step]=$build/tests/cuda/test_cuda_step
   exe[optim_bench_cuda]=$build/bench/optim/optim_bench_cuda
+  exe[train]=$build/apps/train/train
+  exe[bench_gpt_cuda]=$build/bench/gpu/bench_gpt_cuda
 else
   d="$build/direct"
   mkdir -p "$d"
@@ -283,6 +286,9 @@ if [ "$mode" = cmake ]; then
     verdict=$(echo "$verdict" | tr -d ' ')
     case "$verdict" in Passed) res=PASS ;; Skipped) res=SKIP ;; Timeout) res=TIMEOUT ;; *) res=FAIL ;; esac
     case "$name" in
+      cuda.nn_kernels) detail="GPT layer kernels vs the CPU references, fp32/fp16/bf16" ;;
+      cuda.gpt) detail="GptCuda loss and gradients vs the CPU Gpt; a short bf16 training" ;;
+      cuda.engine) detail="the Engine on the GPU vs on the CPU; checkpoints GPU <-> CPU; fp16 overflow skips" ;;
       cuda.*) detail="kernels vs the CPU references (tests/cuda)" ;;
       *) detail="NcclComm all_reduce/reduce_scatter/all_gather on device buffers vs exact sums" ;;
     esac
@@ -324,7 +330,35 @@ else
   skip_verdict "$res"
   row "optim_bench_cuda" "$res" "$bench_secs" "$detail"
 fi
-row "2-minute GPU training run" "not run" 0 "no GPU model path yet (issue #9 item 2: cuBLAS layers, --device cuda)"
+
+# ---- 6. Training runs (the CMake project only: train needs MPI and HDF5) -----------------
+if [ "$build_only" = 1 ] || [ "$mode" != cmake ]; then
+  row "GPU training run" "not run" 0 "$([ "$build_only" = 1 ] && echo --build-only || echo 'needs the CMake project (MPI, HDF5)')"
+  row "bench_gpt_cuda" "not run" 0 "$([ "$build_only" = 1 ] && echo --build-only || echo 'needs the CMake project')"
+else
+  # The README's main job on the GPU: the default config on the embedded corpus.
+  export OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1 OMPI_MCA_rmaps_base_oversubscribe=1
+  timed "train --config configs/default.json --device cuda" ${DS_GPU_TRAIN_TIMEOUT:-150} \
+    mpirun -np 1 "${exe[train]}" --config "$root/configs/default.json" --device cuda --progress lines --sample_tokens 120
+  res=$(result_of "$rc")
+  line=$(grep '^\[train\] done:' "$log" | tail -1 | sed 's/^\[train\] //')
+  vl=$(grep -o 'final validation loss [0-9.]*' "$log" | tail -1)
+  row "GPU training run" "$res" "$secs" "default config, 1 GPU: ${line:-no summary} ${vl}"
+  # GPT-2 124M shape, bf16, through the Engine; then PyTorch's eager GPT-2 on the same GPU.
+  timed "bench_gpt_cuda (GPT-2 124M, bf16)" 150 "${exe[bench_gpt_cuda]}" --dtype bf16
+  res=$(result_of "$rc")
+  line=$(grep '^mfu ' "$log" | tail -1)
+  tps=$(grep -A2 '^| dtype | step ms' "$log" | tail -1)
+  row "bench_gpt_cuda" "$res" "$secs" "${line:-no result line} ${tps}"
+  py=$(command -v python3 || true)
+  if [ -n "$py" ] && "$py" -c 'import torch, sys; sys.exit(0 if torch.cuda.is_available() else 1)' 2>/dev/null; then
+    timed "PyTorch GPT-2 124M (bf16 autocast, eager)" 120 "$py" "$root/bench/gpu/torch_gpt2.py"
+    line=$(grep '^torch_gpt2 ' "$log" | tail -1)
+    row "torch_gpt2 (reference)" "$([ "$rc" = 0 ] && echo ok || result_of "$rc")" "$secs" "${line:-no result line}"
+  else
+    row "torch_gpt2 (reference)" "not run" 0 "no python3 with CUDA torch here"
+  fi
+fi
 
 # Table first on failure too: the run's verdict.
 if [ "$failed" = 1 ]; then finish 1; fi

@@ -1,0 +1,217 @@
+// GPU training throughput of the built-in GPT (GptCuda) through the Engine, as a user's job
+// runs it: forward, backward, step (AdamW, fp32 master, bf16 / fp16 / fp32 working dtype,
+// gradient clipping) on one GPU.
+//
+//   bench_gpt_cuda [--layers 12 --heads 12 --embd 768 --block 1024 --vocab 50304
+//                   --batch 16 --steps 30 --warmup 5 --dtype bf16|fp16|fp32 --tf32]
+//
+// Prints tokens/s and MFU = tokens/s x FLOPs per token (Gpt::flops_per_token: 6 N_matmul +
+// 12 L C T, attention counted in full) / the datasheet dense peak (bf16/fp16 989.4 TFLOP/s on
+// an H100/H200 SXM; fp32 66.9, TF32 494.7), and beside it the rate of one large cuBLAS GEMM
+// in the same dtype measured in this run (8192^3, median of 20): the ceiling this GPU really
+// reaches. The default shape is GPT-2 124M (vocab padded to 50304 as nanoGPT does).
+// Exit: 0, 77 without a GPU, 2 bad arguments.
+#include <cublas_v2.h>
+#include <cuda_runtime.h>
+
+#include <algorithm>
+#include <chrono>
+#include <cmath>
+#include <cstdio>
+#include <cstdlib>
+#include <cstring>
+#include <random>
+#include <string>
+#include <vector>
+
+#include "ds/config/parse.h"
+#include "ds/core/cuda_check.h"
+#include "ds/engine/engine.h"
+#include "ds/nn/gpt_cuda.h"
+#include "self_comm.h"
+
+namespace {
+
+double median(std::vector<double> v) {
+  std::sort(v.begin(), v.end());
+  return v.empty() ? 0.0 : v[v.size() / 2];
+}
+
+// One large GEMM in dtype dt (fp32 accumulation) on random data: the measured ceiling.
+double gemm_tflops(ds::DType dt, bool tf32) {
+  const int n = 8192;
+  const std::size_t es = ds::dtype_size(dt), bytes = std::size_t(n) * n * es;
+  void *a = nullptr, *b = nullptr, *c = nullptr;
+  DS_CUDA_CHECK(cudaMalloc(&a, bytes));
+  DS_CUDA_CHECK(cudaMalloc(&b, bytes));
+  DS_CUDA_CHECK(cudaMalloc(&c, bytes));
+  {  // random bits of the right kind: values in [-1, 1) converted on the host
+    std::vector<unsigned char> h(bytes);
+    std::mt19937 rng(7);
+    std::uniform_real_distribution<float> u(-1.f, 1.f);
+    for (std::size_t i = 0; i < std::size_t(n) * n; ++i) {
+      const float x = u(rng);
+      if (dt == ds::DType::F32) {
+        std::memcpy(&h[i * 4], &x, 4);
+      } else {
+        std::uint32_t bits;
+        std::memcpy(&bits, &x, 4);
+        std::uint16_t v;
+        if (dt == ds::DType::BF16) {
+          v = std::uint16_t((bits + 0x7fffu + ((bits >> 16) & 1u)) >> 16);
+        } else {  // fp16 of a value in [-1, 1): plain truncation of the mantissa is enough here
+          const std::uint32_t sign = (bits >> 16) & 0x8000u;
+          const int e = int((bits >> 23) & 0xff) - 127 + 15;
+          v = e <= 0 ? std::uint16_t(sign) : std::uint16_t(sign | (std::uint32_t(e) << 10) | ((bits >> 13) & 0x3ffu));
+        }
+        std::memcpy(&h[i * 2], &v, 2);
+      }
+    }
+    DS_CUDA_CHECK(cudaMemcpy(a, h.data(), bytes, cudaMemcpyHostToDevice));
+    DS_CUDA_CHECK(cudaMemcpy(b, h.data(), bytes, cudaMemcpyHostToDevice));
+  }
+  cublasHandle_t handle;
+  if (cublasCreate(&handle) != CUBLAS_STATUS_SUCCESS) DS_THROW("cublasCreate failed");
+  const cudaDataType_t t = dt == ds::DType::F32 ? CUDA_R_32F : dt == ds::DType::BF16 ? CUDA_R_16BF : CUDA_R_16F;
+  const cublasComputeType_t ct = tf32 ? CUBLAS_COMPUTE_32F_FAST_TF32 : CUBLAS_COMPUTE_32F;
+  const float alpha = 1.f, beta = 0.f;
+  auto run = [&] {
+    if (cublasGemmEx(handle, CUBLAS_OP_N, CUBLAS_OP_N, n, n, n, &alpha, a, t, n, b, t, n, &beta, c, t, n, ct,
+                     CUBLAS_GEMM_DEFAULT) != CUBLAS_STATUS_SUCCESS)
+      DS_THROW("cublasGemmEx failed");
+  };
+  for (int i = 0; i < 3; ++i) run();
+  cudaEvent_t e0, e1;
+  DS_CUDA_CHECK(cudaEventCreate(&e0));
+  DS_CUDA_CHECK(cudaEventCreate(&e1));
+  std::vector<double> ms;
+  for (int i = 0; i < 20; ++i) {
+    DS_CUDA_CHECK(cudaEventRecord(e0));
+    run();
+    DS_CUDA_CHECK(cudaEventRecord(e1));
+    DS_CUDA_CHECK(cudaEventSynchronize(e1));
+    float m = 0;
+    DS_CUDA_CHECK(cudaEventElapsedTime(&m, e0, e1));
+    ms.push_back(m);
+  }
+  cudaEventDestroy(e0);
+  cudaEventDestroy(e1);
+  cublasDestroy(handle);
+  cudaFree(a);
+  cudaFree(b);
+  cudaFree(c);
+  return 2.0 * double(n) * n * n / (median(ms) * 1e-3) / 1e12;
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  std::int64_t layers = 12, heads = 12, embd = 768, block = 1024, vocab = 50304, batch = 16;
+  int steps = 30, warmup = 5;
+  std::string dtype = "bf16";
+  bool tf32 = false;
+  for (int i = 1; i < argc; ++i) {
+    const std::string a = argv[i];
+    auto next = [&]() -> const char* {
+      if (i + 1 >= argc) {
+        std::fprintf(stderr, "bench_gpt_cuda: %s needs a value\n", a.c_str());
+        std::exit(2);
+      }
+      return argv[++i];
+    };
+    if (a == "--layers") layers = std::atoll(next());
+    else if (a == "--heads") heads = std::atoll(next());
+    else if (a == "--embd") embd = std::atoll(next());
+    else if (a == "--block") block = std::atoll(next());
+    else if (a == "--vocab") vocab = std::atoll(next());
+    else if (a == "--batch") batch = std::atoll(next());
+    else if (a == "--steps") steps = std::atoi(next());
+    else if (a == "--warmup") warmup = std::atoi(next());
+    else if (a == "--dtype") dtype = next();
+    else if (a == "--tf32") tf32 = true;
+    else {
+      std::fprintf(stderr, "bench_gpt_cuda: unknown argument '%s'\n", a.c_str());
+      return 2;
+    }
+  }
+  if (dtype != "bf16" && dtype != "fp16" && dtype != "fp32") {
+    std::fprintf(stderr, "bench_gpt_cuda: --dtype must be bf16, fp16 or fp32\n");
+    return 2;
+  }
+  int count = 0;
+  if (cudaGetDeviceCount(&count) != cudaSuccess || count == 0) {
+    std::printf("bench_gpt_cuda: no CUDA device visible: skipped\n");
+    return 77;
+  }
+  try {
+    cudaDeviceProp prop{};
+    DS_CUDA_CHECK(cudaGetDeviceProperties(&prop, 0));
+    const ds::DType dt = dtype == "bf16" ? ds::DType::BF16 : dtype == "fp16" ? ds::DType::F16 : ds::DType::F32;
+    const double gemm_peak = gemm_tflops(dt, tf32);
+    const double spec_peak = dt == ds::DType::F32 ? (tf32 ? 494.7 : 66.9) : 989.4;
+
+    ds::nn::GptConfig g;
+    g.n_layer = layers;
+    g.n_head = heads;
+    g.n_embd = embd;
+    g.block_size = block;
+    g.vocab_size = vocab;
+    ds::nn::GptCuda model(g, tf32);
+    std::string cfg_text = R"({"train_micro_batch_size_per_gpu": )" + std::to_string(batch) +
+                           R"(, "gradient_accumulation_steps": 1, "gradient_clipping": 1.0, "seed": 1,
+        "optimizer": {"type": "AdamW", "params": {"lr": 6e-4, "betas": [0.9, 0.95], "eps": 1e-8, "weight_decay": 0.1}})";
+    if (dt == ds::DType::BF16) cfg_text += R"(, "bf16": {"enabled": true})";
+    if (dt == ds::DType::F16) cfg_text += R"(, "fp16": {"enabled": true, "initial_scale_power": 12})";
+    cfg_text += "}";
+    auto init = ds::initialize(ds::config::parse_config_text(cfg_text, "bench_gpt_cuda config"), model, std::make_shared<ds::test::SelfComm>());
+    ds::Engine& engine = *init.engine;
+
+    // A few random batches, cycled (tokens uniform over the vocabulary).
+    const std::size_t N = std::size_t(batch * block);
+    std::mt19937 rng(3);
+    std::uniform_int_distribution<std::int32_t> tok(0, std::int32_t(vocab - 1));
+    std::vector<std::vector<std::int32_t>> data(4, std::vector<std::int32_t>(N + 1));
+    for (auto& d : data)
+      for (auto& t : d) t = tok(rng);
+
+    std::vector<double> step_ms;
+    float first_loss = 0, last_loss = 0;
+    for (int s = 0; s < warmup + steps; ++s) {
+      const auto& d = data[std::size_t(s) % data.size()];
+      ds::Batch b;
+      b.inputs = std::span<const std::int32_t>(d.data(), N);
+      b.targets = std::span<const std::int32_t>(d.data() + 1, N);
+      b.batch = batch;
+      b.seq = block;
+      const auto t0 = std::chrono::steady_clock::now();
+      const float loss = engine.forward(b);
+      engine.backward(loss);
+      engine.step();  // synchronises (the overflow / norm check reads two device scalars)
+      DS_CUDA_CHECK(cudaDeviceSynchronize());
+      const double ms = std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t0).count();
+      if (s == 0) first_loss = loss;
+      last_loss = loss;
+      if (s >= warmup) step_ms.push_back(ms);
+    }
+    const double ms = median(step_ms);
+    const double tps = double(N) / (ms * 1e-3);
+    const double tflops = tps * model.flops_per_token(block) / 1e12;
+    std::printf("# bench_gpt_cuda: %s, GPT %lld layers, %lld heads, %lld wide, context %lld, vocab %lld (%.1f M "
+                "parameters), micro-batch %lld, %s, AdamW via the Engine, median of %d steps after %d warm-up\n",
+                prop.name, static_cast<long long>(layers), static_cast<long long>(heads), static_cast<long long>(embd),
+                static_cast<long long>(block), static_cast<long long>(vocab), double(model.num_parameters()) / 1e6,
+                static_cast<long long>(batch), dtype.c_str(), steps, warmup);
+    std::printf("loss: first %.4f, last %.4f (ln V = %.4f)\n", first_loss, last_loss, std::log(double(vocab)));
+    std::printf("| dtype | step ms | tokens/s | model TFLOP/s | MFU (vs %.1f spec) | vs cuBLAS %s GEMM (%.1f TFLOP/s, this run) |\n",
+                spec_peak, dtype.c_str(), gemm_peak);
+    std::printf("| --- | --- | --- | --- | --- | --- |\n");
+    std::printf("| %s | %.2f | %.0f | %.1f | %.1f%% | %.1f%% |\n", dtype.c_str(), ms, tps, tflops, 100.0 * tflops / spec_peak,
+                100.0 * tflops / gemm_peak);
+    std::printf("mfu %s: %.1f%% (target >= 40%% on an H200): %s\n", dtype.c_str(), 100.0 * tflops / spec_peak,
+                tflops / spec_peak >= 0.40 ? "met" : "NOT met");
+  } catch (const std::exception& e) {
+    std::fprintf(stderr, "bench_gpt_cuda: error: %s\n", e.what());
+    return 1;
+  }
+  return 0;
+}
