@@ -53,6 +53,9 @@ class Base : public Optimizer {
   void download_state() override {
 #if DS_OPTIM_HAVE_CUDA
     if (kernel_ != Kernel::Cuda) return;
+    // The last step may still run on the caller's (non-blocking) stream, which a plain
+    // cudaMemcpy does not wait for.
+    DS_CUDA_CHECK(cudaDeviceSynchronize());
     for (std::size_t i = 0; i < dev_.size(); ++i)
       DS_CUDA_CHECK(cudaMemcpy(bufs_[i].data(), dev_[i], n_ * sizeof(float), cudaMemcpyDeviceToHost));
 #endif
@@ -60,8 +63,7 @@ class Base : public Optimizer {
   void upload_state() override {
 #if DS_OPTIM_HAVE_CUDA
     if (kernel_ != Kernel::Cuda) return;
-    // A plain cudaMemcpy is ordered after all work on blocking streams; the engine
-    // synchronises its (non-blocking) stream before loading or saving.
+    DS_CUDA_CHECK(cudaDeviceSynchronize());  // no step in flight may still read the old state
     for (std::size_t i = 0; i < dev_.size(); ++i)
       DS_CUDA_CHECK(cudaMemcpy(dev_[i], bufs_[i].data(), n_ * sizeof(float), cudaMemcpyHostToDevice));
 #endif
