@@ -24,13 +24,18 @@
 // accumulators (warp strips by key row); dQ_strip = dS K -> smem -> atomicAdd(scale *) into the
 // fp32 accumulator; finally dK *= scale, dK and dV rounded to dt. (3) dq = dt(accumulator).
 //
-// Shared memory (bytes), rows padded by 8 dt / 4 fp32 elements (16-byte rows, staggered banks;
-// every fragment pointer stays 32-byte aligned as WMMA requires):
-//   forward  Q,K,V [64][hs+8] dt, P [64][72] dt, S [64][68] f32, O [64][hs+4] f32, 1/l [64]
-//            hs 64: 71,936   hs 128: 112,896   hs 32: 51,456
-//   backward K,V,Q,dO [64][hs+8] dt, P,dS [64][72] dt, S/dQ [64][max(64,hs)+4] f32,
-//            dP [64][68] f32, lse, D [64] f32
-//            hs 64: 90,624   hs 128: 139,776   hs 32: 74,240
+// The softmax runs two lanes per row (32 columns each, one shuffle per reduction). The next
+// K/V tile (forward) and Q/dO tile (backward, hs <= 64) are fetched into registers while the
+// current one is computed, and stored to shared memory after the next barrier.
+//
+// Shared memory (bytes), rows padded by 8 elements (16-byte dt rows, staggered banks, 8-bank
+// shifted fp32 rows for conflict-free accumulator stores; every fragment pointer stays 32-byte
+// aligned as WMMA requires):
+//   forward  Q,K,V [64][hs+8] dt, P [64][72] dt, S [64][72] f32, O [64][hs+8] f32, 1/l [64]
+//            hs 64: 73,984 (3 CTAs/SM on sm_90)   hs 128: 114,944   hs 32: 53,504
+//   backward K,V,Q,dO [64][hs+8] dt, P,dS [64][72] dt, S/dQ [64][max(64,hs)+8] f32,
+//            dP [64][72] f32, lse, D [64] f32
+//            hs 64: 92,672 (2 CTAs/SM)   hs 128: 141,824   hs 32: 76,288
 #include <cuda_bf16.h>
 #include <cuda_fp16.h>
 #include <cuda_runtime.h>
@@ -68,8 +73,8 @@ template <int HS>
 struct FwdLayout {
   static constexpr int ldh = HS + 8;  // Q, K, V (dt)
   static constexpr int ldp = kB + 8;  // P (dt)
-  static constexpr int lds = kB + 4;  // S (f32)
-  static constexpr int ldo = HS + 4;  // O (f32)
+  static constexpr int lds = kB + 8;  // S (f32; +8: conflict-free accumulator stores)
+  static constexpr int ldo = HS + 8;  // O (f32)
   static constexpr int q = 0;
   static constexpr int k = align128(q + kB * ldh * 2);
   static constexpr int v = align128(k + kB * ldh * 2);
@@ -84,8 +89,8 @@ template <int HS>
 struct BwdLayout {
   static constexpr int ldh = HS + 8;                        // K, V, Q, dO (dt)
   static constexpr int ldp = kB + 8;                        // P, dS (dt)
-  static constexpr int lds = (HS > kB ? HS : kB) + 4;       // S, then the dQ strip (f32)
-  static constexpr int ldd = kB + 4;                        // dP (f32)
+  static constexpr int lds = (HS > kB ? HS : kB) + 8;       // S, then the dQ strip (f32)
+  static constexpr int ldd = kB + 8;                        // dP (f32)
   static constexpr int k = 0;
   static constexpr int v = align128(k + kB * ldh * 2);
   static constexpr int q = align128(v + kB * ldh * 2);
@@ -131,16 +136,32 @@ __device__ __forceinline__ void load_tile(T* dst, int ld, const T* __restrict__ 
   }
 }
 
-__device__ __forceinline__ float warp_max(float v) {
+// The same tile staged through registers: fetch() issues the global loads (the next tile,
+// in flight while the current one is computed), store() writes them to shared memory.
+template <typename T, int HS>
+struct TileRegs {
+  static constexpr int kChunks = HS / 8;
+  static constexpr int kPer = kB * kChunks / kThreads;
+  static_assert(kPer * kThreads == kB * kChunks, "whole chunks per thread");
+  uint4 r[kPer];
+  __device__ __forceinline__ void fetch(const T* __restrict__ src, int row0, int Tn) {
 #pragma unroll
-  for (int o = 16; o > 0; o >>= 1) v = fmaxf(v, __shfl_xor_sync(0xffffffffu, v, o));
-  return v;
-}
-__device__ __forceinline__ float warp_sum(float v) {
+    for (int t = 0; t < kPer; ++t) {
+      const int c = int(threadIdx.x) + t * kThreads;
+      const int row = c / kChunks, cc = c % kChunks;
+      r[t] = make_uint4(0u, 0u, 0u, 0u);
+      if (row0 + row < Tn) r[t] = *reinterpret_cast<const uint4*>(src + std::int64_t(row0 + row) * HS + cc * 8);
+    }
+  }
+  __device__ __forceinline__ void store(T* dst, int ld) const {
 #pragma unroll
-  for (int o = 16; o > 0; o >>= 1) v += __shfl_xor_sync(0xffffffffu, v, o);
-  return v;
-}
+    for (int t = 0; t < kPer; ++t) {
+      const int c = int(threadIdx.x) + t * kThreads;
+      const int row = c / kChunks, cc = c % kChunks;
+      *reinterpret_cast<uint4*>(dst + row * ld + cc * 8) = r[t];
+    }
+  }
+};
 
 // ------------------------------------------------------------------------------- forward
 template <typename T, int HS>
@@ -172,18 +193,27 @@ __global__ void __launch_bounds__(kThreads) flash_fwd_kernel(T* __restrict__ o, 
 #pragma unroll
   for (int d = 0; d < HS / 16; ++d) wmma::load_matrix_sync(qf[d], Qs + wr * L::ldh + d * 16, L::ldh);
 
-  float m[kStrip], l[kStrip];  // per row of the strip, the same in every lane
-#pragma unroll
-  for (int r = 0; r < kStrip; ++r) {
-    m[r] = -INFINITY;
-    l[r] = 0.f;
-  }
+  // Softmax lanes: lane = 2 r + h handles row wr + r, columns h*32 .. h*32+31 of S (and
+  // h*HS/2 .. of O), visited from a lane-dependent start so that the 32 lanes hit 32 banks
+  // (row strides of 72 floats: bank 8 (r % 4) + (r / 4) + 4 h at the first column).
+  const int sr = lane >> 1, sh = lane & 1;
+  const int srow = wr + sr;
+  const int si = q0 + srow;
+  const int sw = (sr >> 2) + 4 * sh;
+  float m_run = -INFINITY, l_run = 0.f;  // this lane's row (both lanes of the pair agree)
 
+  TileRegs<T, HS> kreg, vreg;
+  kreg.fetch(k + head, 0, Tn);
+  vreg.fetch(v + head, 0, Tn);
   for (int kb = 0; kb <= qb; ++kb) {
     __syncthreads();  // every warp is done with the previous K, V
-    load_tile<T, HS>(Ks, L::ldh, k + head, kb * kB, Tn);
-    load_tile<T, HS>(Vs, L::ldh, v + head, kb * kB, Tn);
+    kreg.store(Ks, L::ldh);
+    vreg.store(Vs, L::ldh);
     __syncthreads();
+    if (kb < qb) {  // the next K, V in flight while this block is computed
+      kreg.fetch(k + head, (kb + 1) * kB, Tn);
+      vreg.fetch(v + head, (kb + 1) * kB, Tn);
+    }
 
     // S strip = Q_strip K^T  [16 x 64]
 #pragma unroll
@@ -200,29 +230,42 @@ __global__ void __launch_bounds__(kThreads) flash_fwd_kernel(T* __restrict__ o, 
     }
     __syncwarp();
 
-    // Online softmax over the strip's rows (lane: columns lane, lane + 32).
-    const bool diag = kb == qb;
+    // Online softmax of this lane's half row.
+    {
+      const bool diag = kb == qb;
+      const float* srp = Ss + srow * L::lds + sh * 32;
+      float sv[32];
+      float mx = -INFINITY;
 #pragma unroll
-    for (int r = 0; r < kStrip; ++r) {
-      const int row = wr + r;
-      const int i = q0 + row;
-      float s0 = Ss[row * L::lds + lane] * scale_log2;
-      float s1 = Ss[row * L::lds + lane + 32] * scale_log2;
-      if (diag) {
-        const int j0 = kb * kB + lane, j1 = j0 + 32;
-        if (j0 > i || j0 >= Tn) s0 = -INFINITY;
-        if (j1 > i || j1 >= Tn) s1 = -INFINITY;
+      for (int c = 0; c < 32; ++c) {
+        const int col = (c + sw) & 31;
+        float sc = srp[col] * scale_log2;
+        if (diag) {
+          const int j = kb * kB + sh * 32 + col;
+          if (j > si || j >= Tn) sc = -INFINITY;
+        }
+        sv[c] = sc;
+        mx = fmaxf(mx, sc);
       }
-      const float m_new = fmaxf(m[r], warp_max(fmaxf(s0, s1)));
+      mx = fmaxf(mx, __shfl_xor_sync(0xffffffffu, mx, 1));
+      const float m_new = fmaxf(m_run, mx);
       const float m_use = m_new == -INFINITY ? 0.f : m_new;  // (cannot happen: see header)
-      const float p0 = exp2f(s0 - m_use), p1 = exp2f(s1 - m_use);
-      const float alpha = exp2f(m[r] - m_use);  // 0 on the first block (m = -inf)
-      l[r] = l[r] * alpha + warp_sum(p0 + p1);
-      m[r] = m_new;
-      Ps[row * L::ldp + lane] = from_f<T>(p0);
-      Ps[row * L::ldp + lane + 32] = from_f<T>(p1);
+      const float alpha = exp2f(m_run - m_use);              // 0 on the first block (m = -inf)
+      T* prp = Ps + srow * L::ldp + sh * 32;
+      float sum = 0.f;
 #pragma unroll
-      for (int d = lane; d < HS; d += 32) Os[row * L::ldo + d] *= alpha;
+      for (int c = 0; c < 32; ++c) {
+        const int col = (c + sw) & 31;
+        const float p = exp2f(sv[c] - m_use);
+        sum += p;
+        prp[col] = from_f<T>(p);
+      }
+      sum += __shfl_xor_sync(0xffffffffu, sum, 1);
+      l_run = l_run * alpha + sum;
+      m_run = m_new;
+      float* orp = Os + srow * L::ldo + sh * (HS / 2);
+#pragma unroll
+      for (int c = 0; c < HS / 2; ++c) orp[(c + sw) % (HS / 2)] *= alpha;
     }
     __syncwarp();
 
@@ -245,13 +288,9 @@ __global__ void __launch_bounds__(kThreads) flash_fwd_kernel(T* __restrict__ o, 
   }
   __syncwarp();
 
-  if (lane == 0) {
-#pragma unroll
-    for (int r = 0; r < kStrip; ++r) {
-      inv_l[wr + r] = 1.f / l[r];
-      const int i = q0 + wr + r;
-      if (i < Tn) lse[bnh * Tn + i] = kLn2 * (m[r] + log2f(l[r]));
-    }
+  if (sh == 0) {
+    inv_l[srow] = 1.f / l_run;
+    if (si < Tn) lse[bnh * Tn + si] = kLn2 * (m_run + log2f(l_run));
   }
   __syncwarp();
   for (int idx = lane; idx < kStrip * HS; idx += 32) {
@@ -323,7 +362,7 @@ __global__ void __launch_bounds__(kThreads) flash_bwd_kernel(T* __restrict__ dk,
   const int wr = warp * kStrip;
   const float scale_log2 = scale * kLog2e;
 
-  load_tile<T, HS>(Ks, L::ldh, k + head, k0, Tn);
+  load_tile<T, HS>(Ks, L::ldh, k + head, k0, Tn);  // visible after the loop's first barrier
   load_tile<T, HS>(Vs, L::ldh, v + head, k0, Tn);
 
   FragC dv_acc[HS / 16], dk_acc[HS / 16];  // key rows wr .. wr+15 of dV, dK
@@ -333,17 +372,34 @@ __global__ void __launch_bounds__(kThreads) flash_bwd_kernel(T* __restrict__ dk,
     wmma::fill_fragment(dk_acc[n], 0.f);
   }
 
+  // Q, dO, lse, D of the next query block are fetched into registers while the current one is
+  // computed (hs <= 64; hs 128 is register-bound already and loads just before the store).
+  constexpr bool kPrefetch = HS <= 64;
+  TileRegs<T, HS> qreg, doreg;
+  float lse_r = 0.f, D_r = 0.f;  // threads 0..63: row threadIdx.x of the block
+  auto fetch = [&](int qb) {
+    qreg.fetch(q + head, qb * kB, Tn);
+    doreg.fetch(dout + head, qb * kB, Tn);
+    const int i = qb * kB + int(threadIdx.x);
+    lse_r = threadIdx.x < kB && i < Tn ? lse[bnh * Tn + i] * kLog2e : 0.f;
+    D_r = threadIdx.x < kB && i < Tn ? D[bnh * Tn + i] : 0.f;
+  };
+  if constexpr (kPrefetch) fetch(kb);
+
   for (int qb = kb; qb < nb; ++qb) {
     const int q0 = qb * kB;
     __syncthreads();  // every warp is done with the previous Q, dO, P, dS
-    load_tile<T, HS>(Qs, L::ldh, q + head, q0, Tn);
-    load_tile<T, HS>(dOs, L::ldh, dout + head, q0, Tn);
-    for (int r = threadIdx.x; r < kB; r += kThreads) {
-      const int i = q0 + r;
-      lse_s[r] = i < Tn ? lse[bnh * Tn + i] * kLog2e : 0.f;
-      D_s[r] = i < Tn ? D[bnh * Tn + i] : 0.f;
+    if constexpr (!kPrefetch) fetch(qb);
+    qreg.store(Qs, L::ldh);
+    doreg.store(dOs, L::ldh);
+    if (threadIdx.x < kB) {
+      lse_s[threadIdx.x] = lse_r;
+      D_s[threadIdx.x] = D_r;
     }
     __syncthreads();
+    if constexpr (kPrefetch) {
+      if (qb + 1 < nb) fetch(qb + 1);
+    }
 
     // S strip = Q_strip K^T, dP strip = dO_strip V^T  [16 x 64] each (query rows wr..)
 #pragma unroll
