@@ -293,6 +293,8 @@ if [ "$mode" = cmake ]; then
     case "$name" in
       cuda.nn_kernels) detail="GPT layer kernels vs the CPU references, fp32/fp16/bf16" ;;
       cuda.gpt) detail="GptCuda loss and gradients vs the CPU Gpt; a short bf16 training" ;;
+      cuda.gpt_gemm_attention) detail="the same with the materialised attention (DS_GPT_ATTENTION=gemm)" ;;
+      cuda.flash_attention) detail="flash attention fwd/bwd vs a double reference, fp16/bf16" ;;
       cuda.engine) detail="the Engine on the GPU vs on the CPU; checkpoints GPU <-> CPU; fp16 overflow skips" ;;
       cuda.*) detail="kernels vs the CPU references (tests/cuda)" ;;
       *) detail="NcclComm all_reduce/reduce_scatter/all_gather on device buffers vs exact sums" ;;
@@ -349,6 +351,13 @@ else
   line=$(grep '^\[train\] done:' "$log" | tail -1 | sed 's/^\[train\] //')
   vl=$(grep -o 'final validation loss [0-9.]*' "$log" | tail -1)
   row "GPU training run" "$res" "$secs" "default config, 1 GPU: ${line:-no summary} ${vl}"
+  # The same job in bf16 (flash attention; head size 32 here).
+  timed "train --config configs/bf16.json --device cuda" ${DS_GPU_TRAIN_TIMEOUT:-150} \
+    mpirun -np 1 "${exe[train]}" --config "$root/configs/bf16.json" --device cuda --progress lines --sample_tokens 0
+  res=$(result_of "$rc")
+  line=$(grep '^\[train\] done:' "$log" | tail -1 | sed 's/^\[train\] //')
+  vl=$(grep -o 'final validation loss [0-9.]*' "$log" | tail -1)
+  row "GPU training run, bf16" "$res" "$secs" "configs/bf16.json, 1 GPU: ${line:-no summary} ${vl}"
   # GPT-2 124M shape, bf16, through the Engine; then PyTorch's eager GPT-2 on the same GPU.
   if [ -x "${exe[bench_gpt_cuda]:-}" ]; then
     timed "bench_gpt_cuda (GPT-2 124M, bf16)" 150 "${exe[bench_gpt_cuda]}" --dtype bf16
@@ -356,6 +365,12 @@ else
     line=$(grep '^mfu ' "$log" | tail -1)
     tps=$(grep -A2 '^| dtype | step ms' "$log" | tail -1)
     row "bench_gpt_cuda" "$res" "$secs" "${line:-no result line} ${tps}"
+    # The same with the materialised attention (what fp32 uses), for comparison.
+    timed "bench_gpt_cuda (GPT-2 124M, bf16, DS_GPT_ATTENTION=gemm)" 150 env DS_GPT_ATTENTION=gemm "${exe[bench_gpt_cuda]}" --dtype bf16
+    res=$(result_of "$rc")
+    line=$(grep '^mfu ' "$log" | tail -1)
+    tps=$(grep -A2 '^| dtype | step ms' "$log" | tail -1)
+    row "bench_gpt_cuda, gemm attention" "$res" "$secs" "${line:-no result line} ${tps}"
   else
     row "bench_gpt_cuda" "not run" 0 "not built here"
   fi

@@ -437,7 +437,7 @@ void run(Job& j, DistributedContext& dist) {
   }
 
   std::optional<MlpBatcher> mlp_batcher;
-  if (!j.gpt) mlp_batcher.emplace(seq, j.spec.vocab_size);
+  if (j.spec.type == "mlp") mlp_batcher.emplace(seq, j.spec.vocab_size);
   auto to_model = [&](const Batch& b) { return mlp_batcher ? (*mlp_batcher)(b) : b; };
 
   // Collective: mean over ranks of sum / count.

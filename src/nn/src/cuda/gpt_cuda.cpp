@@ -47,12 +47,14 @@
 #include <algorithm>
 #include <climits>
 #include <cmath>
+#include <cstdlib>
 #include <cstring>
 #include <random>
 #include <string>
 
 #include "ds/core/cuda_check.h"
 #include "ds/core/error.h"
+#include "ds/nn/cuda_flash.h"
 #include "ds/nn/cuda_kernels.h"
 
 #define DS_CUBLAS_CHECK(call)                                                                 \
@@ -86,6 +88,7 @@ struct GptCuda::Impl {
   struct LayerAct {
     void *ln1, *qkv, *att, *atty, *x1, *ln2, *fch, *fch_gelu;
     float *ln1_mean, *ln1_rstd, *ln2_mean, *ln2_rstd;
+    float* att_lse;  // flash attention: the softmax log-sum-exp per (b, h, t); att is then null
   };
 
   Gpt twin;  // parameters(), init_parameters(), flops: never bound, never run
@@ -105,9 +108,20 @@ struct GptCuda::Impl {
   DType dt = DType::F32;
   std::vector<void*> w, g;
 
+  // Attention: flash (cuda_flash.h: no [B, NH, T, T] tensor; fp16 / bf16 and the head sizes
+  // it supports) or the materialised path (cuBLAS batched GEMMs + causal softmax; fp32, and
+  // whenever DS_GPT_ATTENTION=gemm).
+  bool flash = false;
+  bool use_flash() const {
+    const char* env = std::getenv("DS_GPT_ATTENTION");
+    if (env && std::string(env) == "gemm") return false;
+    return dt != DType::F32 && kc::flash_attention_supported(dt, cfg.n_embd / cfg.n_head);
+  }
+
   // Activation arena (one cudaMalloc), sized for cap_bt rows and cap_t positions in arena_dt.
   char* arena = nullptr;
   DType arena_dt = DType::F32;
+  bool arena_flash = false;
   std::int64_t cap_bt = 0, cap_t = 0;
   std::vector<LayerAct> acts;
   std::vector<void*> resid;  // n_layer + 1 residual streams [N, C]
@@ -128,6 +142,50 @@ struct GptCuda::Impl {
 
   std::int64_t B = 0, T = 0;
   bool have_cache = false;
+
+  // Per-op profile (benchmarks): when on, each op is bracketed by two events on the stream;
+  // take_profile() synchronises and adds the elapsed times per op name.
+  bool profiling = false;
+  std::vector<cudaEvent_t> events;             // pool, reused
+  std::size_t events_used = 0;
+  std::vector<std::pair<const char*, std::size_t>> marks;  // op name, index of its start event
+  std::vector<GptCuda::OpTime> prof;
+  struct Scope {
+    Impl* m;
+    std::size_t start = 0;
+    const char* name;
+    Scope(Impl* impl, const char* n) : m(impl->profiling ? impl : nullptr), name(n) {
+      if (m) start = m->record();
+    }
+    ~Scope() {
+      if (m) {
+        m->marks.emplace_back(name, start);
+        m->record();
+      }
+    }
+  };
+  std::size_t record() {
+    if (events_used == events.size()) {
+      cudaEvent_t e;
+      DS_CUDA_CHECK(cudaEventCreate(&e));
+      events.push_back(e);
+    }
+    DS_CUDA_CHECK(cudaEventRecord(events[events_used], stream));
+    return events_used++;
+  }
+  void take_profile() {
+    DS_CUDA_CHECK(cudaStreamSynchronize(stream));
+    for (const auto& [name, i] : marks) {
+      float ms = 0;
+      DS_CUDA_CHECK(cudaEventElapsedTime(&ms, events[i], events[i + 1]));
+      auto it = std::find_if(prof.begin(), prof.end(), [&](const GptCuda::OpTime& o) { return o.op == name; });
+      if (it == prof.end()) it = prof.insert(prof.end(), GptCuda::OpTime{name, 0.0, 0});
+      it->ms += ms;
+      it->calls += 1;
+    }
+    marks.clear();
+    events_used = 0;
+  }
 
   Impl(const GptConfig& c, bool tf32) : twin(c), cfg(c), allow_tf32(tf32) {}
 
@@ -177,6 +235,7 @@ struct GptCuda::Impl {
   ~Impl() {
     // No throwing here: errors are ignored (a failed run has reported them already).
     if (stream) (void)cudaStreamSynchronize(stream);
+    for (cudaEvent_t e : events) (void)cudaEventDestroy(e);
     if (arena) (void)cudaFree(arena);
     if (pinned) (void)cudaFreeHost(pinned);
     if (blas) (void)cublasDestroy(blas);
@@ -229,7 +288,8 @@ struct GptCuda::Impl {
   // ---- activations ----
   void ensure(std::int64_t Bn, std::int64_t Tn) {
     const std::int64_t BT = Bn * Tn;
-    if (arena && BT <= cap_bt && Tn <= cap_t && arena_dt == dt) return;
+    flash = use_flash();
+    if (arena && BT <= cap_bt && Tn <= cap_t && arena_dt == dt && arena_flash == flash) return;
     cap_bt = std::max(cap_bt, BT);
     cap_t = std::max(cap_t, Tn);
     if (arena) {
@@ -243,6 +303,7 @@ struct GptCuda::Impl {
     DS_CUDA_CHECK(cudaMalloc(&p, bytes));
     arena = static_cast<char*>(p);
     arena_dt = dt;
+    arena_flash = flash;
     layout(arena);
     if (pinned_cap < cap_bt) {
       if (pinned) {
@@ -262,8 +323,8 @@ struct GptCuda::Impl {
   // Carves the arena (base null: only counts). Returns the bytes needed.
   std::size_t layout(char* base) {
     const std::int64_t N = cap_bt, C = cfg.n_embd, L = cfg.n_layer, V = cfg.vocab_size, NH = cfg.n_head;
-    // Attention probabilities: B*NH*T*T = (BT)*NH*T <= cap_bt*NH*cap_t.
-    const std::int64_t att = N * NH * cap_t;
+    // Attention probabilities: B*NH*T*T = (BT)*NH*T <= cap_bt*NH*cap_t (none with flash).
+    const std::int64_t att = flash ? 0 : N * NH * cap_t;
     const std::size_t es = dtype_size(dt);
     std::size_t off = 0;
     auto take = [&](std::size_t b) -> char* {
@@ -278,6 +339,8 @@ struct GptCuda::Impl {
       a.ln1 = te(N * C); a.qkv = te(3 * N * C); a.att = te(att); a.atty = te(N * C); a.x1 = te(N * C);
       a.ln2 = te(N * C); a.fch = te(4 * N * C); a.fch_gelu = te(4 * N * C);
       a.ln1_mean = tf(N); a.ln1_rstd = tf(N); a.ln2_mean = tf(N); a.ln2_rstd = tf(N);
+      a.att_lse = flash ? tf(N * NH) : nullptr;
+      if (flash) a.att = nullptr;
     }
     resid.assign(std::size_t(L + 1), nullptr);
     for (auto& r : resid) r = te(N * C);
@@ -292,6 +355,7 @@ struct GptCuda::Impl {
     sf = std::max(sf, kc::layernorm_scratch_floats(N, C));
     for (std::int64_t oc : {C, 3 * C, 4 * C}) sf = std::max(sf, kc::bias_scratch_floats(N, oc));
     sf = std::max(sf, std::size_t(V));
+    if (flash) sf = std::max(sf, kc::flash_backward_scratch_floats(N / std::max<std::int64_t>(cap_t, 1) * NH, cap_t, C / NH));
     scratch = tf(std::int64_t(sf));
     d_tokens = reinterpret_cast<std::int32_t*>(take(std::size_t(N) * 4));
     d_targets = reinterpret_cast<std::int32_t*>(take(std::size_t(N) * 4));
@@ -314,33 +378,82 @@ struct GptCuda::Impl {
     const float att_scale = 1.0f / std::sqrt(float(hs));
     B = Bn;
     T = Tn;
-    kc::embedding_forward(resid[0], d_tokens, w[wte], w[wpe], Bn, Tn, C, dt, stream);
+    {
+      Scope op(this, "embedding fwd");
+      kc::embedding_forward(resid[0], d_tokens, w[wte], w[wpe], Bn, Tn, C, dt, stream);
+    }
     for (std::size_t l = 0; l < layers.size(); ++l) {
       const LayerIdx& P = layers[l];
       const LayerAct& a = acts[l];
       const void* x = resid[l];
-      kc::layernorm_forward(a.ln1, a.ln1_mean, a.ln1_rstd, x, w[P.ln1w], w[P.ln1b], N, C, dt, stream);
-      linear_fwd(a.qkv, a.ln1, w[P.qkvw], N, C, 3 * C);
-      kc::add_bias_residual(a.qkv, w[P.qkvb], nullptr, N, 3 * C, dt, stream);
-      // Attention: scores into att, softmax in place, yh = att v, heads merged into atty.
-      kc::split_qkv(q, k, v, a.qkv, Bn, Tn, C, NH, dt, stream);
-      gemm_batched(CUBLAS_OP_T, CUBLAS_OP_N, Tn, Tn, hs, k, hs, Tn * hs, q, hs, Tn * hs, a.att, Tn, TT, BNH);
-      kc::causal_softmax_forward(a.att, a.att, att_scale, BNH, Tn, dt, stream);
-      gemm_batched(CUBLAS_OP_N, CUBLAS_OP_N, hs, Tn, Tn, v, hs, Tn * hs, a.att, Tn, TT, yh, hs, Tn * hs, BNH);
-      kc::merge_heads(a.atty, yh, Bn, Tn, C, NH, dt, stream);
-      // x1 = x + c_proj(atty)
-      linear_fwd(a.x1, a.atty, w[P.projw], N, C, C);
-      kc::add_bias_residual(a.x1, w[P.projb], x, N, C, dt, stream);
+      {
+        Scope op(this, "layernorm fwd");
+        kc::layernorm_forward(a.ln1, a.ln1_mean, a.ln1_rstd, x, w[P.ln1w], w[P.ln1b], N, C, dt, stream);
+      }
+      {
+        Scope op(this, "qkv linear fwd (GEMM)");
+        linear_fwd(a.qkv, a.ln1, w[P.qkvw], N, C, 3 * C);
+      }
+      {
+        Scope op(this, "bias/residual add");
+        kc::add_bias_residual(a.qkv, w[P.qkvb], nullptr, N, 3 * C, dt, stream);
+      }
+      {
+        // Attention: scores into att, softmax in place, yh = att v, heads merged into atty.
+        Scope op(this, "attention fwd");
+        kc::split_qkv(q, k, v, a.qkv, Bn, Tn, C, NH, dt, stream);
+        if (flash) {
+          kc::flash_attention_forward(yh, a.att_lse, q, k, v, BNH, Tn, hs, att_scale, dt, stream);
+        } else {
+          gemm_batched(CUBLAS_OP_T, CUBLAS_OP_N, Tn, Tn, hs, k, hs, Tn * hs, q, hs, Tn * hs, a.att, Tn, TT, BNH);
+          kc::causal_softmax_forward(a.att, a.att, att_scale, BNH, Tn, dt, stream);
+          gemm_batched(CUBLAS_OP_N, CUBLAS_OP_N, hs, Tn, Tn, v, hs, Tn * hs, a.att, Tn, TT, yh, hs, Tn * hs, BNH);
+        }
+        kc::merge_heads(a.atty, yh, Bn, Tn, C, NH, dt, stream);
+      }
+      {
+        // x1 = x + c_proj(atty)
+        Scope op(this, "attn proj linear fwd (GEMM)");
+        linear_fwd(a.x1, a.atty, w[P.projw], N, C, C);
+      }
+      {
+        Scope op(this, "bias/residual add");
+        kc::add_bias_residual(a.x1, w[P.projb], x, N, C, dt, stream);
+      }
       // x2 = x1 + c_proj(gelu(c_fc(ln_2(x1))))
-      kc::layernorm_forward(a.ln2, a.ln2_mean, a.ln2_rstd, a.x1, w[P.ln2w], w[P.ln2b], N, C, dt, stream);
-      linear_fwd(a.fch, a.ln2, w[P.fcw], N, C, 4 * C);
-      kc::add_bias_residual(a.fch, w[P.fcb], nullptr, N, 4 * C, dt, stream);
-      kc::gelu_forward(a.fch_gelu, a.fch, 4 * N * C, dt, stream);
-      linear_fwd(resid[l + 1], a.fch_gelu, w[P.fcprojw], N, 4 * C, C);
-      kc::add_bias_residual(resid[l + 1], w[P.fcprojb], a.x1, N, C, dt, stream);
+      {
+        Scope op(this, "layernorm fwd");
+        kc::layernorm_forward(a.ln2, a.ln2_mean, a.ln2_rstd, a.x1, w[P.ln2w], w[P.ln2b], N, C, dt, stream);
+      }
+      {
+        Scope op(this, "fc linear fwd (GEMM)");
+        linear_fwd(a.fch, a.ln2, w[P.fcw], N, C, 4 * C);
+      }
+      {
+        Scope op(this, "bias/residual add");
+        kc::add_bias_residual(a.fch, w[P.fcb], nullptr, N, 4 * C, dt, stream);
+      }
+      {
+        Scope op(this, "gelu fwd");
+        kc::gelu_forward(a.fch_gelu, a.fch, 4 * N * C, dt, stream);
+      }
+      {
+        Scope op(this, "fc proj linear fwd (GEMM)");
+        linear_fwd(resid[l + 1], a.fch_gelu, w[P.fcprojw], N, 4 * C, C);
+      }
+      {
+        Scope op(this, "bias/residual add");
+        kc::add_bias_residual(resid[l + 1], w[P.fcprojb], a.x1, N, C, dt, stream);
+      }
     }
-    kc::layernorm_forward(lnf, lnf_mean, lnf_rstd, resid.back(), w[lnfw], w[lnfb], N, C, dt, stream);
-    linear_fwd(logits, lnf, w[wte], N, C, V);  // tied LM head
+    {
+      Scope op(this, "layernorm fwd");
+      kc::layernorm_forward(lnf, lnf_mean, lnf_rstd, resid.back(), w[lnfw], w[lnfb], N, C, dt, stream);
+    }
+    {
+      Scope op(this, "lm head fwd (GEMM)");
+      linear_fwd(logits, lnf, w[wte], N, C, V);  // tied LM head
+    }
   }
 
   void check_bound(const char* who) const {
@@ -365,8 +478,11 @@ struct GptCuda::Impl {
     ensure(Bn, Tn);
     upload(batch.inputs.data(), batch.targets.data(), std::int64_t(N));
     run_forward(Bn, Tn);
-    kc::crossentropy_forward(losses, lse, logits, d_targets, std::int64_t(N), V, dt, stream);
-    kc::mean(d_loss, losses, std::int64_t(N), stream);
+    {
+      Scope op(this, "cross-entropy fwd");
+      kc::crossentropy_forward(losses, lse, logits, d_targets, std::int64_t(N), V, dt, stream);
+      kc::mean(d_loss, losses, std::int64_t(N), stream);
+    }
     DS_CUDA_CHECK(cudaMemcpyAsync(h_loss, d_loss, sizeof(float), cudaMemcpyDeviceToHost, stream));
     DS_CUDA_CHECK(cudaStreamSynchronize(stream));
     return *h_loss;
@@ -383,61 +499,118 @@ struct GptCuda::Impl {
     const std::int64_t C = cfg.n_embd, NH = cfg.n_head, V = cfg.vocab_size, N = B * T;
     const std::int64_t hs = C / NH, BNH = B * NH, TT = T * T;
     const float att_scale = 1.0f / std::sqrt(float(hs));
-    // Fused softmax + cross-entropy gradient, in place over the logits.
-    kc::crossentropy_backward(logits, lse, d_targets, N, V, scale, dt, stream);
-    // LM head (tied to wte): dlnf = dlogits wte ; dwte += dlogits^T lnf.
-    linear_dinp(dln, logits, w[wte], N, C, V);
-    linear_dw(g[wte], logits, lnf, N, C, V);
-    DS_CUDA_CHECK(cudaMemsetAsync(dres, 0, std::size_t(N * C) * dtype_size(dt), stream));
-    kc::layernorm_backward(dres, g[lnfw], g[lnfb], dln, resid.back(), w[lnfw], lnf_mean, lnf_rstd, N, C, scratch,
-                           dt, stream);
+    {
+      // Fused softmax + cross-entropy gradient, in place over the logits.
+      Scope op(this, "cross-entropy bwd");
+      kc::crossentropy_backward(logits, lse, d_targets, N, V, scale, dt, stream);
+    }
+    {
+      // LM head (tied to wte): dlnf = dlogits wte ; dwte += dlogits^T lnf.
+      Scope op(this, "lm head bwd (2 GEMMs)");
+      linear_dinp(dln, logits, w[wte], N, C, V);
+      linear_dw(g[wte], logits, lnf, N, C, V);
+    }
+    {
+      Scope op(this, "layernorm bwd");
+      DS_CUDA_CHECK(cudaMemsetAsync(dres, 0, std::size_t(N * C) * dtype_size(dt), stream));
+      kc::layernorm_backward(dres, g[lnfw], g[lnfb], dln, resid.back(), w[lnfw], lnf_mean, lnf_rstd, N, C, scratch,
+                             dt, stream);
+    }
     ready(lnfw);
     ready(lnfb);
     for (std::size_t li = layers.size(); li-- > 0;) {
       const LayerIdx& P = layers[li];
       const LayerAct& a = acts[li];
       // MLP: x2 = x1 + c_proj(gelu(c_fc(ln_2(x1)))); dres holds dL/dx2.
-      linear_dinp(dfch, dres, w[P.fcprojw], N, 4 * C, C);
-      linear_dw(g[P.fcprojw], dres, a.fch_gelu, N, 4 * C, C);
+      {
+        Scope op(this, "fc proj linear bwd (2 GEMMs)");
+        linear_dinp(dfch, dres, w[P.fcprojw], N, 4 * C, C);
+        linear_dw(g[P.fcprojw], dres, a.fch_gelu, N, 4 * C, C);
+      }
       ready(P.fcprojw);
-      kc::bias_backward(g[P.fcprojb], dres, N, C, scratch, dt, stream);
+      {
+        Scope op(this, "bias grad");
+        kc::bias_backward(g[P.fcprojb], dres, N, C, scratch, dt, stream);
+      }
       ready(P.fcprojb);
-      kc::gelu_backward(dfch, a.fch, dfch, 4 * N * C, dt, stream);
-      linear_dinp(dln, dfch, w[P.fcw], N, C, 4 * C);
-      linear_dw(g[P.fcw], dfch, a.ln2, N, C, 4 * C);
+      {
+        Scope op(this, "gelu bwd");
+        kc::gelu_backward(dfch, a.fch, dfch, 4 * N * C, dt, stream);
+      }
+      {
+        Scope op(this, "fc linear bwd (2 GEMMs)");
+        linear_dinp(dln, dfch, w[P.fcw], N, C, 4 * C);
+        linear_dw(g[P.fcw], dfch, a.ln2, N, C, 4 * C);
+      }
       ready(P.fcw);
-      kc::bias_backward(g[P.fcb], dfch, N, 4 * C, scratch, dt, stream);
+      {
+        Scope op(this, "bias grad");
+        kc::bias_backward(g[P.fcb], dfch, N, 4 * C, scratch, dt, stream);
+      }
       ready(P.fcb);
-      kc::layernorm_backward(dres, g[P.ln2w], g[P.ln2b], dln, a.x1, w[P.ln2w], a.ln2_mean, a.ln2_rstd, N, C,
-                             scratch, dt, stream);
+      {
+        Scope op(this, "layernorm bwd");
+        kc::layernorm_backward(dres, g[P.ln2w], g[P.ln2b], dln, a.x1, w[P.ln2w], a.ln2_mean, a.ln2_rstd, N, C,
+                               scratch, dt, stream);
+      }
       ready(P.ln2w);
       ready(P.ln2b);
       // Attention: x1 = x + c_proj(attn(c_attn(ln_1(x)))); dres holds dL/dx1.
-      linear_dinp(datty, dres, w[P.projw], N, C, C);
-      linear_dw(g[P.projw], dres, a.atty, N, C, C);
+      {
+        Scope op(this, "attn proj linear bwd (2 GEMMs)");
+        linear_dinp(datty, dres, w[P.projw], N, C, C);
+        linear_dw(g[P.projw], dres, a.atty, N, C, C);
+      }
       ready(P.projw);
-      kc::bias_backward(g[P.projb], dres, N, C, scratch, dt, stream);
+      {
+        Scope op(this, "bias grad");
+        kc::bias_backward(g[P.projb], dres, N, C, scratch, dt, stream);
+      }
       ready(P.projb);
-      // q, k, v again from the saved qkv (cheaper than keeping them per layer).
-      kc::split_qkv(q, k, v, a.qkv, B, T, C, NH, dt, stream);
-      kc::split_heads(dyh, datty, B, T, C, NH, dt, stream);
-      gemm_batched(CUBLAS_OP_T, CUBLAS_OP_N, T, T, hs, v, hs, T * hs, dyh, hs, T * hs, datt, T, TT, BNH);  // datt = dyh v^T
-      gemm_batched(CUBLAS_OP_N, CUBLAS_OP_T, hs, T, T, dyh, hs, T * hs, a.att, T, TT, dv, hs, T * hs, BNH);  // dv = att^T dyh
-      kc::causal_softmax_backward(datt, a.att, datt, att_scale, BNH, T, dt, stream);  // datt -> dS
-      gemm_batched(CUBLAS_OP_N, CUBLAS_OP_N, hs, T, T, k, hs, T * hs, datt, T, TT, dq, hs, T * hs, BNH);  // dq = dS k
-      gemm_batched(CUBLAS_OP_N, CUBLAS_OP_T, hs, T, T, q, hs, T * hs, datt, T, TT, dk, hs, T * hs, BNH);  // dk = dS^T q
-      kc::merge_qkv(dqkv, dq, dk, dv, B, T, C, NH, dt, stream);
-      linear_dinp(dln, dqkv, w[P.qkvw], N, C, 3 * C);
-      linear_dw(g[P.qkvw], dqkv, a.ln1, N, C, 3 * C);
+      {
+        Scope op(this, "attention bwd");
+        // q, k, v again from the saved qkv (cheaper than keeping them per layer).
+        kc::split_qkv(q, k, v, a.qkv, B, T, C, NH, dt, stream);
+        kc::split_heads(dyh, datty, B, T, C, NH, dt, stream);
+        if (flash) {
+          kc::split_heads(yh, a.atty, B, T, C, NH, dt, stream);  // the forward's output o
+          kc::flash_attention_backward(dq, dk, dv, q, k, v, yh, dyh, a.att_lse, scratch, BNH, T, hs, att_scale, dt,
+                                       stream);
+          kc::merge_qkv(dqkv, dq, dk, dv, B, T, C, NH, dt, stream);
+        }
+      }
+      if (!flash) {
+        Scope op(this, "attention bwd");
+        gemm_batched(CUBLAS_OP_T, CUBLAS_OP_N, T, T, hs, v, hs, T * hs, dyh, hs, T * hs, datt, T, TT, BNH);  // datt = dyh v^T
+        gemm_batched(CUBLAS_OP_N, CUBLAS_OP_T, hs, T, T, dyh, hs, T * hs, a.att, T, TT, dv, hs, T * hs, BNH);  // dv = att^T dyh
+        kc::causal_softmax_backward(datt, a.att, datt, att_scale, BNH, T, dt, stream);  // datt -> dS
+        gemm_batched(CUBLAS_OP_N, CUBLAS_OP_N, hs, T, T, k, hs, T * hs, datt, T, TT, dq, hs, T * hs, BNH);  // dq = dS k
+        gemm_batched(CUBLAS_OP_N, CUBLAS_OP_T, hs, T, T, q, hs, T * hs, datt, T, TT, dk, hs, T * hs, BNH);  // dk = dS^T q
+        kc::merge_qkv(dqkv, dq, dk, dv, B, T, C, NH, dt, stream);
+      }
+      {
+        Scope op(this, "qkv linear bwd (2 GEMMs)");
+        linear_dinp(dln, dqkv, w[P.qkvw], N, C, 3 * C);
+        linear_dw(g[P.qkvw], dqkv, a.ln1, N, C, 3 * C);
+      }
       ready(P.qkvw);
-      kc::bias_backward(g[P.qkvb], dqkv, N, 3 * C, scratch, dt, stream);
+      {
+        Scope op(this, "bias grad");
+        kc::bias_backward(g[P.qkvb], dqkv, N, 3 * C, scratch, dt, stream);
+      }
       ready(P.qkvb);
-      kc::layernorm_backward(dres, g[P.ln1w], g[P.ln1b], dln, resid[li], w[P.ln1w], a.ln1_mean, a.ln1_rstd, N, C,
-                             scratch, dt, stream);
+      {
+        Scope op(this, "layernorm bwd");
+        kc::layernorm_backward(dres, g[P.ln1w], g[P.ln1b], dln, resid[li], w[P.ln1w], a.ln1_mean, a.ln1_rstd, N, C,
+                               scratch, dt, stream);
+      }
       ready(P.ln1w);
       ready(P.ln1b);
     }
-    kc::embedding_backward(g[wte], g[wpe], dres, d_tokens, B, T, C, V, scratch, dt, stream);
+    {
+      Scope op(this, "embedding bwd");
+      kc::embedding_backward(g[wte], g[wpe], dres, d_tokens, B, T, C, V, scratch, dt, stream);
+    }
     ready(wpe);
     ready(wte);
   }
@@ -535,6 +708,17 @@ float GptCuda::evaluate(const Batch& batch) {
 }
 
 void* GptCuda::device_stream() const { return static_cast<void*>(impl_->stream); }
+
+void GptCuda::set_profiling(bool on) {
+  impl_->take_profile();  // drops nothing: folds what is pending into the totals
+  impl_->profiling = on;
+  impl_->prof.clear();
+}
+
+std::vector<GptCuda::OpTime> GptCuda::profile() {
+  impl_->take_profile();
+  return impl_->prof;
+}
 
 const GptConfig& GptCuda::config() const { return impl_->cfg; }
 

@@ -19,6 +19,7 @@
 #include <functional>
 #include <memory>
 #include <span>
+#include <string>
 #include <vector>
 
 #include "ds/core/module.h"
@@ -55,6 +56,16 @@ class GptCuda : public Module {
   std::vector<float> logits_last(std::span<const std::int32_t> context);
   std::vector<std::int32_t> generate(std::span<const std::int32_t> context, int n_new,
                                      float temperature, std::uint64_t seed);
+
+  // Per-op device time (benchmarks): when on, every op of forward/backward is bracketed by
+  // CUDA events; profile() synchronises and returns the accumulated milliseconds per op.
+  struct OpTime {
+    std::string op;
+    double ms = 0;
+    std::int64_t calls = 0;
+  };
+  void set_profiling(bool on);
+  std::vector<OpTime> profile();
 
   struct Impl;
 
