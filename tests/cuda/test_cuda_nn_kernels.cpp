@@ -254,6 +254,58 @@ void compare_bits(const char* what, const std::vector<unsigned char>& got, const
 }
 
 // ---------------------------------------------------------------- LayerNorm
+// layernorm_backward with implementation impl (1 = v1, 2 = v2: set_layernorm_backward_impl) on
+// rows x (already rounded to dt) with the saved fp32 stats of the double forward (rm, rr).
+// mask: bit 0 dinp, bit 1 dw, bit 2 db passed (the others null). misalign: 0 none, 1 every
+// dt tensor one element off 16-byte alignment, 2 only dout (v2's scalar fallback).
+void check_ln_backward(DType dt, i64 N, i64 C, const std::vector<float>& x, const std::vector<float>& w,
+                       const std::vector<double>& rm, const std::vector<double>& rr, unsigned& seed, int impl,
+                       int mask = 7, int misalign = 0) {
+  set_ctx("layernorm_backward", "v%d dt=%s N=%lld C=%lld%s%s%s misalign=%d", impl, dn(dt), (long long)N,
+          (long long)C, mask & 1 ? " dinp" : "", mask & 2 ? " dw" : "", mask & 4 ? " db" : "", misalign);
+  nc::set_layernorm_backward_impl(impl);
+  std::vector<float> mf(rm.begin(), rm.end()), rf(rr.begin(), rr.end());  // the saved fp32 stats
+  const auto dy = q(rnd(N * C, ++seed, 1.f), dt);
+  const auto dx0 = q(rnd(N * C, ++seed, 1.f), dt);
+  const auto dw0 = q(rnd(C, ++seed, 1.f), dt);
+  const auto db0 = q(rnd(C, ++seed, 1.f), dt);
+  auto rdx = D(dx0), rdw = D(dw0), rdb = D(db0);
+  ref::layernorm_backward<double>(rdx.data(), rdw.data(), rdb.data(), D(dy).data(), D(x).data(), D(w).data(),
+                                  D(mf).data(), D(rf).data(), N, C);
+  const std::size_t o_all = misalign == 1 ? es(dt) : 0, o_dy = misalign != 0 ? es(dt) : 0;
+  Buf dout("dout", dy, dt, o_dy), dinp("inp", x, dt, o_all), dwt("w", w, dt, o_all), dm("mean", mf, DType::F32),
+      dr("rstd", rf, DType::F32), gx("dinp", dx0, dt, o_all), gw("dw", dw0, dt, o_all), gb("db", db0, dt, o_all),
+      scr("scratch", nc::layernorm_scratch_floats(N, C) * 4);
+  void* px = mask & 1 ? gx.ptr : nullptr;
+  void* pw = mask & 2 ? gw.ptr : nullptr;
+  void* pb = mask & 4 ? gb.ptr : nullptr;
+  nc::layernorm_backward(px, pw, pb, dout.ptr, dinp.ptr, dwt.ptr, dm.f(), dr.f(), N, C, scr.f(), dt, g_stream);
+  sync();
+  // dinp = rstd * (dnorm - mean(dnorm) - xhat * mean(dnorm xhat)): fp32 rounding (an FMA
+  // contraction, say) in the bracket is multiplied by rstd.
+  double max_rstd = 0, max_w = 0, max_dy = 0;
+  for (float r : rf) max_rstd = std::fmax(max_rstd, double(r));
+  for (float v : w) max_w = std::fmax(max_w, std::fabs(double(v)));
+  for (float v : dy) max_dy = std::fmax(max_dy, std::fabs(double(v)));
+  // A null output is untouched (its buffer keeps the initial values).
+  compare("dinp", gx.get(dt), mask & 1 ? rdx : D(dx0), dt, 4 * 1.2e-7 * max_rstd * max_w * max_dy);
+  compare("dw", gw.get(dt), mask & 2 ? rdw : D(dw0), dt);
+  compare("db", gb.get(dt), mask & 4 ? rdb : D(db0), dt);
+  for (const Buf* p : {&gx, &gw, &gb, &scr}) p->check_guards();
+  // Deterministic: the same inputs give the same bits.
+  const auto r1x = gx.raw(), r1w = gw.raw(), r1b = gb.raw();
+  gx.up(dx0, dt);
+  gw.up(dw0, dt);
+  gb.up(db0, dt);
+  scr.poison();
+  nc::layernorm_backward(px, pw, pb, dout.ptr, dinp.ptr, dwt.ptr, dm.f(), dr.f(), N, C, scr.f(), dt, g_stream);
+  sync();
+  compare_bits("dinp (rerun, determinism)", gx.raw(), r1x, es(dt));
+  compare_bits("dw (rerun, determinism)", gw.raw(), r1w, es(dt));
+  compare_bits("db (rerun, determinism)", gb.raw(), r1b, es(dt));
+  nc::set_layernorm_backward_impl(0);
+}
+
 void test_layernorm() {
   unsigned seed = 1000;
   for (DType dt : kDts)
@@ -277,46 +329,29 @@ void test_layernorm() {
           compare("rstd", dr.get(DType::F32), rr, DType::F32);
           for (const Buf* p : {&dout, &dm, &dr}) p->check_guards();
         }
-        {
-          set_ctx("layernorm_backward", "dt=%s N=%lld C=%lld", dn(dt), (long long)N, (long long)C);
-          std::vector<float> mf(rm.begin(), rm.end()), rf(rr.begin(), rr.end());  // the saved fp32 stats
-          const auto dy = q(rnd(N * C, ++seed, 1.f), dt);
-          const auto dx0 = q(rnd(N * C, ++seed, 1.f), dt);
-          const auto dw0 = q(rnd(C, ++seed, 1.f), dt);
-          const auto db0 = q(rnd(C, ++seed, 1.f), dt);
-          auto rdx = D(dx0), rdw = D(dw0), rdb = D(db0);
-          ref::layernorm_backward<double>(rdx.data(), rdw.data(), rdb.data(), D(dy).data(), D(x).data(), D(w).data(),
-                                          D(mf).data(), D(rf).data(), N, C);
-          Buf dout("dout", dy, dt), dinp("inp", x, dt), dwt("w", w, dt), dm("mean", mf, DType::F32),
-              dr("rstd", rf, DType::F32), gx("dinp", dx0, dt), gw("dw", dw0, dt), gb("db", db0, dt),
-              scr("scratch", nc::layernorm_scratch_floats(N, C) * 4);
-          nc::layernorm_backward(gx.ptr, gw.ptr, gb.ptr, dout.ptr, dinp.ptr, dwt.ptr, dm.f(), dr.f(), N, C, scr.f(), dt,
-                                 g_stream);
-          sync();
-          // dinp = rstd * (dnorm - mean(dnorm) - xhat * mean(dnorm xhat)): fp32 rounding (an FMA
-          // contraction, say) in the bracket is multiplied by rstd.
-          double max_rstd = 0, max_w = 0, max_dy = 0;
-          for (float r : rf) max_rstd = std::fmax(max_rstd, double(r));
-          for (float v : w) max_w = std::fmax(max_w, std::fabs(double(v)));
-          for (float v : dy) max_dy = std::fmax(max_dy, std::fabs(double(v)));
-          compare("dinp", gx.get(dt), rdx, dt, 4 * 1.2e-7 * max_rstd * max_w * max_dy);
-          compare("dw", gw.get(dt), rdw, dt);
-          compare("db", gb.get(dt), rdb, dt);
-          for (const Buf* p : {&gx, &gw, &gb, &scr}) p->check_guards();
-          // Deterministic: the same inputs give the same bits.
-          const auto r1x = gx.raw(), r1w = gw.raw(), r1b = gb.raw();
-          gx.up(dx0, dt);
-          gw.up(dw0, dt);
-          gb.up(db0, dt);
-          scr.poison();
-          nc::layernorm_backward(gx.ptr, gw.ptr, gb.ptr, dout.ptr, dinp.ptr, dwt.ptr, dm.f(), dr.f(), N, C, scr.f(), dt,
-                                 g_stream);
-          sync();
-          compare_bits("dinp (rerun, determinism)", gx.raw(), r1x, es(dt));
-          compare_bits("dw (rerun, determinism)", gw.raw(), r1w, es(dt));
-          compare_bits("db (rerun, determinism)", gb.raw(), r1b, es(dt));
-        }
+        for (int impl : {1, 2}) check_ln_backward(dt, N, C, x, w, rm, rr, seed, impl);
       }
+  // Backward only, both implementations: v2's vector path (C % 8 == 0, C <= 1024: 1..4
+  // segments of 256 columns), its scalar fallback (C % 8 != 0, misaligned pointers), C > 1024
+  // (v1 inside v2), many rows (more rows than v2 has blocks), and null outputs.
+  struct Case { i64 N, C; int mask, misalign; };
+  const Case cases[] = {{1, 8, 7, 0},      {9, 256, 7, 0},   {333, 512, 7, 0},  {2100, 768, 7, 0},
+                        {333, 1024, 7, 0}, {77, 1025, 7, 0}, {20000, 768, 7, 0}, {20000, 770, 7, 0},
+                        {20000, 1, 7, 0},  {333, 768, 7, 1}, {333, 768, 7, 2},  {333, 770, 7, 1},
+                        {2100, 768, 1, 0}, {2100, 768, 6, 0}, {2100, 768, 2, 0}, {2100, 768, 4, 0},
+                        {2100, 768, 5, 0}, {333, 770, 6, 0}, {333, 770, 1, 0},  {333, 770, 3, 1}};
+  for (DType dt : kDts)
+    for (const Case& c : cases) {
+      if (c.N == 20000 && dt == DType::F16) continue;  // host time: the large rows in fp32 and bf16
+      const auto x = q(rnd(c.N * c.C, ++seed, 2.f, 3.f), dt);
+      const auto w = q(rnd(c.C, ++seed, 0.2f, 1.f), dt);
+      const auto b = q(rnd(c.C, ++seed, 0.2f), dt);
+      std::vector<double> ro(std::size_t(c.N * c.C)), rm(static_cast<std::size_t>(c.N)),
+          rr(static_cast<std::size_t>(c.N));
+      ref::layernorm_forward<double>(ro.data(), rm.data(), rr.data(), D(x).data(), D(w).data(), D(b).data(), c.N,
+                                     c.C);
+      for (int impl : {1, 2}) check_ln_backward(dt, c.N, c.C, x, w, rm, rr, seed, impl, c.mask, c.misalign);
+    }
 }
 
 // ---------------------------------------------------------------- bias + residual, bias grad

@@ -105,15 +105,58 @@ inline std::int64_t col_chunks(std::int64_t N) {
   return r;
 }
 
-// dst[o] += sum over c of part[c * OC + o], c = 0 .. chunks-1 in order (one rounding).
+// dst[o] += sum over c < chunks of part[c * OC + o] (one rounding), a parallel reduction in a
+// fixed order. 1-D blocks of nw = blockDim.x / 32 warps (nw a power of two, at most 32); a
+// block takes 32-column tiles (tile = blockIdx.x, + gridDim.x, ...; lane = column in the
+// tile). Order of the sum: warp j adds the chunks c = j, j + nw, j + 2 nw, ... in increasing
+// c (s_j, starting from 0.f); then the nw warp sums are combined by halving, s_j += s_{j+h}
+// for h = nw/2, nw/4, ..., 1; dst[o] = round(dst[o] + s_0). The result depends on blockDim.x
+// (not on gridDim.x): the same launch shape gives the same bits.
 template <typename T>
-static __global__ void reduce_chunks_add_kernel(T* dst, const float* part, std::int64_t chunks, std::int64_t OC) {
-  const std::int64_t stride = std::int64_t(gridDim.x) * blockDim.x;
-  for (std::int64_t o = std::int64_t(blockIdx.x) * blockDim.x + threadIdx.x; o < OC; o += stride) {
+__device__ __forceinline__ void reduce_chunks_add_block(T* dst, const float* part, std::int64_t chunks,
+                                                        std::int64_t OC, std::int64_t first_tile,
+                                                        std::int64_t tile_stride) {
+  __shared__ float sh[kWarp][kWarp + 1];
+  const int lane = int(threadIdx.x) % kWarp, wi = int(threadIdx.x) / kWarp, nw = int(blockDim.x) / kWarp;
+  // tile is the same for the whole block: the loop and its barriers are block-uniform.
+  for (std::int64_t tile = first_tile; tile * kWarp < OC; tile += tile_stride) {
+    const std::int64_t o = tile * kWarp + lane;
     float s = 0.f;
-    for (std::int64_t c = 0; c < chunks; ++c) s += part[c * OC + o];
-    st(dst, o, ld(dst, o) + s);
+    if (o < OC) {
+      const float* p = part + o;
+      // The loads are independent (unrolled, they are in flight together); the adds stay in order.
+#pragma unroll 8
+      for (std::int64_t c = wi; c < chunks; c += nw) s += p[c * OC];
+    }
+    sh[wi][lane] = s;
+    __syncthreads();
+    for (int h = nw / 2; h > 0; h >>= 1) {
+      if (wi < h) sh[wi][lane] += sh[wi + h][lane];
+      __syncthreads();
+    }
+    if (wi == 0 && o < OC) st(dst, o, ld(dst, o) + sh[0][lane]);
+    __syncthreads();  // sh is rewritten by the next tile
   }
 }
+
+// Launched as <<<any grid, 1-D block of a power-of-two multiple of 32 threads (<= 1024)>>>.
+template <typename T>
+static __global__ void reduce_chunks_add_kernel(T* dst, const float* part, std::int64_t chunks, std::int64_t OC) {
+  reduce_chunks_add_block(dst, part, chunks, OC, blockIdx.x, gridDim.x);
+}
+
+// Two reductions in one launch: blockIdx.y = 0 does (dst0, part0), 1 does (dst1, part1); a
+// null dst is skipped. Grid (tiles, 2): tiles = ceil(OC / 32) gives one tile per block.
+template <typename T>
+static __global__ void reduce_chunks_add2_kernel(T* dst0, const float* part0, T* dst1, const float* part1,
+                                                 std::int64_t chunks, std::int64_t OC) {
+  T* dst = blockIdx.y == 0 ? dst0 : dst1;
+  if (dst == nullptr) return;  // block-uniform
+  reduce_chunks_add_block(dst, blockIdx.y == 0 ? part0 : part1, chunks, OC, blockIdx.x, gridDim.x);
+}
+
+// The launch shape the reductions want: one 32-column tile per block, 16 warps (512 threads)
+// reducing it: ceil(chunks / 16) loads per thread.
+constexpr int kReduceThreads = 512;
 
 }  // namespace ds::nn::cuda::detail
