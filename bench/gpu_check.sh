@@ -208,7 +208,8 @@ fi
 # ---- 3b. Build ------------------------------------------------------------------------------
 declare -A exe
 if [ "$mode" = cmake ]; then
-  targets=(test_cuda_optim_kernels test_cuda_step optim_bench_cuda test_cuda_nn_kernels test_cuda_gpt)
+  targets=(test_cuda_optim_kernels test_cuda_step optim_bench_cuda test_cuda_nn_kernels test_cuda_gpt test_cuda_flash
+           bench_layers_cuda)
   # These need the whole project (the engine needs HDF5 for checkpoints, train needs MPI):
   # built when this machine's configure defined them.
   known=$(cmake --build "$build" --target help 2>/dev/null)
@@ -293,7 +294,8 @@ if [ "$mode" = cmake ]; then
     case "$name" in
       cuda.nn_kernels) detail="GPT layer kernels vs the CPU references, fp32/fp16/bf16" ;;
       cuda.gpt) detail="GptCuda loss and gradients vs the CPU Gpt; a short bf16 training" ;;
-      cuda.gpt_gemm_attention) detail="the same with the materialised attention (DS_GPT_ATTENTION=gemm)" ;;
+      cuda.gpt_attention_blocks) detail="the same with 8-row block-causal attention GEMMs" ;;
+      cuda.gpt_flash_attention) detail="the same with flash attention (DS_GPT_ATTENTION=flash)" ;;
       cuda.flash_attention) detail="flash attention fwd/bwd vs a double reference, fp16/bf16" ;;
       cuda.engine) detail="the Engine on the GPU vs on the CPU; checkpoints GPU <-> CPU; fp16 overflow skips" ;;
       cuda.*) detail="kernels vs the CPU references (tests/cuda)" ;;
@@ -365,12 +367,19 @@ else
     line=$(grep '^mfu ' "$log" | tail -1)
     tps=$(grep -A2 '^| dtype | step ms' "$log" | tail -1)
     row "bench_gpt_cuda" "$res" "$secs" "${line:-no result line} ${tps}"
-    # The same with the materialised attention (what fp32 uses), for comparison.
-    timed "bench_gpt_cuda (GPT-2 124M, bf16, DS_GPT_ATTENTION=gemm)" 150 env DS_GPT_ATTENTION=gemm "${exe[bench_gpt_cuda]}" --dtype bf16
-    res=$(result_of "$rc")
-    line=$(grep '^mfu ' "$log" | tail -1)
-    tps=$(grep -A2 '^| dtype | step ms' "$log" | tail -1)
-    row "bench_gpt_cuda, gemm attention" "$res" "$secs" "${line:-no result line} ${tps}"
+    # Each layer kernel alone at the same shapes, against a device copy.
+    if [ -x "$build/bench/gpu/bench_layers_cuda" ]; then
+      timed "bench_layers_cuda" 60 "$build/bench/gpu/bench_layers_cuda"
+      row "bench_layers_cuda" "$(result_of "$rc")" "$secs" "per-kernel times at the 124M shapes: see the log"
+    fi
+    # Variants, for comparison: 128-row attention blocks; flash attention.
+    for variant in DS_GPT_ATTENTION_BLOCK=128 DS_GPT_ATTENTION=flash; do
+      timed "bench_gpt_cuda (GPT-2 124M, bf16, $variant)" 150 env "$variant" "${exe[bench_gpt_cuda]}" --dtype bf16 --profile_steps 0
+      res=$(result_of "$rc")
+      line=$(grep '^mfu ' "$log" | tail -1)
+      tps=$(grep -A2 '^| dtype | step ms' "$log" | tail -1)
+      row "bench_gpt_cuda, $variant" "$res" "$secs" "${line:-no result line} ${tps}"
+    done
   else
     row "bench_gpt_cuda" "not run" 0 "not built here"
   fi

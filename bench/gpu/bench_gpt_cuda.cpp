@@ -3,7 +3,8 @@
 // gradient clipping) on one GPU.
 //
 //   bench_gpt_cuda [--layers 12 --heads 12 --embd 768 --block 1024 --vocab 50304
-//                   --batch 16 --steps 40 --warmup 4 --dtype bf16|fp16|fp32 --tf32]
+//                   --batch 16 --steps 40 --warmup 4 --dtype bf16|fp16|fp32 --tf32
+//                   --profile_steps 3]
 //
 // Prints tokens/s and MFU = tokens/s x FLOPs per token (Gpt::flops_per_token: 6 N_matmul +
 // 12 L C T, attention counted in full) / the datasheet dense peak (bf16/fp16 989.4 TFLOP/s on
@@ -110,6 +111,7 @@ int main(int argc, char** argv) {
   int steps = 40, warmup = 4;
   std::string dtype = "bf16";
   bool tf32 = false;
+  int profile_steps = 3;  // per-op profile after the timed steps (0: none)
   for (int i = 1; i < argc; ++i) {
     const std::string a = argv[i];
     auto next = [&]() -> const char* {
@@ -129,6 +131,7 @@ int main(int argc, char** argv) {
     else if (a == "--warmup") warmup = std::atoi(next());
     else if (a == "--dtype") dtype = next();
     else if (a == "--tf32") tf32 = true;
+    else if (a == "--profile_steps") profile_steps = std::atoi(next());
     else {
       std::fprintf(stderr, "bench_gpt_cuda: unknown argument '%s'\n", a.c_str());
       return 2;
@@ -207,8 +210,8 @@ int main(int argc, char** argv) {
     }
     // Per-op device time of 3 more steps (events around each op: a little slower than the
     // timed steps above, which ran without them).
-    model.set_profiling(true);
-    for (int s = 0; s < 3; ++s) {
+    model.set_profiling(profile_steps > 0);
+    for (int s = 0; s < profile_steps; ++s) {
       const auto& d = data[std::size_t(s) % data.size()];
       ds::Batch b;
       b.inputs = std::span<const std::int32_t>(d.data(), N);
@@ -223,11 +226,15 @@ int main(int argc, char** argv) {
     std::sort(prof.begin(), prof.end(), [](const auto& a, const auto& b) { return a.ms > b.ms; });
     double prof_total = 0;
     for (const auto& o : prof) prof_total += o.ms;
-    std::printf("per-op device time, mean of 3 profiled steps (model ops only: %.2f ms per step)\n", prof_total / 3);
-    std::printf("| op | ms per step | %% | calls per step |\n| --- | --- | --- | --- |\n");
-    for (const auto& o : prof)
-      std::printf("| %s | %.3f | %.1f | %lld |\n", o.op.c_str(), o.ms / 3, 100.0 * o.ms / prof_total,
-                  static_cast<long long>(o.calls / 3));
+    if (profile_steps > 0) {
+      const double ps = double(profile_steps);
+      std::printf("per-op device time, mean of %d profiled steps (model ops only: %.2f ms per step)\n", profile_steps,
+                  prof_total / ps);
+      std::printf("| op | ms per step | %% | calls per step |\n| --- | --- | --- | --- |\n");
+      for (const auto& o : prof)
+        std::printf("| %s | %.3f | %.1f | %lld |\n", o.op.c_str(), o.ms / ps, 100.0 * o.ms / prof_total,
+                    static_cast<long long>(o.calls / profile_steps));
+    }
 
     const double ms = median(step_ms);
     const double tps = double(N) / (ms * 1e-3);
@@ -238,9 +245,12 @@ int main(int argc, char** argv) {
                 static_cast<long long>(block), static_cast<long long>(vocab), double(model.num_parameters()) / 1e6,
                 static_cast<long long>(batch), dtype.c_str(), int(step_ms.size()), warmup);
     const char* att_env = std::getenv("DS_GPT_ATTENTION");
-    std::printf("attention: %s\n", (att_env && std::string(att_env) == "gemm") || dt == ds::DType::F32
-                                        ? "materialised (cuBLAS batched GEMMs + causal softmax)"
-                                        : "flash (where the head size is supported)");
+    const char* blk_env = std::getenv("DS_GPT_ATTENTION_BLOCK");
+    if (att_env && std::string(att_env) == "flash" && dt != ds::DType::F32)
+      std::printf("attention: flash (DS_GPT_ATTENTION=flash)\n");
+    else
+      std::printf("attention: materialised, block-causal cuBLAS batched GEMMs (%s-row query blocks) + causal softmax\n",
+                  blk_env ? blk_env : "256");
     std::printf("loss: first %.4f, last %.4f (ln V = %.4f)\n", first_loss, last_loss, std::log(double(vocab)));
     std::printf("split (medians): forward %.2f ms (incl. its loss sync), backward %.2f ms, step %.2f ms\n",
                 median(fwd_ms), median(bwd_ms), ms - median(fwd_ms) - median(bwd_ms));

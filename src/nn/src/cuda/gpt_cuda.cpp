@@ -54,6 +54,7 @@
 
 #include "ds/core/cuda_check.h"
 #include "ds/core/error.h"
+#include "attention_blocks.h"
 #include "ds/nn/cuda_flash.h"
 #include "ds/nn/cuda_kernels.h"
 
@@ -108,14 +109,35 @@ struct GptCuda::Impl {
   DType dt = DType::F32;
   std::vector<void*> w, g;
 
-  // Attention: flash (cuda_flash.h: no [B, NH, T, T] tensor; fp16 / bf16 and the head sizes
-  // it supports) or the materialised path (cuBLAS batched GEMMs + causal softmax; fp32, and
-  // whenever DS_GPT_ATTENTION=gemm).
+  // Attention: the materialised path (cuBLAS batched GEMMs, block-causal, + causal softmax;
+  // the default: on an H200 at the GPT-2 124M shape it ran the step faster than our flash
+  // kernels, docs/PERFORMANCE.md) or, with DS_GPT_ATTENTION=flash, flash attention
+  // (cuda_flash.h: no [B, NH, T, T] tensor, for long contexts; fp16 / bf16 and the head sizes
+  // it supports, else the materialised path).
   bool flash = false;
   bool use_flash() const {
     const char* env = std::getenv("DS_GPT_ATTENTION");
-    if (env && std::string(env) == "gemm") return false;
+    if (!env || std::string(env) != "flash") return false;
     return dt != DType::F32 && kc::flash_attention_supported(dt, cfg.n_embd / cfg.n_head);
+  }
+
+  // Materialised path, block-causal: query blocks of att_block rows multiply only the key
+  // prefix they see, so the GEMMs skip the upper block triangle of [T, T] (at T = 1024 and
+  // 256-row blocks they do 10/16 of the full products) and the softmax writes zeros only
+  // inside the diagonal blocks. DS_GPT_ATTENTION_BLOCK overrides the 256 (tests use small
+  // blocks to cover several).
+  static std::int64_t att_block() {
+    static const std::int64_t b = [] {
+      const char* env = std::getenv("DS_GPT_ATTENTION_BLOCK");
+      const long long v = env ? std::atoll(env) : 0;
+      return v > 0 ? std::int64_t(v) : std::int64_t(256);
+    }();
+    return b;
+  }
+  // p + n elements of the working dtype.
+  void* at(void* p, std::int64_t n) const { return static_cast<char*>(p) + n * std::int64_t(dtype_size(dt)); }
+  const void* at(const void* p, std::int64_t n) const {
+    return static_cast<const char*>(p) + n * std::int64_t(dtype_size(dt));
   }
 
   // Activation arena (one cudaMalloc), sized for cap_bt rows and cap_t positions in arena_dt.
@@ -405,9 +427,19 @@ struct GptCuda::Impl {
         if (flash) {
           kc::flash_attention_forward(yh, a.att_lse, q, k, v, BNH, Tn, hs, att_scale, dt, stream);
         } else {
-          gemm_batched(CUBLAS_OP_T, CUBLAS_OP_N, Tn, Tn, hs, k, hs, Tn * hs, q, hs, Tn * hs, a.att, Tn, TT, BNH);
-          kc::causal_softmax_forward(a.att, a.att, att_scale, BNH, Tn, dt, stream);
-          gemm_batched(CUBLAS_OP_N, CUBLAS_OP_N, hs, Tn, Tn, v, hs, Tn * hs, a.att, Tn, TT, yh, hs, Tn * hs, BNH);
+          // Block-causal (see att_block): for the query rows [q0, q0 + nq) only keys < q0 + nq.
+          const std::int64_t Bq = std::min(att_block(), Tn);
+          for (std::int64_t q0 = 0; q0 < Tn; q0 += Bq) {  // S[q0.., 0..kend) = q k^T
+            const std::int64_t nq = std::min(Bq, Tn - q0), kend = q0 + nq;
+            gemm_batched(CUBLAS_OP_T, CUBLAS_OP_N, kend, nq, hs, k, hs, Tn * hs, at(q, q0 * hs), hs, Tn * hs,
+                         at(a.att, q0 * Tn), Tn, TT, BNH);
+          }
+          kc::causal_softmax_forward_blocks(a.att, a.att, att_scale, BNH, Tn, Bq, dt, stream);
+          for (std::int64_t q0 = 0; q0 < Tn; q0 += Bq) {  // yh[q0..] = att[q0.., 0..kend) v
+            const std::int64_t nq = std::min(Bq, Tn - q0), kend = q0 + nq;
+            gemm_batched(CUBLAS_OP_N, CUBLAS_OP_N, hs, nq, kend, v, hs, Tn * hs, at(a.att, q0 * Tn), Tn, TT,
+                         at(yh, q0 * hs), hs, Tn * hs, BNH);
+          }
         }
         kc::merge_heads(a.atty, yh, Bn, Tn, C, NH, dt, stream);
       }
@@ -581,11 +613,31 @@ struct GptCuda::Impl {
       }
       if (!flash) {
         Scope op(this, "attention bwd");
-        gemm_batched(CUBLAS_OP_T, CUBLAS_OP_N, T, T, hs, v, hs, T * hs, dyh, hs, T * hs, datt, T, TT, BNH);  // datt = dyh v^T
-        gemm_batched(CUBLAS_OP_N, CUBLAS_OP_T, hs, T, T, dyh, hs, T * hs, a.att, T, TT, dv, hs, T * hs, BNH);  // dv = att^T dyh
-        kc::causal_softmax_backward(datt, a.att, datt, att_scale, BNH, T, dt, stream);  // datt -> dS
-        gemm_batched(CUBLAS_OP_N, CUBLAS_OP_N, hs, T, T, k, hs, T * hs, datt, T, TT, dq, hs, T * hs, BNH);  // dq = dS k
-        gemm_batched(CUBLAS_OP_N, CUBLAS_OP_T, hs, T, T, q, hs, T * hs, datt, T, TT, dk, hs, T * hs, BNH);  // dk = dS^T q
+        // Block-causal as the forward: query block [q0, q0 + nq) sees keys < q0 + nq; key block
+        // [k0, k0 + nk) is seen by queries >= k0 (above the diagonal inside the diagonal block
+        // the softmax wrote zeros, so those products add nothing).
+        const std::int64_t Bq = std::min(att_block(), T);
+        for (std::int64_t q0 = 0; q0 < T; q0 += Bq) {  // datt[q0.., 0..kend) = dyh v^T
+          const std::int64_t nq = std::min(Bq, T - q0), kend = q0 + nq;
+          gemm_batched(CUBLAS_OP_T, CUBLAS_OP_N, kend, nq, hs, v, hs, T * hs, at(dyh, q0 * hs), hs, T * hs,
+                       at(datt, q0 * T), T, TT, BNH);
+        }
+        for (std::int64_t k0 = 0; k0 < T; k0 += Bq) {  // dv[k0..] = att[k0.., k0..k0+nk)^T dyh[k0..]
+          const std::int64_t nk = std::min(Bq, T - k0);
+          gemm_batched(CUBLAS_OP_N, CUBLAS_OP_T, hs, nk, T - k0, at(dyh, k0 * hs), hs, T * hs, at(a.att, k0 * T + k0), T,
+                       TT, at(dv, k0 * hs), hs, T * hs, BNH);
+        }
+        kc::causal_softmax_backward_blocks(datt, a.att, datt, att_scale, BNH, T, Bq, dt, stream);  // datt -> dS
+        for (std::int64_t q0 = 0; q0 < T; q0 += Bq) {  // dq[q0..] = dS[q0.., 0..kend) k
+          const std::int64_t nq = std::min(Bq, T - q0), kend = q0 + nq;
+          gemm_batched(CUBLAS_OP_N, CUBLAS_OP_N, hs, nq, kend, k, hs, T * hs, at(datt, q0 * T), T, TT, at(dq, q0 * hs),
+                       hs, T * hs, BNH);
+        }
+        for (std::int64_t k0 = 0; k0 < T; k0 += Bq) {  // dk[k0..] = dS[k0.., k0..k0+nk)^T q[k0..]
+          const std::int64_t nk = std::min(Bq, T - k0);
+          gemm_batched(CUBLAS_OP_N, CUBLAS_OP_T, hs, nk, T - k0, at(q, k0 * hs), hs, T * hs, at(datt, k0 * T + k0), T,
+                       TT, at(dk, k0 * hs), hs, T * hs, BNH);
+        }
         kc::merge_qkv(dqkv, dq, dk, dv, B, T, C, NH, dt, stream);
       }
       {

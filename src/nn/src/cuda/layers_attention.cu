@@ -1,5 +1,6 @@
 // CUDA attention helpers: the qkv / head layout permutations (bit copies, any dtype) and the
 // causal softmax forward / backward (one warp per row; only j <= i is read, j > i written 0).
+#include "attention_blocks.h"
 #include "layer_common.cuh"
 
 namespace ds::nn::cuda {
@@ -73,9 +74,11 @@ inline void check_heads(const char* who, std::int64_t B, std::int64_t T, std::in
 // ---------------------------------------------------------------- causal softmax
 constexpr int kRowsPerBlock = kThreads / kWarp;  // one warp per row
 
+// fill_block > 0: the zeros above the diagonal go only up to the end of the row's block of
+// fill_block rows (min(T, (i / fill_block + 1) * fill_block)), all a block-causal product reads.
 template <typename T>
 __global__ void causal_softmax_forward_kernel(T* att, const T* scores, float scale, std::int64_t rows,
-                                              std::int64_t Tn) {
+                                              std::int64_t Tn, std::int64_t fill_block) {
   const int lane = threadIdx.x % kWarp;
   const std::int64_t wstride = std::int64_t(gridDim.x) * kRowsPerBlock;
   // row is warp-uniform: the loop and the shuffles are too.
@@ -91,13 +94,14 @@ __global__ void causal_softmax_forward_kernel(T* att, const T* scores, float sca
     for (std::int64_t j = lane; j <= i; j += kWarp) sum += expf(scale * ld(s, j) - m);
     const float inv = 1.f / warp_sum(sum);
     for (std::int64_t j = lane; j <= i; j += kWarp) st(a, j, expf(scale * ld(s, j) - m) * inv);
-    for (std::int64_t j = i + 1 + lane; j < Tn; j += kWarp) st(a, j, 0.f);
+    const std::int64_t fill_end = fill_block > 0 && (i / fill_block + 1) * fill_block < Tn ? (i / fill_block + 1) * fill_block : Tn;
+    for (std::int64_t j = i + 1 + lane; j < fill_end; j += kWarp) st(a, j, 0.f);
   }
 }
 
 template <typename T>
 __global__ void causal_softmax_backward_kernel(T* dscores, const T* att, const T* datt, float scale,
-                                               std::int64_t rows, std::int64_t Tn) {
+                                               std::int64_t rows, std::int64_t Tn, std::int64_t fill_block) {
   const int lane = threadIdx.x % kWarp;
   const std::int64_t wstride = std::int64_t(gridDim.x) * kRowsPerBlock;
   for (std::int64_t row = std::int64_t(blockIdx.x) * kRowsPerBlock + threadIdx.x / kWarp; row < rows;
@@ -110,7 +114,8 @@ __global__ void causal_softmax_backward_kernel(T* dscores, const T* att, const T
     for (std::int64_t j = lane; j <= i; j += kWarp) dot += ld(p, j) * ld(dp, j);
     dot = warp_sum(dot);
     for (std::int64_t j = lane; j <= i; j += kWarp) st(ds, j, scale * ld(p, j) * (ld(dp, j) - dot));
-    for (std::int64_t j = i + 1 + lane; j < Tn; j += kWarp) st(ds, j, 0.f);
+    const std::int64_t fill_end = fill_block > 0 && (i / fill_block + 1) * fill_block < Tn ? (i / fill_block + 1) * fill_block : Tn;
+    for (std::int64_t j = i + 1 + lane; j < fill_end; j += kWarp) st(ds, j, 0.f);
   }
 }
 
@@ -171,24 +176,36 @@ void split_heads(void* yh, const void* y, std::int64_t B, std::int64_t T, std::i
 
 void causal_softmax_forward(void* att, const void* scores, float scale, std::int64_t BNH, std::int64_t T, DType dt,
                             cudaStream_t stream) {
-  DS_CHECK(BNH >= 0 && T >= 0, "causal_softmax_forward: bad sizes BNH=" << BNH << " T=" << T);
+  causal_softmax_forward_blocks(att, scores, scale, BNH, T, 0, dt, stream);
+}
+
+void causal_softmax_forward_blocks(void* att, const void* scores, float scale, std::int64_t BNH, std::int64_t T,
+                                   std::int64_t fill_block, DType dt, cudaStream_t stream) {
+  DS_CHECK(BNH >= 0 && T >= 0 && fill_block >= 0,
+           "causal_softmax_forward: bad sizes BNH=" << BNH << " T=" << T << " fill_block=" << fill_block);
   const std::int64_t rows = BNH * T;
   if (rows == 0) return;
   dispatch(dt, "causal_softmax_forward", [&]<typename Tp>() {
     causal_softmax_forward_kernel<Tp><<<blocks_for(rows, kRowsPerBlock), kThreads, 0, stream>>>(
-        static_cast<Tp*>(att), static_cast<const Tp*>(scores), scale, rows, T);
+        static_cast<Tp*>(att), static_cast<const Tp*>(scores), scale, rows, T, fill_block);
   });
   DS_CUDA_CHECK_LAUNCH();
 }
 
 void causal_softmax_backward(void* dscores, const void* att, const void* datt, float scale, std::int64_t BNH,
                              std::int64_t T, DType dt, cudaStream_t stream) {
-  DS_CHECK(BNH >= 0 && T >= 0, "causal_softmax_backward: bad sizes BNH=" << BNH << " T=" << T);
+  causal_softmax_backward_blocks(dscores, att, datt, scale, BNH, T, 0, dt, stream);
+}
+
+void causal_softmax_backward_blocks(void* dscores, const void* att, const void* datt, float scale, std::int64_t BNH,
+                                    std::int64_t T, std::int64_t fill_block, DType dt, cudaStream_t stream) {
+  DS_CHECK(BNH >= 0 && T >= 0 && fill_block >= 0,
+           "causal_softmax_backward: bad sizes BNH=" << BNH << " T=" << T << " fill_block=" << fill_block);
   const std::int64_t rows = BNH * T;
   if (rows == 0) return;
   dispatch(dt, "causal_softmax_backward", [&]<typename Tp>() {
     causal_softmax_backward_kernel<Tp><<<blocks_for(rows, kRowsPerBlock), kThreads, 0, stream>>>(
-        static_cast<Tp*>(dscores), static_cast<const Tp*>(att), static_cast<const Tp*>(datt), scale, rows, T);
+        static_cast<Tp*>(dscores), static_cast<const Tp*>(att), static_cast<const Tp*>(datt), scale, rows, T, fill_block);
   });
   DS_CUDA_CHECK_LAUNCH();
 }
