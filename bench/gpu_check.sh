@@ -367,13 +367,17 @@ else
     line=$(grep '^mfu ' "$log" | tail -1)
     tps=$(grep -A2 '^| dtype | step ms' "$log" | tail -1)
     row "bench_gpt_cuda" "$res" "$secs" "${line:-no result line} ${tps}"
-    # Each layer kernel alone at the same shapes, against a device copy.
-    if [ -x "$build/bench/gpu/bench_layers_cuda" ]; then
+    # Each layer kernel alone at the same shapes, against a device copy (DS_GPU_CHECK_QUICK=1
+    # skips it and the variants below).
+    if [ "${DS_GPU_CHECK_QUICK:-0}" = 1 ]; then
+      row "bench_layers_cuda, variants" "not run" 0 "DS_GPU_CHECK_QUICK=1"
+    elif [ -x "$build/bench/gpu/bench_layers_cuda" ]; then
       timed "bench_layers_cuda" 60 "$build/bench/gpu/bench_layers_cuda"
       row "bench_layers_cuda" "$(result_of "$rc")" "$secs" "per-kernel times at the 124M shapes: see the log"
     fi
     # Variants, for comparison: 128-row attention blocks; flash attention.
     for variant in DS_GPT_ATTENTION_BLOCK=128 DS_GPT_ATTENTION=flash; do
+      [ "${DS_GPU_CHECK_QUICK:-0}" = 1 ] && break
       timed "bench_gpt_cuda (GPT-2 124M, bf16, $variant)" 150 env "$variant" "${exe[bench_gpt_cuda]}" --dtype bf16 --profile_steps 0
       res=$(result_of "$rc")
       line=$(grep '^mfu ' "$log" | tail -1)

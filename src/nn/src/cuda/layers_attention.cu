@@ -1,5 +1,7 @@
 // CUDA attention helpers: the qkv / head layout permutations (bit copies, any dtype) and the
 // causal softmax forward / backward (one warp per row; only j <= i is read, j > i written 0).
+#include <initializer_list>
+
 #include "attention_blocks.h"
 #include "layer_common.cuh"
 
@@ -53,6 +55,72 @@ __global__ void heads_kernel(U* dst, const U* src, std::int64_t n, HeadIndex hi)
     if constexpr (to_heads) dst[i] = src[hi(i)];
     else dst[hi(i)] = src[i];
   }
+}
+
+// Fast path of the four layout kernels (the per-element kernels above did four 64-bit
+// divisions per 2-byte element: 0.17 ms for split_qkv at the GPT-2 124M shape, 0.22 of copy
+// bandwidth on an H200): 16-byte units (8 bf16 / fp16, 4 fp32), 32-bit index arithmetic.
+// Needs hs a whole number of units, 16-byte aligned pointers and < 2^32 units; else the
+// per-element kernels run. Unit u of a [B, NH, T, hs] tensor lives at unit
+// (b*T + t) * row_u + h*hs_u + du of the [B, T, row] tensor.
+struct UnitIndex {
+  unsigned T, NH, hs_u, row_u;
+  __device__ __forceinline__ std::size_t operator()(unsigned u) const {
+    const unsigned du = u % hs_u;
+    unsigned rest = u / hs_u;
+    const unsigned t = rest % T;
+    rest /= T;
+    const unsigned h = rest % NH;
+    const unsigned b = rest / NH;
+    return (std::size_t(b) * T + t) * row_u + std::size_t(h) * hs_u + du;
+  }
+};
+
+__global__ void split_qkv_vec_kernel(uint4* q, uint4* k, uint4* v, const uint4* qkv, unsigned n_units, unsigned C_u,
+                                     UnitIndex ui) {
+  const unsigned stride = gridDim.x * blockDim.x;
+  for (unsigned u = blockIdx.x * blockDim.x + threadIdx.x; u < n_units; u += stride) {
+    const std::size_t s = ui(u);
+    q[u] = qkv[s];
+    k[u] = qkv[s + C_u];
+    v[u] = qkv[s + 2 * std::size_t(C_u)];
+  }
+}
+
+__global__ void merge_qkv_vec_kernel(uint4* dqkv, const uint4* dq, const uint4* dk, const uint4* dv, unsigned n_units,
+                                     unsigned C_u, UnitIndex ui) {
+  const unsigned stride = gridDim.x * blockDim.x;
+  for (unsigned u = blockIdx.x * blockDim.x + threadIdx.x; u < n_units; u += stride) {
+    const std::size_t s = ui(u);
+    dqkv[s] = dq[u];
+    dqkv[s + C_u] = dk[u];
+    dqkv[s + 2 * std::size_t(C_u)] = dv[u];
+  }
+}
+
+template <bool to_heads>
+__global__ void heads_vec_kernel(uint4* dst, const uint4* src, unsigned n_units, UnitIndex ui) {
+  const unsigned stride = gridDim.x * blockDim.x;
+  for (unsigned u = blockIdx.x * blockDim.x + threadIdx.x; u < n_units; u += stride) {
+    if constexpr (to_heads) dst[u] = src[ui(u)];
+    else dst[ui(u)] = src[u];
+  }
+}
+
+// The unit index for row = row_mult * C, or nothing when the fast path does not apply.
+inline bool unit_index(DType dt, std::int64_t B, std::int64_t T, std::int64_t C, std::int64_t NH, std::int64_t row_mult,
+                       std::initializer_list<const void*> ptrs, UnitIndex& ui, unsigned& n_units, unsigned& C_u) {
+  const std::int64_t per = 16 / std::int64_t(dtype_size(dt));  // elements per unit
+  const std::int64_t hs = C / NH;
+  if (hs % per != 0) return false;
+  for (const void* p : ptrs)
+    if (!aligned16(p)) return false;
+  const std::int64_t units = B * T * C / per;
+  if (units >= (std::int64_t(1) << 32) || T >= (std::int64_t(1) << 32)) return false;
+  ui = UnitIndex{unsigned(T), unsigned(NH), unsigned(hs / per), unsigned(row_mult * C / per)};
+  n_units = unsigned(units);
+  C_u = unsigned(C / per);
+  return true;
 }
 
 // Calls f.template operator()<U>() with the unsigned type of dt's size.
@@ -128,6 +196,15 @@ void split_qkv(void* q, void* k, void* v, const void* qkv, std::int64_t B, std::
   check_heads("split_qkv", B, T, C, NH);
   const std::int64_t n = B * T * C;
   if (n == 0) return;
+  UnitIndex ui;
+  unsigned nu = 0, cu = 0;
+  if (unit_index(dt, B, T, C, NH, 3, {q, k, v, qkv}, ui, nu, cu)) {
+    split_qkv_vec_kernel<<<blocks_for(nu), kThreads, 0, stream>>>(static_cast<uint4*>(q), static_cast<uint4*>(k),
+                                                                   static_cast<uint4*>(v), static_cast<const uint4*>(qkv),
+                                                                   nu, cu, ui);
+    DS_CUDA_CHECK_LAUNCH();
+    return;
+  }
   const HeadIndex hi{T, NH, C / NH, 3 * C};
   dispatch_bits(dt, "split_qkv", [&]<typename U>() {
     split_qkv_kernel<U><<<blocks_for(n), kThreads, 0, stream>>>(static_cast<U*>(q), static_cast<U*>(k),
@@ -141,6 +218,15 @@ void merge_qkv(void* dqkv, const void* dq, const void* dk, const void* dv, std::
   check_heads("merge_qkv", B, T, C, NH);
   const std::int64_t n = B * T * C;
   if (n == 0) return;
+  UnitIndex ui;
+  unsigned nu = 0, cu = 0;
+  if (unit_index(dt, B, T, C, NH, 3, {dqkv, dq, dk, dv}, ui, nu, cu)) {
+    merge_qkv_vec_kernel<<<blocks_for(nu), kThreads, 0, stream>>>(static_cast<uint4*>(dqkv), static_cast<const uint4*>(dq),
+                                                                   static_cast<const uint4*>(dk),
+                                                                   static_cast<const uint4*>(dv), nu, cu, ui);
+    DS_CUDA_CHECK_LAUNCH();
+    return;
+  }
   const HeadIndex hi{T, NH, C / NH, 3 * C};
   dispatch_bits(dt, "merge_qkv", [&]<typename U>() {
     merge_qkv_kernel<U><<<blocks_for(n), kThreads, 0, stream>>>(static_cast<U*>(dqkv), static_cast<const U*>(dq),
@@ -155,6 +241,14 @@ void merge_heads(void* y, const void* yh, std::int64_t B, std::int64_t T, std::i
   check_heads("merge_heads", B, T, C, NH);
   const std::int64_t n = B * T * C;
   if (n == 0) return;
+  UnitIndex ui;
+  unsigned nu = 0, cu = 0;
+  if (unit_index(dt, B, T, C, NH, 1, {y, yh}, ui, nu, cu)) {
+    heads_vec_kernel<false><<<blocks_for(nu), kThreads, 0, stream>>>(static_cast<uint4*>(y),
+                                                                      static_cast<const uint4*>(yh), nu, ui);
+    DS_CUDA_CHECK_LAUNCH();
+    return;
+  }
   const HeadIndex hi{T, NH, C / NH, C};
   dispatch_bits(dt, "merge_heads", [&]<typename U>() {
     heads_kernel<U, false><<<blocks_for(n), kThreads, 0, stream>>>(static_cast<U*>(y), static_cast<const U*>(yh), n, hi);
@@ -167,6 +261,14 @@ void split_heads(void* yh, const void* y, std::int64_t B, std::int64_t T, std::i
   check_heads("split_heads", B, T, C, NH);
   const std::int64_t n = B * T * C;
   if (n == 0) return;
+  UnitIndex ui;
+  unsigned nu = 0, cu = 0;
+  if (unit_index(dt, B, T, C, NH, 1, {yh, y}, ui, nu, cu)) {
+    heads_vec_kernel<true><<<blocks_for(nu), kThreads, 0, stream>>>(static_cast<uint4*>(yh),
+                                                                     static_cast<const uint4*>(y), nu, ui);
+    DS_CUDA_CHECK_LAUNCH();
+    return;
+  }
   const HeadIndex hi{T, NH, C / NH, C};
   dispatch_bits(dt, "split_heads", [&]<typename U>() {
     heads_kernel<U, true><<<blocks_for(n), kThreads, 0, stream>>>(static_cast<U*>(yh), static_cast<const U*>(y), n, hi);
