@@ -179,13 +179,17 @@ int main(int argc, char** argv) {
 
     std::vector<double> step_ms, fwd_ms, bwd_ms;
     float first_loss = 0, last_loss = 0;
-    for (int s = 0; s < warmup + steps; ++s) {
+    auto batch_of = [&](int s) {  // batch s: the cycled data, targets shifted by one
       const auto& d = data[std::size_t(s) % data.size()];
       ds::Batch b;
       b.inputs = std::span<const std::int32_t>(d.data(), N);
       b.targets = std::span<const std::int32_t>(d.data() + 1, N);
       b.batch = batch;
       b.seq = block;
+      return b;
+    };
+    for (int s = 0; s < warmup + steps; ++s) {
+      const ds::Batch b = batch_of(s);
       // Timed as a job runs it; the split (forward returns after its loss sync, backward is
       // synchronised here only in the split runs) comes from every other step.
       const bool split = s % 2 == 1;
@@ -212,12 +216,7 @@ int main(int argc, char** argv) {
     // timed steps above, which ran without them).
     model.set_profiling(profile_steps > 0);
     for (int s = 0; s < profile_steps; ++s) {
-      const auto& d = data[std::size_t(s) % data.size()];
-      ds::Batch b;
-      b.inputs = std::span<const std::int32_t>(d.data(), N);
-      b.targets = std::span<const std::int32_t>(d.data() + 1, N);
-      b.batch = batch;
-      b.seq = block;
+      const ds::Batch b = batch_of(s);
       engine.backward(engine.forward(b));
       engine.step();
     }

@@ -11,6 +11,7 @@
 
 #include "ds/core/error.h"
 #include "ds/nn/kernels.h"
+#include "ds/nn/sampling.h"
 
 namespace ds::nn {
 
@@ -352,6 +353,13 @@ std::vector<float> Gpt::logits_last(std::span<const std::int32_t> context) {
 
 std::vector<std::int32_t> Gpt::generate(std::span<const std::int32_t> context, int n_new,
                                         float temperature, std::uint64_t seed) {
+  return sample_tokens(context, n_new, temperature, seed,
+                       [this](std::span<const std::int32_t> ctx) { return logits_last(ctx); });
+}
+
+std::vector<std::int32_t> sample_tokens(
+    std::span<const std::int32_t> context, int n_new, float temperature, std::uint64_t seed,
+    const std::function<std::vector<float>(std::span<const std::int32_t>)>& logits_last) {
   std::vector<std::int32_t> ctx(context.begin(), context.end());
   if (ctx.empty()) ctx.push_back(0);
   std::vector<std::int32_t> out;

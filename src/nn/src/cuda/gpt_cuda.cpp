@@ -57,6 +57,7 @@
 #include "attention_blocks.h"
 #include "ds/nn/cuda_flash.h"
 #include "ds/nn/cuda_kernels.h"
+#include "ds/nn/sampling.h"
 
 #define DS_CUBLAS_CHECK(call)                                                                 \
   do {                                                                                        \
@@ -782,36 +783,11 @@ std::vector<float> GptCuda::logits_last(std::span<const std::int32_t> context) {
   return impl_->logits_last(context);
 }
 
-// The sampler of Gpt::generate (src/nn/src/gpt.cpp), copied verbatim but for logits_last:
-// the same logits give the same tokens. Keep the two in step.
+// The sampler of Gpt::generate (ds/nn/sampling.h): the same logits give the same tokens.
 std::vector<std::int32_t> GptCuda::generate(std::span<const std::int32_t> context, int n_new, float temperature,
                                             std::uint64_t seed) {
-  std::vector<std::int32_t> ctx(context.begin(), context.end());
-  if (ctx.empty()) ctx.push_back(0);
-  std::vector<std::int32_t> out;
-  std::mt19937_64 rng(seed);
-  for (int i = 0; i < n_new; ++i) {
-    std::vector<float> l = logits_last(ctx);
-    std::int32_t next = 0;
-    if (temperature <= 0.0f) {
-      next = std::int32_t(std::max_element(l.begin(), l.end()) - l.begin());
-    } else {
-      const float mx = *std::max_element(l.begin(), l.end());
-      double sum = 0.0;
-      for (float& v : l) { v = float(std::exp(double(v - mx) / temperature)); sum += v; }
-      // Inverse-CDF sampling with a 53-bit uniform (platform-independent, unlike std:: distributions).
-      const double u = double(rng() >> 11) * (1.0 / 9007199254740992.0) * sum;
-      double acc = 0.0;
-      next = std::int32_t(l.size() - 1);
-      for (std::size_t j = 0; j < l.size(); ++j) {
-        acc += l[j];
-        if (u < acc) { next = std::int32_t(j); break; }
-      }
-    }
-    out.push_back(next);
-    ctx.push_back(next);
-  }
-  return out;
+  return sample_tokens(context, n_new, temperature, seed,
+                       [this](std::span<const std::int32_t> ctx) { return logits_last(ctx); });
 }
 
 }  // namespace ds::nn
