@@ -351,7 +351,12 @@ class Reader {
       return n;
     }
     for (;;) {
-      path_.push_back("[" + std::to_string(n.items.size()) + "]");
+      // Appended, not "[" + to_string(..): GCC 12's libstdc++ reports a false -Wrestrict on
+      // operator+(const char*, string&&) here.
+      std::string index = std::to_string(n.items.size());
+      index.insert(index.begin(), '[');
+      index.push_back(']');
+      path_.push_back(std::move(index));
       n.items.push_back(parse_value(depth));
       path_.pop_back();
       skip_ws();
