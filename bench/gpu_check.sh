@@ -213,7 +213,7 @@ if [ "$mode" = cmake ]; then
   # These need the whole project (the engine needs HDF5 for checkpoints, train needs MPI):
   # built when this machine's configure defined them.
   known=$(cmake --build "$build" --target help 2>/dev/null)
-  for t in test_cuda_engine train bench_gpt_cuda; do
+  for t in test_cuda_engine test_cuda_engine_mpi train bench_gpt_cuda; do
     if echo "$known" | grep -qE "(^|[ .:])$t(:| |$)"; then targets+=("$t"); else say "target $t not defined here: skipped"; fi
   done
   [ "${nccl:-OFF}" = ON ] && targets+=(test_nccl)
@@ -298,10 +298,11 @@ if [ "$mode" = cmake ]; then
       cuda.gpt_flash_attention) detail="the same with flash attention (DS_GPT_ATTENTION=flash)" ;;
       cuda.flash_attention) detail="flash attention fwd/bwd vs a double reference, fp16/bf16" ;;
       cuda.engine) detail="the Engine on the GPU vs on the CPU; checkpoints GPU <-> CPU; fp16 overflow skips" ;;
+      cuda.engine_np2) detail="the Engine on 2 GPUs over NCCL (ZeRO 0/1) vs one process with the whole batch" ;;
       cuda.*) detail="kernels vs the CPU references (tests/cuda)" ;;
       *) detail="NcclComm all_reduce/reduce_scatter/all_gather on device buffers vs exact sums" ;;
     esac
-    if [ "$res" = SKIP ] && [ "$name" = mpi_nccl_np2 ] && [ "$ngpu" = 1 ]; then
+    if [ "$res" = SKIP ] && { [ "$name" = mpi_nccl_np2 ] || [ "$name" = cuda.engine_np2 ]; } && [ "$ngpu" = 1 ]; then
       detail="skipped: NCCL needs one GPU per rank (1 visible)"
     else
       skip_verdict "$res"

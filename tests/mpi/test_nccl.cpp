@@ -1,7 +1,7 @@
-// NcclComm on real GPUs (one device per rank): every collective and dtype at sizes 1, 7 and
-// 278011 with exact inputs, non-blocking forms ordered after a compute stream, the factory's
-// "auto" choice, and errors by name. Exits 77 (skipped) where no CUDA device is visible, or
-// fewer devices than ranks on a node.
+// NcclComm on real GPUs (one device per rank): every collective (all_gather also in place) and
+// dtype at sizes 1, 7 and 278011 with exact inputs, non-blocking forms ordered after a compute
+// stream, the factory's "auto" choice, and errors by name. Exits 77 (skipped) where no CUDA
+// device is visible, or fewer devices than ranks on a node.
 #include <cuda_runtime.h>
 #include <mpi.h>
 
@@ -131,6 +131,16 @@ int main() {
           std::vector<char> blk;
           fill(blk, t, b, count);
           CHECK_OK(std::memcmp(g.data() + b * count * es, blk.data(), count * es) == 0, "all_gather block %d", b);
+        }
+        // all_gather in place (the engine's ZeRO-1 gather): send is this rank's block of recv
+        CUDA_OK(cudaMemset(d2, 0, count * es * n));
+        CUDA_OK(cudaMemcpy(static_cast<char*>(d2) + r * count * es, h.data(), count * es, cudaMemcpyHostToDevice));
+        comm->all_gather({static_cast<char*>(d2) + r * count * es, count, t}, {d2, count * n, t});
+        CUDA_OK(cudaMemcpy(g.data(), d2, count * es * n, cudaMemcpyDeviceToHost));
+        for (int b = 0; b < n; ++b) {
+          std::vector<char> blk;
+          fill(blk, t, b, count);
+          CHECK_OK(std::memcmp(g.data() + b * count * es, blk.data(), count * es) == 0, "in-place all_gather block %d", b);
         }
         CUDA_OK(cudaFree(d));
         CUDA_OK(cudaFree(d2));
