@@ -30,6 +30,7 @@
 #include "ds/nn/gpt.h"
 #include "ds/nn/gpt_cuda.h"
 #include "ds/optim/optimizer.h"
+#include "engine_test_model.h"
 #include "self_comm.h"
 
 namespace fs = std::filesystem;
@@ -47,22 +48,17 @@ namespace {
     }                                             \
   } while (0)
 
-ds::nn::GptConfig small() {
-  ds::nn::GptConfig g;
-  g.n_layer = 2;
-  g.n_head = 2;
-  g.n_embd = 32;
-  g.block_size = 16;
-  g.vocab_size = 61;
-  return g;
-}
-constexpr std::int64_t kB = 4, kT = 15;
+using engine_test::kMaxToken;
+using engine_test::kT;
+using engine_test::train_step;
+ds::nn::GptConfig small() { return engine_test::small_gpt(); }
+constexpr std::int64_t kB = 4;
 
 struct Batches {
   std::vector<std::vector<std::int32_t>> tok;
   explicit Batches(int n, unsigned seed) {
     std::mt19937 rng(seed);
-    std::uniform_int_distribution<std::int32_t> u(0, 60);
+    std::uniform_int_distribution<std::int32_t> u(0, kMaxToken);
     tok.assign(std::size_t(n), std::vector<std::int32_t>(kB * kT + 1));
     for (auto& t : tok)
       for (auto& x : t) x = u(rng);
@@ -96,13 +92,6 @@ const char* kAdamFast = R"({"type": "AdamW", "params": {"lr": 0.003, "betas": [0
 
 ds::InitResult make(ds::Module& m, const std::string& cfg) {
   return ds::initialize(ds::config::parse_config_text(cfg, "test config"), m, std::make_shared<ds::test::SelfComm>());
-}
-
-float train_step(ds::Engine& e, const ds::Batch& b) {
-  const float loss = e.forward(b);
-  e.backward(loss);
-  e.step();
-  return loss;
 }
 
 double max_abs_diff(const std::vector<float>& a, const std::vector<float>& b) {

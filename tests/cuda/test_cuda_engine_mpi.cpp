@@ -26,6 +26,7 @@
 #include "ds/mpi/init.h"
 #include "ds/nn/gpt.h"
 #include "ds/nn/gpt_cuda.h"
+#include "engine_test_model.h"
 #include "self_comm.h"
 
 namespace {
@@ -42,21 +43,16 @@ int g_rank = 0;
     }                                                               \
   } while (0)
 
-ds::nn::GptConfig small() {
-  ds::nn::GptConfig g;
-  g.n_layer = 2;
-  g.n_head = 2;
-  g.n_embd = 32;
-  g.block_size = 16;
-  g.vocab_size = 61;
-  return g;
-}
-constexpr std::int64_t kMicro = 2, kT = 15;
+using engine_test::kMaxToken;
+using engine_test::kT;
+using engine_test::train_step;
+ds::nn::GptConfig small() { return engine_test::small_gpt(); }
+constexpr std::int64_t kMicro = 2;
 
 // The global batch of step s: W * kMicro rows, the same on every rank.
 std::vector<std::int32_t> global_tokens(int W, int s) {
   std::mt19937 rng(1000u + unsigned(s));
-  std::uniform_int_distribution<std::int32_t> u(0, 60);
+  std::uniform_int_distribution<std::int32_t> u(0, kMaxToken);
   std::vector<std::int32_t> t(std::size_t(W * kMicro * (kT + 1)));
   for (auto& x : t) x = u(rng);
   return t;
@@ -92,13 +88,6 @@ std::string config(std::int64_t micro, int stage, const char* extra) {
          std::to_string(stage) + "}" + extra + "}";
 }
 
-float step(ds::Engine& e, const ds::Batch& b) {
-  const float l = e.forward(b);
-  e.backward(l);
-  e.step();
-  return l;
-}
-
 void fp32_matches_one_process(ds::DistributedContext& ctx, const std::shared_ptr<ds::Communicator>& nccl, int stage) {
   const int W = ctx.world_size, r = ctx.rank;
   ds::nn::GptCuda model(small(), /*allow_tf32=*/false);
@@ -111,10 +100,10 @@ void fp32_matches_one_process(ds::DistributedContext& ctx, const std::shared_ptr
   for (int s = 0; s < 6; ++s) {
     const auto g = global_tokens(W, s);
     const Rows mine = rows_of(g, r * kMicro, kMicro), all = rows_of(g, 0, kMicro * W);
-    double l = step(*gpu.engine, mine.batch(kMicro));
+    double l = train_step(*gpu.engine, mine.batch(kMicro));
     MPI_Allreduce(MPI_IN_PLACE, &l, 1, MPI_DOUBLE, MPI_SUM, ctx.mpi_comm);
     l /= W;
-    const double lr_ = step(*ref.engine, all.batch(kMicro * W));
+    const double lr_ = train_step(*ref.engine, all.batch(kMicro * W));
     worst_loss = std::max(worst_loss, std::fabs(l - lr_) / std::fabs(lr_));
     const double ng = gpu.engine->get_global_grad_norm(), nr = ref.engine->get_global_grad_norm();
     worst_norm = std::max(worst_norm, std::fabs(ng - nr) / nr);
@@ -148,7 +137,7 @@ void bf16_trains(ds::DistributedContext& ctx, const std::shared_ptr<ds::Communic
   const Rows mine = rows_of(g, r * kMicro, kMicro);
   double first = 0, last = 0;
   for (int s = 0; s < 20; ++s) {
-    double l = step(*gpu.engine, mine.batch(kMicro));
+    double l = train_step(*gpu.engine, mine.batch(kMicro));
     MPI_Allreduce(MPI_IN_PLACE, &l, 1, MPI_DOUBLE, MPI_SUM, ctx.mpi_comm);
     l /= W;
     if (s == 0) first = l;
