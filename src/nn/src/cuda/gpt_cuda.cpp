@@ -116,10 +116,15 @@ struct GptCuda::Impl {
   // (cuda_flash.h: no [B, NH, T, T] tensor, for long contexts; fp16 / bf16 and the head sizes
   // it supports, else the materialised path).
   bool flash = false;
+  static bool flash_requested() {  // DS_GPT_ATTENTION=flash, read once per process
+    static const bool on = [] {
+      const char* env = std::getenv("DS_GPT_ATTENTION");
+      return env && std::string(env) == "flash";
+    }();
+    return on;
+  }
   bool use_flash() const {
-    const char* env = std::getenv("DS_GPT_ATTENTION");
-    if (!env || std::string(env) != "flash") return false;
-    return dt != DType::F32 && kc::flash_attention_supported(dt, cfg.n_embd / cfg.n_head);
+    return flash_requested() && dt != DType::F32 && kc::flash_attention_supported(dt, cfg.n_embd / cfg.n_head);
   }
 
   // Materialised path, block-causal: query blocks of att_block rows multiply only the key
