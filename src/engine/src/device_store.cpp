@@ -83,11 +83,17 @@ void DeviceStore::upload(const HostBuffer& params, const HostBuffer& master) {
 }
 
 void DeviceStore::download(HostBuffer& params, HostBuffer& master) const {
-  DS_CHECK(params.bytes() >= n_ * dtype_size(wdtype_) && master.bytes() >= master_n_ * sizeof(float),
-           "DeviceStore::download: host buffers smaller than the device storage");
-  DS_CUDA_CHECK(cudaMemcpyAsync(params.data(), params_, n_ * dtype_size(wdtype_), cudaMemcpyDeviceToHost,
-                                as_stream(stream_)));
+  DS_CHECK(master.bytes() >= master_n_ * sizeof(float),
+           "DeviceStore::download: host master smaller than the device master");
   DS_CUDA_CHECK(cudaMemcpyAsync(master.data(), master_, master_n_ * sizeof(float), cudaMemcpyDeviceToHost,
+                                as_stream(stream_)));
+  download_params(params);  // synchronises, so the master copy is complete too
+}
+
+void DeviceStore::download_params(HostBuffer& params) const {
+  DS_CHECK(params.bytes() >= n_ * dtype_size(wdtype_),
+           "DeviceStore::download: host params smaller than the device params");
+  DS_CUDA_CHECK(cudaMemcpyAsync(params.data(), params_, n_ * dtype_size(wdtype_), cudaMemcpyDeviceToHost,
                                 as_stream(stream_)));
   synchronize();
 }
@@ -126,6 +132,7 @@ TensorView DeviceStore::grads(std::size_t, std::size_t) const { return {}; }
 std::size_t DeviceStore::bytes() const { return 0; }
 void DeviceStore::upload(const HostBuffer&, const HostBuffer&) {}
 void DeviceStore::download(HostBuffer&, HostBuffer&) const {}
+void DeviceStore::download_params(HostBuffer&) const {}
 void DeviceStore::zero_grads() {}
 precision::GradStats DeviceStore::grad_stats(std::size_t, std::size_t) { return {}; }
 void DeviceStore::synchronize() const {}

@@ -36,6 +36,7 @@ class DeviceStore {
   void upload(const HostBuffer& params, const HostBuffer& master);
   // Device -> host, after the stream's work so far (synchronous).
   void download(HostBuffer& params, HostBuffer& master) const;
+  void download_params(HostBuffer& params) const;  // the working params only
   void zero_grads();
   // Sum of squares and inf/NaN of grads [offset, offset + count) (synchronous).
   precision::GradStats grad_stats(std::size_t offset, std::size_t count);

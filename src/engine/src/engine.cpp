@@ -108,10 +108,11 @@ Engine::Engine(config::DsConfig cfg, Module& module, std::shared_ptr<Communicato
   config::resolve_batch_sizes(cfg_, world_);
   validate_config();
   if (on_device()) {
-    // The GPU path (docs/GPU.md): ZeRO 0/1, gradients reduced in the working dtype over NCCL.
+    // The GPU path (docs/GPU.md) offers ZeRO stages 0 and 1: stage 2's gradient partitioning
+    // releases host pages of the gradient buffer (PagedBuffer), which device memory has not.
     DS_CHECK(cfg_.zero_optimization.stage <= 1,
              cfg_.source << ": zero_optimization.stage " << cfg_.zero_optimization.stage
-                         << " is not implemented on the GPU path (stages 0 and 1 are); use stage 0 or 1");
+                         << " with a model on a CUDA device: the GPU path supports stages 0 and 1; set stage 0 or 1");
     DS_CHECK(comm_dtype_ == wdtype_,
              cfg_.source << ": communication_data_type " << dtype_name(comm_dtype_) << " differs from the working dtype "
                          << dtype_name(wdtype_) << "; the GPU path reduces gradients in the working dtype (remove the key)");
@@ -728,8 +729,8 @@ Engine::GradientMemory Engine::gradient_memory() const {
 std::vector<float> Engine::gather_params_fp32() const {
   std::vector<float> out(map_.total_numel);
   if (on_device()) {
-    HostBuffer p(map_.padded_numel, wdtype_), m(slice_.count, DType::F32);
-    dev_->download(p, m);
+    HostBuffer p(map_.padded_numel, wdtype_);
+    dev_->download_params(p);
     convert(p.data(), wdtype_, out.data(), DType::F32, map_.total_numel);
     return out;
   }
