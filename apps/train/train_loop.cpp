@@ -12,6 +12,7 @@
 #include <cstdlib>
 #include <filesystem>
 #include <fstream>
+#include <functional>
 #include <random>
 #include <sstream>
 #include <thread>
@@ -53,10 +54,8 @@ struct Job {
   std::uint64_t seed = kDefaultSeed;
   data::TextDataset train_data, val_data;
   std::unique_ptr<Module> model;
-  nn::Gpt* gpt = nullptr;  // == model.get() for --model gpt on the CPU
-#if DS_NN_HAVE_CUDA
-  nn::GptCuda* gpt_cuda = nullptr;  // == model.get() for --model gpt on a GPU
-#endif
+  // The GPT's sampler (CPU or GPU model); empty for the MLP, which generates nothing.
+  std::function<std::vector<std::int32_t>(std::span<const std::int32_t>, int, float, std::uint64_t)> generate;
   bool on_gpu = false;
   std::int64_t steps_per_epoch = 0;  // optimizer steps per epoch of the training split
   std::int64_t total_steps = 0;      // the run ends after this global step
@@ -67,19 +66,6 @@ struct Job {
   std::string identity;  // what ranks must agree on (see job_fingerprint)
   std::uint64_t data_hash = 0;
 
-  bool model_generates() const {
-#if DS_NN_HAVE_CUDA
-    if (gpt_cuda) return true;
-#endif
-    return gpt != nullptr;
-  }
-  std::vector<std::int32_t> generate(std::span<const std::int32_t> prompt, int n, float temperature,
-                                     std::uint64_t seed) {
-#if DS_NN_HAVE_CUDA
-    if (gpt_cuda) return gpt_cuda->generate(prompt, n, temperature, seed);
-#endif
-    return gpt->generate(prompt, n, temperature, seed);
-  }
 };
 
 void JobDeleter::operator()(Job* j) const { delete j; }
@@ -315,14 +301,14 @@ JobPtr prepare(const TrainOptions& opts, const DistributedContext& dist) {
     if (j.on_gpu) {
       DS_CUDA_CHECK(cudaSetDevice(dist.device));
       auto gpt = std::make_unique<nn::GptCuda>(g);
-      j.gpt_cuda = gpt.get();
+      j.generate = [m = gpt.get()](auto ctx, int n, float temp, std::uint64_t seed) { return m->generate(ctx, n, temp, seed); };
       j.flops_per_token = gpt->flops_per_token();
       j.model = std::move(gpt);
     }
 #endif
     if (!j.on_gpu) {
       auto gpt = std::make_unique<nn::Gpt>(g);
-      j.gpt = gpt.get();
+      j.generate = [m = gpt.get()](auto ctx, int n, float temp, std::uint64_t seed) { return m->generate(ctx, n, temp, seed); };
       j.flops_per_token = gpt->flops_per_token();
       j.model = std::move(gpt);
     }
@@ -517,7 +503,7 @@ void run(Job& j, DistributedContext& dist) {
   rep.finish_bar();
 
   // A short sample from the trained GPT (rank 0 only; no communication).
-  if (rank0 && j.model_generates() && j.opts.sample_tokens > 0) {
+  if (rank0 && j.generate && j.opts.sample_tokens > 0) {
     const data::TextDataset& src = j.val_data.size() > 0 ? j.val_data : j.train_data;
     const auto toks = src.tokens();
     const std::size_t plen = std::min<std::size_t>({toks.size(), 32, std::size_t(seq)});
