@@ -146,7 +146,8 @@ int main(int argc, char** argv) {
   // Linear forward, input and weight gradients (attention is always the own kernel when the
   // CPU has AVX-512).
   const std::string gemm_name =
-      gemm_bf16 ? std::string("own-bf16") : std::string(ds::nn::own_f32_for_layers() ? "own-f32" : "openblas");
+      model.gemm_precision() == ds::nn::Precision::BF16 ? std::string("own-bf16")
+                                                        : std::string(ds::nn::own_f32_for_layers() ? "own-f32" : "openblas");
   const double tokens = double(B * T) * steps;
   const double tps = tokens / t_total;
   const double fpt = model.flops_per_token(T);

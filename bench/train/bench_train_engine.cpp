@@ -80,7 +80,9 @@ int main(int argc, char** argv) {
                   "\"loss_first\": %.4f, \"loss_last\": %.4f, "
                   "\"gemm\": \"%s\"}\n",
                   dtype.c_str(), ctx.world_size, omp_get_max_threads(), tps, 1e3 * dt / steps, 1e3 * dc / steps, first, loss,
-                  ds::nn::own_f32_for_layers() ? "own-f32" : "openblas");
+                  model.gemm_precision() == ds::nn::Precision::BF16 ? "own-bf16"
+                  : ds::nn::own_f32_for_layers()                     ? "own-f32"
+                                                                     : "openblas");
     init.engine.reset();
     ds::finalize_distributed(ctx);
     return 0;

@@ -9,15 +9,20 @@
 #
 #   bench/train/run.sh [build-dir] [steps]        (not a test; prints a markdown table)
 #
-# Both sides get the same BLAS setup: OpenBLAS (openmp build) with OPENBLAS_CORETYPE=SkylakeX
-# (0.3.21 does not recognise this CPU and would run its SSE3 kernel) and the glibc malloc
-# tunables that keep freed memory mapped (torch re-faults fresh pages every step without).
+# Both sides get the same BLAS setup: OpenBLAS (openmp build) with its AVX-512 kernel,
+# OPENBLAS_CORETYPE=SkylakeX (0.3.21 does not recognise these CPUs and would run its SSE3
+# kernel), and the glibc malloc tunables that keep freed memory mapped (torch re-faults fresh
+# pages every step without). SkylakeX is set even over a preset OPENBLAS_CORETYPE: one machine
+# of this class came with OPENBLAS_CORETYPE=Haswell in its environment, the AVX2 kernel, which
+# halves sgemm (89 against 184 GFLOP/s) and so both PyTorch and the bound.
+# DS_BENCH_OPENBLAS_CORETYPE chooses another core.
 set -euo pipefail
 BUILD=${1:-build}
 STEPS=${2:-20}
 HERE=$(cd "$(dirname "$0")" && pwd)
 PY=${DS_SYSTEM_PYTHON:-/usr/bin/python3}
-export OPENBLAS_CORETYPE=${OPENBLAS_CORETYPE:-SkylakeX}
+if grep -qw avx512f /proc/cpuinfo; then best_core=SkylakeX; else best_core=Haswell; fi
+export OPENBLAS_CORETYPE=${DS_BENCH_OPENBLAS_CORETYPE:-$best_core}
 export GLIBC_TUNABLES=glibc.malloc.mmap_threshold=33554432:glibc.malloc.trim_threshold=17179869184
 export OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1
 MPIRUN="mpirun --oversubscribe --bind-to none -x OPENBLAS_CORETYPE -x GLIBC_TUNABLES -x OMP_NUM_THREADS"

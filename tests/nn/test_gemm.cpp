@@ -65,6 +65,11 @@ TEST(NnGemm, Bf16MatchesReference) {
       check(ta, tb, 7, 13, 5, 0.5f, 1.0f);
       check(ta, tb, 13, 65, 33, 1.0f, 0.0f);
       check(ta, tb, 70, 130, 64, -2.0f, 0.25f);
+      // Odd K and k-pair tails inside the 16-pair packing blocks; partial strip groups of a
+      // transposed A; packed B of 5 KB and of 1.25 MB (both tile orders).
+      check(ta, tb, 9, 67, 67, 1.0f, 0.0f);
+      check(ta, tb, 301, 70, 520, 1.0f, 1.0f);
+      check(ta, tb, 50, 600, 1040, 0.5f, 0.0f);
     }
 }
 
@@ -86,10 +91,22 @@ TEST(NnGemm, F32BlockedMatchesReference) {
   g_bf16 = true;
 }
 
+// The own kernels with an epilogue, as the layers call them (gemm_epilogue picks by
+// precision): fp32 always where AVX-512 is, bf16 where AVX512-BF16 is.
+std::vector<ds::nn::Precision> epilogue_kernels() {
+  std::vector<ds::nn::Precision> k;
+  if (ds::nn::f32_gemm_supported()) k.push_back(ds::nn::Precision::F32);
+  if (ds::nn::bf16_gemm_supported()) k.push_back(ds::nn::Precision::BF16);
+  return k;
+}
+const char* name(ds::nn::Precision p) { return p == ds::nn::Precision::BF16 ? "bf16 kernel" : "fp32 kernel"; }
+
 // GemmEpilogue::a_row_sum adds each row's sum of op(A) (the bias gradient of a weight
-// gradient): summed while packing a transposed A with K > 256, by a plain loop otherwise.
-TEST(NnGemm, F32RowSumOfA) {
-  if (!ds::nn::f32_gemm_supported()) GTEST_SKIP() << "no AVX-512 on this CPU";
+// gradient) from the fp32 values: fp32 kernel: summed while packing a transposed A with
+// K > 256, by a plain loop otherwise; bf16 kernel: while packing A, either layout.
+TEST(NnGemm, RowSumOfA) {
+  if (epilogue_kernels().empty()) GTEST_SKIP() << "no AVX-512 on this CPU";
+  for (ds::nn::Precision prec : epilogue_kernels())
   for (bool ta : {false, true})
     for (auto [M, N, K] : {std::array<std::int64_t, 3>{1, 1, 1}, {13, 20, 33}, {301, 70, 520}, {50, 17, 1000}}) {
       Operands o(ta, false, M, N, K, std::uint64_t(M * 17 + K));
@@ -97,8 +114,8 @@ TEST(NnGemm, F32RowSumOfA) {
       for (std::int64_t m = 0; m <= M; ++m) rs[std::size_t(m)] = float(m) - 3.0f;  // accumulates; rs[M] untouched
       ds::nn::GemmEpilogue ep;
       ep.a_row_sum = rs.data();
-      ds::nn::gemm_f32_epilogue(ta, false, M, N, K, 1.0f, o.A.data(), o.lda, o.B.data(), o.ldb, 0.0f, o.C.data(),
-                                o.ldc, ep);
+      ds::nn::gemm_epilogue(prec, ta, false, M, N, K, 1.0f, o.A.data(), o.lda, o.B.data(), o.ldb, 0.0f,
+                            o.C.data(), o.ldc, ep);
       for (std::int64_t m = 0; m < M; ++m) {
         double s = double(m) - 3.0, mag = 0;
         for (std::int64_t k = 0; k < K; ++k) {
@@ -106,7 +123,8 @@ TEST(NnGemm, F32RowSumOfA) {
           s += a;
           mag += std::fabs(a);
         }
-        ASSERT_NEAR(rs[std::size_t(m)], s, 1e-5 * mag + 1e-5) << "ta " << ta << " M " << M << " K " << K << " row " << m;
+        ASSERT_NEAR(rs[std::size_t(m)], s, 1e-5 * mag + 1e-5)
+            << name(prec) << " ta " << ta << " M " << M << " K " << K << " row " << m;
       }
       ASSERT_EQ(rs[std::size_t(M)], float(M) - 3.0f);
     }
@@ -165,15 +183,16 @@ TEST(NnGemm, FrontDoorF32IsSgemm) {
 
 // GemmEpilogue::half_c: accumulating into bf16 / fp16 storage gives exactly the bits of the
 // fp32 result (same kernel, beta 0) added to the old half values and rounded once.
-TEST(NnGemm, F32HalfAccumulateIsFp32ThenOneRounding) {
-  if (!ds::nn::f32_gemm_supported()) GTEST_SKIP() << "no AVX-512 on this CPU";
+TEST(NnGemm, HalfAccumulateIsFp32ThenOneRounding) {
+  if (epilogue_kernels().empty()) GTEST_SKIP() << "no AVX-512 on this CPU";
+  for (ds::nn::Precision prec : epilogue_kernels())
   for (bool bf16 : {true, false})
     for (bool ta : {false, true})
       for (auto [M, N, K] : {std::array<std::int64_t, 3>{1, 1, 1}, {13, 70, 33}, {301, 70, 520}}) {
         Operands o(ta, false, M, N, K, std::uint64_t(M + N + K + bf16));
         std::vector<float> f32(std::size_t(M * o.ldc), 0.0f);
-        ds::nn::gemm_f32_epilogue(ta, false, M, N, K, 0.5f, o.A.data(), o.lda, o.B.data(), o.ldb, 0.0f, f32.data(),
-                                  o.ldc, {});
+        ds::nn::gemm_epilogue(prec, ta, false, M, N, K, 0.5f, o.A.data(), o.lda, o.B.data(), o.ldb, 0.0f,
+                              f32.data(), o.ldc, {});
         std::vector<std::uint16_t> h(std::size_t(M * o.ldc)), want(h.size());
         for (std::size_t i = 0; i < h.size(); ++i) {
           const float old = o.C[i];  // random; the padding columns must stay as they are
@@ -185,12 +204,48 @@ TEST(NnGemm, F32HalfAccumulateIsFp32ThenOneRounding) {
         ds::nn::GemmEpilogue ep;
         ep.half_c = h.data();
         ep.half_bf16 = bf16;
-        ds::nn::gemm_f32_epilogue(ta, false, M, N, K, 0.5f, o.A.data(), o.lda, o.B.data(), o.ldb, 1.0f, nullptr,
-                                  o.ldc, ep);
+        ds::nn::gemm_epilogue(prec, ta, false, M, N, K, 0.5f, o.A.data(), o.lda, o.B.data(), o.ldb, 1.0f, nullptr,
+                              o.ldc, ep);
         for (std::size_t i = 0; i < h.size(); ++i)
-          ASSERT_EQ(h[i], want[i]) << (bf16 ? "bf16" : "fp16") << " ta " << ta << " M " << M << " N " << N << " K "
+          ASSERT_EQ(h[i], want[i]) << name(prec) << (bf16 ? " into bf16" : " into fp16") << " ta " << ta << " M " << M << " N " << N << " K "
                                    << K << " at " << i;
       }
+}
+
+// Bias and residual in the epilogue: exactly the plain product (same kernel, beta 0) with the
+// bias, then the residual, added in fp32 afterwards; with beta 1 the old C first.
+TEST(NnGemm, EpilogueBiasAndAddAreTheSameAdditions) {
+  if (epilogue_kernels().empty()) GTEST_SKIP() << "no AVX-512 on this CPU";
+  for (ds::nn::Precision prec : epilogue_kernels())
+    for (auto [M, N, K] : {std::array<std::int64_t, 3>{1, 1, 1}, {7, 13, 5}, {12, 128, 40}, {70, 260, 64}}) {
+      Operands o(false, true, M, N, K, std::uint64_t(M * 3 + N + K));
+      Operands extra(false, false, M, N, 1, std::uint64_t(K + 5));  // its C: the residual, ldc = N + 2
+      std::vector<float> bias(static_cast<std::size_t>(N));
+      for (std::int64_t n = 0; n < N; ++n) bias[std::size_t(n)] = 0.25f * float(n % 7) - 0.5f;
+      for (float beta : {0.0f, 1.0f}) {
+        std::vector<float> plain(o.C.size(), 0.0f), got = o.C;
+        ds::nn::gemm_epilogue(prec, false, true, M, N, K, 1.0f, o.A.data(), o.lda, o.B.data(), o.ldb, 0.0f,
+                              plain.data(), o.ldc, {});
+        ds::nn::GemmEpilogue ep;
+        ep.bias = bias.data();
+        ep.add = extra.C.data();
+        ep.ld_add = extra.ldc;
+        ds::nn::gemm_epilogue(prec, false, true, M, N, K, 1.0f, o.A.data(), o.lda, o.B.data(), o.ldb, beta,
+                              got.data(), o.ldc, ep);
+        for (std::int64_t m = 0; m < M; ++m)
+          for (std::int64_t n = 0; n < N + 2; ++n) {
+            const std::size_t i = std::size_t(m * o.ldc + n);
+            float want = o.C[i];  // padding columns untouched
+            if (n < N) {
+              want = plain[i];
+              if (beta != 0.0f) want = std::fma(o.C[i], beta, want);
+              want = (want + bias[std::size_t(n)]) + extra.C[std::size_t(m * extra.ldc + n)];
+            }
+            ASSERT_EQ(got[i], want) << name(prec) << " beta " << beta << " M " << M << " N " << N << " K " << K
+                                    << " at " << m << "," << n;
+          }
+      }
+    }
 }
 
 }  // namespace

@@ -9,6 +9,8 @@
 #include <random>
 #include <vector>
 
+#include "ds/core/half.h"
+#include "ds/nn/gemm.h"
 #include "ds/nn/kernels.h"
 #include "ds/nn/kernels_ref.h"
 
@@ -25,6 +27,7 @@ Vd randn(std::size_t n, std::uint64_t seed, double scale = 1.0) {
   return v;
 }
 Vf to_f(const Vd& v) { return Vf(v.begin(), v.end()); }
+Vd to_d(const Vf& v) { return Vd(v.begin(), v.end()); }
 
 double dot(const Vd& a, const Vd& b) {
   double s = 0;
@@ -115,6 +118,48 @@ TEST(NnLayers, LinearEpilogueFormsFast) {
     std::fill(o.begin(), o.end(), 7.0f);
     ds::nn::kernels::linear_forward(o.data(), i2f.data(), w2f.data(), b2f.data(), nullptr, n, c, oc);
     expect_close(o, o_ref, 1e-5, "linear fwd bias");
+  }
+}
+
+// The Linear layer at Precision::BF16 (the bf16 kernel with the epilogue: bias, residual,
+// weight-gradient row sums) against the double reference on bf16-rounded GEMM inputs; the
+// bias gradient sums the unrounded dout. Tolerance 1e-4 of the largest magnitude: bf16
+// rounding the inputs differently would show at ~1e-3.
+TEST(NnLayers, LinearBf16MatchesRoundedReference) {
+  if (!ds::nn::bf16_gemm_supported()) GTEST_SKIP() << "no AVX512-BF16 on this CPU";
+  const auto bf = ds::nn::Precision::BF16;
+  auto rd = [](Vd v) {
+    for (auto& x : v) x = ds::bf16_to_float(ds::float_to_bf16(float(x)));
+    return v;
+  };
+  for (auto [n, c, oc] : {std::array<std::int64_t, 3>{1, 1, 1}, {7, 13, 5}, {33, 17, 65}, {300, 70, 50},
+                          {130, 256, 64}}) {
+    // Inputs are fp32 values (the kernel rounds them); the reference gets them rounded.
+    const Vd i2 = to_d(to_f(randn(n * c, 71))), w2 = to_d(to_f(randn(oc * c, 72))), b2 = randn(oc, 73),
+             r2 = randn(n * oc, 74), d2 = to_d(to_f(randn(n * oc, 75)));
+    const Vd i2r = rd(i2), w2r = rd(w2);
+    Vf i2f = to_f(i2), w2f = to_f(w2), b2f = to_f(b2), r2f = to_f(r2), d2f = to_f(d2);
+    Vd o_ref(n * oc);
+    ds::nn::ref::linear_forward(o_ref.data(), i2r.data(), w2r.data(), b2.data(), r2.data(), n, c, oc);
+    Vf o(n * oc, 3.0f);
+    ds::nn::kernels::linear_forward(o.data(), i2f.data(), w2f.data(), b2f.data(), r2f.data(), n, c, oc, bf);
+    expect_close(o, o_ref, 1e-4, "bf16 linear fwd bias + residual");
+    o = r2f;
+    ds::nn::kernels::linear_forward(o.data(), i2f.data(), w2f.data(), nullptr, o.data(), n, c, oc, bf);
+    ds::nn::ref::linear_forward(o_ref.data(), i2r.data(), w2r.data(), static_cast<const double*>(nullptr), r2.data(),
+                                n, c, oc);
+    expect_close(o, o_ref, 1e-4, "bf16 linear fwd in-place residual");
+    Vd di_ref = randn(n * c, 76), dw_ref = randn(oc * c, 77), db_ref = randn(oc, 78), db_unused(oc);
+    Vf di = to_f(di_ref), dwf = to_f(dw_ref), dbf = to_f(db_ref);
+    for (std::int64_t r = 0; r < n; ++r)
+      for (std::int64_t j = 0; j < oc; ++j) db_ref[j] += d2[r * oc + j];
+    ds::nn::ref::linear_backward(di_ref.data(), dw_ref.data(), db_unused.data(), rd(d2).data(), i2r.data(),
+                                 w2r.data(), n, c, oc, true);
+    ds::nn::kernels::linear_backward(di.data(), dwf.data(), dbf.data(), d2f.data(), i2f.data(), w2f.data(), n, c, oc,
+                                     true, bf);
+    expect_close(di, di_ref, 1e-4, "bf16 linear dinp");
+    expect_close(dwf, dw_ref, 1e-4, "bf16 linear dw");
+    expect_close(dbf, db_ref, 1e-5, "bf16 linear db (unrounded dout)");
   }
 }
 

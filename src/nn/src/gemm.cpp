@@ -1,213 +1,31 @@
-// bf16 GEMM with AVX512-BF16 (see ds/nn/gemm.h).
+// fp32 GEMMs with AVX-512 FMA (see ds/nn/gemm.h) and the front door that picks a kernel.
 //
-// Goto-style, one level: both operands are packed whole (converted to bf16 on the way) into
-// panels whose k dimension is stored in pairs, the layout `vdpbf16ps` consumes:
-//   A panel (MR rows):  [K/2][MR] 32-bit words, word = (a[r][2k], a[r][2k+1])
-//   B panel (NR cols):  [K/2][NR] 32-bit words, word = (b[2k][c], b[2k+1][c])
-// The micro-kernel keeps an MR x NR = 6 x 64 fp32 tile in 24 zmm accumulators; per k pair it
-// loads 4 B vectors and broadcasts 6 A words: 24 vdpbf16ps (1536 FLOPs) per 10 loads.
-// A B panel (64 x K bf16) stays in L2 while all A panels stream past it.
+// B is packed into 64-column k-major panels (or read in place), A read in place (a long
+// transposed A packed into [k][MR] strips); the 6 x 64 register tile and its epilogue are in
+// gemm_tile.h, shared with the bf16 kernel (gemm_bf16.cpp).
 #include "ds/nn/gemm.h"
 
 #include <cblas.h>
-#include <immintrin.h>
 #include <omp.h>
 
 #include <algorithm>
 #include <cctype>
 #include <cstdlib>
-#include <string>
 #include <cstring>
+#include <string>
 #include <string_view>
 
-#include <unistd.h>
-
-#include "ds/core/bf16_simd.h"
-#include "ds/core/buffer.h"
 #include "ds/core/cpu_features.h"
 #include "ds/core/error.h"
-
-// GCC 12 reports the _mm512_undefined_ps() inside its own intrinsics headers as
-// maybe-uninitialized (a false positive; the lanes are all written).
-#if defined(__GNUC__) && !defined(__clang__)
-#pragma GCC diagnostic ignored "-Wmaybe-uninitialized"
-#endif
+#include "gemm_tile.h"
 
 namespace ds::nn {
 namespace {
 
-constexpr std::int64_t MR = 6;
-constexpr std::int64_t NR = 64;
-
-// fp32 bits -> bf16 bits, round to nearest even (NaN is not special-cased: activations and
-// weights are finite; a NaN may come out as an infinity, still non-finite).
-inline std::uint32_t rne_hi(float f) {
-  std::uint32_t u;
-  std::memcpy(&u, &f, 4);
-  return u + 0x7FFFu + ((u >> 16) & 1u);
-}
-inline std::uint32_t pair_word(float lo, float hi) {
-  return (rne_hi(lo) >> 16) | (rne_hi(hi) & 0xFFFF0000u);
-}
-
-// Element (i, k) of op(X) where X is stored row-major with leading dimension ld.
-struct View {
-  const float* p;
-  std::int64_t ld;
-  bool trans;  // op(X) = X^T
-  float at(std::int64_t i, std::int64_t k) const { return trans ? p[k * ld + i] : p[i * ld + k]; }
-};
-
-// Packs rows [i0, i0+MR) (or columns, for B) of an operand whose "panel" index runs along
-// `i` and k along `k`: out[kp][r] = pair(X(i0+r, 2kp), X(i0+r, 2kp+1)), zero outside.
-template <std::int64_t W>
-void pack_panel(std::uint32_t* out, const View& v, std::int64_t i0, std::int64_t rows,
-                std::int64_t K) {
-  const std::int64_t K2 = (K + 1) / 2;
-  const std::int64_t valid = std::min<std::int64_t>(W, rows - i0);
-  if (!v.trans) {
-    // k contiguous per row: walk each row.
-    for (std::int64_t r = 0; r < W; ++r) {
-      if (r >= valid) {
-        for (std::int64_t kp = 0; kp < K2; ++kp) out[kp * W + r] = 0;
-        continue;
-      }
-      const float* row = v.p + (i0 + r) * v.ld;
-      const std::int64_t full = K / 2;
-      for (std::int64_t kp = 0; kp < full; ++kp) out[kp * W + r] = pair_word(row[2 * kp], row[2 * kp + 1]);
-      if (K & 1) out[full * W + r] = pair_word(row[K - 1], 0.0f);
-    }
-  } else {
-    // i contiguous per k: walk pairs of k rows.
-    for (std::int64_t kp = 0; kp < K2; ++kp) {
-      const float* r0 = v.p + (2 * kp) * v.ld + i0;
-      const bool has1 = 2 * kp + 1 < K;
-      const float* r1 = has1 ? r0 + v.ld : r0;
-      std::uint32_t* o = out + kp * W;
-      if (valid == W && has1) {
-        for (std::int64_t r = 0; r < W; ++r) o[r] = pair_word(r0[r], r1[r]);
-      } else {
-        for (std::int64_t r = 0; r < W; ++r)
-          o[r] = r < valid ? pair_word(r0[r], has1 ? r1[r] : 0.0f) : 0u;
-      }
-    }
-  }
-}
-
-
-// h[0, 16) (lanes in m) = round(h + v) in bf16 or fp16 storage, round to nearest even; bf16
-// by integer rounding like ds::float_to_bf16 (NaN kept quiet), fp16 by vcvtps2ph.
-__attribute__((target("avx512f,avx512bw,avx512vl,fma"))) inline void half_accumulate(
-    std::uint16_t* h, __mmask16 m, __m512 v, bool bf16) {
-  const __m256i old = _mm256_maskz_loadu_epi16(m, h);
-  __m256i out;
-  if (bf16) {
-    out = f32x16_to_bf16_rne(_mm512_add_ps(bf16x16_to_f32(old), v));
-  } else {
-    out = _mm512_cvtps_ph(_mm512_add_ps(_mm512_cvtph_ps(old), v), _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC);
-  }
-  _mm256_mask_storeu_epi16(h, m, out);
-}
-
-// C tile = alpha acc + beta C, then the epilogue (+ bias[n], + add[m, n]), for the valid
-// mv x nv corner. c points at the tile's (0, 0); bias / add are indexed by the tile's
-// origin (m0, n0t) in C.
-__attribute__((target("avx512f,avx512bw,avx512vl,fma"))) inline void store_tile(
-    __m512 (&acc)[MR][4], float alpha, float beta, float* c, std::int64_t ldc, std::int64_t mv,
-    std::int64_t nv, const GemmEpilogue& ep = {}, std::int64_t m0 = 0, std::int64_t n0t = 0) {
-  const __m512 va = _mm512_set1_ps(alpha), vb = _mm512_set1_ps(beta);
-  if (!ep.half_c && mv == MR && nv == NR) {  // full fp32 tile: unrolled, the epilogue's tests hoisted
-    __m512 bias[4];
-#pragma GCC unroll 4
-    for (int j = 0; j < 4; ++j)
-      bias[j] = ep.bias ? _mm512_loadu_ps(ep.bias + n0t + 16 * j) : _mm512_setzero_ps();
-#pragma GCC unroll 6
-    for (int r = 0; r < MR; ++r)
-#pragma GCC unroll 4
-      for (int j = 0; j < 4; ++j) {
-        float* p = c + r * ldc + 16 * j;
-        __m512 v = _mm512_mul_ps(acc[r][j], va);
-        if (beta != 0.0f) v = _mm512_fmadd_ps(_mm512_loadu_ps(p), vb, v);
-        if (ep.bias) v = _mm512_add_ps(v, bias[j]);
-        if (ep.add) v = _mm512_add_ps(v, _mm512_loadu_ps(ep.add + (m0 + r) * ep.ld_add + n0t + 16 * j));
-        _mm512_storeu_ps(p, v);
-      }
-  } else {
-    for (int r = 0; r < mv; ++r)
-      for (int j = 0; j < 4; ++j) {
-        const std::int64_t n0 = 16 * j;
-        if (n0 >= nv) break;
-        const __mmask16 m = std::uint16_t(nv - n0 >= 16 ? 0xFFFF : (1u << (nv - n0)) - 1);
-        __m512 v = _mm512_mul_ps(acc[r][j], va);
-        if (ep.half_c) {  // 16-bit storage, beta 1 (checked by the caller), no bias / add
-          half_accumulate(static_cast<std::uint16_t*>(ep.half_c) + (m0 + r) * ldc + n0t + n0, m, v, ep.half_bf16);
-          continue;
-        }
-        float* p = c + r * ldc + n0;
-        if (beta != 0.0f) v = _mm512_fmadd_ps(_mm512_maskz_loadu_ps(m, p), vb, v);
-        if (ep.bias) v = _mm512_add_ps(v, _mm512_maskz_loadu_ps(m, ep.bias + n0t + n0));
-        if (ep.add) v = _mm512_add_ps(v, _mm512_maskz_loadu_ps(m, ep.add + (m0 + r) * ep.ld_add + n0t + n0));
-        _mm512_mask_storeu_ps(p, m, v);
-      }
-  }
-}
-
-__attribute__((target("avx512f,avx512bw,avx512vl,avx512bf16,fma"))) void micro_kernel(
-    const std::uint32_t* __restrict a, const std::uint32_t* __restrict b, std::int64_t K2,
-    float alpha, float beta, float* c, std::int64_t ldc, std::int64_t mv, std::int64_t nv) {
-  __m512 acc[MR][4];
-#pragma GCC unroll 6
-  for (int r = 0; r < MR; ++r)
-#pragma GCC unroll 4
-    for (int j = 0; j < 4; ++j) acc[r][j] = _mm512_setzero_ps();
-  for (std::int64_t kp = 0; kp < K2; ++kp) {
-    const __m512bh b0 = (__m512bh)_mm512_loadu_si512(b + kp * NR);
-    const __m512bh b1 = (__m512bh)_mm512_loadu_si512(b + kp * NR + 16);
-    const __m512bh b2 = (__m512bh)_mm512_loadu_si512(b + kp * NR + 32);
-    const __m512bh b3 = (__m512bh)_mm512_loadu_si512(b + kp * NR + 48);
-    const std::uint32_t* ak = a + kp * MR;
-#pragma GCC unroll 6
-    for (int r = 0; r < MR; ++r) {
-      const __m512bh av = (__m512bh)_mm512_set1_epi32(int(ak[r]));
-      acc[r][0] = _mm512_dpbf16_ps(acc[r][0], av, b0);
-      acc[r][1] = _mm512_dpbf16_ps(acc[r][1], av, b1);
-      acc[r][2] = _mm512_dpbf16_ps(acc[r][2], av, b2);
-      acc[r][3] = _mm512_dpbf16_ps(acc[r][3], av, b3);
-    }
-  }
-  store_tile(acc, alpha, beta, c, ldc, mv, nv);
-}
+using namespace detail;
 
 // Rows of X (k contiguous) into a k-major panel of 64: 16 x 16 blocks transposed in
-// registers (unpack / shuffle / shuffle_f32x4), rows past `valid` as zeros. (AVX-512
-// gathers are microcode-slow on CPUs with the GDS mitigation.)
-__attribute__((target("avx512f,avx512bw,avx512vl,fma"))) inline void transpose16(__m512 (&r)[16]) {
-  __m512 t[16];
-  for (int i = 0; i < 8; ++i) {
-    t[2 * i] = _mm512_unpacklo_ps(r[2 * i], r[2 * i + 1]);
-    t[2 * i + 1] = _mm512_unpackhi_ps(r[2 * i], r[2 * i + 1]);
-  }
-  for (int i = 0; i < 4; ++i) {
-    r[4 * i + 0] = _mm512_shuffle_ps(t[4 * i + 0], t[4 * i + 2], _MM_SHUFFLE(1, 0, 1, 0));
-    r[4 * i + 1] = _mm512_shuffle_ps(t[4 * i + 0], t[4 * i + 2], _MM_SHUFFLE(3, 2, 3, 2));
-    r[4 * i + 2] = _mm512_shuffle_ps(t[4 * i + 1], t[4 * i + 3], _MM_SHUFFLE(1, 0, 1, 0));
-    r[4 * i + 3] = _mm512_shuffle_ps(t[4 * i + 1], t[4 * i + 3], _MM_SHUFFLE(3, 2, 3, 2));
-  }
-  // r[4i + j] now holds, in 128-bit lane L, column 4L + j of rows 4i..4i+3.
-  for (int j = 0; j < 4; ++j) {
-    t[j] = _mm512_shuffle_f32x4(r[j], r[4 + j], 0x88);        // lanes 0,2 of rows 0-3 / 4-7
-    t[4 + j] = _mm512_shuffle_f32x4(r[j], r[4 + j], 0xDD);    // lanes 1,3
-    t[8 + j] = _mm512_shuffle_f32x4(r[8 + j], r[12 + j], 0x88);
-    t[12 + j] = _mm512_shuffle_f32x4(r[8 + j], r[12 + j], 0xDD);
-  }
-  for (int j = 0; j < 4; ++j) {
-    r[j] = _mm512_shuffle_f32x4(t[j], t[8 + j], 0x88);          // column j
-    r[8 + j] = _mm512_shuffle_f32x4(t[j], t[8 + j], 0xDD);      // column 8 + j
-    r[4 + j] = _mm512_shuffle_f32x4(t[4 + j], t[12 + j], 0x88);  // column 4 + j
-    r[12 + j] = _mm512_shuffle_f32x4(t[4 + j], t[12 + j], 0xDD); // column 12 + j
-  }
-}
-
+// registers, rows past `valid` as zeros.
 __attribute__((target("avx512f,avx512bw,avx512vl,fma"))) void pack_rows_k_major_64(
     float* __restrict out, const float* base, std::int64_t ld, std::int64_t valid, std::int64_t K) {
   for (std::int64_t k0 = 0; k0 < K; k0 += 16) {
@@ -313,65 +131,8 @@ __attribute__((target("avx512f,avx512bw,avx512vl,fma"))) void micro_kernel_f32(
   store_tile(acc, alpha, beta, c, ldc, mv, std::min<std::int64_t>(nv, 16 * NV), ep, m0, n0);
 }
 
-// Per-core L2 size (the tile order depends on it); 2 MiB when the system does not say.
-std::uint64_t l2_bytes() {
-  static const std::uint64_t b = [] {
-    const long v = sysconf(_SC_LEVEL2_CACHE_SIZE);
-    return v > 0 ? std::uint64_t(v) : std::uint64_t(2) << 20;
-  }();
-  return b;
-}
-
-// Packing buffers, one pair per calling thread (the attention runs one GEMM per thread):
-// allocated at the first call, grown only when a larger GEMM arrives.
-HostBuffer& pack_buffer(int which) {
-  thread_local HostBuffer bufs[2];
-  return bufs[which];
-}
-std::uint32_t* ensure(int which, std::size_t words) {
-  HostBuffer& b = pack_buffer(which);
-  if (b.bytes() < words * 4) b = HostBuffer(words * 4);
-  return b.as<std::uint32_t>();
-}
-
 }  // namespace
 
-bool bf16_gemm_supported() {
-  static const bool ok = cpu_features().avx512f && cpu_features().avx512bw &&
-                         cpu_features().avx512vl && cpu_features().avx512_bf16;
-  return ok;
-}
-
-void gemm_bf16(bool trans_a, bool trans_b, std::int64_t M, std::int64_t N, std::int64_t K,
-               float alpha, const float* A, std::int64_t lda, const float* B, std::int64_t ldb,
-               float beta, float* C, std::int64_t ldc) {
-  DS_CHECK(bf16_gemm_supported(), "gemm_bf16: this CPU has no AVX512-BF16");
-  if (M <= 0 || N <= 0) return;
-  const std::int64_t K2 = (K + 1) / 2;
-  const std::int64_t mp = (M + MR - 1) / MR, np = (N + NR - 1) / NR;
-  std::uint32_t* pa = ensure(0, std::size_t(mp * MR * std::max<std::int64_t>(K2, 1)));
-  std::uint32_t* pb = ensure(1, std::size_t(np * NR * std::max<std::int64_t>(K2, 1)));
-  // op(A)(m, k): A stored M x K (no trans) or K x M (trans).
-  const View va{A, lda, trans_a};
-  // B panels run along n: op(B)(k, n) seen as X(n, k): X = B^T stored N x K when trans_b,
-  // else B stored K x N is X transposed.
-  const View vb{B, ldb, !trans_b};
-  const bool par = !omp_in_parallel() && M * N * std::max<std::int64_t>(K, 1) > (1 << 21);
-#pragma omp parallel if (par)
-  {
-#pragma omp for schedule(static) nowait
-    for (std::int64_t i = 0; i < mp; ++i) pack_panel<MR>(pa + i * MR * K2, va, i * MR, M, K);
-#pragma omp for schedule(static)
-    for (std::int64_t j = 0; j < np; ++j) pack_panel<NR>(pb + j * NR * K2, vb, j * NR, N, K);
-#pragma omp for collapse(2) schedule(static)
-    for (std::int64_t j = 0; j < np; ++j)
-      for (std::int64_t i = 0; i < mp; ++i) {
-        const std::int64_t m0 = i * MR, n0 = j * NR;
-        micro_kernel(pa + i * MR * K2, pb + j * NR * K2, K2, alpha, beta, C + m0 * ldc + n0, ldc,
-                     std::min(MR, M - m0), std::min(NR, N - n0));
-      }
-  }
-}
 
 // fp32 GEMMs go to OpenBLAS when it runs an AVX-512 kernel (OpenBLAS 0.3.21 does not know
 // newer CPU models and falls back to its SSE3 "Prescott" kernel unless OPENBLAS_CORETYPE,
@@ -500,6 +261,35 @@ bool own_f32_for_layers() {
     return f32_gemm_supported() && !(e && std::string_view(e) == "openblas");
   }();
   return own;
+}
+
+bool own_gemm_for_layers(Precision p) {
+  return (p == Precision::BF16 && bf16_gemm_supported()) || own_f32_for_layers();
+}
+
+void gemm_epilogue(Precision p, bool trans_a, bool trans_b, std::int64_t M, std::int64_t N, std::int64_t K,
+                   float alpha, const float* A, std::int64_t lda, const float* B, std::int64_t ldb, float beta,
+                   float* C, std::int64_t ldc, const GemmEpilogue& ep) {
+  if (p == Precision::BF16 && bf16_gemm_supported())
+    gemm_bf16_epilogue(trans_a, trans_b, M, N, K, alpha, A, lda, B, ldb, beta, C, ldc, ep);
+  else
+    gemm_f32_impl(Tri::None, trans_a, trans_b, M, N, K, alpha, A, lda, B, ldb, beta, C, ldc, ep);
+}
+
+// vdpbf16ps against fp32 FMA, measured with bench/train/bench_peak: 0.49x on an Intel Xeon
+// (family 6, model 207, KVM), 1.8x on an AMD EPYC (family 26, KVM). The choice follows the
+// vendor rather than a timing at start-up so that every rank, and every rerun, computes the
+// same numbers.
+Precision layer_precision(bool bf16_working) {
+  if (!bf16_working || !bf16_gemm_supported()) return Precision::F32;
+  static const bool fast = [] {
+    if (const char* e = std::getenv("DS_NN_BF16_GEMM")) {
+      if (std::string_view(e) == "on") return true;
+      if (std::string_view(e) == "off") return false;
+    }
+    return cpu_features().amd;
+  }();
+  return fast ? Precision::BF16 : Precision::F32;
 }
 
 void gemm_tri(Tri tri, bool trans_a, bool trans_b, std::int64_t M, std::int64_t N, std::int64_t K,

@@ -112,6 +112,7 @@ void Gpt::init_parameters(std::span<const std::span<float>> params, std::uint64_
 
 void Gpt::bind(std::span<const TensorView> params, std::span<const TensorView> grads) {
   ps_.bind(params, grads);
+  if (!prec_fixed_) prec_ = layer_precision(ps_.dtype() == DType::BF16);
   have_cache_ = false;
 }
 
@@ -246,9 +247,9 @@ void Gpt::backward(float scale, const std::function<void(std::size_t)>& grad_rea
   have_cache_ = false;
   const std::int64_t B = B_, T = T_, C = cfg_.n_embd, NH = cfg_.n_head, V = cfg_.vocab_size;
   const std::int64_t N = B * T;
-  // Half working dtypes on the own fp32 kernel: the Linear weight gradients go straight into
+  // Half working dtypes on an own GEMM kernel: the Linear weight gradients go straight into
   // the engine's 16-bit gradients as their tiles are stored (no shadow to zero and fold).
-  const bool direct = ps_.dtype() != DType::F32 && prec_ == Precision::F32 && own_f32_for_layers();
+  const bool direct = ps_.dtype() != DType::F32 && own_gemm_for_layers(prec_);
   for (const LayerIdx& P : layers_)
     for (std::size_t id : {P.qkvw, P.projw, P.fcw, P.fcprojw}) ps_.set_direct_grad(id, direct);
   auto half = [&](std::size_t id) {

@@ -287,12 +287,12 @@ constexpr std::int64_t kParallelMin = 32768;
 void linear_forward(float* out, const float* inp, const float* w, const float* bias,
                     const float* residual, std::int64_t N, std::int64_t C, std::int64_t OC,
                     Precision prec) {
-  if (prec == Precision::F32 && own_f32_for_layers()) {
+  if (own_gemm_for_layers(prec)) {
     // Bias and residual in the GEMM's epilogue: no separate pass over out.
     GemmEpilogue ep;
     ep.bias = bias;
     if (residual && residual != out) { ep.add = residual; ep.ld_add = OC; }
-    gemm_f32_epilogue(false, true, N, OC, C, 1.0f, inp, C, w, C, residual == out ? 1.0f : 0.0f, out, OC, ep);
+    gemm_epilogue(prec, false, true, N, OC, C, 1.0f, inp, C, w, C, residual == out ? 1.0f : 0.0f, out, OC, ep);
     return;
   }
   float beta = 0.0f;
@@ -310,11 +310,11 @@ void linear_forward(float* out, const float* inp, const float* w, const float* b
 void linear_backward(float* dinp, float* dw, float* dbias, const float* dout, const float* inp,
                      const float* w, std::int64_t N, std::int64_t C, std::int64_t OC,
                      bool accumulate_dinp, Precision prec, HalfGrad dw_half) {
-  const bool own = prec == Precision::F32 && own_f32_for_layers();
-  DS_CHECK(!dw_half.data || own, "linear_backward: a 16-bit weight gradient needs the own fp32 GEMM kernel");
+  const bool own = own_gemm_for_layers(prec);
+  DS_CHECK(!dw_half.data || own, "linear_backward: a 16-bit weight gradient needs an own GEMM kernel");
   if (dinp) {
     if (own)
-      gemm_f32_epilogue(false, false, N, C, OC, 1.0f, dout, OC, w, C, accumulate_dinp ? 1.0f : 0.0f, dinp, C, {});
+      gemm_epilogue(prec, false, false, N, C, OC, 1.0f, dout, OC, w, C, accumulate_dinp ? 1.0f : 0.0f, dinp, C, {});
     else
       gemm(prec, false, false, N, C, OC, 1.0f, dout, OC, w, C, accumulate_dinp ? 1.0f : 0.0f, dinp, C);
   }
@@ -324,7 +324,7 @@ void linear_backward(float* dinp, float* dw, float* dbias, const float* dout, co
     ep.a_row_sum = dbias;
     ep.half_c = dw_half.data;
     ep.half_bf16 = dw_half.bf16;
-    gemm_f32_epilogue(true, false, OC, C, N, 1.0f, dout, OC, inp, C, 1.0f, dw_half.data ? nullptr : dw, C, ep);
+    gemm_epilogue(prec, true, false, OC, C, N, 1.0f, dout, OC, inp, C, 1.0f, dw_half.data ? nullptr : dw, C, ep);
     return;
   }
   gemm(prec, true, false, OC, C, N, 1.0f, dout, OC, inp, C, 1.0f, dw, C);

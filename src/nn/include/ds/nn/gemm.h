@@ -6,14 +6,15 @@
 // AVX-512. Debian's OpenBLAS 0.3.21 does not know the CI machine's CPU model and falls back
 // to its SSE3 "Prescott" kernel (~1/4 of the AVX-512 rate) unless OPENBLAS_CORETYPE=SkylakeX
 // is in the environment before the program starts. DS_NN_GEMM=openblas|own overrides the
-// choice; without AVX-512, OpenBLAS. The layers call the own kernel directly for all their
-// GEMMs (gemm_f32_epilogue: forward, input and weight gradients) and the triangular one for
+// choice; without AVX-512, OpenBLAS. The layers call the own kernels directly for all their
+// GEMMs (gemm_epilogue: forward, input and weight gradients) and the triangular one for
 // attention (gemm_tri); see docs/MODELS.md.
 // Precision::BF16 rounds A and B to bfloat16 (round to nearest even) while packing them and
 // multiplies with AVX512-BF16 `vdpbf16ps`, accumulating in fp32 (that OpenBLAS is built
-// without cblas_sbgemm); on the CI machine vdpbf16ps runs at 0.49x the FLOP rate of fp32 FMA
-// (bench/train/bench_peak), so the models compute in fp32 by default. Without AVX512-BF16 a
-// BF16 request runs fp32.
+// without cblas_sbgemm). Without AVX512-BF16 a BF16 request runs fp32. Whether it pays
+// depends on the CPU (bench/train/bench_peak): vdpbf16ps ran at 0.49x the FLOP rate of fp32
+// FMA on an Intel Xeon (family 6, model 207, under KVM) and at 1.8x on an AMD EPYC (family
+// 26); layer_precision() picks by that.
 // Safe to call from several threads at once (per-thread packing buffers).
 #pragma once
 
@@ -29,6 +30,13 @@ bool bf16_gemm_supported();
 void gemm(Precision p, bool trans_a, bool trans_b, std::int64_t M, std::int64_t N, std::int64_t K,
           float alpha, const float* A, std::int64_t lda, const float* B, std::int64_t ldb, float beta,
           float* C, std::int64_t ldc);
+
+// The GEMM precision the built-in models give their Linear layers for a working dtype:
+// BF16 when the working parameters are bf16, the CPU has AVX512-BF16 and runs it faster than
+// fp32 FMA (AMD; see above), else F32. DS_NN_BF16_GEMM=on|off overrides the CPU test (on
+// still needs AVX512-BF16). fp16 working parameters stay F32 (bf16 holds fewer mantissa
+// bits than fp16).
+Precision layer_precision(bool bf16_working);
 
 // The bf16 kernel itself (requires bf16_gemm_supported()); exposed for tests and benchmarks.
 void gemm_bf16(bool trans_a, bool trans_b, std::int64_t M, std::int64_t N, std::int64_t K,
@@ -65,6 +73,18 @@ void gemm_f32_epilogue(bool trans_a, bool trans_b, std::int64_t M, std::int64_t 
                        float alpha, const float* A, std::int64_t lda, const float* B, std::int64_t ldb,
                        float beta, float* C, std::int64_t ldc, const GemmEpilogue& ep);
 bool own_f32_for_layers();
+// The same epilogue on the bf16 kernel (requires bf16_gemm_supported()); a_row_sum sums the
+// fp32 values of op(A), before rounding.
+void gemm_bf16_epilogue(bool trans_a, bool trans_b, std::int64_t M, std::int64_t N, std::int64_t K,
+                        float alpha, const float* A, std::int64_t lda, const float* B, std::int64_t ldb,
+                        float beta, float* C, std::int64_t ldc, const GemmEpilogue& ep);
+// Whether the layers have an own kernel with the epilogue at precision p (the bf16 kernel
+// for BF16 on a CPU with AVX512-BF16, else the fp32 one when own_f32_for_layers()), and that
+// call.
+bool own_gemm_for_layers(Precision p);
+void gemm_epilogue(Precision p, bool trans_a, bool trans_b, std::int64_t M, std::int64_t N, std::int64_t K,
+                   float alpha, const float* A, std::int64_t lda, const float* B, std::int64_t ldb, float beta,
+                   float* C, std::int64_t ldc, const GemmEpilogue& ep);
 
 // Triangular-structure fp32 GEMM for causal attention (own AVX-512 kernel; without
 // AVX-512 the full product through gemm(F32), which gives the same defined values):

@@ -47,9 +47,11 @@ class Gpt : public Module {
   float evaluate(const Batch& batch) override;
 
   const GptConfig& config() const { return cfg_; }
-  // GEMM precision of the Linear layers (attention GEMMs stay fp32). Default F32; BF16
-  // rounds GEMM inputs to bf16 (vdpbf16ps, fp32 accumulation): see ds/nn/gemm.h.
-  void set_gemm_precision(Precision p) { prec_ = p; }
+  // GEMM precision of the Linear layers (attention GEMMs stay fp32). By default chosen at
+  // bind() from the working dtype: layer_precision() (BF16 for bf16 parameters where this CPU
+  // runs vdpbf16ps faster than fp32 FMA, else F32). BF16 rounds GEMM inputs to bf16
+  // (vdpbf16ps, fp32 accumulation): see ds/nn/gemm.h. set_gemm_precision() fixes it.
+  void set_gemm_precision(Precision p) { prec_ = p; prec_fixed_ = true; }
   Precision gemm_precision() const { return prec_; }
   std::size_t num_parameters() const { return ps_.total_numel(); }
 
@@ -105,6 +107,7 @@ class Gpt : public Module {
   std::int64_t B_ = 0, T_ = 0;
   bool have_cache_ = false;
   Precision prec_ = Precision::F32;
+  bool prec_fixed_ = false;
 };
 
 }  // namespace ds::nn

@@ -1,0 +1,247 @@
+// bf16 GEMM with AVX512-BF16 (see ds/nn/gemm.h).
+//
+// Goto-style, one level: both operands are packed whole (rounded to bf16 on the way, round
+// to nearest even by integer arithmetic) into panels whose k dimension is stored in pairs,
+// the layout `vdpbf16ps` consumes:
+//   A panel (MR rows):  [K/2][MR] 32-bit words, word = (a[r][2k], a[r][2k+1])
+//   B panel (NR cols):  [K/2][NR] 32-bit words, word = (b[2k][c], b[2k+1][c])
+// The micro-kernel keeps the MR x NR = 6 x 64 fp32 tile of gemm_tile.h in 24 zmm
+// accumulators; per k pair it loads 4 B vectors and broadcasts 6 A words: 24 vdpbf16ps
+// (1536 FLOPs) per 10 loads. Its store runs the same epilogue as the fp32 kernel (bias,
+// residual add, 16-bit gradient accumulation); the row sums of op(A) are taken from the fp32
+// values while A is packed.
+//
+// Packing is vectorised: operand rows contiguous in k give 32 floats -> 16 pair words per
+// load pair (one vpermt2w picks the rounded high halves) and go through the 16 x 16 word
+// transpose; rows contiguous in the panel index pair two k rows lane by lane.
+#include <omp.h>
+
+#include <algorithm>
+#include <cstring>
+
+#include "ds/core/cpu_features.h"
+#include "ds/core/error.h"
+#include "gemm_tile.h"
+
+namespace ds::nn {
+namespace {
+
+using namespace detail;
+
+#define DS_BF16_TARGET __attribute__((target("avx512f,avx512bw,avx512vl,fma")))
+
+// fp32 bits + rounding increment: the bf16 (round to nearest even) is the high half. NaN is
+// not special-cased (activations and weights are finite; a NaN may come out as an infinity,
+// still non-finite).
+DS_BF16_TARGET inline __m512i rne_hi(__m512 x) {
+  const __m512i u = _mm512_castps_si512(x);
+  return _mm512_add_epi32(u, _mm512_add_epi32(_mm512_set1_epi32(0x7FFF),
+                                              _mm512_and_si512(_mm512_srli_epi32(u, 16), _mm512_set1_epi32(1))));
+}
+DS_BF16_TARGET inline __m256i rne_hi(__m256 x) {
+  const __m256i u = _mm256_castps_si256(x);
+  return _mm256_add_epi32(u, _mm256_add_epi32(_mm256_set1_epi32(0x7FFF),
+                                              _mm256_and_si256(_mm256_srli_epi32(u, 16), _mm256_set1_epi32(1))));
+}
+// Lane-wise pairs: word = bf16(lo) | bf16(hi) << 16.
+DS_BF16_TARGET inline __m512i pair_lanes(__m512 lo, __m512 hi) {
+  return _mm512_or_si512(_mm512_srli_epi32(rne_hi(lo), 16),
+                         _mm512_and_si512(rne_hi(hi), _mm512_set1_epi32(int(0xFFFF0000u))));
+}
+DS_BF16_TARGET inline __m256i pair_lanes(__m256 lo, __m256 hi) {
+  return _mm256_or_si256(_mm256_srli_epi32(rne_hi(lo), 16),
+                         _mm256_and_si256(rne_hi(hi), _mm256_set1_epi32(int(0xFFFF0000u))));
+}
+// 32 consecutive floats (x0 = [0, 16), x1 = [16, 32)) -> 16 words, word p = (x[2p], x[2p+1]):
+// the high halves of the 32 rounded lanes in order.
+alignas(64) constexpr std::uint16_t kOddHalves[32] = {1,  3,  5,  7,  9,  11, 13, 15, 17, 19, 21,
+                                                     23, 25, 27, 29, 31, 33, 35, 37, 39, 41, 43,
+                                                     45, 47, 49, 51, 53, 55, 57, 59, 61, 63};
+DS_BF16_TARGET inline __m512i pair_consecutive(__m512 x0, __m512 x1) {
+  return _mm512_permutex2var_epi16(rne_hi(x0), _mm512_load_si512(kOddHalves), rne_hi(x1));
+}
+DS_BF16_TARGET inline __mmask16 lanes(std::int64_t n) {
+  return n >= 16 ? __mmask16(0xFFFF) : n <= 0 ? __mmask16(0) : __mmask16((1u << n) - 1);
+}
+
+// Row `row` of X (k contiguous), k pairs [kp0, kp0 + 16) as 16 words; zeros past K.
+DS_BF16_TARGET inline __m512i row_words(const float* row, std::int64_t kp0, std::int64_t K, __m512* sum) {
+  const std::int64_t k0 = 2 * kp0;
+  const __m512 x0 = _mm512_maskz_loadu_ps(lanes(K - k0), row + k0);
+  const __m512 x1 = _mm512_maskz_loadu_ps(lanes(K - k0 - 16), row + k0 + 16);
+  if (sum) *sum = _mm512_add_ps(*sum, _mm512_add_ps(x0, x1));
+  return pair_consecutive(x0, x1);
+}
+
+// Panel of W = NR rows of X whose k is contiguous (B transposed): 16 x 16 word blocks
+// transposed in registers.
+DS_BF16_TARGET void pack_k_rows_64(std::uint32_t* __restrict out, const float* base, std::int64_t ld,
+                                   std::int64_t valid, std::int64_t K) {
+  const std::int64_t K2 = (K + 1) / 2;
+  for (std::int64_t kp0 = 0; kp0 < K2; kp0 += 16) {
+    const std::int64_t kw = std::min<std::int64_t>(16, K2 - kp0);
+    for (int j = 0; j < 4; ++j) {
+      __m512 r[16];
+      for (int i = 0; i < 16; ++i) {
+        const std::int64_t row = 16 * j + i;
+        r[i] = row < valid ? _mm512_castsi512_ps(row_words(base + row * ld, kp0, K, nullptr)) : _mm512_setzero_ps();
+      }
+      transpose16(r);
+      for (std::int64_t t = 0; t < kw; ++t) _mm512_storeu_ps(reinterpret_cast<float*>(out + (kp0 + t) * NR + 16 * j), r[t]);
+    }
+  }
+}
+
+// Panel of MR rows of X whose k is contiguous (A not transposed), with optional row sums.
+DS_BF16_TARGET void pack_k_rows_mr(std::uint32_t* __restrict out, const float* base, std::int64_t ld,
+                                   std::int64_t valid, std::int64_t K, float* row_sum) {
+  const std::int64_t K2 = (K + 1) / 2;
+  __m512 sum[MR];
+  for (auto& s : sum) s = _mm512_setzero_ps();
+  alignas(64) std::uint32_t w[MR][16];
+  for (std::int64_t kp0 = 0; kp0 < K2; kp0 += 16) {
+    const std::int64_t kw = std::min<std::int64_t>(16, K2 - kp0);
+    for (int r = 0; r < MR; ++r)
+      _mm512_store_si512(w[r], r < valid ? row_words(base + r * ld, kp0, K, row_sum ? &sum[r] : nullptr)
+                                         : _mm512_setzero_si512());
+    for (std::int64_t t = 0; t < kw; ++t)
+      for (int r = 0; r < MR; ++r) out[(kp0 + t) * MR + r] = w[r][t];
+  }
+  if (row_sum)
+    for (std::int64_t r = 0; r < std::min<std::int64_t>(valid, MR); ++r) row_sum[r] += _mm512_reduce_add_ps(sum[r]);
+}
+
+// Panel of W = NR columns of X stored transposed (X(i, k) at p[k * ld + i]: B not
+// transposed): two k rows paired lane by lane.
+DS_BF16_TARGET void pack_i_rows_64(std::uint32_t* __restrict out, const float* base, std::int64_t ld,
+                                   std::int64_t valid, std::int64_t K) {
+  const std::int64_t K2 = (K + 1) / 2;
+  for (std::int64_t kp = 0; kp < K2; ++kp) {
+    const float* r0 = base + 2 * kp * ld;
+    const bool has1 = 2 * kp + 1 < K;
+    for (int j = 0; j < 4; ++j) {
+      const __mmask16 m = lanes(valid - 16 * j);
+      const __m512 lo = _mm512_maskz_loadu_ps(m, r0 + 16 * j);
+      const __m512 hi = has1 ? _mm512_maskz_loadu_ps(m, r0 + ld + 16 * j) : _mm512_setzero_ps();
+      _mm512_storeu_si512(out + kp * NR + 16 * j, pair_lanes(lo, hi));
+    }
+  }
+}
+
+// MR-row panels of op(A) = A^T (A stored K x M), kStripGroup strips at a time so that the
+// strips share each k row's cache lines; row sums of the fp32 values on the way.
+constexpr std::int64_t kStripGroup = 8;
+DS_BF16_TARGET void pack_at_group(std::uint32_t* __restrict out, const float* src, std::int64_t ld,
+                                  std::int64_t rows, std::int64_t K, float* row_sum) {
+  static_assert(MR <= 8, "one 256-bit vector per strip and k");
+  const std::int64_t K2 = (K + 1) / 2;
+  const std::int64_t ns = std::min<std::int64_t>(kStripGroup, (rows + MR - 1) / MR);
+  __mmask8 m[kStripGroup];
+  __m256 sum[kStripGroup];
+  for (std::int64_t t = 0; t < kStripGroup; ++t) {
+    const std::int64_t v = std::clamp<std::int64_t>(rows - t * MR, 0, MR);
+    m[t] = __mmask8((1u << v) - 1);
+    sum[t] = _mm256_setzero_ps();
+  }
+  const __mmask8 full = __mmask8((1u << MR) - 1);
+  for (std::int64_t kp = 0; kp < K2; ++kp) {
+    const float* r0 = src + 2 * kp * ld;
+    const bool has1 = 2 * kp + 1 < K;
+    for (std::int64_t t = 0; t < ns; ++t) {
+      const __m256 lo = _mm256_maskz_loadu_ps(m[t], r0 + t * MR);
+      const __m256 hi = has1 ? _mm256_maskz_loadu_ps(m[t], r0 + ld + t * MR) : _mm256_setzero_ps();
+      _mm256_mask_storeu_epi32(out + t * MR * K2 + kp * MR, full, pair_lanes(lo, hi));
+      sum[t] = _mm256_add_ps(sum[t], _mm256_add_ps(lo, hi));
+    }
+  }
+  if (row_sum)
+    for (std::int64_t t = 0; t < ns; ++t)
+      _mm256_mask_storeu_ps(row_sum + t * MR, m[t],
+                            _mm256_add_ps(_mm256_maskz_loadu_ps(m[t], row_sum + t * MR), sum[t]));
+}
+
+__attribute__((target("avx512f,avx512bw,avx512vl,avx512bf16,fma"))) void micro_kernel(
+    const std::uint32_t* __restrict a, const std::uint32_t* __restrict b, std::int64_t K2, float alpha,
+    float beta, float* c, std::int64_t ldc, std::int64_t mv, std::int64_t nv, const GemmEpilogue& ep,
+    std::int64_t m0, std::int64_t n0) {
+  __m512 acc[MR][4];
+#pragma GCC unroll 6
+  for (int r = 0; r < MR; ++r)
+#pragma GCC unroll 4
+    for (int j = 0; j < 4; ++j) acc[r][j] = _mm512_setzero_ps();
+  for (std::int64_t kp = 0; kp < K2; ++kp) {
+    const __m512bh b0 = (__m512bh)_mm512_loadu_si512(b + kp * NR);
+    const __m512bh b1 = (__m512bh)_mm512_loadu_si512(b + kp * NR + 16);
+    const __m512bh b2 = (__m512bh)_mm512_loadu_si512(b + kp * NR + 32);
+    const __m512bh b3 = (__m512bh)_mm512_loadu_si512(b + kp * NR + 48);
+    const std::uint32_t* ak = a + kp * MR;
+#pragma GCC unroll 6
+    for (int r = 0; r < MR; ++r) {
+      const __m512bh av = (__m512bh)_mm512_set1_epi32(int(ak[r]));
+      acc[r][0] = _mm512_dpbf16_ps(acc[r][0], av, b0);
+      acc[r][1] = _mm512_dpbf16_ps(acc[r][1], av, b1);
+      acc[r][2] = _mm512_dpbf16_ps(acc[r][2], av, b2);
+      acc[r][3] = _mm512_dpbf16_ps(acc[r][3], av, b3);
+    }
+  }
+  store_tile(acc, alpha, beta, c, ldc, mv, nv, ep, m0, n0);
+}
+
+}  // namespace
+
+bool bf16_gemm_supported() {
+  static const bool ok = cpu_features().avx512f && cpu_features().avx512bw &&
+                         cpu_features().avx512vl && cpu_features().avx512_bf16;
+  return ok;
+}
+
+void gemm_bf16_epilogue(bool trans_a, bool trans_b, std::int64_t M, std::int64_t N, std::int64_t K,
+                        float alpha, const float* A, std::int64_t lda, const float* B, std::int64_t ldb,
+                        float beta, float* C, std::int64_t ldc, const GemmEpilogue& ep) {
+  DS_CHECK(bf16_gemm_supported(), "gemm_bf16: this CPU has no AVX512-BF16");
+  DS_CHECK(!ep.half_c || (beta == 1.0f && !ep.bias && !ep.add),
+           "gemm_bf16_epilogue: half_c accumulates (beta 1) and takes no bias / add");
+  if (M <= 0 || N <= 0) return;
+  const std::int64_t K2 = (K + 1) / 2, K2p = std::max<std::int64_t>(K2, 1);
+  const std::int64_t mp = (M + MR - 1) / MR, np = (N + NR - 1) / NR;
+  std::uint32_t* pa = ensure(0, std::size_t(mp * MR * K2p));
+  std::uint32_t* pb = ensure(1, std::size_t(np * NR * K2p));
+  const bool par = !omp_in_parallel() && M * N * std::max<std::int64_t>(K, 1) > (1 << 21);
+  // Tile order as in the fp32 kernel: all of packed B in half the L2 -> row strips outside
+  // (the strip stays in L1); otherwise column panels outside (a panel stays in L2).
+  const bool i_outer = std::uint64_t(K2p) * std::uint64_t(np * NR) * 4 <= l2_bytes() / 2;
+#pragma omp parallel if (par)
+  {
+    if (trans_a) {
+#pragma omp for schedule(static) nowait
+      for (std::int64_t g = 0; g < mp; g += kStripGroup)
+        pack_at_group(pa + g * MR * K2, A + g * MR, lda, M - g * MR, K, ep.a_row_sum ? ep.a_row_sum + g * MR : nullptr);
+    } else {
+#pragma omp for schedule(static) nowait
+      for (std::int64_t i = 0; i < mp; ++i)
+        pack_k_rows_mr(pa + i * MR * K2, A + i * MR * lda, lda, M - i * MR, K,
+                       ep.a_row_sum ? ep.a_row_sum + i * MR : nullptr);
+    }
+    // op(B)(k, n): B stored N x K when trans_b (k contiguous per column panel row), else K x N.
+#pragma omp for schedule(static)
+    for (std::int64_t j = 0; j < np; ++j) {
+      if (trans_b) pack_k_rows_64(pb + j * NR * K2, B + j * NR * ldb, ldb, N - j * NR, K);
+      else pack_i_rows_64(pb + j * NR * K2, B + j * NR, ldb, N - j * NR, K);
+    }
+#pragma omp for schedule(static)
+    for (std::int64_t t = 0; t < np * mp; ++t) {
+      const std::int64_t i = i_outer ? t / np : t % mp, j = i_outer ? t % np : t / mp;
+      const std::int64_t m0 = i * MR, n0 = j * NR;
+      micro_kernel(pa + i * MR * K2, pb + j * NR * K2, K2, alpha, beta, ep.half_c ? nullptr : C + m0 * ldc + n0, ldc,
+                   std::min(MR, M - m0), std::min(NR, N - n0), ep, m0, n0);
+    }
+  }
+}
+
+void gemm_bf16(bool trans_a, bool trans_b, std::int64_t M, std::int64_t N, std::int64_t K,
+               float alpha, const float* A, std::int64_t lda, const float* B, std::int64_t ldb,
+               float beta, float* C, std::int64_t ldc) {
+  gemm_bf16_epilogue(trans_a, trans_b, M, N, K, alpha, A, lda, B, ldb, beta, C, ldc, {});
+}
+
+}  // namespace ds::nn

@@ -1,0 +1,146 @@
+// Internal to ds_nn's GEMMs (gemm.cpp: fp32, gemm_bf16.cpp: bf16): the register tile both
+// micro-kernels accumulate (MR x NR fp32), its store with the fused epilogue, the operand
+// view, the in-register 16 x 16 transpose the packers use, and the per-thread packing buffers.
+#pragma once
+
+#include <immintrin.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <cstdint>
+
+#include "ds/core/bf16_simd.h"
+#include "ds/core/buffer.h"
+#include "ds/nn/gemm.h"
+
+// GCC 12 reports the _mm512_undefined_ps() inside its own intrinsics headers as
+// maybe-uninitialized (a false positive; the lanes are all written).
+#if defined(__GNUC__) && !defined(__clang__)
+#pragma GCC diagnostic ignored "-Wmaybe-uninitialized"
+#endif
+
+namespace ds::nn::detail {
+
+// Register tile: MR rows x NR = 4 vectors of 16 columns in 24 zmm accumulators.
+constexpr std::int64_t MR = 6;
+constexpr std::int64_t NR = 64;
+
+// Element (i, k) of op(X) where X is stored row-major with leading dimension ld.
+struct View {
+  const float* p;
+  std::int64_t ld;
+  bool trans;  // op(X) = X^T
+  float at(std::int64_t i, std::int64_t k) const { return trans ? p[k * ld + i] : p[i * ld + k]; }
+};
+
+// h[0, 16) (lanes in m) = round(h + v) in bf16 or fp16 storage, round to nearest even; bf16
+// by integer rounding like ds::float_to_bf16 (NaN kept quiet), fp16 by vcvtps2ph.
+__attribute__((target("avx512f,avx512bw,avx512vl,fma"))) inline void half_accumulate(
+    std::uint16_t* h, __mmask16 m, __m512 v, bool bf16) {
+  const __m256i old = _mm256_maskz_loadu_epi16(m, h);
+  __m256i out;
+  if (bf16) {
+    out = f32x16_to_bf16_rne(_mm512_add_ps(bf16x16_to_f32(old), v));
+  } else {
+    out = _mm512_cvtps_ph(_mm512_add_ps(_mm512_cvtph_ps(old), v), _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC);
+  }
+  _mm256_mask_storeu_epi16(h, m, out);
+}
+
+// C tile = alpha acc + beta C, then the epilogue (+ bias[n], + add[m, n]), for the valid
+// mv x nv corner. c points at the tile's (0, 0); bias / add are indexed by the tile's
+// origin (m0, n0t) in C.
+__attribute__((target("avx512f,avx512bw,avx512vl,fma"))) inline void store_tile(
+    __m512 (&acc)[MR][4], float alpha, float beta, float* c, std::int64_t ldc, std::int64_t mv,
+    std::int64_t nv, const GemmEpilogue& ep = {}, std::int64_t m0 = 0, std::int64_t n0t = 0) {
+  const __m512 va = _mm512_set1_ps(alpha), vb = _mm512_set1_ps(beta);
+  if (!ep.half_c && mv == MR && nv == NR) {  // full fp32 tile: unrolled, the epilogue's tests hoisted
+    __m512 bias[4];
+#pragma GCC unroll 4
+    for (int j = 0; j < 4; ++j)
+      bias[j] = ep.bias ? _mm512_loadu_ps(ep.bias + n0t + 16 * j) : _mm512_setzero_ps();
+#pragma GCC unroll 6
+    for (int r = 0; r < MR; ++r)
+#pragma GCC unroll 4
+      for (int j = 0; j < 4; ++j) {
+        float* p = c + r * ldc + 16 * j;
+        __m512 v = _mm512_mul_ps(acc[r][j], va);
+        if (beta != 0.0f) v = _mm512_fmadd_ps(_mm512_loadu_ps(p), vb, v);
+        if (ep.bias) v = _mm512_add_ps(v, bias[j]);
+        if (ep.add) v = _mm512_add_ps(v, _mm512_loadu_ps(ep.add + (m0 + r) * ep.ld_add + n0t + 16 * j));
+        _mm512_storeu_ps(p, v);
+      }
+  } else {
+    for (int r = 0; r < mv; ++r)
+      for (int j = 0; j < 4; ++j) {
+        const std::int64_t n0 = 16 * j;
+        if (n0 >= nv) break;
+        const __mmask16 m = std::uint16_t(nv - n0 >= 16 ? 0xFFFF : (1u << (nv - n0)) - 1);
+        __m512 v = _mm512_mul_ps(acc[r][j], va);
+        if (ep.half_c) {  // 16-bit storage, beta 1 (checked by the caller), no bias / add
+          half_accumulate(static_cast<std::uint16_t*>(ep.half_c) + (m0 + r) * ldc + n0t + n0, m, v, ep.half_bf16);
+          continue;
+        }
+        float* p = c + r * ldc + n0;
+        if (beta != 0.0f) v = _mm512_fmadd_ps(_mm512_maskz_loadu_ps(m, p), vb, v);
+        if (ep.bias) v = _mm512_add_ps(v, _mm512_maskz_loadu_ps(m, ep.bias + n0t + n0));
+        if (ep.add) v = _mm512_add_ps(v, _mm512_maskz_loadu_ps(m, ep.add + (m0 + r) * ep.ld_add + n0t + n0));
+        _mm512_mask_storeu_ps(p, m, v);
+      }
+  }
+}
+
+
+// 16 x 16 fp32 (or 32-bit word) transpose in registers (unpack / shuffle / shuffle_f32x4):
+// the packers' way to turn k-contiguous rows into k-major panels (AVX-512 gathers are
+// microcode-slow on CPUs with the GDS mitigation).
+__attribute__((target("avx512f,avx512bw,avx512vl,fma"))) inline void transpose16(__m512 (&r)[16]) {
+  __m512 t[16];
+  for (int i = 0; i < 8; ++i) {
+    t[2 * i] = _mm512_unpacklo_ps(r[2 * i], r[2 * i + 1]);
+    t[2 * i + 1] = _mm512_unpackhi_ps(r[2 * i], r[2 * i + 1]);
+  }
+  for (int i = 0; i < 4; ++i) {
+    r[4 * i + 0] = _mm512_shuffle_ps(t[4 * i + 0], t[4 * i + 2], _MM_SHUFFLE(1, 0, 1, 0));
+    r[4 * i + 1] = _mm512_shuffle_ps(t[4 * i + 0], t[4 * i + 2], _MM_SHUFFLE(3, 2, 3, 2));
+    r[4 * i + 2] = _mm512_shuffle_ps(t[4 * i + 1], t[4 * i + 3], _MM_SHUFFLE(1, 0, 1, 0));
+    r[4 * i + 3] = _mm512_shuffle_ps(t[4 * i + 1], t[4 * i + 3], _MM_SHUFFLE(3, 2, 3, 2));
+  }
+  // r[4i + j] now holds, in 128-bit lane L, column 4L + j of rows 4i..4i+3.
+  for (int j = 0; j < 4; ++j) {
+    t[j] = _mm512_shuffle_f32x4(r[j], r[4 + j], 0x88);        // lanes 0,2 of rows 0-3 / 4-7
+    t[4 + j] = _mm512_shuffle_f32x4(r[j], r[4 + j], 0xDD);    // lanes 1,3
+    t[8 + j] = _mm512_shuffle_f32x4(r[8 + j], r[12 + j], 0x88);
+    t[12 + j] = _mm512_shuffle_f32x4(r[8 + j], r[12 + j], 0xDD);
+  }
+  for (int j = 0; j < 4; ++j) {
+    r[j] = _mm512_shuffle_f32x4(t[j], t[8 + j], 0x88);          // column j
+    r[8 + j] = _mm512_shuffle_f32x4(t[j], t[8 + j], 0xDD);      // column 8 + j
+    r[4 + j] = _mm512_shuffle_f32x4(t[4 + j], t[12 + j], 0x88);  // column 4 + j
+    r[12 + j] = _mm512_shuffle_f32x4(t[4 + j], t[12 + j], 0xDD); // column 12 + j
+  }
+}
+
+
+// Per-core L2 size (the tile order depends on it); 2 MiB when the system does not say.
+inline std::uint64_t l2_bytes() {
+  static const std::uint64_t b = [] {
+    const long v = sysconf(_SC_LEVEL2_CACHE_SIZE);
+    return v > 0 ? std::uint64_t(v) : std::uint64_t(2) << 20;
+  }();
+  return b;
+}
+
+// Packing buffers, one pair per calling thread (the attention runs one GEMM per thread):
+// allocated at the first call, grown only when a larger GEMM arrives.
+inline HostBuffer& pack_buffer(int which) {
+  thread_local HostBuffer bufs[2];
+  return bufs[which];
+}
+inline std::uint32_t* ensure(int which, std::size_t words) {
+  HostBuffer& b = pack_buffer(which);
+  if (b.bytes() < words * 4) b = HostBuffer(words * 4);
+  return b.as<std::uint32_t>();
+}
+
+}  // namespace ds::nn::detail
