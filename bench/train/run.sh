@@ -55,8 +55,12 @@ own = {r["threads"]: r for r in rows if r["impl"] == "dstrain"}
 fpt = own[1]["flops_per_token"]
 # sgemm rate per thread count, the best seen at the model's GEMM shape or n = 1024.
 rate = {t: max(r["sgemm_gflops_model"], r["sgemm_gflops_1024"]) for t, r in own.items()}
-def bound(ranks, threads):  # tokens/s if every FLOP ran at the measured sgemm rate
-    return ranks * rate.get(threads, threads * rate[1]) * 1e9 / fpt
+def bound(ranks, threads):
+    # tokens/s if every FLOP ran at the sgemm rate OpenBLAS reaches on as many cores as the
+    # run uses (ranks x threads): 2 ranks x 1 thread is held to the 2-thread rate, measured
+    # with both cores busy (sgemm on 2 threads reached 1.87x one thread here, not 2x).
+    cores = ranks * threads
+    return rate.get(cores, cores * rate[1]) * 1e9 / fpt
 torch = {(r["ranks"], r["threads"]): r for r in rows if r["impl"] == "pytorch"}
 rate_cpu = own[1]["sgemm_gflops_1024_cpu"]  # sgemm FLOPs per CPU-second, 1 thread
 print(f"model: {fpt/1e6:.2f} MFLOP/token (6N + 12 L C T). OpenBLAS sgemm, core "
