@@ -27,6 +27,7 @@
 #include "ds/engine/engine.h"
 #include "ds/io/state_value.h"
 #include "ds/mpi/comm_factory.h"
+#include "ds/nn/gemm.h"
 #include "ds/nn/gpt.h"
 #include "ds/nn/mlp.h"
 #if DS_NN_HAVE_CUDA
@@ -307,6 +308,9 @@ JobPtr prepare(const TrainOptions& opts, const DistributedContext& dist) {
     }
 #endif
     if (!j.on_gpu) {
+      // Reads DS_NN_BF16_GEMM now, where a bad value is one agreed error line, not one per
+      // rank from inside initialize().
+      (void)nn::layer_precision(true);
       auto gpt = std::make_unique<nn::Gpt>(g);
       j.generate = [m = gpt.get()](auto ctx, int n, float temp, std::uint64_t seed) { return m->generate(ctx, n, temp, seed); };
       j.flops_per_token = gpt->flops_per_token();
@@ -411,6 +415,12 @@ void run(Job& j, DistributedContext& dist) {
                   for (const auto& p : j.model->parameters()) n += p.numel();
                   return n;
                 }());
+    if (!j.on_gpu && j.spec.type == "gpt" && engine.working_dtype() == DType::BF16)
+      std::printf("[train] bf16: Linear GEMMs %s\n",
+                  nn::layer_precision(true) == nn::Precision::BF16
+                      ? "in bf16 (vdpbf16ps, fp32 accumulation; DS_NN_BF16_GEMM=off for fp32)"
+                      : "in fp32 on bf16 parameters (DS_NN_BF16_GEMM=off, or a CPU whose bf16 dot product is "
+                        "slower: docs/MODELS.md)");
     std::printf("[train] data: %s: %zu training / %zu validation tokens, %lld optimizer steps per epoch\n",
                 j.opts.data.empty() ? "embedded corpus" : j.opts.data.c_str(), j.train_data.size(),
                 j.val_data.size(), static_cast<long long>(j.steps_per_epoch));

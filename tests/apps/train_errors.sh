@@ -26,6 +26,7 @@ expect_error bad_model '--model' 1 --config "$CONFIGS/default.json" --model rnn
 # --device cuda where no GPU is visible (every CI machine; CUDA_VISIBLE_DEVICES= hides any),
 # or in a build without CUDA: one clear line either way.
 CUDA_VISIBLE_DEVICES= expect_error no_gpu 'cuda' 1 --config "$CONFIGS/default.json" "${TINY[@]}" --device cuda
+DS_NN_BF16_GEMM=yes expect_error bf16_gemm_env 'DS_NN_BF16_GEMM=yes' 2 --config "$CONFIGS/bf16.json" "${TINY[@]}"
 printf '{"train_micro_batch_size_per_gpu": 4, "gradient_clipping": "x"}' > bad_value.json
 expect_error config_type 'gradient_clipping' 2 --config bad_value.json "${TINY[@]}"
 printf '{"train_micro_batch_size_per_gpu": 4,, }' > bad_syntax.json

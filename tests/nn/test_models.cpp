@@ -9,6 +9,7 @@
 #include <random>
 #include <vector>
 
+#include "ds/core/cpu_features.h"
 #include "ds/core/error.h"
 #include "ds/data/dataset.h"
 #include "ds/data/sampler.h"
@@ -322,6 +323,34 @@ TEST(NnModels, Bf16GemmPrecisionCloseToFp32) {
       EXPECT_GT(dot / std::sqrt(na * nb + 1e-30), 0.98) << ha.infos[i].name;
     }
   }
+}
+
+// The Linear GEMM precision follows the working dtype, the CPU and DS_NN_BF16_GEMM (ctest runs
+// this test unset, with on, with off and with a bad value); set_gemm_precision overrides it.
+TEST(NnModels, LayerPrecisionFollowsDtypeCpuAndEnv) {
+  using ds::nn::Precision;
+  const char* e = std::getenv("DS_NN_BF16_GEMM");
+  const std::string env = e ? e : "";
+  if (env != "" && env != "on" && env != "off" && env != "auto") {
+    EXPECT_THROW(ds::nn::layer_precision(true), ds::Error);
+    EXPECT_EQ(ds::nn::layer_precision(false), Precision::F32);  // fp32 parameters never read it
+    return;
+  }
+  Precision want = Precision::F32;
+  if (ds::nn::bf16_gemm_supported())
+    want = env == "on" ? Precision::BF16 : env == "off" ? Precision::F32
+                                                        : (ds::cpu_features().amd ? Precision::BF16 : Precision::F32);
+  EXPECT_EQ(ds::nn::layer_precision(true), want);
+  EXPECT_EQ(ds::nn::layer_precision(false), Precision::F32);
+  for (ds::DType dt : {ds::DType::F32, ds::DType::F16, ds::DType::BF16}) {
+    ds::nn::Gpt m(tiny_gpt());
+    Harness h(m, 3, dt);
+    EXPECT_EQ(m.gemm_precision(), dt == ds::DType::BF16 ? want : Precision::F32) << ds::dtype_name(dt);
+  }
+  ds::nn::Gpt fixed(tiny_gpt());
+  fixed.set_gemm_precision(Precision::F32);
+  Harness hf(fixed, 3, ds::DType::BF16);
+  EXPECT_EQ(fixed.gemm_precision(), Precision::F32);
 }
 
 TEST(NnModels, BadInputsGiveClearErrors) {

@@ -284,15 +284,17 @@ void gemm_epilogue(Precision p, bool trans_a, bool trans_b, std::int64_t M, std:
 // vendor rather than a timing at start-up so that every rank, and every rerun, computes the
 // same numbers.
 Precision layer_precision(bool bf16_working) {
-  if (!bf16_working || !bf16_gemm_supported()) return Precision::F32;
-  static const bool fast = [] {
-    if (const char* e = std::getenv("DS_NN_BF16_GEMM")) {
-      if (std::string_view(e) == "on") return true;
-      if (std::string_view(e) == "off") return false;
+  if (!bf16_working) return Precision::F32;
+  static const bool fast = [] {  // the variable is checked on every CPU, the CPU test after it
+    if (const char* e = std::getenv("DS_NN_BF16_GEMM"); e && *e) {
+      const std::string_view v(e);
+      if (v == "on") return true;
+      if (v == "off") return false;
+      DS_CHECK(v == "auto", "DS_NN_BF16_GEMM=" << v << ": expected on, off or auto");
     }
     return cpu_features().amd;
   }();
-  return fast ? Precision::BF16 : Precision::F32;
+  return fast && bf16_gemm_supported() ? Precision::BF16 : Precision::F32;
 }
 
 void gemm_tri(Tri tri, bool trans_a, bool trans_b, std::int64_t M, std::int64_t N, std::int64_t K,

@@ -34,8 +34,9 @@ void gemm(Precision p, bool trans_a, bool trans_b, std::int64_t M, std::int64_t 
 // The GEMM precision the built-in models give their Linear layers for a working dtype:
 // BF16 when the working parameters are bf16, the CPU has AVX512-BF16 and runs it faster than
 // fp32 FMA (AMD; see above), else F32. DS_NN_BF16_GEMM=on|off overrides the CPU test (on
-// still needs AVX512-BF16). fp16 working parameters stay F32 (bf16 holds fewer mantissa
-// bits than fp16).
+// still needs AVX512-BF16; auto or unset: the CPU test; any other value throws ds::Error
+// naming the variable). fp16 working parameters stay F32 (bf16 holds fewer mantissa bits
+// than fp16).
 Precision layer_precision(bool bf16_working);
 
 // The bf16 kernel itself (requires bf16_gemm_supported()); exposed for tests and benchmarks.
