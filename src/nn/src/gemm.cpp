@@ -49,34 +49,23 @@ __attribute__((target("avx512f,avx512bw,avx512vl,fma"))) void pack_rows_k_major_
 // new 4 KiB page per k for every strip: a dW GEMM at the model's shapes lost ~20% to it.)
 // With row_sum, also adds each row's sum over k into row_sum[0, rows): the bias gradient of
 // a weight-gradient GEMM, read on the way.
-constexpr std::int64_t kStripGroup = 8;
 __attribute__((target("avx512f,avx512bw,avx512vl,fma"))) void pack_at_group(
     float* __restrict out, const float* src, std::int64_t ld, std::int64_t rows, std::int64_t K,
     float* row_sum) {
-  static_assert(MR <= 8, "one 256-bit vector per strip and k");
-  const std::int64_t ns = std::min<std::int64_t>(kStripGroup, (rows + MR - 1) / MR);
-  __mmask8 m[kStripGroup];
-  __m256 sum[kStripGroup];
-  for (std::int64_t t = 0; t < kStripGroup; ++t) {
-    const std::int64_t v = std::clamp<std::int64_t>(rows - t * MR, 0, MR);
-    m[t] = __mmask8((1u << v) - 1);
-    sum[t] = _mm256_setzero_ps();
-  }
+  StripGroup g;
+  init_strip_group(g, rows);
   const __mmask8 full = __mmask8((1u << MR) - 1);
   for (std::int64_t k = 0; k < K; ++k) {
     const float* row = src + k * ld;
 #pragma GCC unroll 8
     for (std::int64_t t = 0; t < kStripGroup; ++t) {
-      if (t >= ns) break;
-      const __m256 x = _mm256_maskz_loadu_ps(m[t], row + t * MR);
+      if (t >= g.ns) break;
+      const __m256 x = _mm256_maskz_loadu_ps(g.mask[t], row + t * MR);
       _mm256_mask_storeu_ps(out + t * MR * K + k * MR, full, x);
-      sum[t] = _mm256_add_ps(sum[t], x);
+      g.sum[t] = _mm256_add_ps(g.sum[t], x);
     }
   }
-  if (row_sum)
-    for (std::int64_t t = 0; t < ns; ++t)
-      _mm256_mask_storeu_ps(row_sum + t * MR, m[t],
-                            _mm256_add_ps(_mm256_maskz_loadu_ps(m[t], row_sum + t * MR), sum[t]));
+  add_row_sums(g, row_sum);
 }
 
 // op(B) column panel of NR = 64: out[k][c] = op(B)(k, n0 + c), zero past the last column.

@@ -130,34 +130,23 @@ DS_BF16_TARGET void pack_i_rows_64(std::uint32_t* __restrict out, const float* b
 
 // MR-row panels of op(A) = A^T (A stored K x M), kStripGroup strips at a time so that the
 // strips share each k row's cache lines; row sums of the fp32 values on the way.
-constexpr std::int64_t kStripGroup = 8;
 DS_BF16_TARGET void pack_at_group(std::uint32_t* __restrict out, const float* src, std::int64_t ld,
                                   std::int64_t rows, std::int64_t K, float* row_sum) {
-  static_assert(MR <= 8, "one 256-bit vector per strip and k");
   const std::int64_t K2 = (K + 1) / 2;
-  const std::int64_t ns = std::min<std::int64_t>(kStripGroup, (rows + MR - 1) / MR);
-  __mmask8 m[kStripGroup];
-  __m256 sum[kStripGroup];
-  for (std::int64_t t = 0; t < kStripGroup; ++t) {
-    const std::int64_t v = std::clamp<std::int64_t>(rows - t * MR, 0, MR);
-    m[t] = __mmask8((1u << v) - 1);
-    sum[t] = _mm256_setzero_ps();
-  }
+  StripGroup g;
+  init_strip_group(g, rows);
   const __mmask8 full = __mmask8((1u << MR) - 1);
   for (std::int64_t kp = 0; kp < K2; ++kp) {
     const float* r0 = src + 2 * kp * ld;
     const bool has1 = 2 * kp + 1 < K;
-    for (std::int64_t t = 0; t < ns; ++t) {
-      const __m256 lo = _mm256_maskz_loadu_ps(m[t], r0 + t * MR);
-      const __m256 hi = has1 ? _mm256_maskz_loadu_ps(m[t], r0 + ld + t * MR) : _mm256_setzero_ps();
+    for (std::int64_t t = 0; t < g.ns; ++t) {
+      const __m256 lo = _mm256_maskz_loadu_ps(g.mask[t], r0 + t * MR);
+      const __m256 hi = has1 ? _mm256_maskz_loadu_ps(g.mask[t], r0 + ld + t * MR) : _mm256_setzero_ps();
       _mm256_mask_storeu_epi32(out + t * MR * K2 + kp * MR, full, pair_lanes(lo, hi));
-      sum[t] = _mm256_add_ps(sum[t], _mm256_add_ps(lo, hi));
+      g.sum[t] = _mm256_add_ps(g.sum[t], _mm256_add_ps(lo, hi));
     }
   }
-  if (row_sum)
-    for (std::int64_t t = 0; t < ns; ++t)
-      _mm256_mask_storeu_ps(row_sum + t * MR, m[t],
-                            _mm256_add_ps(_mm256_maskz_loadu_ps(m[t], row_sum + t * MR), sum[t]));
+  add_row_sums(g, row_sum);
 }
 
 __attribute__((target("avx512f,avx512bw,avx512vl,avx512bf16,fma"))) void micro_kernel(

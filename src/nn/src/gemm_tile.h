@@ -143,4 +143,30 @@ inline std::uint32_t* ensure(int which, std::size_t words) {
   return b.as<std::uint32_t>();
 }
 
+// One group of kStripGroup MR-row strips of a transposed A being packed (both kernels pack
+// op(A) = A^T this way: the strips share each k row's cache lines): how many strips of the
+// group hold rows, each strip's row mask, and its running fp32 row sums (the bias gradient of
+// a weight-gradient GEMM), added into row_sum at the end.
+constexpr std::int64_t kStripGroup = 8;
+struct StripGroup {
+  static_assert(MR <= 8, "one 256-bit vector per strip and k");
+  std::int64_t ns;
+  __mmask8 mask[kStripGroup];
+  __m256 sum[kStripGroup];
+};
+__attribute__((target("avx512f,avx512vl"))) inline void init_strip_group(StripGroup& g, std::int64_t rows) {
+  g.ns = std::min<std::int64_t>(kStripGroup, (rows + MR - 1) / MR);
+  for (std::int64_t t = 0; t < kStripGroup; ++t) {
+    const std::int64_t v = std::clamp<std::int64_t>(rows - t * MR, 0, MR);
+    g.mask[t] = __mmask8((1u << v) - 1);
+    g.sum[t] = _mm256_setzero_ps();
+  }
+}
+__attribute__((target("avx512f,avx512vl"))) inline void add_row_sums(const StripGroup& g, float* row_sum) {
+  if (!row_sum) return;
+  for (std::int64_t t = 0; t < g.ns; ++t)
+    _mm256_mask_storeu_ps(row_sum + t * MR, g.mask[t],
+                          _mm256_add_ps(_mm256_maskz_loadu_ps(g.mask[t], row_sum + t * MR), g.sum[t]));
+}
+
 }  // namespace ds::nn::detail
