@@ -1,6 +1,7 @@
 // Internal to ds_nn's GEMMs (gemm.cpp: fp32, gemm_bf16.cpp: bf16): the register tile both
 // micro-kernels accumulate (MR x NR fp32), its store with the fused epilogue, the operand
-// view, the in-register 16 x 16 transpose the packers use, and the per-thread packing buffers.
+// view, what the packers share (the in-register 16 x 16 transpose, the transposed-A strip
+// groups with their row sums), and the per-thread packing buffers.
 #pragma once
 
 #include <immintrin.h>
