@@ -1,7 +1,7 @@
 // bf16 GEMM with AVX512-BF16 (see ds/nn/gemm.h).
 //
 // Goto-style, one level: both operands are packed whole (rounded to bf16 on the way, round
-// to nearest even by integer arithmetic) into panels whose k dimension is stored in pairs,
+// to nearest even, ds::f32x16_to_bf16_rne) into panels whose k dimension is stored in pairs,
 // the layout `vdpbf16ps` consumes:
 //   A panel (MR rows):  [K/2][MR] 32-bit words, word = (a[r][2k], a[r][2k+1])
 //   B panel (NR cols):  [K/2][NR] 32-bit words, word = (b[2k][c], b[2k+1][c])
@@ -17,7 +17,6 @@
 #include <omp.h>
 
 #include <algorithm>
-#include <cstring>
 
 #include "ds/core/cpu_features.h"
 #include "ds/core/error.h"
@@ -30,45 +29,35 @@ using namespace detail;
 
 #define DS_BF16_TARGET __attribute__((target("avx512f,avx512bw,avx512vl,fma")))
 
-// fp32 bits + rounding increment: the bf16 (round to nearest even) is the high half. NaN is
-// not special-cased (activations and weights are finite; a NaN may come out as an infinity,
-// still non-finite).
-DS_BF16_TARGET inline __m512i rne_hi(__m512 x) {
-  const __m512i u = _mm512_castps_si512(x);
-  return _mm512_add_epi32(u, _mm512_add_epi32(_mm512_set1_epi32(0x7FFF),
-                                              _mm512_and_si512(_mm512_srli_epi32(u, 16), _mm512_set1_epi32(1))));
-}
-DS_BF16_TARGET inline __m256i rne_hi(__m256 x) {
-  const __m256i u = _mm256_castps_si256(x);
-  return _mm256_add_epi32(u, _mm256_add_epi32(_mm256_set1_epi32(0x7FFF),
-                                              _mm256_and_si256(_mm256_srli_epi32(u, 16), _mm256_set1_epi32(1))));
-}
-// Lane-wise pairs: word = bf16(lo) | bf16(hi) << 16.
+// Rounding by the project's converter (ds/core/bf16_simd.h: round to nearest even) in its
+// 32-bit-lane form without the NaN fix-up: the bf16 is each lane's high half (a NaN may come
+// out as an infinity, still non-finite). Lane-wise pairs: word i = bf16(lo[i]) | bf16(hi[i]) << 16.
 DS_BF16_TARGET inline __m512i pair_lanes(__m512 lo, __m512 hi) {
-  return _mm512_or_si512(_mm512_srli_epi32(rne_hi(lo), 16),
-                         _mm512_and_si512(rne_hi(hi), _mm512_set1_epi32(int(0xFFFF0000u))));
+  return _mm512_or_si512(_mm512_srli_epi32(f32x16_to_bf16_rne_hi_finite(lo), 16),
+                         _mm512_and_si512(f32x16_to_bf16_rne_hi_finite(hi), _mm512_set1_epi32(int(0xFFFF0000u))));
 }
+// The same for the 8 lanes of a strip: lo and hi rounded together in one 16-lane vector.
 DS_BF16_TARGET inline __m256i pair_lanes(__m256 lo, __m256 hi) {
-  return _mm256_or_si256(_mm256_srli_epi32(rne_hi(lo), 16),
-                         _mm256_and_si256(rne_hi(hi), _mm256_set1_epi32(int(0xFFFF0000u))));
+  const __m512i r = f32x16_to_bf16_rne_hi_finite(
+      _mm512_castpd_ps(_mm512_insertf64x4(_mm512_castpd256_pd512(_mm256_castps_pd(lo)), _mm256_castps_pd(hi), 1)));
+  return _mm256_or_si256(_mm256_srli_epi32(_mm512_castsi512_si256(r), 16),
+                         _mm256_and_si256(_mm512_extracti64x4_epi64(r, 1), _mm256_set1_epi32(int(0xFFFF0000u))));
 }
 // 32 consecutive floats (x0 = [0, 16), x1 = [16, 32)) -> 16 words, word p = (x[2p], x[2p+1]):
-// the high halves of the 32 rounded lanes in order.
+// the high halves of the 32 rounded lanes in order (one vpermt2w).
 alignas(64) constexpr std::uint16_t kOddHalves[32] = {1,  3,  5,  7,  9,  11, 13, 15, 17, 19, 21,
                                                      23, 25, 27, 29, 31, 33, 35, 37, 39, 41, 43,
                                                      45, 47, 49, 51, 53, 55, 57, 59, 61, 63};
 DS_BF16_TARGET inline __m512i pair_consecutive(__m512 x0, __m512 x1) {
-  return _mm512_permutex2var_epi16(rne_hi(x0), _mm512_load_si512(kOddHalves), rne_hi(x1));
-}
-DS_BF16_TARGET inline __mmask16 lanes(std::int64_t n) {
-  return n >= 16 ? __mmask16(0xFFFF) : n <= 0 ? __mmask16(0) : __mmask16((1u << n) - 1);
+  return _mm512_permutex2var_epi16(f32x16_to_bf16_rne_hi_finite(x0), _mm512_load_si512(kOddHalves),
+                                   f32x16_to_bf16_rne_hi_finite(x1));
 }
 
 // Row `row` of X (k contiguous), k pairs [kp0, kp0 + 16) as 16 words; zeros past K.
 DS_BF16_TARGET inline __m512i row_words(const float* row, std::int64_t kp0, std::int64_t K, __m512* sum) {
   const std::int64_t k0 = 2 * kp0;
-  const __m512 x0 = _mm512_maskz_loadu_ps(lanes(K - k0), row + k0);
-  const __m512 x1 = _mm512_maskz_loadu_ps(lanes(K - k0 - 16), row + k0 + 16);
+  const __m512 x0 = _mm512_maskz_loadu_ps(tail_mask16(K - k0), row + k0);
+  const __m512 x1 = _mm512_maskz_loadu_ps(tail_mask16(K - k0 - 16), row + k0 + 16);
   if (sum) *sum = _mm512_add_ps(*sum, _mm512_add_ps(x0, x1));
   return pair_consecutive(x0, x1);
 }
@@ -120,7 +109,7 @@ DS_BF16_TARGET void pack_i_rows_64(std::uint32_t* __restrict out, const float* b
     const float* r0 = base + 2 * kp * ld;
     const bool has1 = 2 * kp + 1 < K;
     for (int j = 0; j < 4; ++j) {
-      const __mmask16 m = lanes(valid - 16 * j);
+      const __mmask16 m = tail_mask16(valid - 16 * j);
       const __m512 lo = _mm512_maskz_loadu_ps(m, r0 + 16 * j);
       const __m512 hi = has1 ? _mm512_maskz_loadu_ps(m, r0 + ld + 16 * j) : _mm512_setzero_ps();
       _mm512_storeu_si512(out + kp * NR + 16 * j, pair_lanes(lo, hi));

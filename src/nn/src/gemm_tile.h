@@ -34,6 +34,11 @@ struct View {
   float at(std::int64_t i, std::int64_t k) const { return trans ? p[k * ld + i] : p[i * ld + k]; }
 };
 
+// The first n of 16 lanes (none for n <= 0, all for n >= 16): a row tail's mask.
+__attribute__((target("avx512f"))) inline __mmask16 tail_mask16(std::int64_t n) {
+  return n >= 16 ? __mmask16(0xFFFF) : n <= 0 ? __mmask16(0) : __mmask16((1u << n) - 1);
+}
+
 // h[0, 16) (lanes in m) = round(h + v) in bf16 or fp16 storage, round to nearest even; bf16
 // by integer rounding like ds::float_to_bf16 (NaN kept quiet), fp16 by vcvtps2ph.
 __attribute__((target("avx512f,avx512bw,avx512vl,fma"))) inline void half_accumulate(
@@ -76,7 +81,7 @@ __attribute__((target("avx512f,avx512bw,avx512vl,fma"))) inline void store_tile(
       for (int j = 0; j < 4; ++j) {
         const std::int64_t n0 = 16 * j;
         if (n0 >= nv) break;
-        const __mmask16 m = std::uint16_t(nv - n0 >= 16 ? 0xFFFF : (1u << (nv - n0)) - 1);
+        const __mmask16 m = tail_mask16(nv - n0);
         __m512 v = _mm512_mul_ps(acc[r][j], va);
         if (ep.half_c) {  // 16-bit storage, beta 1 (checked by the caller), no bias / add
           half_accumulate(static_cast<std::uint16_t*>(ep.half_c) + (m0 + r) * ldc + n0t + n0, m, v, ep.half_bf16);
