@@ -24,6 +24,9 @@ namespace {
 
 using namespace detail;
 
+// A BF16 request runs the bf16 kernel where the CPU has AVX512-BF16, else fp32.
+bool runs_bf16(Precision p) { return p == Precision::BF16 && bf16_gemm_supported(); }
+
 // Rows of X (k contiguous) into a k-major panel of 64: 16 x 16 blocks transposed in
 // registers, rows past `valid` as zeros.
 __attribute__((target("avx512f,avx512bw,avx512vl,fma"))) void pack_rows_k_major_64(
@@ -151,8 +154,6 @@ void gemm_f32_impl(Tri tri, bool trans_a, bool trans_b, std::int64_t M, std::int
                    float alpha, const float* A, std::int64_t lda, const float* B, std::int64_t ldb,
                    float beta, float* C, std::int64_t ldc, const GemmEpilogue& ep = {}) {
   DS_CHECK(f32_gemm_supported(), "gemm_f32: this CPU has no AVX-512");
-  DS_CHECK(!ep.half_c || (beta == 1.0f && !ep.bias && !ep.add),
-           "gemm_f32_epilogue: half_c accumulates (beta 1) and takes no bias / add");
   if (M <= 0 || N <= 0) return;
   const std::int64_t mp = (M + MR - 1) / MR, np = (N + NR - 1) / NR;
   const std::int64_t Kp = std::max<std::int64_t>(K, 1);
@@ -241,12 +242,6 @@ void gemm_f32(bool trans_a, bool trans_b, std::int64_t M, std::int64_t N, std::i
   gemm_f32_impl(Tri::None, trans_a, trans_b, M, N, K, alpha, A, lda, B, ldb, beta, C, ldc);
 }
 
-void gemm_f32_epilogue(bool trans_a, bool trans_b, std::int64_t M, std::int64_t N, std::int64_t K,
-                       float alpha, const float* A, std::int64_t lda, const float* B, std::int64_t ldb,
-                       float beta, float* C, std::int64_t ldc, const GemmEpilogue& ep) {
-  gemm_f32_impl(Tri::None, trans_a, trans_b, M, N, K, alpha, A, lda, B, ldb, beta, C, ldc, ep);
-}
-
 bool own_f32_for_layers() {
   static const bool own = [] {
     const char* e = std::getenv("DS_NN_GEMM");
@@ -255,14 +250,14 @@ bool own_f32_for_layers() {
   return own;
 }
 
-bool own_gemm_for_layers(Precision p) {
-  return (p == Precision::BF16 && bf16_gemm_supported()) || own_f32_for_layers();
-}
+bool own_gemm_for_layers(Precision p) { return runs_bf16(p) || own_f32_for_layers(); }
 
 void gemm_epilogue(Precision p, bool trans_a, bool trans_b, std::int64_t M, std::int64_t N, std::int64_t K,
                    float alpha, const float* A, std::int64_t lda, const float* B, std::int64_t ldb, float beta,
                    float* C, std::int64_t ldc, const GemmEpilogue& ep) {
-  if (p == Precision::BF16 && bf16_gemm_supported())
+  DS_CHECK(!ep.half_c || (beta == 1.0f && !ep.bias && !ep.add),
+           "gemm_epilogue: half_c accumulates (beta 1) and takes no bias / add");
+  if (runs_bf16(p))
     gemm_bf16_epilogue(trans_a, trans_b, M, N, K, alpha, A, lda, B, ldb, beta, C, ldc, ep);
   else
     gemm_f32_impl(Tri::None, trans_a, trans_b, M, N, K, alpha, A, lda, B, ldb, beta, C, ldc, ep);
@@ -301,7 +296,7 @@ void gemm_tri(Tri tri, bool trans_a, bool trans_b, std::int64_t M, std::int64_t 
 void gemm(Precision p, bool trans_a, bool trans_b, std::int64_t M, std::int64_t N, std::int64_t K,
           float alpha, const float* A, std::int64_t lda, const float* B, std::int64_t ldb, float beta,
           float* C, std::int64_t ldc) {
-  if (p == Precision::BF16 && bf16_gemm_supported()) {
+  if (runs_bf16(p)) {
     gemm_bf16(trans_a, trans_b, M, N, K, alpha, A, lda, B, ldb, beta, C, ldc);
     return;
   }

@@ -149,6 +149,12 @@ inline std::uint32_t* ensure(int which, std::size_t words) {
   return b.as<std::uint32_t>();
 }
 
+// The bf16 kernel with the epilogue (gemm_bf16.cpp; ds::nn::gemm_epilogue is the way in,
+// which has checked the epilogue's contract). Requires bf16_gemm_supported().
+void gemm_bf16_epilogue(bool trans_a, bool trans_b, std::int64_t M, std::int64_t N, std::int64_t K, float alpha,
+                        const float* A, std::int64_t lda, const float* B, std::int64_t ldb, float beta, float* C,
+                        std::int64_t ldc, const GemmEpilogue& ep);
+
 // One group of kStripGroup MR-row strips of a transposed A being packed (both kernels pack
 // op(A) = A^T this way: the strips share each k row's cache lines): how many strips of the
 // group hold rows, each strip's row mask, and its running fp32 row sums (the bias gradient of

@@ -52,12 +52,15 @@ void gemm_f32(bool trans_a, bool trans_b, std::int64_t M, std::int64_t N, std::i
               float alpha, const float* A, std::int64_t lda, const float* B, std::int64_t ldb,
               float beta, float* C, std::int64_t ldc);
 
-// The own fp32 kernel with a fused epilogue, applied after alpha/beta on every C element:
-// + bias[n], + add[m * ld_add + n] (null pointers skip a step). Requires f32_gemm_supported(). The layers use
-// it for all their GEMMs when own_f32_for_layers() (AVX-512 and DS_NN_GEMM is not
-// "openblas"; rates at the layer shapes: bench/train/bench_gemm_shapes).
+// The layers' GEMM: the own kernel of precision p (the bf16 one for BF16 on a CPU with
+// AVX512-BF16, else the fp32 one, which needs f32_gemm_supported()) with a fused epilogue,
+// applied after alpha/beta on every C element: + bias[n], + add[m * ld_add + n] (null
+// pointers skip a step). The layers use it for all their GEMMs when own_gemm_for_layers(p)
+// (fp32: AVX-512 and DS_NN_GEMM is not "openblas"; rates at the layer shapes:
+// bench/train/bench_gemm_shapes).
 // a_row_sum (not an epilogue step: read while op(A) is packed): row_sum[m] += sum over k of
-// op(A)(m, k), i.e. the bias gradient when the GEMM is a weight gradient dout^T x inp.
+// op(A)(m, k), i.e. the bias gradient when the GEMM is a weight gradient dout^T x inp; the
+// bf16 kernel sums the fp32 values, before rounding.
 // half_c: the result accumulates into 16-bit storage instead of C (C is not touched and may
 // be null): half_c[m * ldc + n] = round(half_c[m * ldc + n] + alpha * acc) to bf16
 // (half_bf16) or fp16, round to nearest even: the same bits as computing alpha * acc in fp32
@@ -70,18 +73,7 @@ struct GemmEpilogue {
   void* half_c = nullptr;
   bool half_bf16 = true;
 };
-void gemm_f32_epilogue(bool trans_a, bool trans_b, std::int64_t M, std::int64_t N, std::int64_t K,
-                       float alpha, const float* A, std::int64_t lda, const float* B, std::int64_t ldb,
-                       float beta, float* C, std::int64_t ldc, const GemmEpilogue& ep);
 bool own_f32_for_layers();
-// The same epilogue on the bf16 kernel (requires bf16_gemm_supported()); a_row_sum sums the
-// fp32 values of op(A), before rounding.
-void gemm_bf16_epilogue(bool trans_a, bool trans_b, std::int64_t M, std::int64_t N, std::int64_t K,
-                        float alpha, const float* A, std::int64_t lda, const float* B, std::int64_t ldb,
-                        float beta, float* C, std::int64_t ldc, const GemmEpilogue& ep);
-// Whether the layers have an own kernel with the epilogue at precision p (the bf16 kernel
-// for BF16 on a CPU with AVX512-BF16, else the fp32 one when own_f32_for_layers()), and that
-// call.
 bool own_gemm_for_layers(Precision p);
 void gemm_epilogue(Precision p, bool trans_a, bool trans_b, std::int64_t M, std::int64_t N, std::int64_t K,
                    float alpha, const float* A, std::int64_t lda, const float* B, std::int64_t ldb, float beta,
