@@ -180,8 +180,7 @@ void gemm_f32_impl(Tri tri, bool trans_a, bool trans_b, std::int64_t M, std::int
   // otherwise the panels outside (a panel stays in L2 while A streams past). Measured at
   // the layers' shapes: 1-7% faster where B fits, twice as slow for a 4 MiB B.
   const bool i_outer = std::uint64_t(Kp) * std::uint64_t(N) * sizeof(float) <= l2_bytes() / 2;
-#pragma omp parallel if (par)
-  {
+  auto run = [&](bool team) {
     // One 6 x 64 tile of C: row strip i, column panel j.
     auto tile = [&](std::int64_t i, std::int64_t j) {
       const std::int64_t m0 = i * MR, n0 = j * NR, mv = std::min(MR, M - m0);
@@ -211,26 +210,30 @@ void gemm_f32_impl(Tri tri, bool trans_a, bool trans_b, std::int64_t M, std::int
     // A transposed A is packed whole before any tile (packing a strip group just before its
     // tiles measured 3-6% slower: the 4 KiB-strided reads evict B's lines from the L2).
     if (pack_a) {
-#pragma omp for schedule(static) nowait
-      for (std::int64_t g = 0; g < mp; g += kStripGroup)
+      for_range(team, true, 0, mp, kStripGroup, [&](std::int64_t g) {
         pack_at_group(pa + g * MR * K, A + g * MR, lda, M - g * MR, K,
                       ep.a_row_sum ? ep.a_row_sum + g * MR : nullptr);
+      });
     } else if (ep.a_row_sum) {
-#pragma omp for schedule(static) nowait
-      for (std::int64_t i = 0; i < M; ++i) {
+      for_range(team, true, 0, M, 1, [&](std::int64_t i) {
         float s = 0.0f;
         for (std::int64_t k = 0; k < K; ++k) s += va.at(i, k);
         ep.a_row_sum[i] += s;
-      }
+      });
     }
-#pragma omp for schedule(static)
-    for (std::int64_t j = 0; j < np; ++j)
+    for_range(team, false, 0, np, 1, [&](std::int64_t j) {
       if (!b_in_place(j)) pack_b_panel(pb + j * NR * K, vb, j * NR, N, K);
-#pragma omp for schedule(static)
-    for (std::int64_t t = 0; t < np * mp; ++t) {
+    });
+    for_range(team, false, 0, np * mp, 1, [&](std::int64_t t) {
       if (i_outer) tile(t / np, t % np);
       else tile(t % mp, t / mp);
-    }
+    });
+  };
+  if (par) {
+#pragma omp parallel
+    run(true);
+  } else {
+    run(false);
   }
 }
 

@@ -186,31 +186,34 @@ void detail::gemm_bf16_epilogue(bool trans_a, bool trans_b, std::int64_t M, std:
   // Tile order as in the fp32 kernel: all of packed B in half the L2 -> row strips outside
   // (the strip stays in L1); otherwise column panels outside (a panel stays in L2).
   const bool i_outer = std::uint64_t(K2p) * std::uint64_t(np * NR) * 4 <= l2_bytes() / 2;
-#pragma omp parallel if (par)
-  {
+  auto run = [&](bool team) {
     if (trans_a) {
-#pragma omp for schedule(static) nowait
-      for (std::int64_t g = 0; g < mp; g += kStripGroup)
+      for_range(team, true, 0, mp, kStripGroup, [&](std::int64_t g) {
         pack_at_group(pa + g * MR * K2, A + g * MR, lda, M - g * MR, K, ep.a_row_sum ? ep.a_row_sum + g * MR : nullptr);
+      });
     } else {
-#pragma omp for schedule(static) nowait
-      for (std::int64_t i = 0; i < mp; ++i)
+      for_range(team, true, 0, mp, 1, [&](std::int64_t i) {
         pack_k_rows_mr(pa + i * MR * K2, A + i * MR * lda, lda, M - i * MR, K,
                        ep.a_row_sum ? ep.a_row_sum + i * MR : nullptr);
+      });
     }
     // op(B)(k, n): B stored N x K when trans_b (k contiguous per column panel row), else K x N.
-#pragma omp for schedule(static)
-    for (std::int64_t j = 0; j < np; ++j) {
+    for_range(team, false, 0, np, 1, [&](std::int64_t j) {
       if (trans_b) pack_k_rows_64(pb + j * NR * K2, B + j * NR * ldb, ldb, N - j * NR, K);
       else pack_i_rows_64(pb + j * NR * K2, B + j * NR, ldb, N - j * NR, K);
-    }
-#pragma omp for schedule(static)
-    for (std::int64_t t = 0; t < np * mp; ++t) {
+    });
+    for_range(team, false, 0, np * mp, 1, [&](std::int64_t t) {
       const std::int64_t i = i_outer ? t / np : t % mp, j = i_outer ? t % np : t / mp;
       const std::int64_t m0 = i * MR, n0 = j * NR;
       micro_kernel(pa + i * MR * K2, pb + j * NR * K2, K2, alpha, beta, ep.half_c ? nullptr : C + m0 * ldc + n0, ldc,
                    std::min(MR, M - m0), std::min(NR, N - n0), ep, m0, n0);
-    }
+    });
+  };
+  if (par) {
+#pragma omp parallel
+    run(true);
+  } else {
+    run(false);
   }
 }
 
