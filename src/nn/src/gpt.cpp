@@ -35,19 +35,22 @@ struct GptProf {
   Gpt* g;
   int op;
   double flops;
-  double t0 = 0;
-  static double cpu() {
+  double t0 = 0, w0 = 0;
+  static double clock_s(clockid_t id) {
     timespec ts;
-    clock_gettime(CLOCK_PROCESS_CPUTIME_ID, &ts);
+    clock_gettime(id, &ts);
     return double(ts.tv_sec) + 1e-9 * double(ts.tv_nsec);
   }
   GptProf(Gpt* gpt, int o, double f = 0) : g(gpt->profiling_ ? gpt : nullptr), op(o), flops(f) {
-    if (g) t0 = cpu();
+    if (!g) return;
+    t0 = clock_s(CLOCK_PROCESS_CPUTIME_ID);
+    w0 = clock_s(CLOCK_MONOTONIC);
   }
   ~GptProf() {
     if (!g) return;
     auto& e = g->prof_[std::size_t(op)];
-    e.cpu_s += cpu() - t0;
+    e.cpu_s += clock_s(CLOCK_PROCESS_CPUTIME_ID) - t0;
+    e.wall_s += clock_s(CLOCK_MONOTONIC) - w0;
     e.calls += 1;
     e.flops += flops;
   }

@@ -73,6 +73,7 @@ class Gpt : public Module {
   struct OpTime {
     std::string op;
     double cpu_s = 0;
+    double wall_s = 0;  // elapsed time: with several threads the CPU time adds them up
     std::int64_t calls = 0;
     double flops = 0;  // GEMM FLOPs of the op (0 for the others)
   };
