@@ -21,6 +21,7 @@
 #include <cstdlib>
 #include <cstring>
 #include <string_view>
+#include <vector>
 
 // GCC 12 reports the _mm512_undefined_*() inside its own AVX-512 intrinsic headers (reduce,
 // max) as (maybe-)uninitialized: a false positive, every lane is written.
@@ -99,23 +100,36 @@ DS_CLONES void ln_fwd_row(float* __restrict o, float* mean_out, float* rstd_out,
   *rstd_out = r;
 }
 
-DS_CLONES void ln_bwd_row(float* __restrict dx, const float* __restrict dy,
-                          const float* __restrict x, const float* __restrict w, float m, float r,
-                          std::int64_t C) {
-  float a = 0.0f, bsum = 0.0f;
+// LayerNorm backward of `rows` rows in one pass: dx += (w dy - mean(w dy) - xhat
+// mean(w dy xhat)) rstd per row, and the rows' dw / db sums (sum of dy xhat, of dy) into
+// pw / pb (C floats each, overwritten). Reading dy and x once for both halves saves the
+// second pass over them that column sums after the row pass took.
+DS_CLONES void ln_bwd_rows(float* __restrict dx, float* __restrict pw, float* __restrict pb,
+                           const float* __restrict dy, const float* __restrict x, const float* __restrict w,
+                           const float* mean, const float* rstd, std::int64_t rows, std::int64_t C) {
+  for (std::int64_t i = 0; i < C; ++i) { pw[i] = 0.0f; pb[i] = 0.0f; }
+  for (std::int64_t r = 0; r < rows; ++r) {
+    const float* d = dy + r * C;
+    const float* xr = x + r * C;
+    float* o = dx + r * C;
+    const float m = mean[r], s = rstd[r];
+    float a = 0.0f, bsum = 0.0f;
 #pragma omp simd reduction(+ : a, bsum)
-  for (std::int64_t i = 0; i < C; ++i) {
-    const float n = (x[i] - m) * r;
-    const float dn = w[i] * dy[i];
-    a += dn;
-    bsum += dn * n;
-  }
-  a /= float(C);
-  bsum /= float(C);
+    for (std::int64_t i = 0; i < C; ++i) {
+      const float n = (xr[i] - m) * s;
+      const float dn = w[i] * d[i];
+      a += dn;
+      bsum += dn * n;
+      pw[i] += d[i] * n;
+      pb[i] += d[i];
+    }
+    a /= float(C);
+    bsum /= float(C);
 #pragma omp simd
-  for (std::int64_t i = 0; i < C; ++i) {
-    const float n = (x[i] - m) * r;
-    dx[i] += (w[i] * dy[i] - a - n * bsum) * r;
+    for (std::int64_t i = 0; i < C; ++i) {
+      const float n = (xr[i] - m) * s;
+      o[i] += (w[i] * d[i] - a - n * bsum) * s;
+    }
   }
 }
 
@@ -128,23 +142,6 @@ DS_CLONES void colsum_block(float* __restrict dst, const float* __restrict src, 
     for (std::int64_t c = 0; c < width; ++c) acc[c] += s[c];
   }
   for (std::int64_t c = 0; c < width; ++c) dst[c] += acc[c];
-}
-
-// LayerNorm's dw += dy * xhat, db += dy over rows, for a block of up to 16 columns.
-DS_CLONES void ln_param_block(float* __restrict dw, float* __restrict db, const float* __restrict dy,
-                              const float* __restrict x, const float* mean, const float* rstd,
-                              std::int64_t rows, std::int64_t ld, std::int64_t width) {
-  float aw[16] = {0}, ab[16] = {0};
-  for (std::int64_t r = 0; r < rows; ++r) {
-    const float* d = dy + r * ld;
-    const float* xr = x + r * ld;
-    const float m = mean[r], s = rstd[r];
-    for (std::int64_t c = 0; c < width; ++c) {
-      aw[c] += d[c] * (xr[c] - m) * s;
-      ab[c] += d[c];
-    }
-  }
-  for (std::int64_t c = 0; c < width; ++c) { dw[c] += aw[c]; db[c] += ab[c]; }
 }
 
 // Row softmax of the causal row i (entries 0..i), scaled scores in place; rest zeroed.
@@ -348,18 +345,33 @@ void layernorm_forward(float* out, float* mean, float* rstd, const float* inp, c
 void layernorm_backward(float* dinp, float* dw, float* db, const float* dout, const float* inp,
                         const float* w, const float* mean, const float* rstd, std::int64_t N,
                         std::int64_t C) {
+  // Rows in fixed chunks of kLnRows, each chunk's dw / db sums in its own slot, then the
+  // slots added in chunk order: the same sums for any number of threads.
+  constexpr std::int64_t kLnRows = 64;
+  const std::int64_t chunks = (N + kLnRows - 1) / kLnRows;
+  thread_local std::vector<float> slots;  // grows to the largest call, then reused
+  if (slots.size() < std::size_t(2 * chunks * C)) slots.resize(std::size_t(2 * chunks * C));
+  float* part = slots.data();
   const std::int64_t blocks = (C + 15) / 16;
 #pragma omp parallel if (N * C > kParallelMin)
   {
-#pragma omp for schedule(static) nowait
-    for (std::int64_t r = 0; r < N; ++r)
-      ln_bwd_row(dinp + r * C, dout + r * C, inp + r * C, w, mean[r], rstd[r], C);
 #pragma omp for schedule(static)
-    for (std::int64_t b = 0; b < blocks; ++b) {
-      const std::int64_t c0 = b * 16;
-      ln_param_block(dw + c0, db + c0, dout + c0, inp + c0, mean, rstd, N, C,
-                     std::min<std::int64_t>(16, C - c0));
+    for (std::int64_t ch = 0; ch < chunks; ++ch) {
+      const std::int64_t r0 = ch * kLnRows;
+      ln_bwd_rows(dinp + r0 * C, part + 2 * ch * C, part + (2 * ch + 1) * C, dout + r0 * C, inp + r0 * C, w,
+                  mean + r0, rstd + r0, std::min(kLnRows, N - r0), C);
     }
+#pragma omp for schedule(static)
+    for (std::int64_t b = 0; b < blocks; ++b)
+      for (std::int64_t c = b * 16; c < std::min(C, b * 16 + 16); ++c) {
+        float sw = 0.0f, sb = 0.0f;
+        for (std::int64_t ch = 0; ch < chunks; ++ch) {
+          sw += part[2 * ch * C + c];
+          sb += part[(2 * ch + 1) * C + c];
+        }
+        dw[c] += sw;
+        db[c] += sb;
+      }
   }
 }
 
