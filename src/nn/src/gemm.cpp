@@ -216,11 +216,13 @@ void gemm_f32_impl(Tri tri, bool trans_a, bool trans_b, std::int64_t M, std::int
   auto b_in_place = [&](std::int64_t j) { return b_rows_ok && (j + 1) * NR <= N; };
   const View va{A, lda, trans_a};
   const bool par = !omp_in_parallel() && M * N * Kp > (1 << 21);
-  // Tile order: when all of op(B) fits in half the L2, a thread walks the column panels
-  // inside each row strip (the strip stays in L1, B in L2: A comes from memory once);
-  // otherwise the panels outside (a panel stays in L2 while A streams past). Measured at
-  // the layers' shapes: 1-7% faster where B fits, twice as slow for a 4 MiB B.
-  const bool i_outer = std::uint64_t(Kp) * std::uint64_t(N) * sizeof(float) <= l2_bytes() / 2;
+  // Tile order: C in blocks of nb column panels, nb as many as fit half the L2 (K x 64 nb
+  // floats of op(B)), and inside a block the row strips outside, the block's panels inside
+  // each strip: the strip stays in L1, the block's B in the L2, and A comes through once per
+  // block. The threads split a block's tiles by row strips (static schedule: thread t gets
+  // the t-th range of strips of every block), the rows the other row-parallel ops give it
+  // too, so a thread reads mostly the activations it wrote.
+  const std::int64_t nb = std::max<std::int64_t>(1, std::int64_t(l2_bytes() / 2 / (std::uint64_t(Kp) * NR * sizeof(float))));
   auto run = [&](bool team) {
     // One 6 x 64 tile of C: row strip i, column panel j.
     auto tile = [&](std::int64_t i, std::int64_t j) {
@@ -265,10 +267,10 @@ void gemm_f32_impl(Tri tri, bool trans_a, bool trans_b, std::int64_t M, std::int
     for_range(team, false, 0, np, 1, [&](std::int64_t j) {
       if (!b_in_place(j)) pack_b_panel(pb + j * NR * K, vb, j * NR, N, K);
     });
-    for_range(team, false, 0, np * mp, 1, [&](std::int64_t t) {
-      if (i_outer) tile(t / np, t % np);
-      else tile(t % mp, t / mp);
-    });
+    for (std::int64_t j0 = 0; j0 < np; j0 += nb) {
+      const std::int64_t nj = std::min(nb, np - j0);
+      for_range(team, true, 0, mp * nj, 1, [&](std::int64_t t) { tile(t / nj, j0 + t % nj); });
+    }
   };
   if (par) {
 #pragma omp parallel

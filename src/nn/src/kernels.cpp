@@ -399,8 +399,9 @@ void attention_forward(float* out, float* att, const float* qkv, std::int64_t B,
   const float scale = 1.0f / std::sqrt(float(hd));
   const int C3 = int(3 * C);
   const bool avx512 = use_avx512_rows();
-  // One (batch, head) per task; OpenBLAS runs single-threaded inside a parallel region.
-#pragma omp parallel for schedule(dynamic, 1) if (B * NH * T * T * hd > kParallelMin)
+  // One (batch, head) per task, contiguous ranges per thread (static): a thread takes the
+  // sequences whose rows it computed in the row-split GEMM before.
+#pragma omp parallel for schedule(static) if (B * NH * T * T * hd > kParallelMin)
   for (std::int64_t bh = 0; bh < B * NH; ++bh) {
     const std::int64_t b = bh / NH, h = bh % NH;
     const float* q = qkv + b * T * 3 * C + h * hd;
@@ -424,7 +425,7 @@ void attention_backward(float* dqkv, const float* dout, const float* qkv, const 
   const int C3 = int(3 * C);
   const int threads = std::max(1, std::min(scratch_slots, omp_get_max_threads()));
   const bool avx512 = use_avx512_rows();
-#pragma omp parallel for schedule(dynamic, 1) num_threads(threads) if (B * NH * T * T * hd > kParallelMin)
+#pragma omp parallel for schedule(static) num_threads(threads) if (B * NH * T * T * hd > kParallelMin)
   for (std::int64_t bh = 0; bh < B * NH; ++bh) {
     const std::int64_t b = bh / NH, h = bh % NH;
     const float* q = qkv + b * T * 3 * C + h * hd;
