@@ -3,7 +3,10 @@
 // element (fp32 accumulation of exact bf16 products).
 #include <gtest/gtest.h>
 
+#include <omp.h>
+
 #include <array>
+#include <bit>
 #include <cmath>
 #include <random>
 #include <vector>
@@ -160,6 +163,37 @@ void check_tri(ds::nn::Tri tri, bool ta, bool tb, std::int64_t M, std::int64_t N
           << m << "," << n;
     }
   for (std::int64_t m = 0; m < M; ++m) ASSERT_EQ(C[m * ldc + N], C0[m * ldc + N]);
+}
+
+// Each C element is one tile's sum whichever thread computes it (the threads split tiles, not
+// k): the same bits on any number of threads, for both kernels, with the weight-gradient
+// form's row sums too.
+TEST(NnGemm, SameBitsOnAnyThreadCount) {
+  if (epilogue_kernels().empty()) GTEST_SKIP() << "no AVX-512 on this CPU";
+  for (ds::nn::Precision prec : epilogue_kernels())
+    for (bool ta : {false, true}) {
+      const std::int64_t M = 301, N = 600, K = 520;
+      Operands o(ta, false, M, N, K, 99 + std::uint64_t(ta));
+      auto run = [&](int threads) {
+        const int before = omp_get_max_threads();
+        omp_set_num_threads(threads);
+        std::vector<float> c = o.C, rs(std::size_t(M), 0.0f);
+        ds::nn::GemmEpilogue ep;
+        ep.a_row_sum = rs.data();
+        ds::nn::gemm_epilogue(prec, ta, false, M, N, K, 0.5f, o.A.data(), o.lda, o.B.data(), o.ldb, 1.0f, c.data(),
+                              o.ldc, ep);
+        omp_set_num_threads(before);
+        c.insert(c.end(), rs.begin(), rs.end());
+        return c;
+      };
+      const std::vector<float> one = run(1);
+      for (int t : {2, 3}) {
+        const std::vector<float> many = run(t);
+        for (std::size_t i = 0; i < one.size(); ++i)
+          ASSERT_EQ(std::bit_cast<std::uint32_t>(many[i]), std::bit_cast<std::uint32_t>(one[i]))
+              << name(prec) << " ta " << ta << " element " << i << " on " << t << " threads";
+      }
+    }
 }
 
 TEST(NnGemm, TriangularMatchesReference) {

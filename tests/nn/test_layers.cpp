@@ -4,6 +4,9 @@
 // largest magnitude). Together: the fast backward kernels compute the true gradient.
 #include <gtest/gtest.h>
 
+#include <omp.h>
+
+#include <bit>
 #include <cmath>
 #include <functional>
 #include <random>
@@ -175,7 +178,8 @@ TEST(NnLayers, LayerNormGradientAndFast) {
   fd_check(w, dw, f, "layernorm dw");
   fd_check(b, db, f, "layernorm db");
 
-  for (auto [n, c] : {std::array<std::int64_t, 2>{1, 1}, {7, 13}, {67, 259}}) {
+  // 300 x 200: above the kernels' parallel threshold, 5 row chunks (the last partial).
+  for (auto [n, c] : {std::array<std::int64_t, 2>{1, 1}, {7, 13}, {67, 259}, {300, 200}}) {
     Vd x2 = randn(n * c, 25, 3.0), w2 = randn(c, 26), b2 = randn(c, 27), d2 = randn(n * c, 28);
     Vd o_ref(n * c), m_ref(n), s_ref(n), dx_ref = randn(n * c, 29), dw_ref = randn(c, 30), db_ref = randn(c, 31);
     ds::nn::ref::layernorm_forward(o_ref.data(), m_ref.data(), s_ref.data(), x2.data(), w2.data(), b2.data(), n, c);
@@ -188,6 +192,32 @@ TEST(NnLayers, LayerNormGradientAndFast) {
     expect_close(dxf, dx_ref, 1e-4, "layernorm dx");
     expect_close(dwf, dw_ref, 1e-4, "layernorm dw");
     expect_close(dbf, db_ref, 1e-4, "layernorm db");
+  }
+}
+
+// The backward's dw / db sums go per fixed row chunk and the chunks add in order: the same
+// bits on any number of threads (as the row-split GEMMs' outputs are).
+TEST(NnLayers, LayerNormBackwardSameOnAnyThreadCount) {
+  const std::int64_t n = 333, c = 130;
+  Vf x = to_f(randn(n * c, 61, 2.0)), w = to_f(randn(c, 62)), b = to_f(randn(c, 63)), d = to_f(randn(n * c, 64));
+  Vf o(n * c), m(n), s(n);
+  ds::nn::kernels::layernorm_forward(o.data(), m.data(), s.data(), x.data(), w.data(), b.data(), n, c);
+  auto run = [&](int threads) {
+    const int before = omp_get_max_threads();
+    omp_set_num_threads(threads);
+    std::vector<Vf> r{Vf(n * c, 0.5f), Vf(c, 0.25f), Vf(c, -0.25f)};
+    ds::nn::kernels::layernorm_backward(r[0].data(), r[1].data(), r[2].data(), d.data(), x.data(), w.data(), m.data(),
+                                        s.data(), n, c);
+    omp_set_num_threads(before);
+    return r;
+  };
+  const auto one = run(1);
+  for (int t : {2, 3}) {
+    const auto many = run(t);
+    for (std::size_t k = 0; k < one.size(); ++k)
+      for (std::size_t i = 0; i < one[k].size(); ++i)
+        ASSERT_EQ(std::bit_cast<std::uint32_t>(many[k][i]), std::bit_cast<std::uint32_t>(one[k][i]))
+            << "output " << k << " element " << i << " on " << t << " threads";
   }
 }
 
