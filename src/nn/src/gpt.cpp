@@ -17,8 +17,10 @@ namespace ds::nn {
 
 namespace k = kernels;
 
-// Op profiler: one entry per op name; a scope adds its process CPU time (clock_gettime
-// costs well under 1 us; the ops take 50 us and more).
+// Op profiler: one entry per op name; a scope adds its process CPU time and elapsed time
+// (clock_gettime costs well under 1 us; the ops take 50 us and more). Inside the forward's
+// parallel region only thread 0 records: the forward ops' times are those of its share of
+// the sequences, which the threads run side by side.
 enum Op : int {
   kEmbFwd, kLnFwd, kQkvFwd, kAttFwd, kAttProjFwd, kFcFwd, kGeluFwd, kFcProjFwd, kLmHeadFwd, kXentFwd,
   kXentBwd, kLmHeadBwd, kFcProjBwd, kGeluBwd, kFcBwd, kLnBwd, kAttProjBwd, kAttBwd, kQkvBwd, kEmbBwd,
@@ -41,7 +43,8 @@ struct GptProf {
     clock_gettime(id, &ts);
     return double(ts.tv_sec) + 1e-9 * double(ts.tv_nsec);
   }
-  GptProf(Gpt* gpt, int o, double f = 0) : g(gpt->profiling_ ? gpt : nullptr), op(o), flops(f) {
+  GptProf(Gpt* gpt, int o, double f = 0)
+      : g(gpt->profiling_ && omp_get_thread_num() == 0 ? gpt : nullptr), op(o), flops(f) {
     if (!g) return;
     t0 = clock_s(CLOCK_PROCESS_CPUTIME_ID);
     w0 = clock_s(CLOCK_MONOTONIC);
@@ -158,56 +161,70 @@ void Gpt::ensure_scratch(std::int64_t B, std::int64_t T) {
 }
 
 void Gpt::run_forward(const std::int32_t* tokens, std::int64_t B, std::int64_t T) {
-  const std::int64_t C = cfg_.n_embd, NH = cfg_.n_head, V = cfg_.vocab_size, N = B * T;
   { GptProf pf(this, kParamsFwd, 0); ps_.prepare_forward(); }
   ensure_scratch(B, T);
   B_ = B;
   T_ = T;
+  // Each thread runs the whole forward on its own sequences (every op is row-local): no
+  // barrier between ops, and each thread's activations stay in its own caches. The kernels
+  // called inside run single-threaded.
+  const int threads = int(std::min<std::int64_t>(B, omp_get_max_threads()));
+#pragma omp parallel num_threads(threads) if (threads > 1)
+  {
+    const int nt = omp_get_num_threads(), t = omp_get_thread_num();
+    const std::int64_t b0 = B * t / nt, b1 = B * (t + 1) / nt;
+    if (b1 > b0) forward_rows(tokens + b0 * T, b0, b1 - b0, T);
+  }
+}
+
+void Gpt::forward_rows(const std::int32_t* tokens, std::int64_t b0, std::int64_t B, std::int64_t T) {
+  const std::int64_t C = cfg_.n_embd, NH = cfg_.n_head, V = cfg_.vocab_size, N = B * T, r0 = b0 * T;
+  auto at = [&](float* p, std::int64_t width) { return p + r0 * width; };
   {
     GptProf pf(this, kEmbFwd, 0);
-    k::embedding_forward(resid_[0], tokens, ps_.w(wte_), ps_.w(wpe_), B, T, C);
+    k::embedding_forward(at(resid_[0], C), tokens, ps_.w(wte_), ps_.w(wpe_), B, T, C);
   }
   for (std::size_t l = 0; l < layers_.size(); ++l) {
     const LayerIdx& P = layers_[l];
     const LayerAct& a = acts_[l];
-    const float* x = resid_[l];
+    const float* x = at(resid_[l], C);
     {
       GptProf pf(this, kLnFwd, 0);
-      k::layernorm_forward(a.ln1, a.ln1_mean, a.ln1_rstd, x, ps_.w(P.ln1w), ps_.w(P.ln1b), N, C);
+      k::layernorm_forward(at(a.ln1, C), at(a.ln1_mean, 1), at(a.ln1_rstd, 1), x, ps_.w(P.ln1w), ps_.w(P.ln1b), N, C);
     }
     {
       GptProf pf(this, kQkvFwd, 2.0 * double(N) * double(3 * C) * double(C));
-      k::linear_forward(a.qkv, a.ln1, ps_.w(P.qkvw), ps_.w(P.qkvb), nullptr, N, C, 3 * C, prec_);
+      k::linear_forward(at(a.qkv, 3 * C), at(a.ln1, C), ps_.w(P.qkvw), ps_.w(P.qkvb), nullptr, N, C, 3 * C, prec_);
     }
     {
       GptProf pf(this, kAttFwd, 4.0 * double(B * NH) * double(T) * double(T) * double(C / NH));
-      k::attention_forward(a.atty, a.att, a.qkv, B, T, C, NH);
+      k::attention_forward(at(a.atty, C), a.att + b0 * NH * T * T, at(a.qkv, 3 * C), B, T, C, NH);
     }
     {
       GptProf pf(this, kAttProjFwd, 2.0 * double(N) * double(C) * double(C));
-      k::linear_forward(a.x1, a.atty, ps_.w(P.projw), ps_.w(P.projb), x, N, C, C, prec_);
+      k::linear_forward(at(a.x1, C), at(a.atty, C), ps_.w(P.projw), ps_.w(P.projb), x, N, C, C, prec_);
     }
     {
       GptProf pf(this, kLnFwd, 0);
-      k::layernorm_forward(a.ln2, a.ln2_mean, a.ln2_rstd, a.x1, ps_.w(P.ln2w), ps_.w(P.ln2b), N, C);
+      k::layernorm_forward(at(a.ln2, C), at(a.ln2_mean, 1), at(a.ln2_rstd, 1), at(a.x1, C), ps_.w(P.ln2w), ps_.w(P.ln2b), N, C);
     }
     {
       GptProf pf(this, kFcFwd, 2.0 * double(N) * double(4 * C) * double(C));
-      k::linear_forward(a.fch, a.ln2, ps_.w(P.fcw), ps_.w(P.fcb), nullptr, N, C, 4 * C, prec_);
+      k::linear_forward(at(a.fch, 4 * C), at(a.ln2, C), ps_.w(P.fcw), ps_.w(P.fcb), nullptr, N, C, 4 * C, prec_);
     }
-    { GptProf pf(this, kGeluFwd, 0); k::gelu_forward(a.fch_gelu, a.fch, 4 * N * C); }
+    { GptProf pf(this, kGeluFwd, 0); k::gelu_forward(at(a.fch_gelu, 4 * C), at(a.fch, 4 * C), 4 * N * C); }
     {
       GptProf pf(this, kFcProjFwd, 2.0 * double(N) * double(4 * C) * double(C));
-      k::linear_forward(resid_[l + 1], a.fch_gelu, ps_.w(P.fcprojw), ps_.w(P.fcprojb), a.x1, N, 4 * C, C, prec_);
+      k::linear_forward(at(resid_[l + 1], C), at(a.fch_gelu, 4 * C), ps_.w(P.fcprojw), ps_.w(P.fcprojb), at(a.x1, C), N, 4 * C, C, prec_);
     }
   }
   {
     GptProf pf(this, kLnFwd, 0);
-    k::layernorm_forward(lnf_, lnf_mean_, lnf_rstd_, resid_.back(), ps_.w(lnfw_), ps_.w(lnfb_), N, C);
+    k::layernorm_forward(at(lnf_, C), at(lnf_mean_, 1), at(lnf_rstd_, 1), at(resid_.back(), C), ps_.w(lnfw_), ps_.w(lnfb_), N, C);
   }
   {
     GptProf pf(this, kLmHeadFwd, 2.0 * double(N) * double(V) * double(C));
-    k::linear_forward(logits_, lnf_, ps_.w(wte_), nullptr, nullptr, N, C, V, prec_);
+    k::linear_forward(at(logits_, V), at(lnf_, C), ps_.w(wte_), nullptr, nullptr, N, C, V, prec_);
   }
 }
 

@@ -84,6 +84,8 @@ class Gpt : public Module {
   struct LayerIdx { std::size_t ln1w, ln1b, qkvw, qkvb, projw, projb, ln2w, ln2b, fcw, fcb, fcprojw, fcprojb; };
   void ensure_scratch(std::int64_t B, std::int64_t T);
   void run_forward(const std::int32_t* tokens, std::int64_t B, std::int64_t T);
+  // The forward of sequences [b0, b0 + B) of the batch set up by run_forward (one thread's share).
+  void forward_rows(const std::int32_t* tokens, std::int64_t b0, std::int64_t B, std::int64_t T);
   float loss_forward(const Batch& batch);
 
   friend struct GptProf;
