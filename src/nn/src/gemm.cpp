@@ -75,7 +75,7 @@ __attribute__((target("avx512f,avx512bw,avx512vl,fma"))) void pack_at_full_group
     }
 #pragma GCC unroll 8
     for (std::int64_t t = 0; t < G; ++t) {
-      const __m256 x = t + 1 < G ? _mm256_maskz_loadu_ps(0xFF, row + t * MR) : _mm256_maskz_loadu_ps(six, row + t * MR);
+      const __m256 x = t + 1 < G ? _mm256_loadu_ps(row + t * MR) : _mm256_maskz_loadu_ps(six, row + t * MR);
       float* o = out + t * MR * K + k * MR;
       if (last) _mm256_mask_storeu_ps(o, six, x);
       else _mm256_storeu_ps(o, x);
@@ -83,9 +83,7 @@ __attribute__((target("avx512f,avx512bw,avx512vl,fma"))) void pack_at_full_group
     }
   }
   if (!row_sum) return;
-#pragma GCC unroll 8
-  for (std::int64_t t = 0; t < G; ++t)
-    _mm256_mask_storeu_ps(row_sum + t * MR, six, _mm256_add_ps(_mm256_maskz_loadu_ps(six, row_sum + t * MR), sum[t]));
+  for (std::int64_t t = 0; t < G; ++t) add_row_sum(row_sum + t * MR, six, sum[t]);
 }
 
 __attribute__((target("avx512f,avx512bw,avx512vl,fma"))) void pack_at_group(
@@ -216,13 +214,6 @@ void gemm_f32_impl(Tri tri, bool trans_a, bool trans_b, std::int64_t M, std::int
   auto b_in_place = [&](std::int64_t j) { return b_rows_ok && (j + 1) * NR <= N; };
   const View va{A, lda, trans_a};
   const bool par = !omp_in_parallel() && M * N * Kp > (1 << 21);
-  // Tile order: C in blocks of nb column panels, nb as many as fit half the L2 (K x 64 nb
-  // floats of op(B)), and inside a block the row strips outside, the block's panels inside
-  // each strip: the strip stays in L1, the block's B in the L2, and A comes through once per
-  // block. The threads split a block's tiles by row strips (static schedule: thread t gets
-  // the t-th range of strips of every block), the rows the other row-parallel ops give it
-  // too, so a thread reads mostly the activations it wrote.
-  const std::int64_t nb = std::max<std::int64_t>(1, std::int64_t(l2_bytes() / 2 / (std::uint64_t(Kp) * NR * sizeof(float))));
   auto run = [&](bool team) {
     // One 6 x 64 tile of C: row strip i, column panel j.
     auto tile = [&](std::int64_t i, std::int64_t j) {
@@ -267,17 +258,10 @@ void gemm_f32_impl(Tri tri, bool trans_a, bool trans_b, std::int64_t M, std::int
     for_range(team, false, 0, np, 1, [&](std::int64_t j) {
       if (!b_in_place(j)) pack_b_panel(pb + j * NR * K, vb, j * NR, N, K);
     });
-    for (std::int64_t j0 = 0; j0 < np; j0 += nb) {
-      const std::int64_t nj = std::min(nb, np - j0);
-      for_range(team, true, 0, mp * nj, 1, [&](std::int64_t t) { tile(t / nj, j0 + t % nj); });
-    }
+    // Tile order: for_each_tile (gemm_tile.h).
+    for_each_tile(team, mp, np, std::uint64_t(Kp) * NR * sizeof(float), tile);
   };
-  if (par) {
-#pragma omp parallel
-    run(true);
-  } else {
-    run(false);
-  }
+  run_gemm(par, run);
 }
 
 }  // namespace

@@ -183,9 +183,6 @@ void detail::gemm_bf16_epilogue(bool trans_a, bool trans_b, std::int64_t M, std:
   std::uint32_t* pa = ensure(0, std::size_t(mp * MR * K2p));
   std::uint32_t* pb = ensure(1, std::size_t(np * NR * K2p));
   const bool par = !omp_in_parallel() && M * N * std::max<std::int64_t>(K, 1) > (1 << 21);
-  // Tile order as in the fp32 kernel: blocks of nb column panels that fit half the L2, row
-  // strips outside and the block's panels inside, the threads splitting each block by strips.
-  const std::int64_t nb = std::max<std::int64_t>(1, std::int64_t(l2_bytes() / 2 / (std::uint64_t(K2p) * NR * 4)));
   auto run = [&](bool team) {
     if (trans_a) {
       for_range(team, true, 0, mp, kStripGroup, [&](std::int64_t g) {
@@ -202,22 +199,14 @@ void detail::gemm_bf16_epilogue(bool trans_a, bool trans_b, std::int64_t M, std:
       if (trans_b) pack_k_rows_64(pb + j * NR * K2, B + j * NR * ldb, ldb, N - j * NR, K);
       else pack_i_rows_64(pb + j * NR * K2, B + j * NR, ldb, N - j * NR, K);
     });
-    for (std::int64_t j0 = 0; j0 < np; j0 += nb) {
-      const std::int64_t nj = std::min(nb, np - j0);
-      for_range(team, true, 0, mp * nj, 1, [&](std::int64_t t) {
-        const std::int64_t i = t / nj, j = j0 + t % nj;
-        const std::int64_t m0 = i * MR, n0 = j * NR;
-        micro_kernel(pa + i * MR * K2, pb + j * NR * K2, K2, alpha, beta, ep.half_c ? nullptr : C + m0 * ldc + n0,
-                     ldc, std::min(MR, M - m0), std::min(NR, N - n0), ep, m0, n0);
-      });
-    }
+    // Tile order as in the fp32 kernel (for_each_tile, gemm_tile.h).
+    for_each_tile(team, mp, np, std::uint64_t(K2p) * NR * 4, [&](std::int64_t i, std::int64_t j) {
+      const std::int64_t m0 = i * MR, n0 = j * NR;
+      micro_kernel(pa + i * MR * K2, pb + j * NR * K2, K2, alpha, beta, ep.half_c ? nullptr : C + m0 * ldc + n0, ldc,
+                   std::min(MR, M - m0), std::min(NR, N - n0), ep, m0, n0);
+    });
   };
-  if (par) {
-#pragma omp parallel
-    run(true);
-  } else {
-    run(false);
-  }
+  run_gemm(par, run);
 }
 
 void gemm_bf16(bool trans_a, bool trans_b, std::int64_t M, std::int64_t N, std::int64_t K,

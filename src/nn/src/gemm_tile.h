@@ -157,6 +157,34 @@ inline std::uint64_t l2_bytes() {
   return b;
 }
 
+// The tile order both kernels use: C in blocks of as many column panels as fit half the L2
+// (panel_bytes each: the packed or in-place op(B) of one 64-column panel over all of k), and
+// inside a block the row strips outside, the block's panels inside each strip: the strip
+// stays in L1, the block's B in the L2, and A comes through once per block. With `team` the
+// threads split each block by row strips (static schedule: thread t gets the t-th range of
+// strips of every block), the rows the other row-parallel ops give it too, so a thread reads
+// mostly the activations it wrote. tile(i, j): row strip i, column panel j.
+template <class Tile>
+inline void for_each_tile(bool team, std::int64_t mp, std::int64_t np, std::uint64_t panel_bytes, Tile&& tile) {
+  const std::int64_t nb = std::max<std::int64_t>(1, std::int64_t(l2_bytes() / 2 / std::max<std::uint64_t>(panel_bytes, 1)));
+  for (std::int64_t j0 = 0; j0 < np; j0 += nb) {
+    const std::int64_t nj = std::min(nb, np - j0);
+    for_range(team, true, 0, mp * nj, 1, [&](std::int64_t t) { tile(t / nj, j0 + t % nj); });
+  }
+}
+
+// run(team): in a parallel region of all threads when `par` (run(true), whose for_range loops
+// split among them), else on the calling thread alone (run(false)) with no OpenMP region.
+template <class Run>
+inline void run_gemm(bool par, Run&& run) {
+  if (par) {
+#pragma omp parallel
+    run(true);
+  } else {
+    run(false);
+  }
+}
+
 // Packing buffers, one pair per calling thread (the attention runs one GEMM per thread):
 // allocated at the first call, grown only when a larger GEMM arrives.
 inline HostBuffer& pack_buffer(int which) {
@@ -194,11 +222,13 @@ __attribute__((target("avx512f,avx512vl"))) inline void init_strip_group(StripGr
     g.sum[t] = _mm256_setzero_ps();
   }
 }
+// row_sum[lanes in m] += sum: one strip's row sums.
+__attribute__((target("avx512f,avx512vl"))) inline void add_row_sum(float* row_sum, __mmask8 m, __m256 sum) {
+  _mm256_mask_storeu_ps(row_sum, m, _mm256_add_ps(_mm256_maskz_loadu_ps(m, row_sum), sum));
+}
 __attribute__((target("avx512f,avx512vl"))) inline void add_row_sums(const StripGroup& g, float* row_sum) {
   if (!row_sum) return;
-  for (std::int64_t t = 0; t < g.ns; ++t)
-    _mm256_mask_storeu_ps(row_sum + t * MR, g.mask[t],
-                          _mm256_add_ps(_mm256_maskz_loadu_ps(g.mask[t], row_sum + t * MR), g.sum[t]));
+  for (std::int64_t t = 0; t < g.ns; ++t) add_row_sum(row_sum + t * MR, g.mask[t], g.sum[t]);
 }
 
 }  // namespace ds::nn::detail
