@@ -306,9 +306,11 @@ void linear_forward(float* out, const float* inp, const float* w, const float* b
 
 void linear_backward(float* dinp, float* dw, float* dbias, const float* dout, const float* inp,
                      const float* w, std::int64_t N, std::int64_t C, std::int64_t OC,
-                     bool accumulate_dinp, Precision prec, HalfGrad dw_half) {
+                     bool accumulate_dinp, Precision prec, HalfGrad dw_half, bool overwrite_dw) {
   const bool own = own_gemm_for_layers(prec);
   DS_CHECK(!dw_half.data || own, "linear_backward: a 16-bit weight gradient needs an own GEMM kernel");
+  DS_CHECK(!dw_half.data || !overwrite_dw, "linear_backward: a 16-bit weight gradient only accumulates");
+  const float dw_beta = overwrite_dw ? 0.0f : 1.0f;
   if (dinp) {
     if (own)
       gemm_epilogue(prec, false, false, N, C, OC, 1.0f, dout, OC, w, C, accumulate_dinp ? 1.0f : 0.0f, dinp, C, {});
@@ -321,10 +323,10 @@ void linear_backward(float* dinp, float* dw, float* dbias, const float* dout, co
     ep.a_row_sum = dbias;
     ep.half_c = dw_half.data;
     ep.half_bf16 = dw_half.bf16;
-    gemm_epilogue(prec, true, false, OC, C, N, 1.0f, dout, OC, inp, C, 1.0f, dw_half.data ? nullptr : dw, C, ep);
+    gemm_epilogue(prec, true, false, OC, C, N, 1.0f, dout, OC, inp, C, dw_beta, dw_half.data ? nullptr : dw, C, ep);
     return;
   }
-  gemm(prec, true, false, OC, C, N, 1.0f, dout, OC, inp, C, 1.0f, dw, C);
+  gemm(prec, true, false, OC, C, N, 1.0f, dout, OC, inp, C, dw_beta, dw, C);
   if (dbias) {
     const std::int64_t blocks = (OC + 15) / 16;
 #pragma omp parallel for schedule(static) if (N * OC > kParallelMin)
@@ -491,8 +493,8 @@ float crossentropy_forward(float* lse, const float* logits, const std::int32_t* 
 }
 
 void crossentropy_backward(float* logits, const float* lse, const std::int32_t* targets,
-                           std::int64_t N, std::int64_t V, float scale) {
-  const float k = scale / float(N);
+                           std::int64_t N, std::int64_t V, float scale, std::int64_t mean_over) {
+  const float k = scale / float(mean_over > 0 ? mean_over : N);
 #pragma omp parallel for schedule(static) if (N * V > kParallelMin)
   for (std::int64_t r = 0; r < N; ++r) {
     float* l = logits + r * V;

@@ -26,13 +26,15 @@ struct HalfGrad {
   void* data = nullptr;
   bool bf16 = true;  // else fp16
 };
-// dw[OC,C] += dout^T @ inp; dbias[OC] += column sums of dout (dbias may be null);
-// dinp[N,C] (=, or += when accumulate_dinp) dout @ w. dinp may be null (not needed).
-// With dw_half.data (needs prec F32 and own_f32_for_layers()): dw is not used; the weight
-// gradient is added to dw_half in fp32 and rounded once, as each tile is stored.
+// dw[OC,C] += dout^T @ inp (= with overwrite_dw); dbias[OC] += column sums of dout (dbias
+// may be null); dinp[N,C] (=, or += when accumulate_dinp) dout @ w. dinp may be null (not
+// needed). With dw_half.data (needs prec F32 and own_f32_for_layers(); not with
+// overwrite_dw): dw is not used; the weight gradient is added to dw_half in fp32 and rounded
+// once, as each tile is stored.
 void linear_backward(float* dinp, float* dw, float* dbias, const float* dout, const float* inp,
                      const float* w, std::int64_t N, std::int64_t C, std::int64_t OC,
-                     bool accumulate_dinp, Precision prec = Precision::F32, HalfGrad dw_half = {});
+                     bool accumulate_dinp, Precision prec = Precision::F32, HalfGrad dw_half = {},
+                     bool overwrite_dw = false);
 
 // out = (inp - mean) * rstd * w + b per row; mean/rstd[N] saved for backward.
 void layernorm_forward(float* out, float* mean, float* rstd, const float* inp, const float* w,
@@ -68,10 +70,11 @@ void embedding_backward(float* dwte, float* dwpe, const float* dout, const std::
 // and saves each row's log-sum-exp in lse[N]. Targets must lie in [0, V).
 float crossentropy_forward(float* lse, const float* logits, const std::int32_t* targets,
                            std::int64_t N, std::int64_t V);
-// In place: logits becomes scale/N * (softmax(logits) - onehot(target)), the gradient of
-// scale * mean loss (the fused softmax + loss backward).
+// In place: logits becomes scale/M * (softmax(logits) - onehot(target)), the gradient of
+// scale * mean loss (the fused softmax + loss backward), M = mean_over, or N when 0 (a caller
+// running a share of a batch's rows gives the batch's row count).
 void crossentropy_backward(float* logits, const float* lse, const std::int32_t* targets,
-                           std::int64_t N, std::int64_t V, float scale);
+                           std::int64_t N, std::int64_t V, float scale, std::int64_t mean_over = 0);
 
 // a[i] += b[i]
 void add_inplace(float* a, const float* b, std::int64_t n);
