@@ -238,6 +238,50 @@ TEST(NnModels, GptLossSameBitsAndGradientsCloseOnAnyThreadCount) {
   }
 }
 
+// Half working dtypes on 2 threads: each thread's backward on its own sequences, the Linear
+// weights' gradients through the fp32 shadow (not straight into the 16-bit storage as on 1
+// thread) with the other thread's partial added, then one rounding to the half type. Only
+// the fp32 summation order differs from 1 thread, so every gradient is within one rounding
+// step of the half type of the 1-thread one.
+TEST(NnModels, HalfDtypesPerThreadBackwardWithinOneRounding) {
+  const ds::nn::GptConfig cfg{2, 2, 64, 32, 64};
+  const TokenBatch tb(4, 32, 64, 19);
+  for (ds::DType dt : {ds::DType::BF16, ds::DType::F16}) {
+    auto grads = [&](int threads) {
+      return ds::test::on_threads(threads, [&] {
+        ds::nn::Gpt m(cfg);
+        Harness h(m, 7, dt);
+        m.forward(tb.batch);
+        m.backward(1.0f, {});
+        std::vector<std::vector<float>> out;
+        for (std::size_t i = 0; i < h.infos.size(); ++i) out.push_back(h.grad(i));
+        return out;
+      });
+    };
+    const auto one = grads(1), two = grads(2);
+    ASSERT_EQ(one.size(), two.size());
+    // One rounding step at |x|: 2^-7 |x| for bf16 (8 significant bits), 2^-10 |x| for fp16,
+    // plus fp16's subnormal step 2^-24; and where contributions nearly cancel, the fp32
+    // summation order's 2e-6 of the parameter's largest gradient (as in fp32, above).
+    const double rel = dt == ds::DType::BF16 ? 1.0 / 128 : 1.0 / 1024, abs = dt == ds::DType::F16 ? 6e-8 : 0.0;
+    std::size_t differ = 0, total = 0;
+    for (std::size_t p = 0; p < one.size(); ++p) {
+      double gmax = 0;
+      for (float x : one[p]) gmax = std::max(gmax, std::abs(double(x)));
+      for (std::size_t i = 0; i < one[p].size(); ++i) {
+        const double a = one[p][i], b = two[p][i];
+        differ += a != b;
+        ASSERT_LE(std::abs(b - a), rel * std::abs(a) + abs + 2e-6 * gmax)
+            << ds::dtype_name(dt) << " parameter " << p << " element " << i << ": " << b << " on 2 threads, " << a
+            << " on 1";
+      }
+      total += one[p].size();
+    }
+    const std::string name(ds::dtype_name(dt));
+    std::printf("%s: %zu of %zu gradient values differ between 1 and 2 threads\n", name.c_str(), differ, total);
+  }
+}
+
 TEST(NnModels, HalfWorkingDtypesCloseToFp32) {
   ds::nn::GptConfig cfg{2, 2, 16, 8, 32};
   TokenBatch tb(3, 8, 32, 17);

@@ -359,8 +359,8 @@ void Gpt::backward_rows(std::int64_t b0, std::int64_t B, float* part, float scal
   if (part)
     for (std::size_t id = 0; id < poff_.size(); ++id)
       if (!gemm_grad_[id]) std::memset(g(id), 0, ps_.infos()[id].numel() * sizeof(float));
-  auto half = [&](std::size_t id) {
-    return ps_.direct_grad(id) ? k::HalfGrad{ps_.bound_grad(id), ps_.dtype() == DType::BF16} : k::HalfGrad{};
+  auto half = [&](std::size_t id) {  // (backward() turns direct gradients off when there are partials)
+    return !part && ps_.direct_grad(id) ? k::HalfGrad{ps_.bound_grad(id), ps_.dtype() == DType::BF16} : k::HalfGrad{};
   };
   auto finish = [&](std::size_t id) {
     if (!grad_ready) return;
