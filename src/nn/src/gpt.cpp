@@ -335,7 +335,8 @@ void Gpt::backward(float scale, const std::function<void(std::size_t)>& grad_rea
         const auto [id, i0] = sum_chunks_[std::size_t(c)];
         const std::size_t n = std::min(kSumChunk, infos[id].numel() - i0);
         float* g = ps_.g(id) + i0;
-        for (int u = 1; u < nt; ++u) k::add_inplace(g, partial + std::size_t(u - 1) * total + poff_[id] + i0, std::int64_t(n));
+        for (int u = 1; u < nt; ++u)
+          k::add_inplace(g, partial + std::size_t(u - 1) * total + poff_[id] + i0, std::int64_t(n));
       }
     }
   }
@@ -360,7 +361,8 @@ void Gpt::backward_rows(std::int64_t b0, std::int64_t B, float* part, float scal
     for (std::size_t id = 0; id < poff_.size(); ++id)
       if (!gemm_grad_[id]) std::memset(g(id), 0, ps_.infos()[id].numel() * sizeof(float));
   auto half = [&](std::size_t id) {  // (backward() turns direct gradients off when there are partials)
-    return !part && ps_.direct_grad(id) ? k::HalfGrad{ps_.bound_grad(id), ps_.dtype() == DType::BF16} : k::HalfGrad{};
+    if (part || !ps_.direct_grad(id)) return k::HalfGrad{};
+    return k::HalfGrad{ps_.bound_grad(id), ps_.dtype() == DType::BF16};
   };
   auto finish = [&](std::size_t id) {
     if (!grad_ready) return;
