@@ -17,6 +17,10 @@ namespace ds::nn {
 
 namespace k = kernels;
 
+// Element chunks of the per-thread backward's partial sum (one worksharing loop over all
+// parameters).
+constexpr std::size_t kSumChunk = 16384;
+
 // Op profiler: one entry per op name; a scope adds its process CPU time and elapsed time
 // (clock_gettime costs well under 1 us; the ops take 50 us and more). Inside the forward's
 // parallel region only thread 0 records: the forward ops' times are those of its share of
@@ -95,23 +99,14 @@ Gpt::Gpt(const GptConfig& cfg) : cfg_(cfg) {
   }
   lnfw_ = ps_.add("ln_f.weight", {C});
   lnfb_ = ps_.add("ln_f.bias", {C});
-  std::size_t off = 0;
-  for (const auto& info : ps_.infos()) {
-    poff_.push_back(off);
-    off += info.numel();
-  }
-  gemm_grad_.assign(poff_.size(), 0);
+  const auto& infos = ps_.infos();
+  gemm_grad_.assign(infos.size(), 0);
   gemm_grad_[wte_] = 1;
   for (const LayerIdx& P : layers_)
     for (std::size_t id : {P.qkvw, P.projw, P.fcw, P.fcprojw}) gemm_grad_[id] = 1;
-  // The order the backward finishes gradients in (the engine's buckets fill in this order).
-  grad_order_ = {lnfw_, lnfb_};
-  for (std::size_t l = layers_.size(); l-- > 0;) {
-    const LayerIdx& P = layers_[l];
-    grad_order_.insert(grad_order_.end(), {P.fcprojw, P.fcprojb, P.fcw, P.fcb, P.ln2w, P.ln2b, P.projw, P.projb,
-                                           P.qkvw, P.qkvb, P.ln1w, P.ln1b});
-  }
-  grad_order_.insert(grad_order_.end(), {wpe_, wte_});
+  for (std::size_t id = 0; id < infos.size(); ++id)
+    for (std::size_t i = 0; i < infos[id].numel(); i += kSumChunk) sum_chunks_.push_back({id, i});
+  done_order_.reserve(infos.size());
 }
 
 void Gpt::init_parameters(std::span<const std::span<float>> params, std::uint64_t seed) {
@@ -188,9 +183,10 @@ void Gpt::run_forward(const std::int32_t* tokens, std::int64_t B, std::int64_t T
   const int threads = int(std::min<std::int64_t>(B, omp_get_max_threads()));
 #pragma omp parallel num_threads(threads) if (threads > 1)
   {
+    // threads <= B: every thread has at least one sequence.
     const int nt = omp_get_num_threads(), t = omp_get_thread_num();
     const std::int64_t b0 = B * t / nt, b1 = B * (t + 1) / nt;
-    if (b1 > b0) forward_rows(tokens + b0 * T, b0, b1 - b0, T);
+    forward_rows(tokens + b0 * T, b0, b1 - b0, T);
   }
 }
 
@@ -278,11 +274,6 @@ float Gpt::evaluate(const Batch& batch) {
   return loss_forward(batch);
 }
 
-namespace {
-// Element chunks of the gradient partials' sum (one worksharing loop over all parameters).
-constexpr std::size_t kSumChunk = 16384;
-}  // namespace
-
 void Gpt::backward(float scale, const std::function<void(std::size_t)>& grad_ready) {
   DS_CHECK(have_cache_, "Gpt::backward: call forward() first (evaluate() and generation do not "
                         "keep activations for backward)");
@@ -304,27 +295,26 @@ void Gpt::backward(float scale, const std::function<void(std::size_t)>& grad_rea
     for (std::size_t id : {P.qkvw, P.projw, P.fcw, P.fcprojw}) ps_.set_direct_grad(id, direct);
   { GptProf pf(this, kParamsFwd, 0); ps_.prepare_backward(); }
   if (!split) {
-    backward_rows(0, B_, nullptr, scale, &grad_ready);
+    backward_rows(0, B_, nullptr, -1, scale, [&](std::size_t id) {
+      GptProf pf(this, kGradFold);
+      ps_.finish_grad(id, grad_ready);
+    });
     return;
   }
   const std::size_t need = std::size_t(threads - 1) * total;
   if (partial_.count() < need) partial_ = HostBuffer(need, DType::F32);
   float* partial = partial_.as<float>();
   const auto& infos = ps_.infos();
-  if (sum_chunks_.empty()) {
-    for (std::size_t id = 0; id < infos.size(); ++id)
-      for (std::size_t i = 0; i < infos[id].numel(); i += kSumChunk) sum_chunks_.push_back({id, i});
-  }
+  done_order_.clear();
 #pragma omp parallel num_threads(threads)
   {
+    // threads <= B_: every thread has at least one sequence.
     const int nt = omp_get_num_threads(), t = omp_get_thread_num();
     const std::int64_t b0 = B_ * t / nt, b1 = B_ * (t + 1) / nt;
     float* part = t == 0 ? nullptr : partial + std::size_t(t - 1) * total;
-    if (b1 > b0) {
-      backward_rows(b0, b1 - b0, part, scale, nullptr);
-    } else if (part) {  // no rows: an all-zero partial
-      std::memset(part, 0, total * sizeof(float));
-    }
+    backward_rows(b0, b1 - b0, part, t, scale, [&](std::size_t id) {
+      if (t == 0) done_order_.push_back(id);
+    });
 #pragma omp barrier
     {
       GptProf pf(this, kGradFold);
@@ -336,18 +326,18 @@ void Gpt::backward(float scale, const std::function<void(std::size_t)>& grad_rea
         const std::size_t n = std::min(kSumChunk, infos[id].numel() - i0);
         float* g = ps_.g(id) + i0;
         for (int u = 1; u < nt; ++u)
-          k::add_inplace(g, partial + std::size_t(u - 1) * total + poff_[id] + i0, std::int64_t(n));
+          k::add_inplace(g, partial + std::size_t(u - 1) * total + ps_.offset(id) + i0, std::int64_t(n));
       }
     }
   }
-  for (std::size_t id : grad_order_) {
+  for (std::size_t id : done_order_) {
     GptProf pf(this, kGradFold);
     ps_.finish_grad(id, grad_ready);
   }
 }
 
-void Gpt::backward_rows(std::int64_t b0, std::int64_t B, float* part, float scale,
-                        const std::function<void(std::size_t)>* grad_ready) {
+void Gpt::backward_rows(std::int64_t b0, std::int64_t B, float* part, int att_slot, float scale,
+                        const std::function<void(std::size_t)>& done) {
   const std::int64_t T = T_, C = cfg_.n_embd, NH = cfg_.n_head, V = cfg_.vocab_size;
   const std::int64_t N = B * T, r0 = b0 * T;
   auto at = [&](auto* p, std::int64_t width) { return p + r0 * width; };
@@ -355,19 +345,14 @@ void Gpt::backward_rows(std::int64_t b0, std::int64_t B, float* part, float scal
   // Linear weights are written by their GEMM (overwrite: no zeroing); the other parameters'
   // parts (biases, LayerNorms, the position table) are zeroed first, and wte's is first
   // written by the LM head's GEMM, then added to by the embedding backward.
-  auto g = [&](std::size_t id) { return part ? part + poff_[id] : ps_.g(id); };
+  auto g = [&](std::size_t id) { return part ? part + ps_.offset(id) : ps_.g(id); };
   const bool overwrite = part != nullptr;
   if (part)
-    for (std::size_t id = 0; id < poff_.size(); ++id)
+    for (std::size_t id = 0; id < gemm_grad_.size(); ++id)
       if (!gemm_grad_[id]) std::memset(g(id), 0, ps_.infos()[id].numel() * sizeof(float));
   auto half = [&](std::size_t id) {  // (backward() turns direct gradients off when there are partials)
     if (part || !ps_.direct_grad(id)) return k::HalfGrad{};
     return k::HalfGrad{ps_.bound_grad(id), ps_.dtype() == DType::BF16};
-  };
-  auto finish = [&](std::size_t id) {
-    if (!grad_ready) return;
-    GptProf pf(this, kGradFold);
-    ps_.finish_grad(id, *grad_ready);
   };
   // Fused softmax + cross-entropy gradient, in place over the logits (the mean over the batch).
   {
@@ -387,13 +372,11 @@ void Gpt::backward_rows(std::int64_t b0, std::int64_t B, float* part, float scal
     k::layernorm_backward(dres, g(lnfw_), g(lnfb_), at(dln_, C), at(resid_.back(), C), ps_.w(lnfw_),
                           at(lnf_mean_, 1), at(lnf_rstd_, 1), N, C);
   }
-  finish(lnfw_);
-  finish(lnfb_);
-  // The attention's dP scratch: this thread's slot when each thread runs its own rows (the
-  // per-thread backward passes no grad_ready), else a slot for each of the kernel's threads.
-  const bool per_thread = grad_ready == nullptr;
-  float* att_scratch = datt_scratch_ + (per_thread ? std::int64_t(omp_get_thread_num()) * T * T : 0);
-  const int att_slots = per_thread ? 1 : att_slots_;
+  done(lnfw_);
+  done(lnfb_);
+  // The attention's dP scratch: this thread's slot, or a slot for each of the kernel's threads.
+  float* att_scratch = datt_scratch_ + std::int64_t(std::max(att_slot, 0)) * T * T;
+  const int att_slots = att_slot >= 0 ? 1 : att_slots_;
   for (std::size_t li = layers_.size(); li-- > 0;) {
     const LayerIdx& P = layers_[li];
     const LayerAct& a = acts_[li];
@@ -403,31 +386,31 @@ void Gpt::backward_rows(std::int64_t b0, std::int64_t B, float* part, float scal
       k::linear_backward(at(dfch_, 4 * C), g(P.fcprojw), g(P.fcprojb), dres, at(a.fch_gelu, 4 * C),
                          ps_.w(P.fcprojw), N, 4 * C, C, false, prec_, half(P.fcprojw), overwrite);
     }
-    finish(P.fcprojw);
-    finish(P.fcprojb);
+    done(P.fcprojw);
+    done(P.fcprojb);
     { GptProf pf(this, kGeluBwd, 0); k::gelu_backward(at(dfch_, 4 * C), at(a.fch, 4 * C), at(dfch_, 4 * C), 4 * N * C); }
     {
       GptProf pf(this, kFcBwd, 2 * 2.0 * double(N) * double(4 * C) * double(C));
       k::linear_backward(at(dln_, C), g(P.fcw), g(P.fcb), at(dfch_, 4 * C), at(a.ln2, C), ps_.w(P.fcw), N, C, 4 * C,
                          false, prec_, half(P.fcw), overwrite);
     }
-    finish(P.fcw);
-    finish(P.fcb);
+    done(P.fcw);
+    done(P.fcb);
     {
       GptProf pf(this, kLnBwd, 0);
       k::layernorm_backward(dres, g(P.ln2w), g(P.ln2b), at(dln_, C), at(a.x1, C), ps_.w(P.ln2w),
                             at(a.ln2_mean, 1), at(a.ln2_rstd, 1), N, C);
     }
-    finish(P.ln2w);
-    finish(P.ln2b);
+    done(P.ln2w);
+    done(P.ln2b);
     // Attention: x1 = x + c_proj(attn(c_attn(ln_1(x)))); dres holds dL/dx1.
     {
       GptProf pf(this, kAttProjBwd, 2 * 2.0 * double(N) * double(C) * double(C));
       k::linear_backward(at(datty_, C), g(P.projw), g(P.projb), dres, at(a.atty, C), ps_.w(P.projw), N, C, C,
                          false, prec_, half(P.projw), overwrite);
     }
-    finish(P.projw);
-    finish(P.projb);
+    done(P.projw);
+    done(P.projb);
     {
       GptProf pf(this, kAttBwd, 8.0 * double(B * NH) * double(T) * double(T) * double(C / NH));
       k::attention_backward(at(dqkv_, 3 * C), at(datty_, C), at(a.qkv, 3 * C), a.att + b0 * NH * T * T, B, T, C,
@@ -438,22 +421,22 @@ void Gpt::backward_rows(std::int64_t b0, std::int64_t B, float* part, float scal
       k::linear_backward(at(dln_, C), g(P.qkvw), g(P.qkvb), at(dqkv_, 3 * C), at(a.ln1, C), ps_.w(P.qkvw), N, C,
                          3 * C, false, prec_, half(P.qkvw), overwrite);
     }
-    finish(P.qkvw);
-    finish(P.qkvb);
+    done(P.qkvw);
+    done(P.qkvb);
     {
       GptProf pf(this, kLnBwd, 0);
       k::layernorm_backward(dres, g(P.ln1w), g(P.ln1b), at(dln_, C), at(resid_[li], C), ps_.w(P.ln1w),
                             at(a.ln1_mean, 1), at(a.ln1_rstd, 1), N, C);
     }
-    finish(P.ln1w);
-    finish(P.ln1b);
+    done(P.ln1w);
+    done(P.ln1b);
   }
   {
     GptProf pf(this, kEmbBwd, 0);
     k::embedding_backward(g(wte_), g(wpe_), dres, tokens_.data() + r0, B, T, C);
   }
-  finish(wpe_);
-  finish(wte_);
+  done(wpe_);
+  done(wte_);
 }
 
 double Gpt::flops_per_token(std::int64_t seq) const {

@@ -89,10 +89,12 @@ class Gpt : public Module {
   void forward_rows(const std::int32_t* tokens, std::int64_t b0, std::int64_t B, std::int64_t T);
   float loss_forward(const Batch& batch);
   // The backward of sequences [b0, b0 + B) of the batch forward() ran: into the ParamSet's
-  // gradients (part null) or into `part`, a thread's fp32 partial of all parameters (see
-  // backward()); calls grad_ready per gradient as it is complete when not null.
-  void backward_rows(std::int64_t b0, std::int64_t B, float* part, float scale,
-                     const std::function<void(std::size_t)>* grad_ready);
+  // gradients (part null) or into `part`, a thread's fp32 partial of all parameters laid out
+  // as ParamSet::offset says (see backward()); done(i) as parameter i's share is complete.
+  // att_slot: the attention's dP scratch slot of a thread running its own rows, or -1 when
+  // the kernels run their own threads (a slot each).
+  void backward_rows(std::int64_t b0, std::int64_t B, float* part, int att_slot, float scale,
+                     const std::function<void(std::size_t)>& done);
 
   friend struct GptProf;
   GptConfig cfg_;
@@ -112,15 +114,15 @@ class Gpt : public Module {
   float *lnf_ = nullptr, *lnf_mean_ = nullptr, *lnf_rstd_ = nullptr, *logits_ = nullptr, *lse_ = nullptr;
   float *dres_ = nullptr, *dln_ = nullptr, *dqkv_ = nullptr, *datty_ = nullptr, *dfch_ = nullptr,
         *datt_scratch_ = nullptr;
-  // Per-thread backward (backward()): each parameter's offset in a partial, whether a GEMM
-  // writes its partial first (the Linear weights, wte: no zeroing), the partials (threads - 1
-  // of them, at most kMaxPartialBytes in all), the chunks their sum runs over; and the order
-  // the backward finishes gradients in.
+  // Per-thread backward (backward()): whether a GEMM writes a parameter's partial first (the
+  // Linear weights, wte: no zeroing), the partials (threads - 1 of them, at most
+  // kMaxPartialBytes in all), the (parameter, offset) chunks their sum runs over, and the
+  // order thread 0's pass completed the gradients in (grad_ready follows it).
   static constexpr std::size_t kMaxPartialBytes = std::size_t(1) << 30;
-  std::vector<std::size_t> poff_, grad_order_;
   std::vector<char> gemm_grad_;
   HostBuffer partial_;
   std::vector<std::pair<std::size_t, std::size_t>> sum_chunks_;
+  std::vector<std::size_t> done_order_;
   std::vector<std::int32_t> tokens_, targets_;
   std::int64_t B_ = 0, T_ = 0;
   bool have_cache_ = false;

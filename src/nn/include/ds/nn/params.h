@@ -29,6 +29,9 @@ class ParamSet {
   const std::vector<ParamInfo>& infos() const { return infos_; }
   std::size_t size() const { return infos_.size(); }
   std::size_t total_numel() const { return total_; }
+  // Parameter i's offset in a flat array of all parameters in registration order (the fp32
+  // shadows' layout).
+  std::size_t offset(std::size_t i) const { return offsets_[i]; }
 
   // Checks counts and dtypes against the registered parameters (names the offender).
   void bind(std::span<const TensorView> params, std::span<const TensorView> grads);
