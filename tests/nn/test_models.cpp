@@ -233,7 +233,9 @@ TEST(NnModels, GptLossSameBitsAndGradientsCloseOnAnyThreadCount) {
       std::printf("B %ld, %d threads: largest gradient difference %.3g (largest gradient %.3g)\n", long(B), t,
                   double(dmax), double(gmax));
       EXPECT_LE(dmax, 2e-6f * gmax) << "B " << B << " on " << t << " threads";
-      if (B == 1) EXPECT_EQ(ds::test::first_bit_difference(a, one), "") << "B 1 on " << t << " threads";
+      if (B == 1) {
+        EXPECT_EQ(ds::test::first_bit_difference(a, one), "") << "B 1 on " << t << " threads";
+      }
     }
   }
 }
