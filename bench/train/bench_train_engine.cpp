@@ -12,6 +12,7 @@
 #include <ctime>
 #include <sstream>
 #include <string>
+#include <vector>
 
 #include "ds/data/dataset.h"
 #include "ds/data/sampler.h"
@@ -74,12 +75,22 @@ int main(int argc, char** argv) {
     MPI_Barrier(ctx.mpi_comm);
     const double dt = MPI_Wtime() - t0;
     const double tps = double(ctx.world_size) * double(B * T) * steps / dt;
+    // Every rank's CPU time per step: a rank well under the step time waited for the others.
+    std::vector<double> cpu_ms(std::size_t(ctx.world_size));
+    const double my_cpu_ms = 1e3 * dc / steps;
+    MPI_Gather(&my_cpu_ms, 1, MPI_DOUBLE, cpu_ms.data(), 1, MPI_DOUBLE, 0, ctx.mpi_comm);
+    std::string ranks_cpu;
+    for (double v : cpu_ms) {
+      char num[32];
+      std::snprintf(num, sizeof num, "%s%.2f", ranks_cpu.empty() ? "" : ", ", v);
+      ranks_cpu += num;
+    }
     if (ctx.rank == 0)
       std::printf("{\"impl\": \"dstrain-engine\", \"dtype\": \"%s\", \"ranks\": %d, \"threads\": %d, "
                   "\"tokens_per_s\": %.1f, \"step_ms\": %.2f, \"cpu_ms_per_step\": %.2f, "
-                  "\"loss_first\": %.4f, \"loss_last\": %.4f, "
+                  "\"cpu_ms_per_step_ranks\": [%s], \"loss_first\": %.4f, \"loss_last\": %.4f, "
                   "\"gemm\": \"%s\"}\n",
-                  dtype.c_str(), ctx.world_size, omp_get_max_threads(), tps, 1e3 * dt / steps, 1e3 * dc / steps, first, loss,
+                  dtype.c_str(), ctx.world_size, omp_get_max_threads(), tps, 1e3 * dt / steps, 1e3 * dc / steps, ranks_cpu.c_str(), first, loss,
                   model.gemm_precision() == ds::nn::Precision::BF16 ? "own-bf16"
                   : ds::nn::own_f32_for_layers()                     ? "own-f32"
                                                                      : "openblas");
