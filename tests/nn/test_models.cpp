@@ -165,6 +165,32 @@ TEST(NnModels, GradReadyOncePerParamAfterItsGradient) {
   }
 }
 
+// An exception from grad_ready (an engine's failed collective, say) reaches the caller of
+// backward on 2 threads too, where grad_ready runs inside the backward's parallel region (an
+// exception leaving an OpenMP region would terminate the process instead).
+TEST(NnModels, GradReadyExceptionReachesTheCaller) {
+  for (int threads : {1, 2}) {
+    SCOPED_TRACE(std::to_string(threads) + " threads");
+    ds::test::on_threads(threads, [&] {
+      ds::nn::Gpt m(tiny_gpt());
+      Harness h(m, 3);
+      TokenBatch tb(2, 7, 11, 9);
+      m.forward(tb.batch);
+      int calls = 0;
+      EXPECT_THROW(m.backward(1.0f, [&](std::size_t) {
+        if (++calls == 3) throw ds::Error("grad_ready failed");
+      }), ds::Error);
+      EXPECT_EQ(calls, 3);  // no report after the failed one
+      // The model is usable again after a fresh forward.
+      m.forward(tb.batch);
+      int after = 0;
+      m.backward(1.0f, [&](std::size_t) { ++after; });
+      EXPECT_EQ(after, int(h.infos.size()));
+      return 0;
+    });
+  }
+}
+
 TEST(NnModels, BackwardAccumulatesAndScales) {
   // Half dtypes: the Linear weights' gradients go straight into the 16-bit storage (see
   // ParamSet::set_direct_grad), the rest through the folded fp32 shadow; both accumulate. On

@@ -5,6 +5,7 @@
 #include <algorithm>
 #include <cmath>
 #include <cstring>
+#include <exception>
 #include <random>
 #include <string>
 #include <ctime>
@@ -16,10 +17,6 @@
 namespace ds::nn {
 
 namespace k = kernels;
-
-// Element chunks of the per-thread backward's partial sum (one worksharing loop over all
-// parameters).
-constexpr std::size_t kSumChunk = 16384;
 
 // Op profiler: one entry per op name; a scope adds its process CPU time and elapsed time
 // (clock_gettime costs well under 1 us; the ops take 50 us and more). Inside the forward's
@@ -104,8 +101,8 @@ Gpt::Gpt(const GptConfig& cfg) : cfg_(cfg) {
   gemm_grad_[wte_] = 1;
   for (const LayerIdx& P : layers_)
     for (std::size_t id : {P.qkvw, P.projw, P.fcw, P.fcprojw}) gemm_grad_[id] = 1;
-  for (std::size_t id = 0; id < infos.size(); ++id)
-    for (std::size_t i = 0; i < infos[id].numel(); i += kSumChunk) sum_chunks_.push_back({id, i});
+  finished_ = std::vector<std::atomic<int>>(infos.size());
+  folded_ = std::vector<std::atomic<bool>>(infos.size());
   done_order_.reserve(infos.size());
 }
 
@@ -280,7 +277,8 @@ void Gpt::backward(float scale, const std::function<void(std::size_t)>& grad_rea
   have_cache_ = false;
   // With several threads, each runs the whole backward on its own sequences, as a rank would,
   // with the kernels single-threaded: thread 0 into the gradients, every other thread into its
-  // own fp32 partial, added after one barrier. On the 2-vCPU guests measured, two 1-thread
+  // own fp32 partial, added in once every thread has passed the parameter. On the 2-vCPU
+  // guests measured, two 1-thread
   // processes on half the batch each made ~10% more tokens/s than one process splitting every
   // op between 2 threads (which waits for the slower vCPU at every op's barrier); the partials
   // cost (threads - 1) x the parameters in fp32, so past kMaxPartialBytes the ops split instead.
@@ -306,6 +304,28 @@ void Gpt::backward(float scale, const std::function<void(std::size_t)>& grad_rea
   float* partial = partial_.as<float>();
   const auto& infos = ps_.infos();
   done_order_.clear();
+  for (std::size_t id = 0; id < infos.size(); ++id) {
+    finished_[id].store(0, std::memory_order_relaxed);
+    folded_[id].store(false, std::memory_order_relaxed);
+  }
+  // A parameter's gradient is final once every thread has passed it: the last thread to pass
+  // it adds the partials into the gradient (in thread order, so the same bits whichever
+  // thread that is) and marks it folded. Thread 0 (the caller's thread, where MPI may be
+  // called) reports the folded gradients to grad_ready in its own completion order as it
+  // goes, so the engine starts its bucket reductions during the backward, not after it.
+  std::size_t reported = 0;
+  std::exception_ptr report_error;
+  auto report_folded = [&] {
+    if (report_error) return;
+    try {
+      while (reported < done_order_.size() && folded_[done_order_[reported]].load(std::memory_order_acquire)) {
+        GptProf pf(this, kGradFold);
+        ps_.finish_grad(done_order_[reported++], grad_ready);
+      }
+    } catch (...) {
+      report_error = std::current_exception();  // rethrown after the region (an exception may not leave it)
+    }
+  };
 #pragma omp parallel num_threads(threads)
   {
     // threads <= B_: every thread has at least one sequence.
@@ -313,27 +333,21 @@ void Gpt::backward(float scale, const std::function<void(std::size_t)>& grad_rea
     const std::int64_t b0 = B_ * t / nt, b1 = B_ * (t + 1) / nt;
     float* part = t == 0 ? nullptr : partial + std::size_t(t - 1) * total;
     backward_rows(b0, b1 - b0, part, t, scale, [&](std::size_t id) {
-      if (t == 0) done_order_.push_back(id);
-    });
-#pragma omp barrier
-    {
-      GptProf pf(this, kGradFold);
-      // grad += partial 1 + partial 2 + ..., in thread order.
-      const std::int64_t nc = std::int64_t(sum_chunks_.size());
-#pragma omp for schedule(static)
-      for (std::int64_t c = 0; c < nc; ++c) {
-        const auto [id, i0] = sum_chunks_[std::size_t(c)];
-        const std::size_t n = std::min(kSumChunk, infos[id].numel() - i0);
-        float* g = ps_.g(id) + i0;
+      if (finished_[id].fetch_add(1, std::memory_order_acq_rel) + 1 == nt) {
+        GptProf pf(this, kGradFold);
+        float* g = ps_.g(id);  // grad += partial 1 + partial 2 + ..., in thread order
         for (int u = 1; u < nt; ++u)
-          k::add_inplace(g, partial + std::size_t(u - 1) * total + ps_.offset(id) + i0, std::int64_t(n));
+          k::add_inplace(g, partial + std::size_t(u - 1) * total + ps_.offset(id), std::int64_t(infos[id].numel()));
+        folded_[id].store(true, std::memory_order_release);
       }
-    }
+      if (t == 0) {
+        done_order_.push_back(id);
+        report_folded();
+      }
+    });
   }
-  for (std::size_t id : done_order_) {
-    GptProf pf(this, kGradFold);
-    ps_.finish_grad(id, grad_ready);
-  }
+  report_folded();  // every thread has passed every parameter: all are folded
+  if (report_error) std::rethrow_exception(report_error);
 }
 
 void Gpt::backward_rows(std::int64_t b0, std::int64_t B, float* part, int att_slot, float scale,
