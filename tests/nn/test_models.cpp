@@ -131,64 +131,62 @@ TEST(NnModels, MlpGradientCheck) {
   model_fd_check(h, m, b, 24);
 }
 
-// On 1 thread and on 2 (where each thread runs the backward on its own sequence and the
-// partials are added before any grad_ready), whatever the machine's core count.
-TEST(NnModels, GradReadyOncePerParamAfterItsGradient) {
+// Runs f on 1 thread and on 2 (where the GPT runs the per-thread backward), whatever the
+// machine's core count.
+template <class F>
+void on_1_and_2_threads(F&& f) {
   for (int threads : {1, 2}) {
     SCOPED_TRACE(std::to_string(threads) + " threads");
     ds::test::on_threads(threads, [&] {
-      ds::nn::Gpt m(tiny_gpt());
-      Harness h(m, 3);
-      TokenBatch tb(2, 7, 11, 9);
-      m.forward(tb.batch);
-      std::vector<int> calls(h.infos.size(), 0);
-      std::vector<std::size_t> order;
-      std::map<std::size_t, std::vector<float>> snap;
-      m.backward(1.0f, [&](std::size_t i) {
-        ASSERT_LT(i, h.infos.size());
-        calls[i]++;
-        order.push_back(i);
-        snap[i] = h.grad(i);  // must already be final
-      });
-      for (std::size_t i = 0; i < calls.size(); ++i) EXPECT_EQ(calls[i], 1) << h.infos[i].name;
-      for (std::size_t i = 0; i < calls.size(); ++i) EXPECT_EQ(snap[i], h.grad(i)) << h.infos[i].name;
-      // Reverse layer order: ln_f first, layer 1 before layer 0, embeddings last.
-      EXPECT_EQ(h.infos[order.front()].name.rfind("ln_f", 0), 0u);
-      EXPECT_EQ(h.infos[order.back()].name, "wte.weight");
-      auto pos = [&](const std::string& n) { for (std::size_t k = 0; k < order.size(); ++k) if (h.infos[order[k]].name == n) return k; return order.size(); };
-      EXPECT_LT(pos("h.1.ln_1.weight"), pos("h.0.mlp.c_proj.weight"));
-      EXPECT_LT(pos("h.0.ln_1.bias"), pos("wpe.weight"));
-      // Backward without a fresh forward is an error.
-      EXPECT_THROW(m.backward(1.0f, {}), ds::Error);
+      f();
       return 0;
     });
   }
 }
 
-// An exception from grad_ready (an engine's failed collective, say) reaches the caller of
-// backward on 2 threads too, where grad_ready runs inside the backward's parallel region (an
-// exception leaving an OpenMP region would terminate the process instead).
-TEST(NnModels, GradReadyExceptionReachesTheCaller) {
-  for (int threads : {1, 2}) {
-    SCOPED_TRACE(std::to_string(threads) + " threads");
-    ds::test::on_threads(threads, [&] {
-      ds::nn::Gpt m(tiny_gpt());
-      Harness h(m, 3);
-      TokenBatch tb(2, 7, 11, 9);
-      m.forward(tb.batch);
-      int calls = 0;
-      EXPECT_THROW(m.backward(1.0f, [&](std::size_t) {
-        if (++calls == 3) throw ds::Error("grad_ready failed");
-      }), ds::Error);
-      EXPECT_EQ(calls, 3);  // no report after the failed one
-      // The model is usable again after a fresh forward.
-      m.forward(tb.batch);
-      int after = 0;
-      m.backward(1.0f, [&](std::size_t) { ++after; });
-      EXPECT_EQ(after, int(h.infos.size()));
-      return 0;
+// On 1 thread and on 2 (where each thread runs the backward on its own sequence and the
+// grad_ready calls come from thread 0 inside the parallel region), whatever the machine's
+// core count.
+TEST(NnModels, GradReadyOncePerParamAfterItsGradient) {
+  on_1_and_2_threads([&] {
+    ds::nn::Gpt m(tiny_gpt());
+    Harness h(m, 3);
+    TokenBatch tb(2, 7, 11, 9);
+    m.forward(tb.batch);
+    std::vector<int> calls(h.infos.size(), 0);
+    std::vector<std::size_t> order;
+    std::map<std::size_t, std::vector<float>> snap;
+    m.backward(1.0f, [&](std::size_t i) {
+      ASSERT_LT(i, h.infos.size());
+      calls[i]++;
+      order.push_back(i);
+      snap[i] = h.grad(i);  // must already be final
     });
-  }
+    for (std::size_t i = 0; i < calls.size(); ++i) EXPECT_EQ(calls[i], 1) << h.infos[i].name;
+    for (std::size_t i = 0; i < calls.size(); ++i) EXPECT_EQ(snap[i], h.grad(i)) << h.infos[i].name;
+    // Reverse layer order: ln_f first, layer 1 before layer 0, embeddings last.
+    EXPECT_EQ(h.infos[order.front()].name.rfind("ln_f", 0), 0u);
+    EXPECT_EQ(h.infos[order.back()].name, "wte.weight");
+    auto pos = [&](const std::string& n) { for (std::size_t k = 0; k < order.size(); ++k) if (h.infos[order[k]].name == n) return k; return order.size(); };
+    EXPECT_LT(pos("h.1.ln_1.weight"), pos("h.0.mlp.c_proj.weight"));
+    EXPECT_LT(pos("h.0.ln_1.bias"), pos("wpe.weight"));
+    // Backward without a fresh forward is an error.
+    EXPECT_THROW(m.backward(1.0f, {}), ds::Error);
+    // An exception from grad_ready (an engine's failed collective, say) reaches the caller,
+    // on 2 threads too, where grad_ready runs inside the backward's parallel region (an
+    // exception leaving an OpenMP region would terminate the process instead); no report
+    // follows it, and a fresh forward makes the model usable again.
+    m.forward(tb.batch);
+    int before_throw = 0;
+    EXPECT_THROW(m.backward(1.0f, [&](std::size_t) {
+      if (++before_throw == 3) throw ds::Error("grad_ready failed");
+    }), ds::Error);
+    EXPECT_EQ(before_throw, 3);
+    m.forward(tb.batch);
+    int after = 0;
+    m.backward(1.0f, [&](std::size_t) { ++after; });
+    EXPECT_EQ(after, int(h.infos.size()));
+  });
 }
 
 TEST(NnModels, BackwardAccumulatesAndScales) {
@@ -321,35 +319,31 @@ TEST(NnModels, HalfDtypesPerThreadBackwardWithinOneRounding) {
 // On 1 thread and on 2 (the per-thread backward, the Linear weights' gradients through the
 // fp32 shadow), whatever the machine's core count.
 TEST(NnModels, HalfWorkingDtypesCloseToFp32) {
-  for (int threads : {1, 2}) {
-    SCOPED_TRACE(std::to_string(threads) + " threads");
-    ds::test::on_threads(threads, [&] {
-      ds::nn::GptConfig cfg{2, 2, 16, 8, 32};
-      TokenBatch tb(3, 8, 32, 17);
-      ds::nn::Gpt m32(cfg);
-      Harness h32(m32, 5);
-      const float l32 = m32.forward(tb.batch);
-      m32.backward(1.0f, {});
-      for (ds::DType dt : {ds::DType::F16, ds::DType::BF16}) {
-        ds::nn::Gpt m(cfg);
-        Harness h(m, 5, dt);
-        const float l = m.forward(tb.batch);
-        EXPECT_NEAR(l, l32, 1e-2 * l32) << ds::dtype_name(dt);
-        int calls = 0;
-        m.backward(1.0f, [&](std::size_t) { ++calls; });
-        EXPECT_EQ(calls, int(h.infos.size()));
-        for (std::size_t i = 0; i < h.infos.size(); ++i) {
-          auto a = h.grad(i), b = h32.grad(i);
-          double dot = 0, na = 0, nb = 0;
-          for (std::size_t j = 0; j < a.size(); ++j) { dot += double(a[j]) * b[j]; na += double(a[j]) * a[j]; nb += double(b[j]) * b[j]; }
-          if (nb > 0) {
-            EXPECT_GT(dot / std::sqrt(na * nb + 1e-30), 0.98) << ds::dtype_name(dt) << " " << h.infos[i].name;
-          }
+  on_1_and_2_threads([&] {
+    ds::nn::GptConfig cfg{2, 2, 16, 8, 32};
+    TokenBatch tb(3, 8, 32, 17);
+    ds::nn::Gpt m32(cfg);
+    Harness h32(m32, 5);
+    const float l32 = m32.forward(tb.batch);
+    m32.backward(1.0f, {});
+    for (ds::DType dt : {ds::DType::F16, ds::DType::BF16}) {
+      ds::nn::Gpt m(cfg);
+      Harness h(m, 5, dt);
+      const float l = m.forward(tb.batch);
+      EXPECT_NEAR(l, l32, 1e-2 * l32) << ds::dtype_name(dt);
+      int calls = 0;
+      m.backward(1.0f, [&](std::size_t) { ++calls; });
+      EXPECT_EQ(calls, int(h.infos.size()));
+      for (std::size_t i = 0; i < h.infos.size(); ++i) {
+        auto a = h.grad(i), b = h32.grad(i);
+        double dot = 0, na = 0, nb = 0;
+        for (std::size_t j = 0; j < a.size(); ++j) { dot += double(a[j]) * b[j]; na += double(a[j]) * a[j]; nb += double(b[j]) * b[j]; }
+        if (nb > 0) {
+          EXPECT_GT(dot / std::sqrt(na * nb + 1e-30), 0.98) << ds::dtype_name(dt) << " " << h.infos[i].name;
         }
       }
-      return 0;
-    });
-  }
+    }
+  });
 }
 
 TEST(NnModels, UntrainedLossIsLn256AndGenerationWorks) {
