@@ -1,6 +1,7 @@
 // Training throughput of the built-in GPT through the engine (ds::initialize, forward /
 // backward / step with AdamW), on as many ranks as mpirun starts. Rank 0 prints one JSON
-// line (cpu_ms_per_step: rank 0's process CPU time per step). bench/train/run.sh drives it
+// line (cpu_ms_per_step: rank 0's process CPU time per step; cpu_ms_per_step_ranks: every
+// rank's). bench/train/run.sh drives it
 // beside PyTorch DDP.
 //
 //   mpirun -np 2 bench_train_engine [--dtype fp32|bf16] [--steps N] [--warmup N] [--batch 8]
@@ -75,7 +76,8 @@ int main(int argc, char** argv) {
     MPI_Barrier(ctx.mpi_comm);
     const double dt = MPI_Wtime() - t0;
     const double tps = double(ctx.world_size) * double(B * T) * steps / dt;
-    // Every rank's CPU time per step: a rank well under the step time waited for the others.
+    // Every rank's CPU time per step. Waits spent asleep are not in it; the shm barrier's
+    // yield loop (a rank's progress thread waiting for the others) is.
     std::vector<double> cpu_ms(std::size_t(ctx.world_size));
     const double my_cpu_ms = 1e3 * dc / steps;
     MPI_Gather(&my_cpu_ms, 1, MPI_DOUBLE, cpu_ms.data(), 1, MPI_DOUBLE, 0, ctx.mpi_comm);
