@@ -1,8 +1,7 @@
 // Training throughput of the built-in GPT through the engine (ds::initialize, forward /
 // backward / step with AdamW), on as many ranks as mpirun starts. Rank 0 prints one JSON
 // line (cpu_ms_per_step: rank 0's process CPU time per step; cpu_ms_per_step_ranks: every
-// rank's). bench/train/run.sh drives it
-// beside PyTorch DDP.
+// rank's). bench/train/run.sh drives it beside PyTorch DDP.
 //
 //   mpirun -np 2 bench_train_engine [--dtype fp32|bf16] [--steps N] [--warmup N] [--batch 8]
 #include <mpi.h>
