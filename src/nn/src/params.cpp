@@ -101,6 +101,11 @@ void ParamSet::prepare_backward() {
 }
 
 void ParamSet::finish_grad(std::size_t i, const std::function<void(std::size_t)>& ready) {
+  fold_grad(i);
+  if (ready) ready(i);
+}
+
+void ParamSet::fold_grad(std::size_t i) {
   if (dtype_ != DType::F32 && !direct_[i]) {
     // bound += shadow, in chunks through a small fp32 stack buffer.
     const std::size_t n = grads_[i].count;
@@ -119,7 +124,6 @@ void ParamSet::finish_grad(std::size_t i, const std::function<void(std::size_t)>
       convert(tmp, DType::F32, dst, dt, m);
     }
   }
-  if (ready) ready(i);
 }
 
 namespace {

@@ -117,14 +117,14 @@ class Gpt : public Module {
         *datt_scratch_ = nullptr;
   // Per-thread backward (backward()): whether a GEMM writes a parameter's partial first (the
   // Linear weights, wte: no zeroing), the partials (threads - 1 of them, at most
-  // kMaxPartialBytes in all), per parameter how many threads have passed it and whether its
-  // partials are added in, and the order thread 0's pass completed the gradients in
-  // (grad_ready follows it).
+  // kMaxPartialBytes in all), per parameter how many threads have passed it, whether a
+  // thread has taken the adding of its partials and whether they are added in, and the order
+  // thread 0's pass completed the gradients in (grad_ready follows it).
   static constexpr std::size_t kMaxPartialBytes = std::size_t(1) << 30;
   std::vector<char> gemm_grad_;
   HostBuffer partial_;
   std::vector<std::atomic<int>> finished_;
-  std::vector<std::atomic<bool>> folded_;
+  std::vector<std::atomic<bool>> claimed_, folded_;
   std::vector<std::size_t> done_order_;
   std::vector<std::int32_t> tokens_, targets_;
   std::int64_t B_ = 0, T_ = 0;

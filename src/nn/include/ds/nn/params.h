@@ -51,6 +51,9 @@ class ParamSet {
   // Gradient of parameter i is complete: fold the shadow into the bound gradient (half
   // dtypes) and call ready(i).
   void finish_grad(std::size_t i, const std::function<void(std::size_t)>& ready);
+  // The fold alone (half dtypes; nothing for fp32 or a direct gradient), for a caller that
+  // folds on one thread and reports on another.
+  void fold_grad(std::size_t i);
 
   // fp32 view of parameter i / of its gradient accumulator (valid after bind()).
   float* w(std::size_t i) const { return w_[i]; }
