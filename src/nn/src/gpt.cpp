@@ -8,6 +8,7 @@
 #include <exception>
 #include <random>
 #include <string>
+#include <thread>
 #include <vector>
 #include <ctime>
 
@@ -366,10 +367,16 @@ void Gpt::backward(float scale, const std::function<void(std::size_t)>& grad_rea
       }
     });
     for (std::size_t id : passed) {
-      while (!final_grad(id, nt)) {
+      // Spin briefly, then yield: with more threads than CPUs (ranks x threads on a small
+      // node) the thread being waited for may need this very CPU.
+      for (int spin = 0; !final_grad(id, nt); ++spin) {
+        if (spin < 4096) {
 #if defined(__x86_64__) || defined(__i386__)
-        __builtin_ia32_pause();
+          __builtin_ia32_pause();
 #endif
+        } else {
+          std::this_thread::yield();
+        }
       }
       if (!claimed_[id].exchange(true, std::memory_order_acq_rel)) fold(id, nt);
       if (t == 0) report_folded();
