@@ -88,6 +88,15 @@ TEST(BatchSizes, OtherFailuresAndAdvice) {
   // Products that overflow 64 bits are errors, not wrap-around.
   EXPECT_HAS(error_of(1, 4000000000000000000, 4, 2), "batch sizes overflow");
   EXPECT_HAS(error_of(0, 4000000000000000000, 4, 2), "batch sizes overflow");
+  // A huge train_batch_size gets its advice at once: the divisors it suggests come from trial
+  // division up to 2^20, not up to the square root (2^31 trials for this product of two
+  // primes took the config fuzzer past its 10 s timeout). Its only divisors are 1, the two
+  // primes and itself; the search finds itself and 1.
+  const std::int64_t pq = std::int64_t{2147483647} * 2147483629;
+  EXPECT_HAS(error_of(pq, 0, 3, 1), "or gradient_accumulation_steps to 4611685975477714963 or 1 (a divisor of");
+  EXPECT_HAS(error_of(3999999999999999999, 0, 4, 1),
+             "or gradient_accumulation_steps to 3999999999999999999, 1333333333333333333, 129032258064516129 or "
+             "43010752688172043");
 }
 
 TEST(BatchSizes, ResolveIsIdempotentAndFromText) {

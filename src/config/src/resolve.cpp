@@ -14,13 +14,18 @@ namespace {
 
 using i64 = std::int64_t;
 
-// Up to `limit` divisors of n, largest first, skipping `skip`.
+// Up to `limit` divisors of n, largest first, skipping `skip`. The largest are n / d for the
+// smallest divisors d, so the trial division stops once it has limit + 1 of them, and after
+// kMaxTrials whatever it has (a train_batch_size near 2^62 would otherwise take 2^31 trials,
+// seconds, before the error is shown; the advice then lists fewer divisors).
 std::vector<i64> some_divisors(i64 n, i64 skip, size_t limit) {
+  constexpr i64 kMaxTrials = i64{1} << 20;
   std::vector<i64> small, large;
-  for (i64 d = 1; d * d <= n; ++d) {
+  for (i64 d = 1; d <= kMaxTrials && d <= n / d; ++d) {
     if (n % d) continue;
     small.push_back(d);
     if (d != n / d) large.push_back(n / d);
+    if (large.size() > limit) break;  // the limit + 1 largest (one may be `skip`) are known
   }
   std::vector<i64> all(large.begin(), large.end());  // descending
   all.insert(all.end(), small.rbegin(), small.rend());
