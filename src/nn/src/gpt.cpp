@@ -369,8 +369,9 @@ void Gpt::backward(float scale, const std::function<void(std::size_t)>& grad_rea
     for (std::size_t id : passed) {
       // Spin briefly, then yield: with more threads than CPUs (ranks x threads on a small
       // node) the thread being waited for may need this very CPU.
-      for (int spin = 0; !final_grad(id, nt); ++spin) {
+      for (int spin = 0; !final_grad(id, nt);) {
         if (spin < 4096) {
+          ++spin;
 #if defined(__x86_64__) || defined(__i386__)
           __builtin_ia32_pause();
 #endif
