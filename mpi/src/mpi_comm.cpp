@@ -17,6 +17,7 @@
 #include <vector>
 
 #include "ds/core/half.h"
+#include "ds/core/spin_wait.h"
 #include "ds/mpi/check.h"
 #include "ds/mpi/init.h"
 
@@ -459,15 +460,7 @@ struct MpiComm::Impl {
     for (int r = 0; r < node_size; ++r) {
       if (r == node_rank) continue;
       std::atomic_ref<std::uint64_t> peer(*reinterpret_cast<std::uint64_t*>(ctrl[r]));
-      for (int spin = 0; peer.load(std::memory_order_acquire) < target; ++spin) {
-        if (spin < spin_limit) {
-#if defined(__x86_64__) || defined(__i386__)
-          __builtin_ia32_pause();
-#endif
-        } else {
-          std::this_thread::yield();
-        }
-      }
+      spin_then_yield([&] { return peer.load(std::memory_order_acquire) >= target; }, spin_limit);
     }
   }
   void shm_all_reduce(TensorView buf, ReduceOp op);

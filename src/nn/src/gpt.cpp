@@ -8,11 +8,11 @@
 #include <exception>
 #include <random>
 #include <string>
-#include <thread>
 #include <vector>
 #include <ctime>
 
 #include "ds/core/error.h"
+#include "ds/core/spin_wait.h"
 #include "ds/nn/kernels.h"
 #include "ds/nn/sampling.h"
 
@@ -367,18 +367,7 @@ void Gpt::backward(float scale, const std::function<void(std::size_t)>& grad_rea
       }
     });
     for (std::size_t id : passed) {
-      // Spin briefly, then yield: with more threads than CPUs (ranks x threads on a small
-      // node) the thread being waited for may need this very CPU.
-      for (int spin = 0; !final_grad(id, nt);) {
-        if (spin < 4096) {
-          ++spin;
-#if defined(__x86_64__) || defined(__i386__)
-          __builtin_ia32_pause();
-#endif
-        } else {
-          std::this_thread::yield();
-        }
-      }
+      spin_then_yield([&] { return final_grad(id, nt); }, 4096);
       if (!claimed_[id].exchange(true, std::memory_order_acq_rel)) fold(id, nt);
       if (t == 0) report_folded();
     }
