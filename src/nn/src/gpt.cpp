@@ -280,11 +280,11 @@ void Gpt::backward(float scale, const std::function<void(std::size_t)>& grad_rea
   have_cache_ = false;
   // With several threads, each runs the whole backward on its own sequences, as a rank would,
   // with the kernels single-threaded: thread 0 into the gradients, every other thread into its
-  // own fp32 partial, added in once every thread has passed the parameter. On the 2-vCPU
-  // guests measured, two 1-thread
-  // processes on half the batch each made ~10% more tokens/s than one process splitting every
-  // op between 2 threads (which waits for the slower vCPU at every op's barrier); the partials
-  // cost (threads - 1) x the parameters in fp32, so past kMaxPartialBytes the ops split instead.
+  // own fp32 partial, added in once every thread has passed the parameter. On the 2-vCPU guests
+  // measured, two 1-thread processes on half the batch each made ~10% more tokens/s than one
+  // process splitting every op between 2 threads (which waits for the slower vCPU at every op's
+  // barrier); the partials cost (threads - 1) x the parameters in fp32, so past kMaxPartialBytes
+  // the ops split instead.
   const int threads = int(std::min<std::int64_t>(B_, omp_get_max_threads()));
   const std::size_t total = ps_.total_numel();
   const bool split = threads > 1 && std::size_t(threads - 1) * total * sizeof(float) <= kMaxPartialBytes;
@@ -352,7 +352,10 @@ void Gpt::backward(float scale, const std::function<void(std::size_t)>& grad_rea
     const int nt = omp_get_num_threads(), t = omp_get_thread_num();
     const std::int64_t b0 = B_ * t / nt, b1 = B_ * (t + 1) / nt;
     float* part = t == 0 ? nullptr : partial + std::size_t(t - 1) * total;
-    std::vector<std::size_t> passed, first;  // parameters this thread passed / passed first
+    // The parameters this thread passed (thread 0's list is done_order_, which grad_ready
+    // follows) and those it passed first.
+    std::vector<std::size_t> mine, first;
+    std::vector<std::size_t>& passed = t == 0 ? done_order_ : mine;
     passed.reserve(infos.size());
     first.reserve(infos.size());
     std::size_t next_fold = 0;  // into `first`
@@ -361,10 +364,7 @@ void Gpt::backward(float scale, const std::function<void(std::size_t)>& grad_rea
       if (finished_[id].fetch_add(1, std::memory_order_acq_rel) == 0) first.push_back(id);
       for (; next_fold < first.size() && final_grad(first[next_fold], nt); ++next_fold)
         if (!claimed_[first[next_fold]].exchange(true, std::memory_order_acq_rel)) fold(first[next_fold], nt);
-      if (t == 0) {
-        done_order_.push_back(id);
-        report_folded();
-      }
+      if (t == 0) report_folded();
     });
     for (std::size_t id : passed) {
       spin_then_yield([&] { return final_grad(id, nt); }, 4096);

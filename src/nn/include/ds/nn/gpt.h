@@ -19,7 +19,6 @@
 #include <functional>
 #include <span>
 #include <string>
-#include <utility>
 #include <vector>
 
 #include "ds/core/buffer.h"
