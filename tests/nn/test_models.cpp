@@ -131,14 +131,14 @@ TEST(NnModels, MlpGradientCheck) {
   model_fd_check(h, m, b, 24);
 }
 
-// Runs f on 1 thread and on 2 (where the GPT runs the per-thread backward), whatever the
-// machine's core count.
+// Runs f(threads) on 1 thread and on 2 (where the GPT runs the per-thread backward),
+// whatever the machine's core count.
 template <class F>
 void on_1_and_2_threads(F&& f) {
   for (int threads : {1, 2}) {
     SCOPED_TRACE(std::to_string(threads) + " threads");
     ds::test::on_threads(threads, [&] {
-      f();
+      f(threads);
       return 0;
     });
   }
@@ -148,7 +148,7 @@ void on_1_and_2_threads(F&& f) {
 // grad_ready calls come from thread 0 inside the parallel region), whatever the machine's
 // core count.
 TEST(NnModels, GradReadyOncePerParamAfterItsGradient) {
-  on_1_and_2_threads([&] {
+  on_1_and_2_threads([&](int) {
     ds::nn::Gpt m(tiny_gpt());
     Harness h(m, 3);
     TokenBatch tb(2, 7, 11, 9);
@@ -194,39 +194,36 @@ TEST(NnModels, BackwardAccumulatesAndScales) {
   // ParamSet::set_direct_grad), the rest through the folded fp32 shadow; both accumulate. On
   // 2 threads each thread runs the backward on its own sequence, the second into a partial
   // that is overwritten or zeroed every time and added to the gradients.
-  for (int threads : {1, 2})
+  on_1_and_2_threads([&](int threads) {
     for (ds::DType dt : {ds::DType::F32, ds::DType::BF16, ds::DType::F16}) {
-      std::vector<ds::ParamInfo> infos;
-      std::vector<std::vector<float>> once, twice;
-      ds::test::on_threads(threads, [&] {
-        ds::nn::Gpt m(tiny_gpt());
-        Harness h(m, 3, dt);
-        infos = h.infos;
-        TokenBatch tb(2, 6, 11, 13);
-        m.forward(tb.batch);
-        m.backward(1.0f, {});
-        for (std::size_t i = 0; i < h.infos.size(); ++i) once.push_back(h.grad(i));
-        m.forward(tb.batch);
-        m.backward(2.0f, {});
-        for (std::size_t i = 0; i < h.infos.size(); ++i) twice.push_back(h.grad(i));
-        return 0;
-      });
+      ds::nn::Gpt m(tiny_gpt());
+      Harness h(m, 3, dt);
+      TokenBatch tb(2, 6, 11, 13);
+      m.forward(tb.batch);
+      m.backward(1.0f, {});
+      std::vector<std::vector<float>> once;
+      for (std::size_t i = 0; i < h.infos.size(); ++i) once.push_back(h.grad(i));
+      m.forward(tb.batch);
+      m.backward(2.0f, {});
       const float tol = dt == ds::DType::F32 ? 1e-5f : 2e-2f;
       // fp16 gradients this small are subnormal: steps of 2^-24 (6e-8), two roundings. On 2
       // threads an fp32 gradient is the sum of two partials, rounded relative to them: where
       // they nearly cancel (gradients down to ~1e-5 here), relative to gradients of ~1e-4.
       const float abs_tol = dt == ds::DType::F16 ? 1.2e-7f : 0.0f;
       const float floor = dt == ds::DType::F32 && threads > 1 ? 1e-4f : 1e-6f;
-      for (std::size_t i = 0; i < infos.size(); ++i)
-        for (std::size_t j = 0; j < twice[i].size(); ++j)
-          ASSERT_NEAR(twice[i][j], 3.0f * once[i][j], tol * (std::fabs(3.0f * once[i][j]) + floor) + abs_tol)
-              << ds::dtype_name(dt) << " " << infos[i].name << " on " << threads << " threads";
+      for (std::size_t i = 0; i < h.infos.size(); ++i) {
+        const auto twice = h.grad(i);
+        for (std::size_t j = 0; j < twice.size(); ++j)
+          ASSERT_NEAR(twice[j], 3.0f * once[i][j], tol * (std::fabs(3.0f * once[i][j]) + floor) + abs_tol)
+              << ds::dtype_name(dt) << " " << h.infos[i].name << " on " << threads << " threads";
+      }
     }
+  });
 }
 
 // The forward runs each thread on its own sequences, and so does the backward, each thread
-// into its own gradient partial (thread 0 into the gradients), the partials added in thread
-// order after it. So on the own GEMM kernels the loss is the same bits on 1, 2 and 3 threads,
+// into its own gradient partial (thread 0 into the gradients), each parameter's partials
+// added in thread order once every thread has passed it. So on the own GEMM kernels the loss is the same bits on 1, 2 and 3 threads,
 // the gradients the same bits run to run on each thread count, and across thread counts only
 // the summation order differs (at B 1 the backward runs on one thread, its ops split between
 // the threads instead; with 3 threads on a batch of 2, one thread idle).
@@ -319,7 +316,7 @@ TEST(NnModels, HalfDtypesPerThreadBackwardWithinOneRounding) {
 // On 1 thread and on 2 (the per-thread backward, the Linear weights' gradients through the
 // fp32 shadow), whatever the machine's core count.
 TEST(NnModels, HalfWorkingDtypesCloseToFp32) {
-  on_1_and_2_threads([&] {
+  on_1_and_2_threads([&](int) {
     ds::nn::GptConfig cfg{2, 2, 16, 8, 32};
     TokenBatch tb(3, 8, 32, 17);
     ds::nn::Gpt m32(cfg);
