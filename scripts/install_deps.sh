@@ -1,20 +1,41 @@
 #!/usr/bin/env bash
-# Installs every Debian package dstrain needs to build, test and benchmark.
-# Idempotent and quiet: a second run is a fast no-op. Run as root on Debian 12.
+# Installs the Debian packages dstrain needs. Run as root on Debian 12 (bookworm).
+#   install_deps.sh          everything: build, run, test, fuzz, benchmark (scripts/test.sh)
+#   install_deps.sh --run    what building and running the train app needs (scripts/run_default.sh)
+# Idempotent and quiet: a second run is a fast no-op. Nothing else is assumed on the machine:
+# a minimal Debian 12 (debootstrap --variant=minbase) gets every tool the scripts, CMake and the
+# tests call from here (scripts/check_fresh_debian.sh proves it for --run).
 set -euo pipefail
 
-PACKAGES=(
-  build-essential cmake git pkg-config ca-certificates
+# Build and run: compilers, CMake + Ninja (every script configures with -G Ninja), MPI, HDF5,
+# the header-only CLI and JSON libraries, OpenBLAS (OpenMP flavour).
+RUN_PACKAGES=(
+  build-essential cmake ninja-build pkg-config
   openmpi-bin libopenmpi-dev
-  libhdf5-dev hdf5-tools
+  libhdf5-dev
   libcli11-dev nlohmann-json3-dev
-  libgtest-dev libgmock-dev libbenchmark-dev
   libopenblas-dev libopenblas0-openmp
+)
+# Tests, fuzzers and benchmarks on top: GoogleTest/benchmark, clang + libFuzzer runtime,
+# h5dump, the system Python with mpi4py/h5py/numpy/torch (interop tests and baselines),
+# Slurm + munge (single-node Slurm tests), iproute2 (network namespaces), ssh (the launcher's
+# reachability check), procps, git, and debootstrap (the fresh-machine check).
+TEST_PACKAGES=(
+  git ca-certificates
+  hdf5-tools
+  libgtest-dev libgmock-dev libbenchmark-dev
   clang libclang-rt-14-dev
   python3 python3-mpi4py python3-h5py python3-numpy python3-torch
   slurm-wlm munge
-  iproute2 procps
+  iproute2 procps openssh-client
+  debootstrap
 )
+
+case "${1:-}" in
+  "")    PACKAGES=("${RUN_PACKAGES[@]}" "${TEST_PACKAGES[@]}") ;;
+  --run) PACKAGES=("${RUN_PACKAGES[@]}") ;;
+  *)     echo "install_deps.sh: error: unknown argument '$1' (usage: install_deps.sh [--run])" >&2; exit 2 ;;
+esac
 
 if [ "$(id -u)" != 0 ]; then
   echo "install_deps.sh: must run as root (it calls apt-get)" >&2
@@ -32,16 +53,23 @@ done
 [ ${#missing[@]} -eq 0 ] && exit 0
 
 export DEBIAN_FRONTEND=noninteractive
-# Package scripts must not start munge/slurm daemons: tests start their own.
-if [ ! -e /usr/sbin/policy-rc.d ]; then
-  printf '#!/bin/sh\nexit 101\n' > /usr/sbin/policy-rc.d
-  chmod +x /usr/sbin/policy-rc.d
+# Package scripts must not start munge/slurm daemons (the tests start their own), so a
+# policy-rc.d that denies service starts is in place during the install only. One that was
+# already there (a container's) is left alone; ours is removed on every exit path, so later
+# installs on the machine start their services as usual.
+POLICY=/usr/sbin/policy-rc.d
+if [ ! -e "$POLICY" ] && [ ! -L "$POLICY" ]; then
+  trap 'rm -f "$POLICY"' EXIT
+  trap 'exit 130' INT TERM
+  printf '#!/bin/sh\n# Written by dstrain install_deps.sh for the duration of its install.\nexit 101\n' >"$POLICY"
+  chmod +x "$POLICY"
 fi
 echo "install_deps.sh: installing ${#missing[@]} package(s): ${missing[*]}"
 log=$(mktemp)
 if ! { apt-get update -qq && apt-get install -y -qq --no-install-recommends "${missing[@]}"; } >"$log" 2>&1; then
   echo "install_deps.sh: apt-get failed installing: ${missing[*]}" >&2
   tail -n 30 "$log" >&2
+  rm -f "$log"
   exit 1
 fi
 rm -f "$log"

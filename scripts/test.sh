@@ -19,7 +19,7 @@ stamp "packages ok"
 
 source scripts/mpi_env.sh
 
-cmake -S . -B build -G Ninja -DCMAKE_BUILD_TYPE=Release >build-configure.log 2>&1 || { cat build-configure.log; exit 1; }
+cmake -S . -B build -G Ninja -DCMAKE_BUILD_TYPE=Release -DDS_BUILD_TESTS=ON -DDS_BUILD_BENCH=ON >build-configure.log 2>&1 || { cat build-configure.log; exit 1; }
 cmake --build build -j"$JOBS"
 stamp "build ok"
 ctest --test-dir build -j"$JOBS" --output-on-failure --timeout 600 2>&1 | tee build/ctest-release.log
