@@ -4,7 +4,10 @@
 #   2. Release build (CUDA code compiled when nvcc is present) and every ctest test:
 #      unit (GoogleTest), multi-rank (real mpirun, 2 and 4 ranks), end-to-end (apps, Slurm),
 #   3. the unit tests again under AddressSanitizer + UBSan,
-#   4. the libFuzzer targets for a bounded time on seed corpora from configs/ and tests/.
+#   3. the fresh-machine check: the README's first command in a minimal Debian 12 root, with
+#      and without the host's CUDA toolkit (scripts/check_fresh_debian.sh, ctest label "fresh"),
+#   4. the unit tests again under AddressSanitizer + UBSan,
+#   5. the libFuzzer targets for a bounded time on seed corpora from configs/ and tests/.
 # Usage: scripts/test.sh            (everything)
 #        DS_TEST_QUICK=1 scripts/test.sh   (steps 1-2 only)
 set -euo pipefail
@@ -22,10 +25,13 @@ source scripts/mpi_env.sh
 cmake -S . -B build -G Ninja -DCMAKE_BUILD_TYPE=Release -DDS_BUILD_TESTS=ON -DDS_BUILD_BENCH=ON >build-configure.log 2>&1 || { cat build-configure.log; exit 1; }
 cmake --build build -j"$JOBS"
 stamp "build ok"
-ctest --test-dir build -j"$JOBS" --output-on-failure --timeout 600 2>&1 | tee build/ctest-release.log
+ctest --test-dir build -j"$JOBS" -LE fresh --output-on-failure --timeout 600 2>&1 | tee build/ctest-release.log
 stamp "ctest (Release) ok"
 
 [ "${DS_TEST_QUICK:-0}" = 1 ] && exit 0
+
+ctest --test-dir build -L fresh --output-on-failure 2>&1 | tee build/ctest-fresh.log
+stamp "ctest (fresh Debian 12) ok"
 
 # Unit tests under AddressSanitizer + UBSan (CPU code only; benchmarks off), at -O1 -g, the
 # sanitizers' usual level: on the 2-core CI machine it compiles in 319 s against ~490 s at
@@ -48,9 +54,14 @@ stamp "fuzzing ok"
 # The per-test Open MPI session bases (tests/CMakeLists.txt) that Open MPI left empty.
 find /tmp -maxdepth 1 -name 'dstest-*' -type d -empty -delete 2>/dev/null || true
 
-# One closing line for the whole suite, from the Release run's ctest summary.
-summary=$(grep -E '^[0-9]+% tests passed, [0-9]+ tests? failed out of [0-9]+' build/ctest-release.log | tail -n 1)
-total=$(sed -E 's/.* out of ([0-9]+).*/\1/' <<<"$summary")
-failed=$(sed -E 's/.*passed, ([0-9]+) tests? failed.*/\1/' <<<"$summary")
+# One closing line for the whole suite, from the ctest summaries of the Release and fresh-machine
+# stages (ctest counts a skipped test among the passed ones; it is reported apart here).
+total=0 failed=0 skipped=0
+for log in build/ctest-release.log build/ctest-fresh.log; do
+  summary=$(grep -E '^[0-9]+% tests passed, [0-9]+ tests? failed out of [0-9]+' "$log" | tail -n 1)
+  total=$((total + $(sed -E 's/.* out of ([0-9]+).*/\1/' <<<"$summary")))
+  failed=$((failed + $(sed -E 's/.*passed, ([0-9]+) tests? failed.*/\1/' <<<"$summary")))
+  skipped=$((skipped + $(grep -cE '^[[:space:]]*[0-9]+ - .* \(Skipped\)$' "$log" || true)))
+done
 stamp "all done"
-echo "suite: $((total - failed)) passed, $failed failed"
+echo "suite: $((total - failed - skipped)) passed, $failed failed, $skipped skipped"
