@@ -1,0 +1,113 @@
+#include "ds/core/file_read.h"
+
+#include <fcntl.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <cerrno>
+#include <cstring>
+
+#include "ds/core/error.h"
+
+namespace ds {
+
+namespace {
+
+std::string describe_size(std::uint64_t bytes) {
+  std::string s = std::to_string(bytes) + " bytes";
+  if (bytes >= (std::uint64_t(1) << 20) && bytes % (std::uint64_t(1) << 20) == 0)
+    s += " (" + std::to_string(bytes >> 20) + " MiB)";
+  return s;
+}
+
+void require_regular(const struct stat& st, const std::string& path, std::string_view what) {
+  DS_CHECK(S_ISREG(st.st_mode), what << " " << path << " is a " << file_type_name(st.st_mode) << ", not a regular file");
+}
+
+}  // namespace
+
+const char* file_type_name(unsigned mode) {
+  switch (mode & S_IFMT) {
+    case S_IFREG: return "regular file";
+    case S_IFDIR: return "directory";
+    case S_IFIFO: return "FIFO";
+    case S_IFCHR: return "character device";
+    case S_IFBLK: return "block device";
+    case S_IFSOCK: return "socket";
+    case S_IFLNK: return "symbolic link";
+    default: return "special file";
+  }
+}
+
+bool check_regular_file(const std::string& path, std::string_view what, bool missing_ok) {
+  struct stat st {};
+  if (::stat(path.c_str(), &st) != 0) {
+    const int err = errno;
+    if (err == ENOENT || err == ENOTDIR) {
+      DS_CHECK(missing_ok, what << " " << path << " does not exist");
+      return false;
+    }
+    DS_THROW("cannot stat " << what << " " << path << ": " << std::strerror(err));
+  }
+  require_regular(st, path, what);
+  return true;
+}
+
+int open_regular_file(const std::string& path, std::string_view what) {
+  // O_NONBLOCK: opening a FIFO for reading would otherwise wait for a writer.
+  const int fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC | O_NONBLOCK);
+  DS_CHECK(fd >= 0, "cannot open " << what << " " << path << ": " << std::strerror(errno));
+  struct stat st {};
+  if (::fstat(fd, &st) != 0) {
+    const int err = errno;
+    ::close(fd);
+    DS_THROW("cannot stat " << what << " " << path << ": " << std::strerror(err));
+  }
+  if (!S_ISREG(st.st_mode)) {
+    ::close(fd);
+    require_regular(st, path, what);
+  }
+  const int flags = ::fcntl(fd, F_GETFL);
+  if (flags >= 0) (void)::fcntl(fd, F_SETFL, flags & ~O_NONBLOCK);
+  return fd;
+}
+
+std::string read_regular_file(const std::string& path, std::string_view what, std::uint64_t max_bytes) {
+  const int fd = open_regular_file(path, what);
+  struct stat st {};
+  if (::fstat(fd, &st) != 0) {
+    const int err = errno;
+    ::close(fd);
+    DS_THROW("cannot stat " << what << " " << path << ": " << std::strerror(err));
+  }
+  if (std::uint64_t(st.st_size) > max_bytes) {
+    ::close(fd);
+    DS_THROW(what << " " << path << " is " << describe_size(std::uint64_t(st.st_size)) << "; the limit is "
+                  << describe_size(max_bytes));
+  }
+  std::string out(std::size_t(st.st_size), '\0');
+  std::size_t got = 0;
+  // Read until end of file; a file that grows while read is still held to the cap.
+  for (;;) {
+    if (got == out.size()) {
+      if (out.size() > max_bytes) break;
+      out.resize(std::min<std::uint64_t>(max_bytes + 1, out.size() + 65536));
+    }
+    const ssize_t n = ::read(fd, out.data() + got, out.size() - got);
+    if (n < 0 && errno == EINTR) continue;
+    if (n < 0) {
+      const int err = errno;
+      ::close(fd);
+      DS_THROW("cannot read " << what << " " << path << ": " << std::strerror(err));
+    }
+    if (n == 0) break;
+    got += std::size_t(n);
+  }
+  ::close(fd);
+  DS_CHECK(got <= max_bytes, what << " " << path << " is larger than the limit of " << describe_size(max_bytes));
+  out.resize(got);
+  return out;
+}
+
+}  // namespace ds
