@@ -1,4 +1,4 @@
-// ds_to_fp32 CHECKPOINT_DIR [--tag T] OUTPUT [--format hdf5|safetensors]
+// ds_to_fp32 CHECKPOINT_DIR [--tag T] OUTPUT [--format hdf5|safetensors] [--force]
 //
 // Consolidates a dstrain checkpoint into one fp32 file, tensor by tensor: each parameter's
 // fp32 master values are gathered from whichever ZeRO shards hold its flat range (hyperslab
@@ -9,6 +9,9 @@
 // safetensors: 8-byte little-endian header length, a JSON header
 // {name: {dtype: "F32", shape, data_offsets: [begin, end]}, __metadata__: {...}} padded with
 // spaces to a multiple of 8, then the raw little-endian data in header order.
+//
+// OUTPUT must not lie inside CHECKPOINT_DIR and, when it exists, must be a regular file and
+// is replaced only with --force (output_path.h).
 #include <unistd.h>
 
 #include <CLI/CLI.hpp>
@@ -24,6 +27,7 @@
 #include "ds/core/error.h"
 #include "ds/io/checkpoint.h"
 #include "ds/io/h5file.h"
+#include "output_path.h"
 
 namespace fs = std::filesystem;
 using namespace ds;
@@ -49,12 +53,15 @@ void write_all(std::FILE* f, const void* data, std::size_t bytes, const std::str
 int main(int argc, char** argv) {
   CLI::App app{"Consolidate a dstrain checkpoint into one fp32 file (HDF5 or safetensors)"};
   std::string dir, output, tag, format = "hdf5";
+  bool force = false;
   app.add_option("CHECKPOINT_DIR", dir, "checkpoint directory (holds `latest` and the tag folders)")->required();
   app.add_option("OUTPUT", output, "output file")->required();
   app.add_option("--tag,-t", tag, "checkpoint tag (default: the one in CHECKPOINT_DIR/latest)");
   app.add_option("--format", format, "hdf5 (default) or safetensors")->check(CLI::IsMember({"hdf5", "safetensors"}));
+  app.add_flag("--force,-f", force, "replace OUTPUT when it already exists (a regular file)");
   CLI11_PARSE(app, argc, argv);
   try {
+    tools::check_output_path(output, dir, force);
     if (tag.empty()) {
       auto latest = io::read_latest(dir);
       DS_CHECK(latest, "no 'latest' file in " << dir << "; pass --tag");
@@ -115,9 +122,7 @@ int main(int argc, char** argv) {
       }
       DS_CHECK(std::fclose(f) == 0, "closing " << tmp << " failed: " << std::strerror(errno));
     }
-    std::error_code ec;
-    fs::rename(tmp, output, ec);
-    DS_CHECK(!ec, "cannot rename " << tmp << " to " << output << ": " << ec.message());
+    tools::commit_output(tmp, output, force);
     std::cout << "ds_to_fp32: wrote " << m.params.size() << " fp32 tensors from " << r.dir() << " (world size "
               << m.world_size << ", ZeRO stage " << m.zero_stage << ", " << (from_master ? "fp32 master" : m.working_dtype + " weights")
               << ") to " << output << " (" << format << ")" << std::endl;
