@@ -164,17 +164,19 @@ run_once() {  # run_once NAME WITH_CUDA(0|1)
   local fail=
   if [ "$rc" = 124 ]; then fail="timed out after ${TIMEOUT_S}s"
   elif [ "$rc" != 0 ]; then fail="scripts/run_default.sh exited $rc"
-  elif ! grep -qE 'validation loss [0-9.]+' "$log"; then fail="the main job printed no final validation loss"
+  elif ! grep -qE 'final validation loss [0-9.]+' "$log"; then fail="the main job printed no final validation loss"
   elif [ -e "$ROOT/usr/sbin/policy-rc.d" ]; then fail="install_deps.sh left /usr/sbin/policy-rc.d behind"
-  elif [ "$with_cuda" = 1 ] && ! grep -q '^CMAKE_CUDA_COMPILER:[A-Z]*=/usr/local/cuda' "$ROOT/root/dstrain/build/CMakeCache.txt"; then
-    fail="the build did not configure the CUDA toolkit at /usr/local/cuda"
+  elif [ "$with_cuda" = 1 ] && ! grep -q 'Building CUDA object' "$log"; then
+    fail="the build compiled no CUDA code with the toolkit at /usr/local/cuda"
+  elif [ "$with_cuda" = 0 ] && grep -q 'Building CUDA object' "$log"; then
+    fail="the CPU-only build compiled CUDA code"
   fi
   if [ -n "$fail" ]; then
     tail -n 40 "$log" >&2
     echo "check_fresh_debian: error: $name: $fail (whole log: $log)" >&2
     return 1
   fi
-  say "$name: passed: $(grep -E 'validation loss [0-9.]+' "$log" | tail -n 1)"
+  say "$name: passed: $(grep -oE 'final validation loss [0-9.]+' "$log" | tail -n 1)"
   cleanup
 }
 
