@@ -26,6 +26,7 @@
 #include "ds/engine/args.h"
 #include "ds/engine/engine.h"
 #include "ds/io/state_value.h"
+#include "ds/io/wait_for_checkpoint.h"
 #include "ds/mpi/comm_factory.h"
 #include "ds/nn/gemm.h"
 #include "ds/nn/gpt.h"
@@ -527,6 +528,11 @@ void run(Job& j, DistributedContext& dist) {
     std::printf("[train] sample (temperature 0.8, prompt = first %zu bytes of the validation split):\n", plen);
     std::printf("%s%s\n[train] end of sample\n", printable(text).c_str(), printable(gen).c_str());
   }
+
+  // With checkpoint.async_save the last save is still being written: commit it (collective)
+  // before reporting success, or `latest` would name the previous tag. It prints the same
+  // "saved checkpoint" line as a synchronous save.
+  io::wait_for_checkpoint(engine);
 
   if (rank0) {
     const std::int64_t done = rep.steps_done();

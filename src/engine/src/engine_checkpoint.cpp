@@ -123,7 +123,9 @@ struct EngineCheckpointAccess {
     if (a->worker.joinable()) a->worker.join();
     a->in_flight = false;
     DS_CHECK(a->comm == e.comm_.get(), "async checkpoint: the pending save belongs to another engine");
-    return io::commit_save(*e.comm_, a->pending, a->result);
+    std::string dir = io::commit_save(*e.comm_, a->pending, a->result);
+    DS_INFO("saved checkpoint " << dir);  // the same line as a synchronous save, once committed
+    return dir;
   }
 
   static void save(Engine& e, const std::string& save_dir, std::optional<std::string> tag,
