@@ -23,6 +23,7 @@
 #include "ds/core/log.h"
 #include "ds/io/checksum.h"
 #include "raw_io.h"
+#include "save_claim.h"
 
 namespace fs = std::filesystem;
 
@@ -188,19 +189,7 @@ void test_kill_point(std::string_view phase, int rank) {
   if (want_phase == phase && (want_rank < 0 || want_rank == rank)) std::raise(SIGKILL);
 }
 
-int clean_stale_tmp_dirs(const std::string& save_dir) {
-  int n = 0;
-  std::error_code ec;
-  if (!fs::is_directory(save_dir, ec)) return 0;
-  for (const auto& e : fs::directory_iterator(save_dir, ec)) {
-    std::string name = e.path().filename().string();
-    if (name.find(".tmp-") == std::string::npos) continue;
-    std::error_code rec;
-    fs::remove_all(e.path(), rec);
-    if (!rec) ++n;
-  }
-  return n;
-}
+int clean_stale_tmp_dirs(const std::string& save_dir) { return detail::remove_abandoned_tmp_dirs(save_dir); }
 
 // ---------------------------------------------------------------------------------------
 // Save
@@ -294,9 +283,14 @@ PendingSave begin_save(Communicator& comm, const std::string& save_dir, const st
         status = 1.0f;
       } else {
         clean_stale_tmp_dirs(save_dir);
-        fs::create_directory(p.tmp_dir, ec);
-        DS_CHECK(!ec, "cannot create " << p.tmp_dir << ": " << ec.message());
-        fsync_path(save_dir);
+        try {
+          p.claim = detail::create_claimed_dir(p.tmp_dir);  // the marker goes in first, locked
+          fsync_path(save_dir);
+        } catch (...) {
+          p.claim.reset();
+          fs::remove_all(p.tmp_dir, ec);
+          throw;
+        }
       }
     } catch (const std::exception& e) {
       status = 2.0f;
@@ -461,6 +455,7 @@ std::string commit_save(Communicator& comm, PendingSave& pending, const LocalWri
     if (rank == 0) {
       std::error_code ec;
       fs::remove_all(pending.tmp_dir, ec);
+      pending.claim.reset();
     }
     if (!local.ok) DS_THROW("save_checkpoint to " << pending.final_dir << " failed (nothing committed; the previous "
                             "checkpoint and 'latest' are untouched): " << local.error);
@@ -512,7 +507,9 @@ std::string commit_save(Communicator& comm, PendingSave& pending, const LocalWri
       test_kill_point("before_rename", rank);
       if (fs::exists(pending.final_dir)) {
         // overwrite (begin_save refused otherwise): swap atomically, then drop the old copy,
-        // which now sits under the tmp name and is cleaned as a stale tmp dir if we die here.
+        // which now sits under the tmp name; marked and locked first, so that it is cleaned
+        // as an abandoned tmp dir if we die before removing it.
+        detail::SaveClaim old_copy = detail::claim_existing_dir(pending.final_dir);
         DS_CHECK(exchange_dirs(pending.tmp_dir, pending.final_dir),
                  "cannot replace " << pending.final_dir << " (renameat2 RENAME_EXCHANGE): " << std::strerror(errno));
         fsync_path(pending.save_dir);
@@ -523,12 +520,15 @@ std::string commit_save(Communicator& comm, PendingSave& pending, const LocalWri
                  "cannot rename " << pending.tmp_dir << " to " << pending.final_dir << ": " << std::strerror(errno));
       }
       fsync_path(pending.save_dir);
+      // The committed tag needs no marker (only tmp names are ever cleaned); best effort.
+      ::unlink((fs::path(pending.final_dir) / detail::kSaveMarker).c_str());
       test_kill_point("before_latest", rank);
       if (pending.options.save_latest) {
         std::string latest = (fs::path(pending.save_dir) / kLatestFile).string();
-        char idhex[32];
-        std::snprintf(idhex, sizeof idhex, "%012llx", static_cast<unsigned long long>(pending.id));
-        std::string tmp = latest + ".tmp-" + idhex;
+        // Written inside the committed tag, then renamed over `latest`: a crash in between
+        // leaves a stray file there, never a file in the save directory that a cleaner
+        // would have to recognise.
+        std::string tmp = (fs::path(pending.final_dir) / "latest.new").string();
         write_text_file_synced(tmp, pending.tag);  // no newline, as DeepSpeed
         DS_CHECK(::rename(tmp.c_str(), latest.c_str()) == 0,
                  "cannot rename " << tmp << " to " << latest << ": " << std::strerror(errno));
@@ -541,6 +541,7 @@ std::string commit_save(Communicator& comm, PendingSave& pending, const LocalWri
       std::error_code ec;
       if (fs::exists(pending.tmp_dir)) fs::remove_all(pending.tmp_dir, ec);
     }
+    pending.claim.reset();  // the save is over: committed, or its tmp dir removed
   }
   if (size > 1) comm.all_reduce(f32_view(&commit_status, 1), ReduceOp::Max);
   if (commit_status != 0.0f) {

@@ -612,6 +612,50 @@ TEST(Checkpoint, TagValidationParsingAndBadTags) {
   EXPECT_FALSE(error_of([&] { save_checkpoint(comm, "", "t", m.content()); }).empty());
 }
 
+// A save removes only the tmp dirs of its own kind whose writer is gone: never users' entries
+// that merely contain ".tmp-", never another save in progress in the same directory, never a
+// writer's on another host (unknowable), never a look-alike without dstrain's marker.
+TEST(Checkpoint, SaveRemovesOnlyAbandonedTmpDirsOfItsOwn) {
+  fs::path d = fresh_dir("tmpclean");
+  ds::test::SelfComm comm;
+  FakeModel m1(1.0f), m2(2.0f);
+  fs::create_directories(d / "notes.tmp-mine");
+  std::ofstream(d / "notes.tmp-mine" / "keep.txt") << "user data";
+  std::ofstream(d / "results.tmp-1") << "user file";
+  fs::create_directories(d / "x.tmp-0123456789ab");  // dstrain's name pattern, no marker
+  std::ofstream(d / "x.tmp-0123456789ab" / "keep.txt") << "user data";
+  fs::create_directories(d / "elsewhere");
+  std::ofstream(d / "elsewhere" / ".dstrain-save") << "dstrain-save 1\npid 1\nhost h\nboot b\nstart 1\n";
+  fs::create_directory_symlink(d / "elsewhere", d / "y.tmp-0123456789ab");  // a symlink: not followed
+  fs::create_directories(d / "z.tmp-00000000000a");  // a save by a process on another host
+  std::ofstream(d / "z.tmp-00000000000a" / ".dstrain-save")
+      << "dstrain-save 1\npid 1\nhost another-host.invalid\nboot b\nstart 1\n";
+
+  // Another save in progress in the same directory (begun, files not yet written).
+  PendingSave other = begin_save(comm, d.string(), "other", SaveOptions(), m2.content());
+  ASSERT_TRUE(fs::is_directory(other.tmp_dir));
+  EXPECT_TRUE(fs::exists(fs::path(other.tmp_dir) / ".dstrain-save"));
+
+  save_checkpoint(comm, d.string(), "t1", m1.content());
+  save_checkpoint(comm, d.string(), "t2", m1.content());
+  EXPECT_TRUE(fs::exists(d / "notes.tmp-mine" / "keep.txt"));
+  EXPECT_TRUE(fs::exists(d / "results.tmp-1"));
+  EXPECT_TRUE(fs::exists(d / "x.tmp-0123456789ab" / "keep.txt"));
+  EXPECT_TRUE(fs::is_symlink(d / "y.tmp-0123456789ab"));
+  EXPECT_TRUE(fs::exists(d / "elsewhere" / ".dstrain-save"));
+  EXPECT_TRUE(fs::exists(d / "z.tmp-00000000000a" / ".dstrain-save"));
+  ASSERT_TRUE(fs::is_directory(other.tmp_dir)) << "another save in progress was removed";
+
+  // ... which still commits.
+  LocalWriteResult w = write_local(other, 0, m2.content());
+  ASSERT_TRUE(w.ok) << w.error;
+  commit_save(comm, other, w);
+  expect_loads(d, "other", 2.0f);
+  expect_loads(d, "t2", 1.0f);
+  EXPECT_FALSE(fs::exists(d / "other" / ".dstrain-save"));  // the committed tag carries no marker
+  EXPECT_EQ(*read_latest(d.string()), "other");
+}
+
 // A child process saves `tag` with DS_CKPT_TEST_KILL_AT=phase and is SIGKILLed there.
 class KillAt : public ::testing::TestWithParam<const char*> {};
 

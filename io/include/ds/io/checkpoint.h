@@ -98,6 +98,9 @@ struct PendingSave {
   int world_size = 1;
   std::size_t num_shard_datasets = 0;
   bool active = false;
+  // Rank 0: the lock on the tmp dir's marker file, held until the save ends, so that no
+  // other save (this job's or another's) takes the tmp dir for abandoned and removes it.
+  std::shared_ptr<void> claim;
 };
 
 struct LocalWriteResult {
@@ -228,7 +231,11 @@ class CheckpointReader {
   HostBuffer scratch_;  // reused for conversions and checksum streaming
 };
 
-// Removes stale "<tag>.tmp-*" directories left by interrupted saves (returns how many).
+// Removes the tmp directories ("<tag>.tmp-<12 hex digits>" holding dstrain's marker file) that
+// interrupted saves left behind, only where the writer is provably gone: its lock is free and
+// its recorded process (pid, host, start time) no longer runs. Anything else in save_dir --
+// users' files, another job's save in progress, a writer on another host -- is left alone.
+// Returns how many were removed.
 int clean_stale_tmp_dirs(const std::string& save_dir);
 
 // Test hook (docs/CHECKPOINTS.md): DS_CKPT_TEST_KILL_AT=<phase>[@rank] makes the process
