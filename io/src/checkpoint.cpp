@@ -97,6 +97,14 @@ void write_text_file_synced(const std::string& path, const std::string& text) {
   DS_CHECK(rc == 0, "fsync of " << path << " failed: " << std::strerror(err));
 }
 
+// A name read from a checkpoint (or given for one) must name an entry directly inside the
+// checkpoint directory: `latest` holding "../x" or "/abs", or a manifest naming "../../f",
+// would otherwise make the reader open files anywhere.
+bool is_plain_name(std::string_view s) {
+  return !s.empty() && s != "." && s != ".." && s.find('/') == std::string_view::npos &&
+         s.find('\0') == std::string_view::npos;
+}
+
 void check_tag(const std::string& tag) {
   DS_CHECK(!tag.empty(), "checkpoint tag is empty");
   DS_CHECK(tag != "." && tag != ".." && tag.find('/') == std::string::npos && tag.find('\0') == std::string::npos,
@@ -574,7 +582,10 @@ std::optional<std::string> read_latest(const std::string& load_dir) {
   auto b = t.find_first_not_of(" \t\r\n");
   auto e = t.find_last_not_of(" \t\r\n");
   DS_CHECK(b != std::string::npos, latest.string() << " is empty");
-  return t.substr(b, e - b + 1);
+  t = t.substr(b, e - b + 1);
+  DS_CHECK(is_plain_name(t), latest.string() << " names tag '" << t << "', which is not a plain directory name inside "
+                                             << load_dir << " (a tag has no '/' and is not '.' or '..')");
+  return t;
 }
 
 namespace {
@@ -615,6 +626,9 @@ Manifest parse_manifest(const std::string& path) {
     for (const auto& p : j.at("partitions")) {
       m.partitions.push_back({p.at("rank").get<int>(), p.at("file").get<std::string>(), p.at("offset").get<std::size_t>(),
                               p.at("count").get<std::size_t>()});
+      const std::string& f = m.partitions.back().file;
+      DS_CHECK(is_plain_name(f), path << ": partitions[" << m.partitions.size() - 1 << "].file '" << f
+                                      << "' is not a plain file name inside the checkpoint directory");
     }
     for (const auto& [file, sums] : j.at("checksums").items()) {
       for (const auto& [ds, v] : sums.items()) m.checksums[file][ds] = parse_crc(v, path + " checksums." + file + "." + ds);
@@ -631,6 +645,8 @@ Manifest parse_manifest(const std::string& path) {
 
 CheckpointReader::CheckpointReader(const std::string& load_dir, const std::string& tag) {
   DS_CHECK(fs::is_directory(load_dir), "checkpoint directory '" << load_dir << "' does not exist");
+  DS_CHECK(is_plain_name(tag), "checkpoint tag '" << tag << "' is not a plain directory name inside " << load_dir
+                                                  << " (a tag has no '/' and is not '.' or '..')");
   dir_ = (fs::path(load_dir) / tag).string();
   if (!fs::is_directory(dir_)) {
     std::ostringstream tags;

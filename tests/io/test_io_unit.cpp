@@ -612,6 +612,49 @@ TEST(Checkpoint, TagValidationParsingAndBadTags) {
   EXPECT_FALSE(error_of([&] { save_checkpoint(comm, "", "t", m.content()); }).empty());
 }
 
+// Tags and shard file names are plain names inside the checkpoint directory: a `latest`, a
+// tag or a manifest pointing elsewhere (here at a valid checkpoint outside) is refused,
+// naming the file and the value.
+TEST(Checkpoint, TagsAndShardFilesMustBePlainNames) {
+  fs::path root = fresh_dir("plain");
+  fs::path d = root / "ck";
+  ds::test::SelfComm comm;
+  FakeModel m(1.0f);
+  save_checkpoint(comm, d.string(), "t", m.content());
+  fs::copy(d / "t", root / "outside", fs::copy_options::recursive);
+  const std::string latest = (d / "latest").string();
+  for (const std::string& bad : {std::string("../outside"), (root / "outside").string(), std::string(".."),
+                                 std::string(".")}) {
+    std::ofstream(latest, std::ios::trunc) << bad;
+    std::string e = error_of([&] { (void)read_latest(d.string()); });
+    EXPECT_NE(e.find(latest + " names tag '" + bad + "', which is not a plain directory name"), std::string::npos) << e;
+    e = error_of([&] { CheckpointReader r(d.string(), bad); });
+    EXPECT_NE(e.find("checkpoint tag '" + bad + "' is not a plain directory name inside " + d.string()), std::string::npos)
+        << e;
+  }
+  std::ofstream(latest, std::ios::trunc) << "t\n";
+  EXPECT_EQ(*read_latest(d.string()), "t");
+
+  const fs::path manifest = d / "t" / "manifest.json";
+  std::string text;
+  {
+    std::ifstream in(manifest);
+    text.assign(std::istreambuf_iterator<char>(in), {});
+  }
+  const std::string good = "\"file\": \"zero_rank_0.h5\"";
+  ASSERT_NE(text.find(good), std::string::npos) << text;
+  for (const std::string& bad : {std::string("../../outside/zero_rank_0.h5"), (root / "outside" / "zero_rank_0.h5").string()}) {
+    std::string t = text;
+    t.replace(t.find(good), good.size(), "\"file\": \"" + bad + "\"");
+    std::ofstream(manifest, std::ios::trunc) << t;
+    std::string e = error_of([&] { CheckpointReader r(d.string(), "t"); });
+    EXPECT_NE(e.find(manifest.string() + ": partitions[0].file '" + bad + "' is not a plain file name"), std::string::npos)
+        << e;
+  }
+  std::ofstream(manifest, std::ios::trunc) << text;
+  expect_loads(d, "t", 1.0f);
+}
+
 // A save removes only the tmp dirs of its own kind whose writer is gone: never users' entries
 // that merely contain ".tmp-", never another save in progress in the same directory, never a
 // writer's on another host (unknowable), never a look-alike without dstrain's marker.
