@@ -14,6 +14,7 @@
 
 #include "ds/config/json_reader.h"
 #include "ds/core/error.h"
+#include "ds/core/file_read.h"
 #include "ds/core/log.h"
 
 namespace ds::config {
@@ -295,8 +296,11 @@ class Section {
   void finish_top_level() {
     std::vector<std::string> all = supported_;
     all.insert(all.end(), accepted_.begin(), accepted_.end());
+    std::size_t unknown = 0;
     for (const auto& m : node_.members) {
       if (known(m.key)) continue;
+      // A generated or corrupt file can hold millions: warn about the first few, count the rest.
+      if (++unknown > kMaxUnknownKeyWarnings) continue;
       std::string msg = "unknown top-level key " + jquote(m.key);
       const std::string guess = closest(m.key, all);
       const std::string elsewhere = section_of(m.key, "");
@@ -308,6 +312,10 @@ class Section {
       msg += " is ignored";
       ctx_.warn(m.key_pos, msg);
     }
+    if (unknown > kMaxUnknownKeyWarnings)
+      ctx_.warn({}, "... and " + std::to_string(unknown - kMaxUnknownKeyWarnings) +
+                        " more unknown top-level keys (ignored; only the first " +
+                        std::to_string(kMaxUnknownKeyWarnings) + " are listed)");
   }
 
  private:
@@ -810,9 +818,11 @@ DsConfig parse_root(const JsonNode& root, const std::string& source, std::vector
   return cfg;
 }
 
-bool file_exists(const std::string& path) {
+// Something exists at `path` (of any kind: a directory or FIFO is then reported as what it is
+// by load_config_file, not as "no such file").
+bool path_exists(const std::string& path) {
   struct stat st {};
-  return ::stat(path.c_str(), &st) == 0 && S_ISREG(st.st_mode);
+  return ::stat(path.c_str(), &st) == 0;
 }
 
 // URL-safe (or standard) base64, padding optional; nullopt when it is not base64.
@@ -848,6 +858,9 @@ std::optional<std::string> base64_decode(const std::string& in) {
 }  // namespace
 
 DsConfig parse_config_text(const std::string& text, const std::string& source, std::vector<std::string>* warnings) {
+  // Parsing costs many times the text's size, on every rank: refuse what no config needs.
+  DS_CHECK(text.size() <= kMaxConfigBytes, "config " << source << " is " << text.size() << " bytes; the limit is "
+                                                     << kMaxConfigBytes << " bytes (" << (kMaxConfigBytes >> 20) << " MiB)");
   return parse_root(parse_json(text, source), source, warnings);
 }
 
@@ -856,16 +869,11 @@ DsConfig parse_config_json(const nlohmann::json& doc, const std::string& source,
 }
 
 DsConfig load_config_file(const std::string& path, std::vector<std::string>* warnings) {
-  std::ifstream in(path, std::ios::binary);
-  DS_CHECK(in.good(), "cannot open config file " << path);
-  std::ostringstream ss;
-  ss << in.rdbuf();
-  DS_CHECK(!in.bad(), "cannot read config file " << path);
-  return parse_config_text(ss.str(), path, warnings);
+  return parse_config_text(read_regular_file(path, "config file", kMaxConfigBytes), path, warnings);
 }
 
 DsConfig load_config(const std::string& path_or_json, std::vector<std::string>* warnings) {
-  if (file_exists(path_or_json)) return load_config_file(path_or_json, warnings);
+  if (path_exists(path_or_json)) return load_config_file(path_or_json, warnings);
   const size_t first = path_or_json.find_first_not_of(" \t\r\n");
   if (first != std::string::npos && path_or_json[first] == '{') {
     return parse_config_text(path_or_json, "<json string>", warnings);

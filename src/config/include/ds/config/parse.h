@@ -1,6 +1,7 @@
 // Reading ds_config.json: DeepSpeed's format, with clear errors.
 #pragma once
 
+#include <cstddef>
 #include <string>
 #include <vector>
 
@@ -8,11 +9,20 @@
 
 namespace ds::config {
 
+// The largest config accepted (file or text). Real configs are a few KiB; parsing costs many
+// times the size on every rank, so a runaway file fails at once, naming it and its size.
+inline constexpr std::size_t kMaxConfigBytes = std::size_t(4) << 20;  // 4 MiB
+
+// Unknown top-level keys warned about one by one; the rest are counted in one last warning.
+inline constexpr std::size_t kMaxUnknownKeyWarnings = 20;
+
 // Parses a config file (hjson-style // and /* */ comments allowed). Errors (ds::Error) name
 // the file with line:column for syntax errors and duplicate keys, and the key path and the
 // expected type for wrong values. Unknown keys inside a section are errors; unknown top-level
 // keys are warnings with the closest known key ("did you mean gradient_clipping?"), collected
-// into `warnings` (and logged) rather than thrown.
+// into `warnings` (and logged) rather than thrown: the first kMaxUnknownKeyWarnings, then one
+// "... and N more unknown top-level keys". The file must be a regular file of at most
+// kMaxConfigBytes (a FIFO, directory or device is refused as what it is).
 DsConfig load_config_file(const std::string& path, std::vector<std::string>* warnings = nullptr);
 // Same, from JSON text; `source` names it in messages.
 DsConfig parse_config_text(const std::string& text, const std::string& source = "<json string>",
