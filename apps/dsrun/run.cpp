@@ -148,6 +148,7 @@ int run_supervised(const std::vector<std::string>& argv, int grace_seconds) {
 
   std::fflush(stdout);
   std::fflush(stderr);
+  const pid_t self = ::getpid();
   pid_t pid = ::fork();
   if (pid < 0) {
     std::fprintf(stderr, "dsrun: error: fork failed: %s\n", std::strerror(errno));
@@ -155,6 +156,13 @@ int run_supervised(const std::vector<std::string>& argv, int grace_seconds) {
   }
   if (pid == 0) {
     ::setpgid(0, 0);  // own group: signals go to the engine and what it spawned, not to us
+    // dsrun killed outright (SIGKILL, OOM) cannot forward anything: the kernel sends the
+    // engine SIGTERM instead, and mpirun / mpiexec / srun stop their ranks on SIGTERM (the
+    // ranks sit in process groups of their own, out of reach of a signal to ours). dsrun is
+    // single-threaded, so "parent thread exited" means dsrun exited. If dsrun died before
+    // the prctl, nothing would ever signal us: getppid() then is no longer dsrun.
+    ::prctl(PR_SET_PDEATHSIG, SIGTERM, 0, 0, 0);
+    if (::getppid() != self) ::_exit(128 + SIGTERM);
     sigprocmask(SIG_SETMASK, &old, nullptr);
     auto av = c_argv(argv);
     ::execvp(av[0], av.data());

@@ -143,6 +143,29 @@ PY
       [ "$took" -le 45 ] || fail "SIG$sig: took ${took}s (escalation to SIGKILL is at 10 s)"
     done
     ;;
+  sigkill)  # SIGKILL to dsrun (nothing to forward): mpirun and every rank still go away
+    printf 'localhost slots=2\n' > "$T/hf"
+    mkdir "$T/p"
+    DS_HELLO_PID_DIR=$T/p DS_HELLO_BLOCK=1 "$DSRUN" -H "$T/hf" "$HELLO" > "$T/out" 2>&1 &
+    dpid=$!
+    wait_pids "$T/p" 2
+    # The engine: dsrun's child (found by parent pid, so nothing unrelated is touched).
+    epid=$(ps -o pid= --ppid "$dpid" | tr -d ' ' | head -1)
+    [ -n "$epid" ] || fail "no engine process under dsrun $dpid"
+    echo "$epid" > "$T/p/engine.pid"
+    # Anything left when the test ends (also on failure) is ours: stop it by pid, after
+    # checking the pid still runs our program (not a reused pid).
+    trap 'for f in "$T"/p/*.pid; do p=$(cat "$f"); tr "\0" " " < /proc/$p/cmdline 2>/dev/null \
+            | grep -qE "ds_launch_hello|mpirun" && kill -KILL "$p" 2>/dev/null; done; rm -rf "$T"' EXIT
+    kill -KILL "$dpid"
+    wait "$dpid" 2>/dev/null || true
+    for i in $(seq 1 300); do  # bounded wait: 30 s
+      all_gone "$T/p" > /dev/null && break
+      sleep 0.1
+    done
+    all_gone "$T/p" || fail "engine or ranks left running after SIGKILL of dsrun"
+    echo "SIGKILL: engine $epid and both ranks gone"
+    ;;
   unreachable)  # an unresolvable host fails fast with a clear message (ssh check, then mpirun)
     printf 'localhost slots=1\nnosuchhost.invalid slots=1\n' > "$T/hf"
     rc=0; "$DSRUN" -H "$T/hf" --force_multi -i nosuchhost.invalid "$HELLO" > "$T/out" 2>&1 || rc=$?
