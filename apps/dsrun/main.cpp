@@ -118,8 +118,9 @@ int launch(int argc, char** argv) {
   ResolveOptions ro;
   std::string launcher = "openmpi", launcher_args;
   bool no_local_rank = false, no_ssh_check = false, dry_run = false;
-  app.add_option("-H,--hostfile", ro.hostfile, "hostfile (DeepSpeed / Open MPI / Horovod forms)")
-      ->capture_default_str();
+  CLI::Option* hostfile_opt =
+      app.add_option("-H,--hostfile", ro.hostfile, "hostfile (DeepSpeed / Open MPI / Horovod forms)")
+          ->capture_default_str();
   app.add_option("-i,--include", ro.include, "resources to use: NODE[:SLOT,...][@NODE...]");
   app.add_option("-e,--exclude", ro.exclude, "resources to leave out, same grammar as --include");
   app.add_option("--num_nodes", ro.num_nodes, "use the first N hosts (0 = all)");
@@ -137,6 +138,7 @@ int launch(int argc, char** argv) {
   } catch (const CLI::ParseError& e) {
     return app.exit(e) == 0 ? 0 : 2;  // --help: 0; any parse error: 2 like other bad input
   }
+  ro.hostfile_given = hostfile_opt->count() > 0;  // a named hostfile must exist
   std::vector<std::string> rest = app.remaining();
   if (!rest.empty() && rest.front() == "--") rest.erase(rest.begin());  // "dsrun [opts] -- PROGRAM"
   DS_CHECK(!rest.empty(), "no PROGRAM given (dsrun [options] PROGRAM [ARGS...])");

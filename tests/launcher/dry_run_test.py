@@ -121,25 +121,35 @@ def launcher_args(args, argv):
 ok(["-H", hf2x4, "--launcher_args", "--mca btl_tcp_if_include eth1", "prog"],
    [("worker-0", W4), ("worker-1", W4)], check=launcher_args)
 
-# No hostfile: localhost, 127.0.0.1 even with --master_addr; CUDA_VISIBLE_DEVICES -> include.
+# No hostfile (the default path /job/hostfile absent): localhost, 127.0.0.1 even with
+# --master_addr; CUDA_VISIBLE_DEVICES -> include. A hostfile named with -H must exist.
 nohf = os.path.join(TMP, "missing")
+err(["-H", nohf, "prog"], f"hostfile '{nohf}' does not exist")
+err(["--hostfile=" + nohf, "prog"], f"hostfile '{nohf}' does not exist")
+DEFAULT_HF = not os.path.exists("/job/hostfile")  # the no-hostfile cases need it absent
 def local(args, argv):
     if argv[argv.index("--host") + 1] != "localhost:2":
         failures.append(f"local {argv}")
-ok(["-H", nohf, "--num_gpus", "2", "--master_addr", "10.1.1.1", "prog"], [("localhost", [0, 1])], "127.0.0.1",
-   check=local)
-ok(["-H", nohf, "prog"], [("localhost", [0, 1, 2])], env={"LOCAL_SIZE": "3"})
-ok(["-H", nohf, "prog"], [("localhost", [0, 2])], env={"LOCAL_SIZE": "4", "CUDA_VISIBLE_DEVICES": "2,0"})
-ok(["-H", nohf, "--num_gpus", "1", "prog"], [("localhost", [0])], env={"LOCAL_SIZE": "4", "CUDA_VISIBLE_DEVICES": "2"})
+if DEFAULT_HF:
+    ok(["--num_gpus", "2", "--master_addr", "10.1.1.1", "prog"], [("localhost", [0, 1])], "127.0.0.1",
+       check=local)
+    ok(["prog"], [("localhost", [0, 1, 2])], env={"LOCAL_SIZE": "3"})
+    ok(["prog"], [("localhost", [0, 2])], env={"LOCAL_SIZE": "4", "CUDA_VISIBLE_DEVICES": "2,0"})
+    ok(["--num_gpus", "1", "prog"], [("localhost", [0])], env={"LOCAL_SIZE": "4", "CUDA_VISIBLE_DEVICES": "2"})
 
-# Slurm allocation without hostfile.
-slurm_env = {"SLURM_JOB_ID": "42", "SLURM_JOB_NODELIST": "node[08-10]", "SLURM_TASKS_PER_NODE": "2(x3)"}
-ok(["-H", nohf, "prog"], [("node08", [0, 1]), ("node09", [0, 1]), ("node10", [0, 1])], "node08", env=slurm_env)
+    # Slurm allocation without hostfile.
+    slurm_env = {"SLURM_JOB_ID": "42", "SLURM_JOB_NODELIST": "node[08-10]", "SLURM_TASKS_PER_NODE": "2(x3)"}
+    ok(["prog"], [("node08", [0, 1]), ("node09", [0, 1]), ("node10", [0, 1])], "node08", env=slurm_env)
+    err(["--num_nodes", "2", "prog"], "no hostfile")
+else:
+    print("/job/hostfile exists: the no-hostfile cases are skipped")
 
 # Errors: non-zero exit and a message naming the problem.
 err(["-H", hostfile("", "empty"), "prog"], "hostfile is empty")
 err(["-H", hostfile("a slots=1\nb\n", "bad"), "prog"], "bad:2: host 'b' has no slot count")
 err(["-H", hostfile("a slots=1\na slots=1\n", "dup"), "prog"], "dup:2: duplicate host 'a'")
+err(["-H", hostfile("Worker-1 slots=1\nworker-1 slots=1\n", "dupcase"), "prog"],
+    "dupcase:2: duplicate host 'worker-1' (first on line 1 as 'Worker-1'")
 err(["-H", hostfile("a slots=x\n", "badn"), "prog"], "badn:1: bad slot count 'x'")
 err(["-H", hf2x4, "-i", "worker-0", "-e", "worker-1", "prog"], "mutually exclusive")
 err(["-H", hf2x4, "-i", "jeff", "prog"], "host 'jeff' not found")
@@ -147,7 +157,6 @@ err(["-H", hf2x4, "-i", "worker-1:4", "prog"], "no slot 4 on host 'worker-1'")
 err(["-H", hf2x4, "-e", "worker-0@worker-1", "prog"], "no resources")
 err(["-H", hf2x4, "-i", "worker-0", "--num_nodes", "1", "prog"], "cannot combine")
 err(["-H", hf2x4, "--num_gpus", "5", "prog"], "exceeds the 4 slots")
-err(["-H", nohf, "--num_nodes", "2", "prog"], "no hostfile")
 err(["-H", hf2x4, "--launcher", "pdsh", "prog"], "unknown --launcher 'pdsh'")
 err(["-H", hostfile("a slots=1\nb slots=2\n", "uneven"), "--launcher", "mpich", "prog"], "same number of slots")
 err(["-H", hf2x4], "no PROGRAM")

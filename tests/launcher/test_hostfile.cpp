@@ -56,6 +56,10 @@ TEST(Hostfile, Errors) {
            {"a slots=1\n\nb\n", "hf:3: host 'b' has no slot count"},
            {"a slots=1\na slots=2\n", "hf:2: duplicate host 'a' (first on line 1)"},
            {"a:1\na slots=2\n", "duplicate host"},
+           // DNS names are case-insensitive: one machine, listed twice.
+           {"Worker-1 slots=2\nworker-1 slots=2\n",
+            "hf:2: duplicate host 'worker-1' (first on line 1 as 'Worker-1'; host names are case-insensitive)"},
+           {"node.EXAMPLE.com:1\nNODE.example.COM:1\n", "duplicate host"},
            {"a slots=-1", "bad slot count '-1'"},
            {"a slots=four", "bad slot count 'four'"},
            {"a slots=4abc", "bad slot count '4abc'"},

@@ -211,6 +211,23 @@ TEST(Resolve, NoHostfileSingleMachine) {
   EXPECT_NE(error_of([&] { resolve(o, {}, [] { return gpus(2); }); }).find("exceeds"), std::string::npos);
 }
 
+// A hostfile the user named must exist; only the default path may be missing.
+TEST(Resolve, NamedHostfileMissing) {
+  ResolveOptions o;
+  o.hostfile = "/nonexistent/my-hostfile";
+  o.hostfile_given = true;
+  EXPECT_EQ(error_of([&] { resolve(o, {}, [] { return gpus(4); }); })
+                .rfind("hostfile '/nonexistent/my-hostfile' does not exist", 0),
+            0u);
+  // Not even inside a Slurm allocation: the user asked for that file.
+  EnvList slurm = {{"SLURM_JOB_ID", "7"}, {"SLURM_JOB_NODELIST", "n1"}, {"SLURM_TASKS_PER_NODE", "2"}};
+  EXPECT_NE(error_of([&] { resolve(o, slurm, [] { return gpus(4); }); }).find("does not exist"),
+            std::string::npos);
+  TempHostfile hf("h slots=2\n");
+  o.hostfile = hf.path;
+  EXPECT_EQ(str(resolve(o, {}, [] { return gpus(4); }).world), R"({"h": [0, 1]})");
+}
+
 TEST(Resolve, CudaVisibleDevicesRule) {
   ResolveOptions o;
   o.hostfile = "/nonexistent/hostfile";

@@ -14,6 +14,18 @@ namespace {
 
 constexpr long kMaxSlots = 1 << 20;
 
+// Host names compare without regard to ASCII case, as DNS names do.
+bool same_host(std::string_view a, std::string_view b) {
+  if (a.size() != b.size()) return false;
+  for (std::size_t i = 0; i < a.size(); ++i) {
+    char x = a[i], y = b[i];
+    if (x >= 'A' && x <= 'Z') x = static_cast<char>(x - 'A' + 'a');
+    if (y >= 'A' && y <= 'Z') y = static_cast<char>(y - 'A' + 'a');
+    if (x != y) return false;
+  }
+  return true;
+}
+
 bool is_space(char c) { return c == ' ' || c == '\t' || c == '\r' || c == '\n' || c == '\v' || c == '\f'; }
 
 std::string_view trim(std::string_view s) {
@@ -139,8 +151,12 @@ Pool parse_hostfile(std::string_view text, const std::string& source) {
                        << slots);
     }
     for (std::size_t i = 0; i < pool.size(); ++i) {
-      DS_CHECK(pool[i].host != host, where() << "duplicate host '" << host << "' (first on line "
-                                             << first_line[i] << ")");
+      DS_CHECK(!same_host(pool[i].host, host),
+               where() << "duplicate host '" << host << "' (first on line " << first_line[i]
+                       << (pool[i].host == host ? std::string()
+                                                : " as '" + pool[i].host +
+                                                      "'; host names are case-insensitive")
+                       << ")");
     }
     pool.push_back({std::string(host), static_cast<int>(slots)});
     first_line.push_back(lineno);

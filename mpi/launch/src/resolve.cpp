@@ -115,6 +115,8 @@ Resolution resolve(const ResolveOptions& opts, const EnvList& environ,
   Pool pool;
   if (read_hostfile(opts.hostfile, pool)) {
     res.source = PoolSource::Hostfile;
+  } else if (opts.hostfile_given) {
+    DS_THROW("hostfile '" << opts.hostfile << "' does not exist");
   } else if (slurm_pool(environ, pool)) {
     res.source = PoolSource::Slurm;
     res.notes.push_back("no hostfile at " + opts.hostfile +

@@ -23,7 +23,8 @@ using Pool = std::vector<HostSlots>;
 //                                    synonyms cpu= count= for slots, max-slots= slots_max=
 //                                    slots-max= for max_slots; M >= N)
 //   host:N                           Horovod / MPICH Hydra
-// Errors: malformed line, invalid host name, bad slot count, duplicate host, empty file.
+// Errors: malformed line, invalid host name, bad slot count, duplicate host (names compared
+// without regard to case, as DNS does: "Worker-1" and "worker-1" are one host), empty file.
 Pool parse_hostfile(std::string_view text, const std::string& source);
 
 // Reads and parses a file. Returns false (and leaves `pool` empty) when the file does not

@@ -13,6 +13,9 @@ namespace ds::launch {
 
 struct ResolveOptions {
   std::string hostfile = "/job/hostfile";
+  // The user named the hostfile (-H / --hostfile): then a missing file is an error instead
+  // of "no hostfile" (a typo must not quietly turn a cluster job into one local rank).
+  bool hostfile_given = false;
   std::string include;
   std::string exclude;
   int num_nodes = -1;  // -1 = not given; 0 = no limit
