@@ -19,6 +19,7 @@
 #include <nlohmann/json.hpp>
 
 #include "ds/core/error.h"
+#include "ds/core/file_read.h"
 #include "ds/core/half.h"
 #include "ds/core/log.h"
 #include "ds/io/checksum.h"
@@ -574,11 +575,7 @@ std::optional<std::string> read_latest(const std::string& load_dir) {
   DS_CHECK(fs::is_directory(load_dir), "checkpoint directory '" << load_dir << "' does not exist");
   fs::path latest = fs::path(load_dir) / kLatestFile;
   if (!fs::exists(latest)) return std::nullopt;
-  std::ifstream in(latest);
-  DS_CHECK(in, "cannot read " << latest.string());
-  std::stringstream ss;
-  ss << in.rdbuf();
-  std::string t = ss.str();
+  std::string t = read_regular_file(latest.string(), "checkpoint file");
   auto b = t.find_first_not_of(" \t\r\n");
   auto e = t.find_last_not_of(" \t\r\n");
   DS_CHECK(b != std::string::npos, latest.string() << " is empty");
@@ -597,12 +594,16 @@ std::uint32_t parse_crc(const nlohmann::json& v, const std::string& where) {
   return std::uint32_t(std::stoul(s.substr(7), nullptr, 16));
 }
 
+// A manifest grows with parameters x ranks (about 200 bytes per parameter, 200 per rank):
+// 64 MiB holds hundreds of thousands of either and still bounds memory when the path is
+// something like a FIFO or a huge file.
+constexpr std::uint64_t kMaxManifestBytes = std::uint64_t(64) << 20;
+
 Manifest parse_manifest(const std::string& path) {
-  std::ifstream in(path);
-  DS_CHECK(in, "cannot read " << path);
+  const std::string text = read_regular_file(path, "checkpoint manifest", kMaxManifestBytes);
   nlohmann::json j;
   try {
-    j = nlohmann::json::parse(in);
+    j = nlohmann::json::parse(text);
   } catch (const std::exception& e) {
     DS_THROW(path << " is not valid JSON (truncated or corrupt?): " << e.what());
   }

@@ -8,6 +8,7 @@
 #include <cstring>
 #include <mutex>
 
+#include "ds/core/file_read.h"
 #include "h5_check.h"
 
 namespace ds::io {
@@ -159,6 +160,9 @@ H5File::H5File(const std::string& path, Mode mode) : path_(path), mode_(mode) {
     DS_H5_CHECK(H5Pset_alignment(fapl.get(), 65536, 4096), "file " << path << " (alignment)");
     id_ = DS_H5_CHECK(H5Fcreate(path.c_str(), H5F_ACC_TRUNC, H5P_DEFAULT, fapl.get()), "file " << path);
   } else {
+    // H5Fopen would block on a FIFO and report a directory as a corrupt file: say what it is.
+    // (A missing file is left to H5Fopen's own error.)
+    check_regular_file(path, "HDF5 file", /*missing_ok=*/true);
     id_ = DS_H5_CHECK(H5Fopen(path.c_str(), H5F_ACC_RDONLY, H5P_DEFAULT), "file " << path);
   }
 }

@@ -15,6 +15,7 @@
 #include <thread>
 
 #include "ds/core/error.h"
+#include "ds/core/file_read.h"
 #include "ds/io/checksum.h"
 
 namespace ds::io::detail {
@@ -138,8 +139,7 @@ std::vector<std::uint32_t> write_raw(const std::vector<RawWrite>& jobs, const st
 }
 
 MappedFile::MappedFile(const std::string& path) : path_(path) {
-  int fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC);
-  DS_CHECK(fd >= 0, "cannot open " << path << ": " << std::strerror(errno));
+  int fd = open_regular_file(path, "checkpoint file");  // never blocks on a FIFO
   struct stat st {};
   if (::fstat(fd, &st) != 0) {
     int err = errno;
