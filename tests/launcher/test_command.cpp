@@ -1,6 +1,12 @@
 // .deepspeed_env parsing, exports, shell quoting, engine command lines and the rank shim.
 #include <gtest/gtest.h>
+#include <sys/stat.h>
+#include <unistd.h>
 
+#include <filesystem>
+#include <fstream>
+
+#include "../common/no_hang.h"
 #include "ds/core/error.h"
 #include "ds/launch/command.h"
 #include "ds/launch/env_file.h"
@@ -68,6 +74,33 @@ TEST(EnvFile, DefaultExportsAndPaths) {
   EXPECT_EQ(*env_get(ex, "NCCL_A"), "2");
   ex = collect_exports({{"PYTHONPATH", "/p"}}, {}, "/w", false);
   EXPECT_EQ(*env_get(ex, "PYTHONPATH"), "/p");
+}
+
+// DS_ENV_FILE may name anything: a FIFO is refused at once (never waited on), a device or
+// directory is named as what it is, a huge file is refused by size; a missing one is skipped.
+TEST(EnvFile, OnlyRegularFilesAreRead) {
+  namespace fs = std::filesystem;
+  std::string tmpl = (fs::temp_directory_path() / "ds_env_file.XXXXXX").string();
+  const fs::path d = ::mkdtemp(tmpl.data());
+  const std::string fifo = (d / "fifo.env").string();
+  ASSERT_EQ(::mkfifo(fifo.c_str(), 0600), 0);
+  std::string e = error_without_hang(fifo, [&] { read_env_files({fifo}); });
+  EXPECT_NE(e.find("environment file " + fifo + " is a FIFO, not a regular file"), std::string::npos) << e;
+  e = error_of([] { read_env_files({"/dev/zero"}); });
+  EXPECT_NE(e.find("environment file /dev/zero is a character device, not a regular file"), std::string::npos) << e;
+  e = error_of([&] { read_env_files({d.string()}); });
+  EXPECT_NE(e.find("environment file " + d.string() + " is a directory, not a regular file"), std::string::npos) << e;
+  const std::string big = (d / "big.env").string();
+  std::ofstream(big) << "A=1\n";
+  fs::resize_file(big, (std::uint64_t(4) << 20) + 1);
+  e = error_of([&] { read_env_files({big}); });
+  EXPECT_NE(e.find("environment file " + big + " is 4194305 bytes; the limit is 4194304 bytes (4 MiB)"), std::string::npos) << e;
+  const std::string good = (d / "good.env").string();
+  std::ofstream(good) << "NCCL_X=1\n";
+  EnvList got = read_env_files({(d / "missing.env").string(), good});
+  ASSERT_EQ(got.size(), 1u);
+  EXPECT_EQ(got[0].second, "1");
+  fs::remove_all(d);
 }
 
 TEST(Shell, QuoteAndSplit) {

@@ -1,14 +1,8 @@
 // Environment propagation (launcher-spec.md 8).
 #include "ds/launch/env_file.h"
 
-#include <sys/stat.h>
-
-#include <cerrno>
-#include <cstring>
-#include <fstream>
-#include <sstream>
-
 #include "ds/core/error.h"
+#include "ds/core/file_read.h"
 
 namespace ds::launch {
 namespace {
@@ -97,17 +91,11 @@ std::vector<std::string> env_file_paths(const EnvList& environ, const std::strin
 EnvList read_env_files(const std::vector<std::string>& paths) {
   EnvList out;
   for (const auto& p : paths) {
-    struct stat st{};
-    if (::stat(p.c_str(), &st) != 0) {
-      DS_CHECK(errno == ENOENT || errno == ENOTDIR, "cannot read " << p << ": " << std::strerror(errno));
-      continue;
-    }
-    DS_CHECK(!S_ISDIR(st.st_mode), p << " is a directory, not an environment file");
-    std::ifstream in(p, std::ios::binary);
-    DS_CHECK(in.good(), "cannot read " << p << ": " << std::strerror(errno));
-    std::ostringstream ss;
-    ss << in.rdbuf();
-    for (const auto& [k, v] : parse_env_file(ss.str(), p)) env_set(out, k, v);
+    // Missing is fine (both places are optional); a FIFO, device or directory is an error, not
+    // a hang or an unbounded read, and the file is capped like every control file.
+    if (!check_regular_file(p, "environment file", /*missing_ok=*/true)) continue;
+    const std::string text = read_regular_file(p, "environment file");
+    for (const auto& [k, v] : parse_env_file(text, p)) env_set(out, k, v);
   }
   return out;
 }
