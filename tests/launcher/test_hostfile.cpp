@@ -1,6 +1,11 @@
 // Hostfile grammar and dialects (launcher-spec.md 3 and 14).
 #include <gtest/gtest.h>
+#include <sys/stat.h>
+#include <unistd.h>
 
+#include <filesystem>
+
+#include "../common/no_hang.h"
 #include "ds/core/error.h"
 #include "ds/launch/hostfile.h"
 
@@ -94,6 +99,23 @@ TEST(Hostfile, MissingFileIsAbsent) {
   EXPECT_FALSE(read_hostfile("/nonexistent/dir/hostfile", p));
   EXPECT_TRUE(p.empty());
   EXPECT_THROW(read_hostfile("/", p), ds::Error);
+}
+
+// A hostfile that is a FIFO is refused at once (a blocking read would hang dsrun), a device
+// or directory is named as what it is.
+TEST(Hostfile, OnlyARegularFileIsRead) {
+  std::string tmpl = (std::filesystem::temp_directory_path() / "ds_hostfile.XXXXXX").string();
+  const std::string d = ::mkdtemp(tmpl.data());
+  const std::string fifo = d + "/hostfile";
+  ASSERT_EQ(::mkfifo(fifo.c_str(), 0600), 0);
+  Pool p;
+  std::string e = error_without_hang(fifo, [&] { read_hostfile(fifo, p); });
+  EXPECT_NE(e.find("hostfile " + fifo + " is a FIFO, not a regular file"), std::string::npos) << e;
+  e = error_without_hang(fifo, [&] { read_hostfile("/dev/zero", p); });
+  EXPECT_NE(e.find("hostfile /dev/zero is a character device, not a regular file"), std::string::npos) << e;
+  e = error_without_hang(fifo, [&] { read_hostfile(d, p); });
+  EXPECT_NE(e.find("hostfile " + d + " is a directory, not a regular file"), std::string::npos) << e;
+  std::filesystem::remove_all(d);
 }
 
 TEST(Hostfile, HostNames) {

@@ -1,13 +1,10 @@
 // Hostfile grammar (launcher-spec.md 3 and 14; docs/LAUNCHER.md "Hostfile dialects").
 #include "ds/launch/hostfile.h"
 
-#include <cerrno>
 #include <cstring>
-#include <fstream>
-#include <sstream>
-#include <sys/stat.h>
 
 #include "ds/core/error.h"
+#include "ds/core/file_read.h"
 
 namespace ds::launch {
 namespace {
@@ -167,18 +164,10 @@ Pool parse_hostfile(std::string_view text, const std::string& source) {
 
 bool read_hostfile(const std::string& path, Pool& pool) {
   pool.clear();
-  struct stat st{};
-  if (::stat(path.c_str(), &st) != 0) {
-    DS_CHECK(errno == ENOENT || errno == ENOTDIR,
-             "cannot read hostfile " << path << ": " << std::strerror(errno));
-    return false;
-  }
-  DS_CHECK(!S_ISDIR(st.st_mode), "hostfile " << path << " is a directory");
-  std::ifstream in(path, std::ios::binary);
-  DS_CHECK(in.good(), "cannot read hostfile " << path << ": " << std::strerror(errno));
-  std::ostringstream ss;
-  ss << in.rdbuf();
-  pool = parse_hostfile(ss.str(), path);
+  // A FIFO, device or directory is an error (never a hang or an unbounded read); capped like
+  // every control file.
+  if (!check_regular_file(path, "hostfile", /*missing_ok=*/true)) return false;
+  pool = parse_hostfile(read_regular_file(path, "hostfile"), path);
   return true;
 }
 
