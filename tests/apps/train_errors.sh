@@ -31,6 +31,11 @@ printf '{"train_micro_batch_size_per_gpu": 4, "gradient_clipping": "x"}' > bad_v
 expect_error config_type 'gradient_clipping' 2 --config bad_value.json "${TINY[@]}"
 printf '{"train_micro_batch_size_per_gpu": 4,, }' > bad_syntax.json
 expect_error config_syntax 'bad_syntax.json' 2 --config bad_syntax.json "${TINY[@]}"
+# An absurd micro-batch names the allocation that failed and the key to lower (the loader's
+# buffers: 1e10 sequences of 16 tokens, 1.2 TiB), not "std::bad_alloc".
+printf '{"train_micro_batch_size_per_gpu": 10000000000}' > huge_mb.json
+expect_error huge_micro_batch 'micro-batch buffers' 1 --config huge_mb.json "${TINY[@]}"
+grep -q 'lower train_micro_batch_size_per_gpu' huge_micro_batch.err || fail "huge_micro_batch: the key is not named"
 
 # A flag error on rank 1 only (MPMD; CLI11 refuses a repeated --n_embd): agreed, one line.
 rc=0

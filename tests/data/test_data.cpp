@@ -72,6 +72,24 @@ TEST(Data, TokenFileRoundTrip) {
     std::remove(p.c_str());
   }
   EXPECT_THROW(TextDataset::from_token_file("/nonexistent.bin"), ds::Error);
+  {
+    // A header claiming a vocabulary that 16-bit tokens cannot have (2^31): rejected by name
+    // before anything is sized from it; 65536 itself is the largest accepted.
+    const std::string p = tmp_path("bigvocab.bin");
+    const std::vector<std::uint16_t> t3{1, 2, 3};
+    ds::data::write_token_file(p, t3, 65536u);
+    EXPECT_EQ(TextDataset::from_token_file(p).vocab_size(), 65536);
+    ds::data::write_token_file(p, t3, 1u << 31);
+    try {
+      TextDataset::from_token_file(p);
+      FAIL() << "no error";
+    } catch (const ds::Error& e) {
+      const std::string w = e.what();
+      EXPECT_NE(w.find(p), std::string::npos) << w;
+      EXPECT_NE(w.find("vocab size 2147483648"), std::string::npos) << w;
+    }
+    std::remove(p.c_str());
+  }
   const std::string p = tmp_path("notok.bin");
   { std::ofstream f(p, std::ios::binary); f << "this is plain text, not a token file at all"; }
   EXPECT_THROW(TextDataset::from_token_file(p), ds::Error);

@@ -72,6 +72,11 @@ TextDataset TextDataset::from_token_file(const std::string& path) {
                       : get<std::uint16_t>(s, kHeader + 2 * i);
     mx = std::max<std::uint32_t>(mx, t[i]);
   }
+  // Tokens are 16-bit, so a larger vocabulary cannot be this file's: a header claiming one
+  // (2^31) would otherwise size the model's embedding and logits from it.
+  constexpr std::uint32_t kMaxVocab = 65536;
+  DS_CHECK(vocab <= kMaxVocab, "token file '" << path << "': header vocab size " << vocab
+                                              << " exceeds " << kMaxVocab << " (tokens are 16-bit)");
   if (vocab == 0) vocab = count ? mx + 1 : 1;
   DS_CHECK(count == 0 || mx < vocab, "token file '" << path << "': token " << mx
                                                     << " >= vocab size " << vocab);

@@ -1,6 +1,7 @@
 #include "ds/data/sampler.h"
 
 #include <algorithm>
+#include <exception>
 #include <numeric>
 
 #include "ds/core/error.h"
@@ -31,7 +32,7 @@ DistributedSampler::DistributedSampler(std::size_t num_samples, int world_size, 
            "DistributedSampler: " << n_ << " samples are not enough for one micro-batch of "
                                   << micro_batch << " on each of " << world_size << " ranks"
                                   << (drop_last ? " (dataloader_drop_last is true)" : ""));
-  batch_.reserve(micro_batch);
+  batch_.reserve(std::min(micro_batch, per_rank_));  // a batch never holds more than this rank's share
 }
 
 std::vector<std::size_t> DistributedSampler::epoch_indices(std::uint64_t epoch) const {
@@ -87,8 +88,22 @@ void DistributedSampler::skip_to_step(std::uint64_t step) {
 Loader::Loader(const TextDataset& data, std::int64_t seq, DistributedSampler sampler)
     : data_(&data), seq_(seq), micro_batch_(sampler.micro_batch()), sampler_(std::move(sampler)) {
   DS_CHECK(seq > 0, "Loader: sequence length must be > 0");
-  inputs_.resize(micro_batch_ * std::size_t(seq));
-  targets_.resize(micro_batch_ * std::size_t(seq));
+  // An absurd micro-batch (1e8 sequences) must say which allocation failed and why, not
+  // "std::bad_alloc".
+  std::size_t tokens = 0;
+  const bool overflow = __builtin_mul_overflow(micro_batch_, std::size_t(seq), &tokens);
+  const double gib = double(micro_batch_) * double(seq) * 2 * sizeof(std::int32_t) / double(1ull << 30);
+  try {
+    DS_CHECK(!overflow && tokens <= inputs_.max_size(), "size overflow");
+    inputs_.resize(tokens);
+    targets_.resize(tokens);
+  } catch (const std::exception&) {
+    inputs_ = {};
+    targets_ = {};
+    DS_THROW("data loader: out of host memory allocating the micro-batch buffers (micro-batch "
+             << micro_batch_ << " sequences x " << seq << " tokens, inputs and targets: " << gib
+             << " GiB); lower train_micro_batch_size_per_gpu");
+  }
 }
 
 Batch Loader::next() { return next(inputs_, targets_); }

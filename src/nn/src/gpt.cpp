@@ -151,7 +151,14 @@ void Gpt::ensure_scratch(std::int64_t B, std::int64_t T) {
   const std::int64_t total = per_layer * L + pad(N * C) * (L + 1) + pad(N * C) + pad(N) * 3 +
                              pad(N * V) + pad(N * C) * 3 + pad(3 * N * C) + pad(4 * N * C) +
                              pad(cap_t_ * cap_t_) * att_slots_;
-  arena_ = HostBuffer(std::size_t(total), DType::F32);
+  try {
+    arena_ = HostBuffer(std::size_t(total), DType::F32);
+  } catch (const std::exception&) {
+    // Which allocation and why, in the user's terms (the micro-batch), not "std::bad_alloc".
+    DS_THROW("GPT: out of host memory allocating the activations of " << B << " sequences x " << T
+             << " tokens (" << double(total) * 4 / double(1ull << 30)
+             << " GiB); lower train_micro_batch_size_per_gpu");
+  }
   float* p = arena_.as<float>();
   auto take = [&](std::int64_t n) { float* r = p; p += pad(n); return r; };
   acts_.assign(std::size_t(L), LayerAct{});
