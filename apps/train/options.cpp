@@ -108,6 +108,12 @@ ParseResult parse_options(int argc, const char* const* argv) {
     r.message_is_error = true;
     return r;
   }
+  if (app.count("--save_dir") > 0 && o.save_dir.empty()) {
+    r.message = "--save_dir is empty: give a checkpoint directory (or leave --save_dir out to save nothing)";
+    r.exit_code = 2;
+    r.message_is_error = true;
+    return r;
+  }
   if (!o.load_dir.empty() && o.ckpt_id.empty() == false && o.ckpt_id.find('/') != std::string::npos) {
     r.message = "--ckpt_id '" + o.ckpt_id + "' must be a tag (a directory name inside --load_dir), not a path";
     r.exit_code = 2;

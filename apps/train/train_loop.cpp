@@ -25,6 +25,7 @@
 #include "ds/data/sampler.h"
 #include "ds/engine/args.h"
 #include "ds/engine/engine.h"
+#include "ds/optim/optimizer.h"
 #include "ds/io/state_value.h"
 #include "ds/io/wait_for_checkpoint.h"
 #include "ds/mpi/comm_factory.h"
@@ -39,6 +40,7 @@
 #endif
 #include "model_spec.h"
 #include "report.h"
+#include "save_dir_check.h"
 
 namespace ds::train {
 
@@ -274,6 +276,9 @@ JobPtr prepare(const TrainOptions& opts, const DistributedContext& dist) {
   j.eval_iters = opts.eval_iters.value_or(kDefaultEvalIters);
   j.eval_interval = opts.eval_interval.value_or(std::max<std::int64_t>(1, j.total_steps / 5));
 
+  // --save_dir that cannot take checkpoints fails now, not at the first save after training.
+  if (!opts.save_dir.empty()) check_save_dir(opts.save_dir);
+
   j.on_gpu = use_gpu(opts.device, dist);
 
   // What all ranks must share: checked by main() before the first collective, because
@@ -406,6 +411,20 @@ void run(Job& j, DistributedContext& dist) {
     }
     if (rank0)
       std::printf("[train] resumed from %s at step %lld\n", loaded->first.c_str(), static_cast<long long>(start_step));
+  }
+
+  // Before the first step: every tag this run will save is free in --save_dir, and there is
+  // room for a checkpoint (rank 0 checks; an error ends the job through abort_job).
+  if (rank0 && !j.opts.save_dir.empty()) {
+    SavePlan plan;
+    plan.start_step = start_step;
+    plan.total_steps = j.total_steps;
+    plan.save_interval = j.opts.save_interval.value_or(0);
+    const std::uint64_t numel = engine.partition_map().total_numel;
+    const std::uint64_t flat_states = 1 + engine.optimizer()->state_tensors().size();  // fp32 master + optimizer
+    plan.checkpoint_bytes = numel * dtype_size(engine.working_dtype()) + flat_states * numel * sizeof(float) +
+                            (std::uint64_t(1) << 20) + std::uint64_t(dist.world_size) * 65536;
+    check_save_plan(j.opts.save_dir, plan);
   }
 
   const std::int64_t tokens_per_step = engine.train_batch_size() * seq;
