@@ -16,6 +16,7 @@
 #include <thread>
 #include <vector>
 
+#include "comm_watchdog.h"
 #include "ds/core/half.h"
 #include "ds/core/spin_wait.h"
 #include "ds/mpi/check.h"
@@ -306,6 +307,14 @@ MpiCommOptions MpiCommOptions::from_env() {
     o.oversubscribed = env_size("DS_COMM_OVERSUBSCRIBED", 0) != 0 ? 1 : 0;
   if (const char* v = std::getenv("DS_COMM_BARRIER_SPINS"); v && *v)
     o.barrier_spins = static_cast<int>(std::min<std::size_t>(env_size("DS_COMM_BARRIER_SPINS", 0), 1u << 30));
+  if (const char* v = std::getenv("DS_COMM_TIMEOUT"); v && *v) {
+    char* end = nullptr;
+    const double t = std::strtod(v, &end);
+    if (end == v || *end != '\0' || !(t >= 0) || t > 1e9)
+      DS_THROW("environment variable DS_COMM_TIMEOUT='" << v << "' is not a number of seconds (0 = no timeout)");
+    o.timeout_s = t;
+    o.timeout_from_env = true;
+  }
   return o;
 }
 
@@ -320,22 +329,35 @@ class DoneHandle final : public CommHandle {
   bool test() override { return true; }
 };
 
+// Which collective a handle belongs to, for the deadline's message.
+struct OpTag {
+  std::shared_ptr<detail::CommWatchdog> watchdog;
+  const char* what = "";
+  std::uint64_t seq = 0;
+};
+
 // MPI_I* requests, plus the avg division once they complete.
 class RequestHandle final : public CommHandle {
  public:
-  RequestHandle(std::vector<MPI_Request> reqs, std::function<void()> after)
-      : reqs_(std::move(reqs)), after_(std::move(after)) {}
+  RequestHandle(std::vector<MPI_Request> reqs, std::function<void()> after, OpTag tag)
+      : reqs_(std::move(reqs)), after_(std::move(after)), tag_(std::move(tag)) {}
   ~RequestHandle() override {
     // Abandoned without wait(): the buffers must stay valid until the operation is done anyway.
     if (!done_) {
       int finalized = 0;
       MPI_Finalized(&finalized);
-      if (!finalized) MPI_Waitall(static_cast<int>(reqs_.size()), reqs_.data(), MPI_STATUSES_IGNORE);
+      if (!finalized) {
+        detail::CommWait w(*tag_.watchdog, detail::CommWatchdog::kCaller, tag_.what, tag_.seq);
+        MPI_Waitall(static_cast<int>(reqs_.size()), reqs_.data(), MPI_STATUSES_IGNORE);
+      }
     }
   }
   void wait() override {
     if (done_) return;
-    DS_MPI_CHECK(MPI_Waitall(static_cast<int>(reqs_.size()), reqs_.data(), MPI_STATUSES_IGNORE));
+    {
+      detail::CommWait w(*tag_.watchdog, detail::CommWatchdog::kCaller, tag_.what, tag_.seq);
+      DS_MPI_CHECK(MPI_Waitall(static_cast<int>(reqs_.size()), reqs_.data(), MPI_STATUSES_IGNORE));
+    }
     finish();
   }
   bool test() override {
@@ -353,6 +375,7 @@ class RequestHandle final : public CommHandle {
   }
   std::vector<MPI_Request> reqs_;
   std::function<void()> after_;
+  OpTag tag_;
   bool done_ = false;
 };
 
@@ -365,12 +388,14 @@ struct TaskState {
 
 class TaskHandle final : public CommHandle {
  public:
-  explicit TaskHandle(std::shared_ptr<TaskState> s) : s_(std::move(s)) {}
+  TaskHandle(std::shared_ptr<TaskState> s, OpTag tag) : s_(std::move(s)), tag_(std::move(tag)) {}
   ~TaskHandle() override {
+    detail::CommWait w(*tag_.watchdog, detail::CommWatchdog::kCaller, tag_.what, tag_.seq);
     std::unique_lock lk(s_->mu);
     s_->cv.wait(lk, [&] { return s_->done; });
   }
   void wait() override {
+    detail::CommWait w(*tag_.watchdog, detail::CommWatchdog::kCaller, tag_.what, tag_.seq);
     std::unique_lock lk(s_->mu);
     s_->cv.wait(lk, [&] { return s_->done; });
     if (s_->error) {
@@ -386,6 +411,7 @@ class TaskHandle final : public CommHandle {
 
  private:
   std::shared_ptr<TaskState> s_;
+  OpTag tag_;
 };
 
 }  // namespace
@@ -418,6 +444,21 @@ struct MpiComm::Impl {
   int in_flight = 0;               // queued + running
   bool stop = false;
 
+  // --- collective deadline (comm_watchdog.h) ---
+  std::shared_ptr<detail::CommWatchdog> watchdog;
+  std::uint64_t op_seq = 0;        // collectives called so far (the same count on every rank)
+  // Every collective call: its sequence number, also published in this rank's control page
+  // (one store) so that a peer that times out can tell which node ranks never arrived.
+  std::uint64_t arrive() {
+    const std::uint64_t seq = ++op_seq;
+    if (win != MPI_WIN_NULL)
+      std::atomic_ref<std::uint64_t>(*reinterpret_cast<std::uint64_t*>(ctrl[node_rank] + kArrivedOffset))
+          .store(seq, std::memory_order_relaxed);
+    return seq;
+  }
+  OpTag tag(const char* what, std::uint64_t seq) const { return OpTag{watchdog, what, seq}; }
+  std::string not_arrived(std::uint64_t seq) const;
+
   ~Impl();
   void setup(MPI_Comm parent);
 
@@ -448,6 +489,9 @@ struct MpiComm::Impl {
   // Segment layout: one 4 KiB control page (this rank's barrier counter in its first cache
   // line), then the two data halves.
   static constexpr std::size_t kCtrlBytes = 4096;
+  // Control page: barrier counter at 0; the rank's last collective sequence number (arrive())
+  // and its rank in `comm` on their own cache lines, read by peers only after a timeout.
+  static constexpr std::size_t kArrivedOffset = 64, kRankOffset = 128;
   std::vector<char*> ctrl;         // each node rank's control page
   std::uint64_t barrier_seq = 0;   // barriers passed (the same count on every node rank)
   char* half(int r, std::uint64_t seq) const { return seg[r] + (seq & 1) * half_bytes; }
@@ -475,7 +519,7 @@ struct MpiComm::Impl {
 
   // --- progress thread ---
   bool threaded() const { return opt.progress_thread && thread_level >= MPI_THREAD_MULTIPLE; }
-  CommWork submit(std::function<void()> fn);
+  CommWork submit(std::function<void()> fn, const char* what, std::uint64_t seq);
   void drain();
   void worker_loop();
 };
@@ -539,13 +583,40 @@ void MpiComm::Impl::setup(MPI_Comm parent) {
       seg[r] = ctrl[r] + kCtrlBytes;
     }
     std::memset(base, 0, kCtrlBytes + 2 * half_bytes);  // first touch once, here, not in the first step
+    *reinterpret_cast<std::int64_t*>(base + kRankOffset) = rank;
     DS_MPI_CHECK(MPI_Win_lock_all(MPI_MODE_NOCHECK, win));
     DS_MPI_CHECK(MPI_Win_sync(win));
     DS_MPI_CHECK(MPI_Barrier(node));  // every counter is zero before anyone uses the window
   }
+  watchdog = std::make_shared<detail::CommWatchdog>(rank, [this](std::uint64_t seq) { return not_arrived(seq); });
+  watchdog->set_timeout(opt.timeout_s);
+}
+
+// Called on the watchdog thread once, at a timeout: the node peers whose published sequence
+// number is below `seq` have not called that collective (ranks on other nodes are not known).
+std::string MpiComm::Impl::not_arrived(std::uint64_t seq) const {
+  if (win == MPI_WIN_NULL) {
+    return size == 1 ? std::string() : "which ranks did not arrive is not known (no shared-memory window)";
+  }
+  std::string late;
+  for (int r = 0; r < node_size; ++r) {
+    if (r == node_rank) continue;
+    const std::uint64_t got =
+        std::atomic_ref<std::uint64_t>(*reinterpret_cast<std::uint64_t*>(ctrl[r] + kArrivedOffset))
+            .load(std::memory_order_acquire);
+    if (got < seq) {
+      late += late.empty() ? "" : ", ";
+      late += std::to_string(*reinterpret_cast<const std::int64_t*>(ctrl[r] + kRankOffset)) + " (at #" +
+              std::to_string(got) + ")";
+    }
+  }
+  std::string out = late.empty() ? "every rank on this node arrived" : "ranks that did not arrive: " + late;
+  if (nnodes > 1) out += "; ranks on other nodes are not known";
+  return out;
 }
 
 MpiComm::Impl::~Impl() {
+  if (watchdog) watchdog->shutdown();  // its not_arrived() reads this object
   {
     std::lock_guard lk(mu);
     stop = true;
@@ -563,8 +634,9 @@ MpiComm::Impl::~Impl() {
     if (*c != MPI_COMM_NULL) MPI_Comm_free(c);
 }
 
-CommWork MpiComm::Impl::submit(std::function<void()> fn) {
+CommWork MpiComm::Impl::submit(std::function<void()> fn, const char* what, std::uint64_t seq) {
   if (!threaded()) {
+    detail::CommWait w(*watchdog, detail::CommWatchdog::kCaller, what, seq);
     fn();  // runs to completion here (no MPI_THREAD_MULTIPLE, or disabled)
     return std::make_unique<DoneHandle>();
   }
@@ -573,9 +645,10 @@ CommWork MpiComm::Impl::submit(std::function<void()> fn) {
     std::lock_guard lk(mu);
     if (!worker.joinable()) worker = std::thread([this] { worker_loop(); });
     ++in_flight;
-    queue.emplace_back([state, fn = std::move(fn)] {
+    queue.emplace_back([state, fn = std::move(fn), wd = watchdog, what, seq] {
       std::exception_ptr err;
       try {
+        detail::CommWait w(*wd, detail::CommWatchdog::kProgress, what, seq);
         fn();
       } catch (...) {
         err = std::current_exception();
@@ -587,7 +660,7 @@ CommWork MpiComm::Impl::submit(std::function<void()> fn) {
     });
   }
   cv.notify_one();
-  return std::make_unique<TaskHandle>(state);
+  return std::make_unique<TaskHandle>(state, tag(what, seq));
 }
 
 void MpiComm::Impl::worker_loop() {
@@ -850,6 +923,7 @@ void MpiComm::all_reduce(TensorView buf, ReduceOp op) {
   check_op(op, buf.dtype, "all_reduce");
   check_view(buf, "all_reduce", "buf");
   if (buf.count == 0) return;
+  detail::CommWait w(*impl_->watchdog, detail::CommWatchdog::kCaller, "all_reduce", impl_->arrive());
   if (impl_->use_shm_allreduce(buf.bytes(), false)) {
     impl_->drain();
     impl_->shm_all_reduce(buf, op);
@@ -862,18 +936,21 @@ CommWork MpiComm::iall_reduce(TensorView buf, ReduceOp op) {
   check_op(op, buf.dtype, "iall_reduce");
   check_view(buf, "iall_reduce", "buf");
   if (buf.count == 0) return std::make_unique<DoneHandle>();
-  if (impl_->use_shm_allreduce(buf.bytes(), true)) return impl_->submit([this, buf, op] { impl_->shm_all_reduce(buf, op); });
+  const std::uint64_t seq = impl_->arrive();
+  if (impl_->use_shm_allreduce(buf.bytes(), true))
+    return impl_->submit([this, buf, op] { impl_->shm_all_reduce(buf, op); }, "iall_reduce", seq);
   std::vector<MPI_Request> reqs;
   impl_->mpi_all_reduce(buf, op, &reqs);
   std::function<void()> after;
   if (op == ReduceOp::Avg) after = [buf, n = size()] { divide(buf.data, buf.count, buf.dtype, n); };
-  return std::make_unique<RequestHandle>(std::move(reqs), std::move(after));
+  return std::make_unique<RequestHandle>(std::move(reqs), std::move(after), impl_->tag("iall_reduce", seq));
 }
 
 void MpiComm::reduce_scatter(TensorView send, TensorView recv, ReduceOp op) {
   check_op(op, send.dtype, "reduce_scatter");
   check_rs(send, recv, size());
   if (recv.count == 0) return;
+  detail::CommWait w(*impl_->watchdog, detail::CommWatchdog::kCaller, "reduce_scatter", impl_->arrive());
   if (impl_->use_shm_reduce_scatter(send.bytes(), false)) {
     impl_->drain();
     impl_->shm_reduce_scatter(send, recv, op);
@@ -886,18 +963,20 @@ CommWork MpiComm::ireduce_scatter(TensorView send, TensorView recv, ReduceOp op)
   check_op(op, send.dtype, "ireduce_scatter");
   check_rs(send, recv, size());
   if (recv.count == 0) return std::make_unique<DoneHandle>();
+  const std::uint64_t seq = impl_->arrive();
   if (impl_->use_shm_reduce_scatter(send.bytes(), true))
-    return impl_->submit([this, send, recv, op] { impl_->shm_reduce_scatter(send, recv, op); });
+    return impl_->submit([this, send, recv, op] { impl_->shm_reduce_scatter(send, recv, op); }, "ireduce_scatter", seq);
   std::vector<MPI_Request> reqs;
   impl_->mpi_reduce_scatter(send, recv, op, &reqs);
   std::function<void()> after;
   if (op == ReduceOp::Avg) after = [recv, n = size()] { divide(recv.data, recv.count, recv.dtype, n); };
-  return std::make_unique<RequestHandle>(std::move(reqs), std::move(after));
+  return std::make_unique<RequestHandle>(std::move(reqs), std::move(after), impl_->tag("ireduce_scatter", seq));
 }
 
 void MpiComm::all_gather(TensorView send, TensorView recv) {
   check_ag(send, recv, size(), rank());
   if (send.count == 0) return;
+  detail::CommWait w(*impl_->watchdog, detail::CommWatchdog::kCaller, "all_gather", impl_->arrive());
   if (impl_->use_shm_all_gather(recv.bytes(), false, send.data == ptr(recv, rank() * send.count))) {
     impl_->drain();
     impl_->shm_all_gather(send, recv);
@@ -909,40 +988,59 @@ void MpiComm::all_gather(TensorView send, TensorView recv) {
 CommWork MpiComm::iall_gather(TensorView send, TensorView recv) {
   check_ag(send, recv, size(), rank());
   if (send.count == 0) return std::make_unique<DoneHandle>();
+  const std::uint64_t seq = impl_->arrive();
   if (impl_->use_shm_all_gather(recv.bytes(), true, send.data == ptr(recv, rank() * send.count)))
-    return impl_->submit([this, send, recv] { impl_->shm_all_gather(send, recv); });
+    return impl_->submit([this, send, recv] { impl_->shm_all_gather(send, recv); }, "iall_gather", seq);
   std::vector<MPI_Request> reqs;
   impl_->mpi_all_gather(send, recv, &reqs);
-  return std::make_unique<RequestHandle>(std::move(reqs), nullptr);
+  return std::make_unique<RequestHandle>(std::move(reqs), nullptr, impl_->tag("iall_gather", seq));
 }
 
 void MpiComm::broadcast(TensorView buf, int root) {
   check_view(buf, "broadcast", "buf");
   if (root < 0 || root >= size()) DS_THROW("MpiComm::broadcast: root " << root << " is not a rank of this communicator (size " << size() << ")");
   const MPI_Datatype t = mpi_datatype(buf.dtype);
+  detail::CommWait w(*impl_->watchdog, detail::CommWatchdog::kCaller, "broadcast", impl_->arrive());
   for (std::size_t off = 0; off < buf.count; off += impl_->opt.max_count) {
     const int k = static_cast<int>(std::min(impl_->opt.max_count, buf.count - off));
     DS_MPI_CHECK(MPI_Bcast(mptr(buf, off), k, t, root, impl_->comm));
   }
 }
 
-void MpiComm::barrier() { DS_MPI_CHECK(MPI_Barrier(impl_->comm)); }
+void MpiComm::barrier() {
+  detail::CommWait w(*impl_->watchdog, detail::CommWatchdog::kCaller, "barrier", impl_->arrive());
+  DS_MPI_CHECK(MPI_Barrier(impl_->comm));
+}
+
+void MpiComm::set_timeout(double seconds) {
+  if (impl_->opt.timeout_from_env) return;  // DS_COMM_TIMEOUT wins over the config
+  impl_->opt.timeout_s = seconds > 0 ? seconds : 0;
+  impl_->watchdog->set_timeout(impl_->opt.timeout_s);
+}
+
+double MpiComm::timeout() const { return impl_->opt.timeout_s; }
 
 void MpiComm::all_reduce_mpi(TensorView buf, ReduceOp op) {
   check_op(op, buf.dtype, "all_reduce");
   check_view(buf, "all_reduce", "buf");
-  if (buf.count) impl_->mpi_all_reduce(buf, op, nullptr);
+  if (buf.count == 0) return;
+  detail::CommWait w(*impl_->watchdog, detail::CommWatchdog::kCaller, "all_reduce", impl_->arrive());
+  impl_->mpi_all_reduce(buf, op, nullptr);
 }
 
 void MpiComm::reduce_scatter_mpi(TensorView send, TensorView recv, ReduceOp op) {
   check_op(op, send.dtype, "reduce_scatter");
   check_rs(send, recv, size());
-  if (recv.count) impl_->mpi_reduce_scatter(send, recv, op, nullptr);
+  if (recv.count == 0) return;
+  detail::CommWait w(*impl_->watchdog, detail::CommWatchdog::kCaller, "reduce_scatter", impl_->arrive());
+  impl_->mpi_reduce_scatter(send, recv, op, nullptr);
 }
 
 void MpiComm::all_gather_mpi(TensorView send, TensorView recv) {
   check_ag(send, recv, size(), rank());
-  if (send.count) impl_->mpi_all_gather(send, recv, nullptr);
+  if (send.count == 0) return;
+  detail::CommWait w(*impl_->watchdog, detail::CommWatchdog::kCaller, "all_gather", impl_->arrive());
+  impl_->mpi_all_gather(send, recv, nullptr);
 }
 
 }  // namespace ds

@@ -119,6 +119,20 @@ TEST(ConfigParse, TypeErrorsNamePositionKeyPathAndExpectedType) {
   EXPECT_HAS(error_of("[1]"), "ds.json:1:1: a config must be a JSON object, got an array");
 }
 
+// comms_config.timeout: seconds a collective may wait (default torch's 30 minutes; 0 = none).
+TEST(ConfigParse, CommsConfigTimeout) {
+  std::vector<std::string> warnings;
+  EXPECT_EQ(parse("{}").comms_config.timeout, 1800.0);
+  EXPECT_EQ(parse(R"({"comms_config": {"timeout": 2.5}})", &warnings).comms_config.timeout, 2.5);
+  EXPECT_TRUE(warnings.empty()) << warnings.front();  // a known key, not "unknown top-level key"
+  EXPECT_EQ(parse(R"({"comms_config": {"timeout": 0}})").comms_config.timeout, 0.0);
+  EXPECT_EQ(parse(R"({"comms_config": {"timeout": "auto"}})").comms_config.timeout, 1800.0);
+  EXPECT_HAS(error_of(R"({"comms_config": {"timeout": -1}})"), "comms_config.timeout: expected a number");
+  EXPECT_HAS(error_of(R"({"comms_config": {"timeout": "30"}})"), "comms_config.timeout: expected a number");
+  EXPECT_HAS(error_of(R"({"comms_config": {"timout": 30}})"),
+             "comms_config.timout: unknown key in comms_config (did you mean \"timeout\"?)");
+}
+
 TEST(ConfigParse, UnknownSectionKeysAreErrorsWithSuggestion) {
   const std::string e = error_of("{\n  \"fp16\": {\"enabled\": true, \"loss_scal\": 0}\n}");
   EXPECT_HAS(e, "ds.json:2:29: fp16.loss_scal: unknown key in fp16 (did you mean \"loss_scale\"?)");

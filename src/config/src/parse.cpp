@@ -84,6 +84,7 @@ const std::vector<std::pair<std::string, std::vector<std::string>>>& section_key
                              "allgather_bucket_size", "allgather_partitions", "overlap_comm"}},
       {"checkpoint", {"tag_validation", "async_save"}},
       {"csv_monitor", {"enabled", "output_path", "job_name"}},
+      {"comms_config", {"timeout"}},
       {"optimizer.params", {"lr", "betas", "eps", "weight_decay", "bias_correction", "adam_w_mode",
                             "momentum", "dampening", "nesterov", "max_coeff", "min_coeff",
                             "eps_inside_sqrt", "lr_decay", "initial_accumulator_value"}},
@@ -683,6 +684,12 @@ void parse_csv_monitor(Ctx& ctx, const Member& section, CsvMonitorConfig& c) {
   s.finish();
 }
 
+void parse_comms_config(Ctx& ctx, const Member& section, CommsConfig& c) {
+  Section s(ctx, section.value, section.key_pos, "comms_config");
+  s.number("timeout", c.timeout, Range{0, 1e9});
+  s.finish();
+}
+
 // ---------------------------------------------------------------------------------------
 // The document
 // ---------------------------------------------------------------------------------------
@@ -751,6 +758,8 @@ DsConfig parse_root(const JsonNode& root, const std::string& source, std::vector
   top.boolean("dataloader_drop_last", cfg.dataloader_drop_last);
   if (const Member* m = top.get("checkpoint"); m && m->value.kind != K::Null) parse_checkpoint(ctx, *m, cfg.checkpoint);
   if (const Member* m = top.get("csv_monitor"); m && m->value.kind != K::Null) parse_csv_monitor(ctx, *m, cfg.csv_monitor);
+  if (const Member* m = top.get("comms_config"); m && m->value.kind != K::Null)
+    parse_comms_config(ctx, *m, cfg.comms_config);
   if (const Member* m = top.get("seed"); m && m->value.kind != K::Null) {
     if (m->value.kind == K::UInt) cfg.seed = m->value.uint_value;
     else cfg.seed = static_cast<std::uint64_t>(top.read_int(*m, 0, kIntMax));

@@ -127,6 +127,7 @@ nlohmann::json to_json(const DsConfig& cfg) {
       cfg.fp16.enabled ? "fp16" : cfg.bf16.enabled ? "bf16" : "fp32");
   j["dataloader_drop_last"] = cfg.dataloader_drop_last;
   j["checkpoint"] = {{"tag_validation", cfg.checkpoint.tag_validation}, {"async_save", cfg.checkpoint.async_save}};
+  j["comms_config"] = {{"timeout", cfg.comms_config.timeout}};
   j["csv_monitor"] = {{"enabled", cfg.csv_monitor.enabled},
                       {"output_path", cfg.csv_monitor.output_path},
                       {"job_name", cfg.csv_monitor.job_name}};

@@ -107,6 +107,9 @@ Engine::Engine(config::DsConfig cfg, Module& module, std::shared_ptr<Communicato
   world_ = comm_->size();
   config::resolve_batch_sizes(cfg_, world_);
   validate_config();
+  // A peer that never arrives (stopped, dead) ends the job after this long instead of hanging it.
+  comm_->set_timeout(cfg_.comms_config.timeout);
+  if (device_comm_) device_comm_->set_timeout(cfg_.comms_config.timeout);
   if (on_device()) {
     // The GPU path (docs/GPU.md) offers ZeRO stages 0 and 1: stage 2's gradient partitioning
     // releases host pages of the gradient buffer (PagedBuffer), which device memory has not.

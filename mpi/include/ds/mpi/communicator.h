@@ -57,6 +57,11 @@ class Communicator {
   // this cudaStream_t (void* keeps CUDA headers out), so buffers produced there are complete.
   // Host backends ignore it.
   virtual void set_compute_stream(void* /*stream*/) {}
+
+  // Seconds a collective may wait for the other ranks before the job is ended with one line
+  // naming the collective (config comms_config.timeout; 0: wait forever). Backends without
+  // a deadline ignore it.
+  virtual void set_timeout(double /*seconds*/) {}
 };
 
 }  // namespace ds

@@ -23,6 +23,10 @@
 // provides MPI_THREAD_MULTIPLE, so they overlap with the caller's compute; otherwise they
 // run to completion inside the i*() call. Non-blocking plain-path operations are MPI_I*
 // requests on the caller's thread. A blocking shm operation first waits for the queued ones.
+//
+// Deadline (docs/DISTRIBUTED.md "Collective deadline"): a wait in a collective longer than
+// timeout_s ends the job with one line naming the collective, its sequence number and the
+// node ranks that did not arrive (a watchdog thread; the collectives themselves are unchanged).
 #pragma once
 
 #include <mpi.h>
@@ -96,10 +100,17 @@ struct MpiCommOptions {
   // Pause-spins of a window barrier before it yields the CPU (DS_COMM_BARRIER_SPINS);
   // -1: 256, or 4 when the node's ranks outnumber its CPUs.
   int barrier_spins = -1;
+  // Seconds a rank may wait in one collective (for peers that do not arrive: a stopped or
+  // dead rank) before the job ends with one line naming the collective and its sequence
+  // number (MPI_Abort); 0 waits forever. Default 1800, torch's default_pg_timeout.
+  // DS_COMM_TIMEOUT=SECONDS sets it and then wins over set_timeout() (the config's value).
+  double timeout_s = 1800;
+  bool timeout_from_env = false;
   // Defaults overridden by DS_COMM_SHM, DS_COMM_SHM_CHUNK, DS_COMM_SHM_ONESHOT_MAX, DS_COMM_SHM_MIN,
   // DS_COMM_PLAIN_ALL_REDUCE(_OVERSUBSCRIBED), DS_COMM_PLAIN_REDUCE_SCATTER,
   // DS_COMM_PLAIN_ALL_GATHER(_IN_PLACE, _OVERSUBSCRIBED),
-  // DS_COMM_RANKS_PER_NODE, DS_COMM_PROGRESS_THREAD, DS_COMM_OVERSUBSCRIBED, DS_COMM_BARRIER_SPINS.
+  // DS_COMM_RANKS_PER_NODE, DS_COMM_PROGRESS_THREAD, DS_COMM_OVERSUBSCRIBED, DS_COMM_BARRIER_SPINS,
+  // DS_COMM_TIMEOUT.
   static MpiCommOptions from_env();
 };
 
@@ -124,6 +135,9 @@ class MpiComm final : public Communicator {
   CommWork iall_gather(TensorView send, TensorView recv) override;
   void broadcast(TensorView buf, int root) override;
   void barrier() override;
+  // The collective deadline (MpiCommOptions::timeout_s); ignored when DS_COMM_TIMEOUT is set.
+  void set_timeout(double seconds) override;
+  double timeout() const;
 
   // Plain-MPI versions of the collectives (no shm), for tests and benchmarks.
   void all_reduce_mpi(TensorView buf, ReduceOp op);

@@ -94,6 +94,13 @@ struct CheckpointConfig {
   bool async_save = false;              // dstrain extension: background snapshot writer
 };
 
+// dstrain extension (DeepSpeed takes the timeout as init_distributed(timeout=...)).
+struct CommsConfig {
+  // Seconds a rank waits in one collective for the others before the job ends with one line
+  // naming the collective (0: forever). Default: torch's default_pg_timeout, 30 minutes.
+  double timeout = 1800.0;
+};
+
 struct CsvMonitorConfig {
   bool enabled = false;
   std::string output_path;
@@ -121,6 +128,7 @@ struct DsConfig {
   bool dataloader_drop_last = false;
   CheckpointConfig checkpoint;
   CsvMonitorConfig csv_monitor;
+  CommsConfig comms_config;
   std::optional<std::uint64_t> seed;  // dstrain extension (DeepSpeed has no top-level seed)
 
   // Where it came from ("<json string>" for inline configs), for error messages.
