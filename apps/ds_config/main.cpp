@@ -9,11 +9,13 @@
 #include <cstdio>
 #include <exception>
 #include <iostream>
+#include <limits>
 #include <string>
 #include <vector>
 
 #include <CLI/CLI.hpp>
 
+#include "cli_usage.h"
 #include "ds/config/parse.h"
 #include "ds/core/error.h"
 #include "ds/sched/lr_scheduler.h"
@@ -62,19 +64,24 @@ int main(int argc, char** argv) {
 
   auto* check = app.add_subcommand("check", "print the fully resolved config as JSON");
   check->add_option("FILE", file, "ds_config.json (or JSON text, or base64 JSON)")->required();
+  // CLI::Range, not PositiveNumber: the message names the real bounds ("not in range 1 to
+  // 2147483647") instead of 0 to DBL_MAX.
+  const auto positive_int = CLI::Range(1, std::numeric_limits<int>::max());
   check->add_option("--world_size", world_size, "data-parallel world size (number of ranks)")
-      ->check(CLI::PositiveNumber);
+      ->check(positive_int);
 
   auto* schedule = app.add_subcommand("schedule", "print step,lr for global steps 1..N");
   schedule->add_option("FILE", file, "ds_config.json (or JSON text, or base64 JSON)")->required();
-  schedule->add_option("--steps", steps, "number of optimizer steps")->required()->check(CLI::PositiveNumber);
+  schedule->add_option("--steps", steps, "number of optimizer steps")
+      ->required()
+      ->check(CLI::Range(std::int64_t{1}, std::numeric_limits<std::int64_t>::max()));
   schedule->add_option("--world_size", world_size, "data-parallel world size (number of ranks)")
-      ->check(CLI::PositiveNumber);
+      ->check(positive_int);
 
   try {
     app.parse(argc, argv);
   } catch (const CLI::ParseError& e) {
-    return app.exit(e);
+    return ds::tools::usage_exit(app, e, "ds_config");
   }
   try {
     if (check->parsed()) return run_check(file, world_size);

@@ -18,6 +18,7 @@
 #include <sstream>
 #include <string>
 
+#include "cli_usage.h"
 #include "ds/core/cpu_features.h"
 #include "ds/core/error.h"
 #include "ds/mpi/comm_factory.h"
@@ -193,7 +194,11 @@ int main(int argc, char** argv) {
     bool as_json = false, no_mpi = false;
     app.add_flag("--json", as_json, "print one JSON object");
     app.add_flag("--no_mpi", no_mpi, "do not start MPI (versions and the environment only)");
-    CLI11_PARSE(app, argc, argv);
+    try {
+      app.parse(argc, argv);
+    } catch (const CLI::ParseError& e) {
+      return ds::tools::usage_exit(app, e, "ds_report");
+    }
     json r = build_report(!no_mpi);
     if (as_json) std::cout << r.dump() << std::endl;
     else print_human(r);

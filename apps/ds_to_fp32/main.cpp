@@ -24,6 +24,7 @@
 #include <string>
 #include <vector>
 
+#include "cli_usage.h"
 #include "ds/core/error.h"
 #include "ds/io/checkpoint.h"
 #include "ds/io/h5file.h"
@@ -59,7 +60,11 @@ int main(int argc, char** argv) {
   app.add_option("--tag,-t", tag, "checkpoint tag (default: the one in CHECKPOINT_DIR/latest)");
   app.add_option("--format", format, "hdf5 (default) or safetensors")->check(CLI::IsMember({"hdf5", "safetensors"}));
   app.add_flag("--force,-f", force, "replace OUTPUT when it already exists (a regular file)");
-  CLI11_PARSE(app, argc, argv);
+  try {
+    app.parse(argc, argv);
+  } catch (const CLI::ParseError& e) {
+    return tools::usage_exit(app, e, "ds_to_fp32");
+  }
   try {
     tools::check_output_path(output, dir, force);
     if (tag.empty()) {
@@ -76,8 +81,12 @@ int main(int argc, char** argv) {
       largest = std::max(largest, p.numel);
       names.push_back(p.name);
     }
+    // Verify what load_checkpoint verifies, even where the output comes from the shards alone:
+    // a truncated or corrupt model_states.h5 means a damaged checkpoint, and saying so here
+    // beats a conversion that succeeds while the training resume then fails.
     if (from_master) r.verify_flat_range(0, m.flat_numel);
-    else r.verify_params(names);
+    r.verify_params(names);
+    (void)r.engine_state();
     std::vector<float> buf(largest);
 
     const std::string tmp = output + ".tmp-" + std::to_string(::getpid());

@@ -14,6 +14,7 @@
 #include <string>
 #include <vector>
 
+#include "cli_usage.h"
 #include "ds/core/error.h"
 #include "ds/launch/command.h"
 #include "ds/launch/env_file.h"
@@ -136,7 +137,7 @@ int launch(int argc, char** argv) {
   try {
     app.parse(argc, argv);
   } catch (const CLI::ParseError& e) {
-    return app.exit(e) == 0 ? 0 : 2;  // --help: 0; any parse error: 2 like other bad input
+    return ds::tools::usage_exit(app, e, "dsrun");  // --help: 0; a parse error: 2, like other bad input
   }
   ro.hostfile_given = hostfile_opt->count() > 0;  // a named hostfile must exist
   std::vector<std::string> rest = app.remaining();
