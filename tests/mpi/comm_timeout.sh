@@ -59,6 +59,18 @@ for path in shm plain; do
   echo "$path: job ended rc=$rc after ${took}s"
 done
 
+# DS_COMM_TIMEOUT wins over the value the program sets (the config's, in the train app).
+mkdir "$T/env"
+rc=0
+DS_COMM_TIMEOUT=1 DS_TEST_PID_DIR=$T/env timeout 90 "$MPIEXEC" --oversubscribe --bind-to none -np 2 \
+  "$PROG" 30 stop > "$T/env.out" 2>&1 || rc=$?
+grep -q "comm timeout: rank 0 waited [0-9]* s in collective all_reduce #2 (limit 1 s" "$T/env.out" \
+  || { cat "$T/env.out"; fail "DS_COMM_TIMEOUT=1 did not win over set_timeout(30) (rc $rc)"; }
+rc=0
+DS_COMM_TIMEOUT=abc timeout 90 "$MPIEXEC" --oversubscribe --bind-to none -np 1 "$PROG" 5 late > "$T/bad.out" 2>&1 || rc=$?
+[ "$rc" != 0 ] || fail "DS_COMM_TIMEOUT=abc accepted"
+grep -q "DS_COMM_TIMEOUT='abc' is not a number of seconds" "$T/bad.out" || { cat "$T/bad.out"; fail "bad DS_COMM_TIMEOUT message"; }
+
 rc=0
 timeout 90 "$MPIEXEC" --oversubscribe --bind-to none -np 2 "$PROG" 5 late > "$T/late.out" 2>&1 || rc=$?
 cat "$T/late.out"

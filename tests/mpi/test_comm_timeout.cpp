@@ -10,6 +10,7 @@
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
+#include <exception>
 #include <string>
 #include <thread>
 #include <vector>
@@ -17,7 +18,9 @@
 #include "ds/mpi/init.h"
 #include "ds/mpi/mpi_comm.h"
 
-int main(int argc, char** argv) {
+namespace {
+
+int run(int argc, char** argv) {
   if (argc != 3) {
     std::fprintf(stderr, "usage: test_comm_timeout SECONDS stop|late\n");
     return 2;
@@ -61,4 +64,14 @@ int main(int argc, char** argv) {
   std::printf("rank %d: late peer ok\n", ctx.rank);
   ds::finalize_distributed(ctx);
   return 0;
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  try {
+    return run(argc, argv);
+  } catch (const std::exception& e) {
+    ds::abort_job(1, std::string("test_comm_timeout: error: ") + e.what());
+  }
 }
