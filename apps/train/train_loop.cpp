@@ -38,6 +38,7 @@
 #include "ds/core/cuda_check.h"
 #include "ds/nn/gpt_cuda.h"
 #endif
+#include "client_state_check.h"
 #include "model_spec.h"
 #include "report.h"
 #include "save_dir_check.h"
@@ -373,7 +374,15 @@ void run(Job& j, DistributedContext& dist) {
   if (!j.opts.load_dir.empty()) {
     std::optional<std::string> tag;
     if (!j.opts.ckpt_id.empty()) tag = j.opts.ckpt_id;
-    auto loaded = engine.load_checkpoint(j.opts.load_dir, tag);
+    // The client state is checked (ranges, the model it was saved from) while the engine
+    // validates the checkpoint, before anything is applied.
+    const auto here_micro_batch = std::int64_t(mb) * dist.world_size;
+    const ResumeExpect expect{j.spec.describe(), train_loader.sampler().steps_per_epoch(), here_micro_batch};
+    LoadOptions load_opts;
+    load_opts.check_client_state = [&expect](const io::StateValue& cs, const std::string& dir) {
+      check_client_state(cs, dir, expect);
+    };
+    auto loaded = engine.load_checkpoint(j.opts.load_dir, tag, load_opts);
     DS_CHECK(loaded.has_value(), "--load_dir " << j.opts.load_dir << ": no checkpoint found"
                                                << (tag ? " with tag " + *tag : std::string(" (no 'latest' file)")));
     const io::StateValue& cs = loaded->second;
@@ -393,7 +402,7 @@ void run(Job& j, DistributedContext& dist) {
       if (cs.at("sampler").contains("global_micro_batch")) {
         const std::int64_t there = cs.at("sampler").at("global_micro_batch").as_int();
         if (there != here) {
-          s.step = std::uint64_t(std::int64_t(s.step) * there / here);
+          s.step = rescaled_sampler_step(std::int64_t(s.step), there, here);
           if (rank0)
             std::printf("[train] note: the checkpoint was saved with %lld sequences per micro-step, this run has "
                         "%lld: the data order continues from the same point of the epoch, not the same samples\n",
@@ -489,6 +498,7 @@ void run(Job& j, DistributedContext& dist) {
     os << rng;
     cs["rng"] = os.str();
     cs["seed"] = std::int64_t(j.seed);
+    cs["model"] = j.spec.describe();  // a resume compares it: n_head changes no tensor shape
     const std::string tag = tag_for_step(step);
     engine.save_checkpoint(j.opts.save_dir, tag, cs);  // the engine reports it
   };

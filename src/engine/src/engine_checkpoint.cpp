@@ -2,6 +2,7 @@
 // docs/CHECKPOINTS.md describes the layout, the commit protocol and the load checks;
 // ../shared/reference/deepspeed-engine.md section 7 the DeepSpeed behaviour we follow.
 #include <algorithm>
+#include <cmath>
 #include <cstring>
 #include <map>
 #include <mutex>
@@ -54,6 +55,43 @@ std::int64_t get_int(const io::StateValue& s, const char* key, const std::string
 double get_double(const io::StateValue& s, const char* key, const std::string& where) {
   DS_CHECK(s.is_map() && s.contains(key) && s.at(key).is_double(), where << ": engine state has no number '" << key << "'");
   return s.at(key).as_double();
+}
+
+// The state tree is not checksummed: its numbers are checked before they are applied, each
+// error naming the field (a negative micro_steps would break the accumulation boundary, a
+// zero or NaN loss scale every later step).
+constexpr std::int64_t kMaxCount = std::int64_t(1) << 50;
+
+void check_range(const io::StateValue& s, const char* key, std::int64_t lo, std::int64_t hi, const std::string& field,
+                 const std::string& where) {
+  const std::int64_t v = get_int(s, key, where);
+  DS_CHECK(v >= lo && v <= hi, where << ": engine state '" << field << "' is " << v << "; expected an integer in [" << lo
+                                     << ", " << hi << "]");
+}
+
+void check_engine_state(const io::StateValue& es, const std::string& where, bool counters, bool scheduler, bool scaler) {
+  for (const char* k : {"global_steps", "global_samples", "micro_steps", "skipped_steps", "applied_steps"}) {
+    if (counters) check_range(es, k, 0, kMaxCount, k, where);
+    else (void)get_int(es, k, where);
+  }
+  if (!counters) return;  // load_module_only: only the parameters are applied
+  if (es.contains("gradient_accumulation_steps"))
+    check_range(es, "gradient_accumulation_steps", 1, kMaxCount, "gradient_accumulation_steps", where);
+  if (scheduler) {
+    DS_CHECK(es.contains("lr_scheduler") && es.at("lr_scheduler").is_map(), where << ": engine state has no 'lr_scheduler'");
+    check_range(es.at("lr_scheduler"), "last_batch_iteration", -1, kMaxCount, "lr_scheduler.last_batch_iteration", where);
+  }
+  if (scaler) {
+    DS_CHECK(es.contains("loss_scaler") && es.at("loss_scaler").is_map(), where << ": engine state has no 'loss_scaler'");
+    const io::StateValue& ls = es.at("loss_scaler");
+    const double scale = get_double(ls, "cur_scale", where);
+    DS_CHECK(std::isfinite(scale) && scale > 0, where << ": engine state 'loss_scaler.cur_scale' is " << scale
+                                                      << "; expected a finite number > 0");
+    check_range(ls, "cur_iter", 0, kMaxCount, "loss_scaler.cur_iter", where);
+    check_range(ls, "last_overflow_iter", -1, kMaxCount, "loss_scaler.last_overflow_iter", where);
+    check_range(ls, "cur_hysteresis", 0, 1 << 30, "loss_scaler.cur_hysteresis", where);
+    check_range(ls, "consecutive_overflows", 0, kMaxCount, "loss_scaler.consecutive_overflows", where);
+  }
 }
 
 }  // namespace
@@ -217,10 +255,8 @@ struct EngineCheckpointAccess {
       es = r->engine_state();
       client = r->client_state();
       const std::string where = r->dir() + "/" + io::kModelFile;
-      for (const char* k : {"global_steps", "global_samples", "micro_steps", "skipped_steps", "applied_steps"})
-        (void)get_int(es, k, where);
-      if (opt.load_lr_scheduler_states && !opt.load_module_only)
-        (void)get_int(es.at("lr_scheduler"), "last_batch_iteration", where);
+      check_engine_state(es, where, !opt.load_module_only, opt.load_lr_scheduler_states && !opt.load_module_only, load_opt);
+      if (opt.check_client_state) opt.check_client_state(client, r->dir());
       if (load_opt) {
         DS_CHECK(r->same_flat_layout(expected),
                  "checkpoint " << r->dir() << ": the saved parameter layout (names, shapes, order) differs from the model's, "
@@ -232,9 +268,6 @@ struct EngineCheckpointAccess {
         DS_CHECK(r->has_shard_dataset("fp32_master"), "checkpoint " << r->dir() << " has no fp32_master");
         for (auto& [name, span] : states)
           DS_CHECK(r->has_shard_dataset("optim/" + name), "checkpoint " << r->dir() << " has no optimizer state 'optim/" << name << "'");
-        const auto& ls = es.at("loss_scaler");
-        (void)get_double(ls, "cur_scale", where);
-        for (const char* k : {"cur_iter", "last_overflow_iter", "cur_hysteresis", "consecutive_overflows"}) (void)get_int(ls, k, where);
         r->verify_flat_range(off, cnt);
       }
       r->verify_params(names);

@@ -14,6 +14,7 @@
 #pragma once
 
 #include <cstdint>
+#include <functional>
 #include <memory>
 #include <optional>
 #include <string>
@@ -43,6 +44,11 @@ struct LoadOptions {
   bool load_optimizer_states = true;
   bool load_lr_scheduler_states = true;
   bool load_module_only = false;
+  // Called on every rank with the loaded client state and the checkpoint directory while
+  // the checkpoint is validated, before anything is applied: an exception from it fails the
+  // load on every rank with its message and leaves the engine untouched. For checks of the
+  // caller's own (unchecksummed) state: ranges, the model it was saved with.
+  std::function<void(const io::StateValue& client_state, const std::string& dir)> check_client_state;
 };
 
 class Engine {
