@@ -30,7 +30,7 @@ class CommWatchdog {
   CommWatchdog(const CommWatchdog&) = delete;
   CommWatchdog& operator=(const CommWatchdog&) = delete;
 
-  // Stops the watchdog thread (idempotent); later waits are not watched. The owner calls it
+  // Stops the watchdog thread (idempotent); later waits are not watched. MpiComm calls it
   // before what `not_arrived` reads goes away.
   void shutdown();
 
