@@ -15,7 +15,7 @@
 # bootstrapped tree and the .deb files the runs downloaded (as apt's own cache would).
 # Each run unpacks the tarball into a new directory, so every run starts from a fresh root.
 # Mounts and the root are removed on every exit path (trap), and any process left inside is
-# killed first.
+# killed first; a root left by a check killed outright is removed by the next one.
 set -euo pipefail
 SRC=$(cd "$(dirname "$0")/.." && pwd)
 CACHE=${DS_FRESH_CACHE:-/var/cache/dstrain/fresh-debian}
@@ -84,12 +84,14 @@ rm -f "$probe"
 mkdir -p "$CACHE/archives/partial"
 TARBALL=$CACHE/$SUITE-minbase.tar
 exec 9>"$CACHE/lock"
-flock 9   # one check at a time per cache (both the tarball and apt's archive directory)
+# One check at a time per cache (the tarball, apt's archive directory, stale roots). The jobs it
+# starts do not inherit the lock (9>&-): one orphaned by a killed check must not hold it.
+flock 9
 if [ ! -s "$TARBALL" ]; then
   say "bootstrapping Debian $SUITE (minbase) from $MIRROR into the cache (once)"
   boot=$(mktemp -d /var/tmp/dstrain-bootstrap.XXXXXX)
   trap 'rm -rf "$boot"' EXIT
-  if ! debootstrap --variant=minbase "$SUITE" "$boot" "$MIRROR" >"$CACHE/debootstrap.log" 2>&1; then
+  if ! debootstrap --variant=minbase "$SUITE" "$boot" "$MIRROR" >"$CACHE/debootstrap.log" 2>&1 9>&-; then
     tail -n 20 "$CACHE/debootstrap.log" >&2
     die "debootstrap failed (log: $CACHE/debootstrap.log)"
   fi
@@ -108,36 +110,45 @@ say "bootstrapped tree: $TARBALL ($(du -h "$TARBALL" | cut -f1))"
 
 # ---- one run: a fresh root, the commit cloned into it, the README's first command ----------
 ROOT=
-MOUNTS=()
-cleanup() {
-  local rc=$? i pid
-  if [ -n "$ROOT" ] && [ -d "$ROOT" ]; then
-    # Processes still inside the root (a hung job, a daemon a package started) go first.
-    for pid in $(ls /proc | grep -E '^[0-9]+$'); do
-      [ "$(readlink "/proc/$pid/root" 2>/dev/null)" = "$ROOT" ] && kill -KILL "$pid" 2>/dev/null || true
-    done
-    for (( i = ${#MOUNTS[@]} - 1; i >= 0; i-- )); do
-      umount "${MOUNTS[i]}" 2>/dev/null || umount -l "${MOUNTS[i]}" 2>/dev/null || true
-    done
-    MOUNTS=()
-    if grep -q " $ROOT/" /proc/mounts; then
-      echo "check_fresh_debian: error: mounts left under $ROOT; not removing it" >&2
-      rc=1
-    else
-      rm -rf --one-file-system "$ROOT"
-    fi
+CHILD=
+# remove_root DIR: kills what still runs inside DIR (a hung job, a daemon a package started),
+# unmounts everything under it (deepest first) and removes it. Fails if a mount stays.
+remove_root() {
+  local dir=$1 pid m
+  for pid in $(ls /proc | grep -E '^[0-9]+$'); do
+    [ "$(readlink "/proc/$pid/root" 2>/dev/null)" = "$dir" ] && kill -KILL "$pid" 2>/dev/null || true
+  done
+  for m in $(awk -v d="$dir/" 'index($2, d) == 1 { print $2 }' /proc/mounts | sort -r); do
+    umount "$m" 2>/dev/null || umount -l "$m" 2>/dev/null || true
+  done
+  if awk -v d="$dir/" 'index($2, d) == 1 { found = 1 } END { exit !found }' /proc/mounts; then
+    echo "check_fresh_debian: error: mounts left under $dir; not removing it" >&2
+    return 1
   fi
+  rm -rf --one-file-system "$dir"
+}
+cleanup() {
+  local rc=$?
+  [ -n "$CHILD" ] && kill -TERM "$CHILD" 2>/dev/null || true
+  CHILD=
+  if [ -n "$ROOT" ] && [ -d "$ROOT" ]; then remove_root "$ROOT" || rc=1; fi
   ROOT=
   return $rc
 }
 trap 'cleanup' EXIT
 trap 'exit 130' INT TERM HUP
+# Roots left by a check that was killed outright (SIGKILL: no trap ran). The cache lock is
+# ours, so no other check is using them.
+for stale in /var/tmp/dstrain-fresh.??????; do
+  [ -d "$stale" ] || continue
+  say "removing the root of an earlier check that was killed: $stale"
+  remove_root "$stale"
+done
 
-mnt() {  # mnt TARGET mount-args...: mount and remember it for cleanup
+mnt() {  # mnt TARGET mount-args...: mount (cleanup finds every mount under the root)
   local target=$1; shift
   mkdir -p "$target"
   mount "$@" "$target"
-  MOUNTS+=("$target")
 }
 
 run_once() {  # run_once NAME WITH_CUDA(0|1)
@@ -158,9 +169,14 @@ run_once() {  # run_once NAME WITH_CUDA(0|1)
   git clone -q --no-checkout "$SRC" "$ROOT/root/dstrain"
   git -C "$ROOT/root/dstrain" checkout -q "$rev"
   say "$name: running scripts/run_default.sh in a fresh Debian $SUITE root (log: $log)"
+  # In the background so that a signal to this script runs its trap at once (bash defers traps
+  # until a foreground command ends).
   timeout -k 10 "$TIMEOUT_S" chroot "$ROOT" /usr/bin/env -i HOME=/root LANG=C.UTF-8 TERM=dumb \
     PATH=/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin \
-    /bin/bash -c 'cd /root/dstrain && bash scripts/run_default.sh' </dev/null >"$log" 2>&1 || rc=$?
+    /bin/bash -c 'cd /root/dstrain && bash scripts/run_default.sh' </dev/null >"$log" 2>&1 9>&- &
+  CHILD=$!
+  wait "$CHILD" || rc=$?
+  CHILD=
   local fail=
   if [ "$rc" = 124 ]; then fail="timed out after ${TIMEOUT_S}s"
   elif [ "$rc" != 0 ]; then fail="scripts/run_default.sh exited $rc"
