@@ -21,6 +21,7 @@
 
 #include "ds/config/parse.h"
 #include "ds/core/error.h"
+#include "ds/core/file_read.h"
 #include "ds/data/dataset.h"
 #include "ds/data/sampler.h"
 #include "ds/engine/args.h"
@@ -231,6 +232,7 @@ JobPtr prepare(const TrainOptions& opts, const DistributedContext& dist) {
     all = data::TextDataset::embedded();
   } else {
     DS_CHECK(std::filesystem::exists(opts.data), "--data " << opts.data << ": no such file");
+    check_regular_file(opts.data, "--data");  // a FIFO would block the fopen below; /dev/zero never ends
     char magic[8] = {};
     if (std::FILE* f = std::fopen(opts.data.c_str(), "rb")) {
       const std::size_t got = std::fread(magic, 1, sizeof magic, f);

@@ -20,6 +20,12 @@ expect_error bad_value '--steps' 2 --config "$CONFIGS/default.json" --steps zero
 expect_error no_config 'config' 1
 expect_error missing_config 'nope.json' 2 --config nope.json
 expect_error missing_data 'no_such_file.txt' 2 --config "$CONFIGS/default.json" "${TINY[@]}" --data no_such_file.txt
+# A FIFO or a device as the config or the data file: refused at once, named as what it is
+# (a FIFO used to block every rank; /dev/zero was read without end).
+mkfifo data.fifo config.fifo
+expect_error fifo_data 'data.fifo is a FIFO, not a regular file' 2 --config "$CONFIGS/default.json" "${TINY[@]}" --data data.fifo
+expect_error fifo_config 'config.fifo is a FIFO, not a regular file' 2 --config config.fifo "${TINY[@]}"
+expect_error device_data '/dev/zero is a character device, not a regular file' 1 --config "$CONFIGS/default.json" "${TINY[@]}" --data /dev/zero
 expect_error steps_and_epochs 'epochs' 1 --config "$CONFIGS/default.json" --steps 3 --epochs 1
 expect_error bad_heads 'n_head' 1 --config "$CONFIGS/default.json" --n_embd 30 --n_head 4
 expect_error bad_model '--model' 1 --config "$CONFIGS/default.json" --model rnn

@@ -96,6 +96,14 @@ TEST(FileRead, SizeCapNamesSizeAndLimit) {
   EXPECT_NE(e.find("is 4194305 bytes; the limit is 4194304 bytes (4 MiB)"), std::string::npos) << e;
 }
 
+TEST(FileRead, NoCapReadsEverything) {
+  TempDir d;
+  const std::string p = (d.path / "data").string();
+  const std::string text(200000, 'y');
+  std::ofstream(p) << text;
+  EXPECT_EQ(read_regular_file(p, "data file", UINT64_MAX), text);
+}
+
 TEST(FileRead, OpenRegularFileIsBlockingAndReadable) {
   TempDir d;
   const std::string p = (d.path / "f").string();

@@ -1,5 +1,7 @@
 // Datasets, token files, the distributed sampler and the loader.
 #include <gtest/gtest.h>
+#include <sys/stat.h>
+#include <unistd.h>
 
 #include <algorithm>
 #include <cstdio>
@@ -8,6 +10,7 @@
 #include <set>
 #include <string>
 
+#include "../common/no_hang.h"
 #include "ds/core/error.h"
 #include "ds/data/dataset.h"
 #include "ds/data/sampler.h"
@@ -50,6 +53,25 @@ TEST(Data, TextFileAndMissingFile) {
   { std::ofstream f(p, std::ios::binary); }
   EXPECT_THROW(TextDataset::from_file(p), ds::Error);  // empty
   std::remove(p.c_str());
+}
+
+// A data file that is a FIFO is refused at once (never waited on), a device such as
+// /dev/zero (which never ends) or a directory is named as what it is.
+TEST(Data, OnlyRegularDataFilesAreRead) {
+  const std::string fifo = tmp_path("fifo.txt");
+  ASSERT_EQ(::mkfifo(fifo.c_str(), 0600), 0);
+  std::string e = error_without_hang(fifo, [&] { TextDataset::from_file(fifo); });
+  EXPECT_NE(e.find("data file " + fifo + " is a FIFO, not a regular file"), std::string::npos) << e;
+  e = error_without_hang(fifo, [&] { TextDataset::from_token_file(fifo); });
+  EXPECT_NE(e.find("token file " + fifo + " is a FIFO, not a regular file"), std::string::npos) << e;
+  std::remove(fifo.c_str());
+  e = error_without_hang(fifo, [] { TextDataset::from_file("/dev/zero"); });
+  EXPECT_NE(e.find("data file /dev/zero is a character device, not a regular file"), std::string::npos) << e;
+  const std::string dir = tmp_path("dir");
+  std::filesystem::create_directory(dir);
+  e = error_without_hang(fifo, [&] { TextDataset::from_file(dir); });
+  EXPECT_NE(e.find("data file " + dir + " is a directory, not a regular file"), std::string::npos) << e;
+  std::filesystem::remove(dir);
 }
 
 TEST(Data, TokenFileRoundTrip) {

@@ -6,6 +6,7 @@
 
 #include <algorithm>
 #include <cerrno>
+#include <cstdint>
 #include <cstring>
 
 #include "ds/core/error.h"
@@ -88,11 +89,13 @@ std::string read_regular_file(const std::string& path, std::string_view what, st
   }
   std::string out(std::size_t(st.st_size), '\0');
   std::size_t got = 0;
-  // Read until end of file; a file that grows while read is still held to the cap.
+  // Read until end of file; a file that grows while read is still held to the cap (reading
+  // one byte past it is how that shows).
+  const std::uint64_t limit = max_bytes == UINT64_MAX ? max_bytes : max_bytes + 1;
   for (;;) {
     if (got == out.size()) {
-      if (out.size() > max_bytes) break;
-      out.resize(std::min<std::uint64_t>(max_bytes + 1, out.size() + 65536));
+      if (out.size() >= limit) break;
+      out.resize(std::min<std::uint64_t>(limit, out.size() + std::max<std::size_t>(out.size(), 65536)));
     }
     const ssize_t n = ::read(fd, out.data() + got, out.size() - got);
     if (n < 0 && errno == EINTR) continue;

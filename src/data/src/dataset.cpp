@@ -7,6 +7,7 @@
 #include <sstream>
 
 #include "ds/core/error.h"
+#include "ds/core/file_read.h"
 
 namespace ds::data {
 
@@ -21,13 +22,10 @@ std::vector<std::uint16_t> bytes_to_tokens(std::string_view s) {
   return t;
 }
 
+// Only a regular file: a FIFO would block the read and a device like /dev/zero never ends.
+// No size cap (data files are as large as they are).
 std::string read_all(const std::string& path, const char* what) {
-  std::ifstream f(path, std::ios::binary);
-  DS_CHECK(f.good(), what << " '" << path << "' cannot be opened: " << std::strerror(errno));
-  std::ostringstream ss;
-  ss << f.rdbuf();
-  DS_CHECK(!f.bad(), what << " '" << path << "' could not be read");
-  return ss.str();
+  return read_regular_file(path, what, UINT64_MAX);
 }
 
 template <typename T> T get(const std::string& s, std::size_t off) {

@@ -29,7 +29,7 @@ bool check_regular_file(const std::string& path, std::string_view what, bool mis
 int open_regular_file(const std::string& path, std::string_view what);
 
 // The whole content of the regular file `path`, refused (ds::Error with the size and the cap)
-// when it holds more than `max_bytes`.
+// when it holds more than `max_bytes` (UINT64_MAX: no cap, for data files).
 std::string read_regular_file(const std::string& path, std::string_view what,
                               std::uint64_t max_bytes = kMaxControlFileBytes);
 
