@@ -699,6 +699,45 @@ TEST(Checkpoint, SaveRemovesOnlyAbandonedTmpDirsOfItsOwn) {
   EXPECT_EQ(*read_latest(d.string()), "other");
 }
 
+// The same with the save in progress in another process (another job): it survives a save
+// here and commits afterwards.
+TEST(Checkpoint, SaveKeepsAnotherProcessSaveInProgress) {
+  fs::path d = fresh_dir("tmpclean_proc");
+  int begun[2], go[2];
+  ASSERT_EQ(::pipe(begun), 0);
+  ASSERT_EQ(::pipe(go), 0);
+  pid_t pid = ::fork();
+  ASSERT_GE(pid, 0);
+  if (pid == 0) {
+    ds::test::SelfComm comm;
+    FakeModel m(2.0f);
+    char c = 0;
+    try {
+      PendingSave p = begin_save(comm, d.string(), "theirs", SaveOptions(), m.content());
+      if (::write(begun[1], "b", 1) != 1 || ::read(go[0], &c, 1) != 1) ::_exit(4);
+      LocalWriteResult w = write_local(p, 0, m.content());
+      if (!w.ok) ::_exit(5);
+      commit_save(comm, p, w);
+    } catch (...) {
+      ::_exit(3);
+    }
+    ::_exit(0);
+  }
+  char c = 0;
+  ASSERT_EQ(::read(begun[0], &c, 1), 1);
+  ds::test::SelfComm comm;
+  FakeModel m(1.0f);
+  save_checkpoint(comm, d.string(), "mine", m.content());
+  ASSERT_EQ(::write(go[1], "g", 1), 1);
+  int status = 0;
+  ASSERT_EQ(::waitpid(pid, &status, 0), pid);
+  ASSERT_TRUE(WIFEXITED(status));
+  EXPECT_EQ(WEXITSTATUS(status), 0) << "the other process's save failed (its tmp dir was removed?)";
+  expect_loads(d, "theirs", 2.0f);
+  expect_loads(d, "mine", 1.0f);
+  for (int fd : {begun[0], begun[1], go[0], go[1]}) ::close(fd);
+}
+
 // A child process saves `tag` with DS_CKPT_TEST_KILL_AT=phase and is SIGKILLed there.
 class KillAt : public ::testing::TestWithParam<const char*> {};
 
