@@ -509,9 +509,16 @@ void run(Job& j, DistributedContext& dist) {
                j.opts.loss_csv);
   std::vector<double> recent;  // losses of the last kLossWindow steps
   std::optional<double> final_val;
-  if (start_step >= j.total_steps && rank0)
-    rep.note("nothing to train: the checkpoint is at step " + std::to_string(start_step) + ", --steps is " +
-             std::to_string(j.total_steps));
+  if (start_step > j.total_steps && rank0) {
+    // Likely a mistyped --steps: say so where warnings go, not only in the progress output.
+    std::fflush(stdout);
+    std::fprintf(stderr, "train: warning: the checkpoint is at step %lld, past this run's last step %lld "
+                 "(--steps/--epochs): nothing to train, the checkpoint is left as it is\n",
+                 static_cast<long long>(start_step), static_cast<long long>(j.total_steps));
+    std::fflush(stderr);
+  } else if (start_step == j.total_steps && rank0) {
+    rep.note("nothing to train: the checkpoint is at step " + std::to_string(start_step) + ", the run's last step");
+  }
 
   for (std::int64_t step = start_step + 1; step <= j.total_steps; ++step) {
     double loss_sum = 0;
@@ -568,10 +575,13 @@ void run(Job& j, DistributedContext& dist) {
   if (rank0) {
     const std::int64_t done = rep.steps_done();
     const double tps = rep.tokens_per_s();
-    std::printf("[train] done: %lld steps (%lld-%lld) in %.1f s, %lld tokens, %.0f tokens/s", static_cast<long long>(done),
-                static_cast<long long>(start_step + 1), static_cast<long long>(j.total_steps), rep.elapsed_s(),
-                static_cast<long long>(done * tokens_per_step), tps);
-    if (j.flops_per_token > 0) std::printf(", %.1f GFLOP/s", tps * j.flops_per_token / 1e9);
+    if (done > 0)
+      std::printf("[train] done: %lld steps (%lld-%lld) in %.1f s, %lld tokens, %.0f tokens/s", static_cast<long long>(done),
+                  static_cast<long long>(start_step + 1), static_cast<long long>(j.total_steps), rep.elapsed_s(),
+                  static_cast<long long>(done * tokens_per_step), tps);
+    else
+      std::printf("[train] done: 0 steps");
+    if (done > 0 && j.flops_per_token > 0) std::printf(", %.1f GFLOP/s", tps * j.flops_per_token / 1e9);
     std::printf("\n");
     if (!recent.empty()) {
       double m = 0;

@@ -34,4 +34,12 @@ must_run 1 one --config "$CONFIGS/default.json" "${TINY[@]}" --steps 8 --load_di
 grep -q 'note: the checkpoint was saved with 32 sequences per micro-step, this run has 16' one.out \
   || fail "no note about the changed world size"
 compare_losses one.csv full.csv 0.02 5
+# --steps below the checkpoint's step: a warning on stderr, nothing trained, exit 0, the
+# checkpoint untouched.
+before=$(cat ckpt/latest)
+must_run 1 below --config "$CONFIGS/default.json" "${TINY[@]}" --steps 3 --load_dir ckpt --save_dir ckpt
+grep -q "train: warning: the checkpoint is at step 8, past this run's last step 3" below.err \
+  || { cat below.err; fail "no warning for --steps below the checkpoint's step"; }
+grep -q '\[train\] done: 0 steps$' below.out || { tail -n 3 below.out; fail "below: not 'done: 0 steps'"; }
+[ "$(cat ckpt/latest)" = "$before" ] || fail "below: latest changed from $before to $(cat ckpt/latest)"
 echo "PASS"
