@@ -91,6 +91,23 @@ TEST(Filter, Errors) {
   EXPECT_NE(e("worker-0@", "").find("host '' not found"), std::string::npos);
 }
 
+// Filters match host names without regard to case, like the hostfile's duplicate check;
+// world_info keeps the hostfile's spelling.
+TEST(Filter, HostNamesIgnoreCase) {
+  Pool p = {{"Worker-0", 4}, {"worker-1", 4}};
+  EXPECT_EQ(str(apply_filters(p, "WORKER-0:1@Worker-1:0", "")), R"({"Worker-0": [1], "worker-1": [0]})");
+  EXPECT_EQ(str(apply_filters(p, "worker-0", "")), R"({"Worker-0": [0, 1, 2, 3]})");
+  EXPECT_EQ(str(apply_filters(p, "", "WORKER-1@worker-0:0,1")), R"({"Worker-0": [2, 3]})");
+  // Pieces naming one host in different case are merged, as for the same spelling.
+  EXPECT_EQ(str(apply_filters(p, "worker-1:3@WORKER-1:0", "")), R"({"worker-1": [0, 3]})");
+  EXPECT_EQ(str(parse_node_filter("w:1@W:0", "-i")), R"({"w": [0, 1]})");
+  EXPECT_NE(error_of([&] { apply_filters(p, "WORKER-1:4", ""); }).find("no slot 4 on host 'WORKER-1'"),
+            std::string::npos);
+  EXPECT_TRUE(same_host("Node-A.example", "node-a.EXAMPLE"));
+  EXPECT_FALSE(same_host("node-a", "node-b"));
+  EXPECT_FALSE(same_host("node", "node-"));
+}
+
 TEST(Filter, ZeroSlotHosts) {
   Pool p = {{"a", 0}, {"b", 2}};
   EXPECT_EQ(str(apply_filters(p, "", "")), R"({"a": [], "b": [0, 1]})");

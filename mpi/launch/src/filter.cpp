@@ -24,14 +24,16 @@ bool parse_int(std::string_view s, int& out) {
   return true;
 }
 
+// Host names match without regard to case, as in the hostfile (which has no two hosts that
+// differ only in case).
 std::vector<int>* find(WorldInfo& w, const std::string& host) {
   for (auto& [h, s] : w)
-    if (h == host) return &s;
+    if (same_host(h, host)) return &s;
   return nullptr;
 }
 const std::vector<int>* find(const WorldInfo& w, const std::string& host) {
   for (const auto& [h, s] : w)
-    if (h == host) return &s;
+    if (same_host(h, host)) return &s;
   return nullptr;
 }
 
@@ -112,7 +114,7 @@ WorldInfo apply_filters(const Pool& pool, std::string_view include, std::string_
                     << static_cast<int>(have->size()) - 1 << ")");
     }
     if (inc) {
-      picked.emplace_back(host, slots.empty() ? *have : slots);
+      picked.emplace_back(host, slots.empty() ? *have : slots);  // post-pass: hostfile's spelling
     } else {
       std::vector<int>& mine = *find(picked, host);
       if (slots.empty()) {

@@ -36,4 +36,8 @@ bool read_hostfile(const std::string& path, Pool& pool);
 // not starting with '-'. Rules out shell metacharacters, '@' (filter separator) and ':'.
 bool valid_host_name(std::string_view host);
 
+// Host names compare without regard to ASCII case, as DNS names do (hostfile duplicates,
+// --include / --exclude lookups).
+bool same_host(std::string_view a, std::string_view b);
+
 }  // namespace ds::launch
