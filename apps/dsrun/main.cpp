@@ -18,6 +18,7 @@
 #include "ds/core/error.h"
 #include "ds/launch/command.h"
 #include "ds/launch/env_file.h"
+#include "ds/launch/exec_limits.h"
 #include "ds/launch/resolve.h"
 #include "ds/launch/shell.h"
 #include "ds/launch/world_info.h"
@@ -167,6 +168,8 @@ int launch(int argc, char** argv) {
   EnvList from_files = read_env_files(env_file_paths(env, cwd));
   EnvList exports = collect_exports(env, from_files, cwd, res.multi_node);
   Command cmd = build_command(res, co, exports, env);
+  // Before anything starts (and in --dry_run): a variable too big for exec is named here.
+  check_exec_size(cmd, env, system_exec_limits());
 
   if (dry_run) {
     std::string hosts = "[";

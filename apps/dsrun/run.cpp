@@ -148,13 +148,25 @@ int run_supervised(const std::vector<std::string>& argv, int grace_seconds) {
 
   std::fflush(stdout);
   std::fflush(stderr);
+  // A failed exec comes back as its errno through this close-on-exec pipe (end of file: the
+  // exec worked), so dsrun itself prints the one error line and knows the engine never ran.
+  int exec_err[2];
+  if (::pipe2(exec_err, O_CLOEXEC) != 0) {
+    std::fprintf(stderr, "dsrun: error: cannot create a pipe: %s\n", std::strerror(errno));
+    sigprocmask(SIG_SETMASK, &old, nullptr);
+    return 1;
+  }
   const pid_t self = ::getpid();
   pid_t pid = ::fork();
   if (pid < 0) {
     std::fprintf(stderr, "dsrun: error: fork failed: %s\n", std::strerror(errno));
+    ::close(exec_err[0]);
+    ::close(exec_err[1]);
+    sigprocmask(SIG_SETMASK, &old, nullptr);
     return 1;
   }
   if (pid == 0) {
+    ::close(exec_err[0]);
     ::setpgid(0, 0);  // own group: signals go to the engine and what it spawned, not to us
     // dsrun killed outright (SIGKILL, OOM) cannot forward anything: the kernel sends the
     // engine SIGTERM instead, and mpirun / mpiexec / srun stop their ranks on SIGTERM (the
@@ -166,10 +178,30 @@ int run_supervised(const std::vector<std::string>& argv, int grace_seconds) {
     sigprocmask(SIG_SETMASK, &old, nullptr);
     auto av = c_argv(argv);
     ::execvp(av[0], av.data());
-    std::fprintf(stderr, "dsrun: error: cannot execute '%s': %s\n", av[0], std::strerror(errno));
+    int err = errno;
+    if (::write(exec_err[1], &err, sizeof err) != static_cast<ssize_t>(sizeof err)) {
+      std::fprintf(stderr, "dsrun: error: cannot execute '%s': %s\n", av[0], std::strerror(err));
+    }
     ::_exit(127);
   }
   ::setpgid(pid, pid);  // also from the parent, so the group exists before any signal
+  ::close(exec_err[1]);
+  int err = 0;
+  ssize_t got;
+  while ((got = ::read(exec_err[0], &err, sizeof err)) < 0 && errno == EINTR) {
+  }
+  ::close(exec_err[0]);
+  if (got == static_cast<ssize_t>(sizeof err)) {
+    std::fprintf(stderr, "dsrun: error: cannot execute '%s': %s%s\n", argv.front().c_str(),
+                 std::strerror(err),
+                 err == E2BIG ? " (its arguments and environment are over the system's limit for "
+                                "one exec: shorten exported variables or raise `ulimit -s`)"
+                              : "");
+    while (::waitpid(pid, nullptr, 0) < 0 && errno == EINTR) {
+    }
+    sigprocmask(SIG_SETMASK, &old, nullptr);
+    return 127;
+  }
 
   int got_signal = 0;
   bool killed = false;

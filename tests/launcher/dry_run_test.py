@@ -59,7 +59,7 @@ def ok(args, want_world, want_master=None, port=29500, env=None, check=None):
 def err(args, needle, env=None):
     p = run(args, env)
     if p.returncode == 0:
-        failures.append(f"{args}: expected an error, got rc 0: {p.stdout}")
+        failures.append(f"{args}: expected an error, got rc 0: {p.stdout[:1000]}")
     elif needle not in p.stderr:
         failures.append(f"{args}: error {p.stderr.strip()!r} lacks {needle!r}")
 
@@ -167,6 +167,27 @@ def separator(args, argv):
 ok(["-H", hf2x4, "--", "prog", "-x"], [("worker-0", W4), ("worker-1", W4)], check=separator)
 err(["-H", hf2x4, "--master_port", "0", "prog"], "--master_port")
 err(["-H", hf2x4, "--launcher_args", "'open", "prog"], "unterminated")
+# The program's own --local_rank would clash with the one dsrun adds: refused before
+# launching, unless --no_local_rank (then it is passed through as the only one).
+LR = "dsrun adds --local_rank=N to each rank itself (remove it, or pass --no_local_rank to dsrun"
+err(["-H", hf2x4, "prog", "x", "--local_rank=1"],
+    "the program's arguments contain --local_rank=1 (argument 2 after the program); " + LR)
+err(["-H", hf2x4, "--", "prog", "--local_rank", "0"], "the program's arguments contain --local_rank (argument 1")
+def own_local_rank(args, argv):
+    if argv[argv.index("--") + 1:] != ["prog", "--local_rank=1"] or "--no_local_rank" not in argv:
+        failures.append(f"own --local_rank: {argv}")
+ok(["-H", hf2x4, "--no_local_rank", "prog", "--local_rank=1"], [("worker-0", W4), ("worker-1", W4)],
+   check=own_local_rank)
+# --include / --exclude match host names without regard to case; the hostfile's spelling stays.
+ok(["-H", hf2x4, "-i", "WORKER-1:0@Worker-0", "prog"], [("worker-0", W4), ("worker-1", [0])], "worker-0")
+ok(["-H", hf2x4, "-e", "Worker-1", "prog"], [("worker-0", W4)])
+# An exported variable too long for one exec argument is named before anything starts.
+one = 32 * os.sysconf("SC_PAGESIZE")
+with open(os.path.join(TMP, ".deepspeed_env"), "w") as f:
+    f.write("NCCL_SMALL=1\nFOO=" + "x" * 200000 + "\n")
+err(["-H", hf2x4, "prog"], f"environment variable FOO is 200004 bytes (FOO=VALUE), over the {one - 1}-byte "
+    "limit of one exec argument")
+os.remove(os.path.join(TMP, ".deepspeed_env"))
 with open(os.path.join(TMP, ".deepspeed_env"), "w") as f:
     f.write("OK=1\n\nBAD LINE\n")
 err(["-H", hf2x4, "prog"], ".deepspeed_env:3: malformed line")

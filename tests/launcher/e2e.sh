@@ -175,6 +175,43 @@ PY
     [ "$rc" != 0 ] || fail "mpirun accepted an unreachable host"
     grep -qi "nosuchhost" "$T/out" || { cat "$T/out"; fail "mpirun message does not name the host"; }
     ;;
+  localrank)  # the program's own --local_rank: refused before any rank starts
+    printf 'localhost slots=2\n' > "$T/hf"
+    mkdir "$T/p"
+    rc=0; DS_HELLO_PID_DIR=$T/p "$DSRUN" -H "$T/hf" "$HELLO" x --local_rank=0 > "$T/out" 2>&1 || rc=$?
+    [ "$rc" = 2 ] || { cat "$T/out"; fail "rc $rc, want 2"; }
+    [ "$(wc -l < "$T/out")" = 1 ] || { cat "$T/out"; fail "more than one line"; }
+    grep -q "^dsrun: error: the program's arguments contain --local_rank=0 (argument 2 after the program); dsrun adds --local_rank=N to each rank itself (remove it, or pass --no_local_rank to dsrun, which then adds none and passes yours unchanged)" "$T/out" \
+      || { cat "$T/out"; fail "message"; }
+    [ -z "$(ls "$T/p")" ] || fail "a rank started"
+    # With --no_local_rank the program's own flag is the only one.
+    "$DSRUN" -H "$T/hf" --no_local_rank "$HELLO" --local_rank=0 > "$T/out" 2>&1 || { cat "$T/out"; fail "rc"; }
+    [ "$(grep -c 'args=--local_rank=0$' "$T/out")" = 2 ] || { cat "$T/out"; fail "own --local_rank"; }
+    ;;
+  bigenv)  # an exported variable over one exec argument's limit: named, nothing starts
+    printf 'localhost slots=2\n' > "$T/hf"
+    mkdir "$T/p" "$T/work"
+    one=$(( 32 * $(getconf PAGESIZE) ))
+    { printf 'NCCL_T_BIG='; head -c 200000 /dev/zero | tr '\0' x; printf '\n'; } > "$T/work/.deepspeed_env"
+    rc=0; (cd "$T/work" && HOME=$T/work DS_HELLO_PID_DIR=$T/p "$DSRUN" -H "$T/hf" "$HELLO") > "$T/out" 2>&1 || rc=$?
+    [ "$rc" = 2 ] || { cat "$T/out"; fail "rc $rc, want 2"; }
+    [ "$(wc -l < "$T/out")" = 1 ] || { cat "$T/out"; fail "more than one line"; }
+    grep -q "^dsrun: error: environment variable NCCL_T_BIG is 200011 bytes (NCCL_T_BIG=VALUE), over the $((one - 1))-byte limit of one exec argument" "$T/out" \
+      || { cat "$T/out"; fail "message"; }
+    [ -z "$(ls "$T/p")" ] || fail "a rank started"
+    ;;
+  execfail)  # the engine cannot be executed: one line naming it and the reason, exit 127
+    printf 'localhost slots=2\n' > "$T/hf"
+    mkdir "$T/bin"
+    printf '#!/nonexistent/interpreter\n' > "$T/bin/mpirun"
+    printf '#!/bin/sh\n' > "$T/bin/ompi_info"
+    chmod +x "$T/bin/mpirun" "$T/bin/ompi_info"
+    # PATH holds only the stand-ins (execvp would go on to a real mpirun after ENOENT).
+    rc=0; PATH=$T/bin "$DSRUN" -H "$T/hf" "$HELLO" > "$T/out" 2>&1 || rc=$?
+    [ "$rc" = 127 ] || { cat "$T/out"; fail "rc $rc, want 127"; }
+    [ "$(cat "$T/out")" = "dsrun: error: cannot execute 'mpirun': No such file or directory" ] \
+      || { cat "$T/out"; fail "message"; }
+    ;;
   train)  # the real train app under dsrun: 2 ranks, 2 steps, small model
     printf 'localhost slots=2\n' > "$T/hf"
     "$DSRUN" -H "$T/hf" "$DS_BINARY_DIR/apps/train/train" --config "$SRC/configs/default.json" --steps 2 \

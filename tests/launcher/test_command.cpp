@@ -139,6 +139,29 @@ TEST(Command, OpenMpiLocal) {
   EXPECT_NE(std::find(c.argv.begin(), c.argv.end(), "--no_local_rank"), c.argv.end());
 }
 
+// dsrun adds --local_rank=N itself: the program's own one would override it (argparse keeps
+// the last), so it is refused unless --no_local_rank; dsrun's own flags are not looked at.
+TEST(Command, ProgramLocalRankRefused) {
+  CommandOptions o;
+  o.shim = "/bin/dsrun";
+  o.program = "./prog";
+  Resolution r = res_of({{"localhost", {0, 1}}}, false);
+  for (const char* bad : {"--local_rank", "--local_rank=0", "--local_rank="}) {
+    o.program_args = {"x", bad, "1"};
+    std::string e = error_of([&] { build_command(r, o, {}, {}); });
+    EXPECT_NE(e.find(std::string("the program's arguments contain ") + bad + " (argument 2 after the program); "
+                     "dsrun adds --local_rank=N to each rank itself (remove it, or pass --no_local_rank"),
+              std::string::npos)
+        << bad << ": " << e;
+  }
+  o.program_args = {"--local_rank_x=1", "--local-rank", "local_rank", "-local_rank"};  // not the flag
+  EXPECT_EQ(error_of([&] { build_command(r, o, {}, {}); }), "");
+  o.program_args = {"--local_rank=3"};
+  o.no_local_rank = true;  // the program's own flag is then the only one
+  Command c = build_command(r, o, {}, {});
+  EXPECT_EQ(c.argv.back(), "--local_rank=3");
+}
+
 TEST(Command, OpenMpiMulti) {
   CommandOptions o;
   o.shim = "/bin/dsrun";

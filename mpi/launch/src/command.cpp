@@ -88,6 +88,18 @@ Command build_command(const Resolution& res, const CommandOptions& opts, const E
                       const EnvList& environ) {
   DS_CHECK(!opts.program.empty(), "no PROGRAM given");
   DS_CHECK(!opts.shim.empty(), "internal: shim path missing");
+  if (!opts.no_local_rank) {
+    // A second --local_rank reaches the program after (or before) ours and argparse keeps the
+    // last one: every rank would silently get the same local rank.
+    for (std::size_t i = 0; i < opts.program_args.size(); ++i) {
+      const std::string& x = opts.program_args[i];
+      DS_CHECK(x != "--local_rank" && !x.starts_with("--local_rank="),
+               "the program's arguments contain " << x << " (argument " << i + 1
+                   << " after the program); dsrun adds --local_rank=N to each rank itself "
+                      "(remove it, or pass --no_local_rank to dsrun, which then adds none and "
+                      "passes yours unchanged)");
+    }
+  }
   auto hosts = active_hosts(res.world);
   DS_CHECK(!hosts.empty(), "no host has slots");
   const int total = world_size(res.world);
