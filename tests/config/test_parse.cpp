@@ -337,6 +337,53 @@ TEST(ConfigParse, ZeroForms) {
   EXPECT_FALSE(parse(R"({"zero_optimization": {"stage": 1, "overlap_comm": null}})").zero_optimization.overlap_comm);
 }
 
+// overlap_comm, contiguous_gradients, allgather_partitions: dstrain always does what the
+// default means; the other value, written explicitly, warns once, one line per key.
+TEST(ConfigParse, ZeroKeysWithoutEffectWarnOncePerKey) {
+  std::vector<std::string> w;
+  parse(R"({"zero_optimization": {"stage": 2, "overlap_comm": true, "contiguous_gradients": true,
+            "allgather_partitions": true, "reduce_scatter": true}})", &w);
+  parse(R"({"zero_optimization": {"stage": 1, "reduce_scatter": false, "overlap_comm": null}})", &w);
+  parse(R"({"zero_optimization": {"stage": 1, "overlap_comm": "auto", "contiguous_gradients": "auto"}})", &w);
+  EXPECT_TRUE(w.empty()) << w.front();  // values dstrain honours, or not given
+
+  const DsConfig c = parse("{\"zero_optimization\": {\"stage\": 2,\n \"overlap_comm\": false,\n"
+                           " \"contiguous_gradients\": false,\n \"allgather_partitions\": false}}", &w);
+  ASSERT_EQ(w.size(), 3u);
+  EXPECT_EQ(w[0], "ds.json:3:2: zero_optimization.contiguous_gradients false has no effect: dstrain always keeps "
+                  "gradients in one contiguous flat buffer");
+  EXPECT_EQ(w[1], "ds.json:4:2: zero_optimization.allgather_partitions false has no effect: dstrain always "
+                  "all-gathers the updated partitions (no per-rank broadcasts)");
+  EXPECT_EQ(w[2], "ds.json:2:2: zero_optimization.overlap_comm false has no effect: dstrain always overlaps the "
+                  "gradient reduction with the backward pass");
+  // The values stay readable as written.
+  EXPECT_FALSE(c.zero_optimization.contiguous_gradients);
+  EXPECT_FALSE(c.zero_optimization.allgather_partitions);
+  EXPECT_FALSE(c.zero_optimization.overlap_comm_effective());
+}
+
+TEST(ConfigParse, GradAccumDtype) {
+  std::vector<std::string> w;
+  EXPECT_FALSE(parse("{}").data_types.grad_accum_dtype);
+  EXPECT_EQ(parse(R"({"bf16": {"enabled": true}, "data_types": {"grad_accum_dtype": "FP32"}})", &w)
+                .data_types.grad_accum_dtype.value(), "fp32");
+  EXPECT_EQ(parse(R"({"fp16": {"enabled": true}, "data_types": {"grad_accum_dtype": "fp32"}})", &w)
+                .data_types.grad_accum_dtype.value(), "fp32");
+  EXPECT_EQ(parse(R"({"bf16": {"enabled": true}, "data_types": {"grad_accum_dtype": "bf16"}})", &w)
+                .data_types.grad_accum_dtype.value(), "bf16");
+  EXPECT_EQ(parse(R"({"data_types": {"grad_accum_dtype": "fp32"}})", &w).data_types.grad_accum_dtype.value(), "fp32");
+  EXPECT_FALSE(parse(R"({"data_types": {"grad_accum_dtype": null, "param_dtype": "fp32"}})", &w).data_types.grad_accum_dtype);
+  EXPECT_TRUE(w.empty()) << w.front();
+  EXPECT_HAS(error_of(R"({"bf16": {"enabled": true}, "data_types": {"grad_accum_dtype": "fp16"}})"),
+             "data_types.grad_accum_dtype: \"fp16\" is not supported with the bf16 working dtype; supported: \"fp32\" "
+             "or \"bf16\" (the working dtype)");
+  EXPECT_HAS(error_of(R"({"data_types": {"grad_accum_dtype": "bf16"}})"),
+             "data_types.grad_accum_dtype: \"bf16\" is not supported with the fp32 working dtype; supported: \"fp32\"");
+  EXPECT_HAS(error_of(R"({"data_types": {"grad_accum_dtype": "int8"}})"),
+             "data_types.grad_accum_dtype: expected \"fp32\", \"fp16\" or \"bf16\", got \"int8\"");
+  EXPECT_HAS(error_of(R"({"data_types": {"grad_acum_dtype": "fp32"}})"), "(did you mean \"grad_accum_dtype\"?)");
+}
+
 TEST(ConfigParse, CheckpointAndMonitor) {
   EXPECT_EQ(parse(R"({"checkpoint": {"tag_validation": "IGNORE"}})").checkpoint.tag_validation, "Ignore");
   EXPECT_EQ(parse(R"({"checkpoint": {"tag_validation": "Warn"}})").checkpoint.tag_validation, "Warn");
@@ -367,13 +414,14 @@ TEST(ConfigParse, ResolvedJsonRoundTrips) {
                "scheduler": {"type": "OneCycle", "params": {"cycle_min_lr": 0.01, "cycle_max_lr": 0.1}}, "bf16": {"enabled": true}, "seed": 7})",
            R"({"train_batch_size": 16, "gradient_accumulation_steps": 2, "optimizer": {"type": "Lamb"},
                "scheduler": {"type": "WarmupCosineLR", "params": {"total_num_steps": 50, "warmup_num_steps": 10}}, "zero_optimization": {"stage": 2}, "model": {"kind": "mlp"}})",
-           R"({"train_batch_size": 4, "optimizer": {"type": "Adagrad"}, "scheduler": {"type": "LRRangeTest"}, "steps_per_print": 5})",
+           R"({"train_batch_size": 4, "optimizer": {"type": "Adagrad"}, "scheduler": {"type": "LRRangeTest"}, "steps_per_print": 5,
+               "bf16": {"enabled": true}, "data_types": {"grad_accum_dtype": "fp32"}, "zero_optimization": {"overlap_comm": true}})",
            R"({"train_batch_size": 4, "optimizer": {"type": "AdamW"}, "scheduler": {"type": "WarmupDecayLR", "params": {"total_num_steps": 9, "warmup_num_steps": 3}}})"}) {
     DsConfig c = parse(text);
     resolve_batch_sizes(c, 2);
     const nlohmann::json j = to_json(c);
     for (const char* key : {"train_batch_size", "optimizer", "scheduler", "fp16", "bf16", "zero_optimization", "gradient_clipping",
-                            "steps_per_print", "communication_data_type", "checkpoint", "csv_monitor", "seed"}) {
+                            "steps_per_print", "communication_data_type", "data_types", "checkpoint", "csv_monitor", "seed"}) {
       EXPECT_TRUE(j.contains(key)) << key;
     }
     std::vector<std::string> w;

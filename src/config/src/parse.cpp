@@ -83,6 +83,7 @@ const std::vector<std::pair<std::string, std::vector<std::string>>>& section_key
       {"zero_optimization", {"stage", "contiguous_gradients", "reduce_scatter", "reduce_bucket_size",
                              "allgather_bucket_size", "allgather_partitions", "overlap_comm"}},
       {"checkpoint", {"tag_validation", "async_save"}},
+      {"data_types", {"grad_accum_dtype"}},
       {"csv_monitor", {"enabled", "output_path", "job_name"}},
       {"comms_config", {"timeout"}},
       {"optimizer.params", {"lr", "betas", "eps", "weight_decay", "bias_correction", "adam_w_mode",
@@ -627,17 +628,38 @@ void parse_zero(Ctx& ctx, const Member& section, ZeroConfig& c) {
     }
     c.stage = static_cast<int>(st);
   }
-  s.boolean("contiguous_gradients", c.contiguous_gradients);
+  // Keys whose DeepSpeed alternatives dstrain does not implement: dstrain always does what
+  // the default value means, so the other value is read, kept, and warned about once.
+  auto fixed_behaviour = [&](const char* key, bool& out, bool dstrain_value, const std::string& what) {
+    const Member* m = s.get(key);
+    if (!m) return;
+    out = s.read_bool(*m);
+    if (out != dstrain_value) {
+      ctx.warn(m->key_pos, s.sub(key) + " " + (out ? "true" : "false") + " has no effect: " + what);
+    }
+  };
+  fixed_behaviour("contiguous_gradients", c.contiguous_gradients, true,
+                  "dstrain always keeps gradients in one contiguous flat buffer");
+  // reduce_scatter: both values match what dstrain does (docs/CONFIG.md); it feeds the
+  // stage-2 cross-key check below.
   s.boolean("reduce_scatter", c.reduce_scatter);
   s.integer("reduce_bucket_size", c.reduce_bucket_size, 1);
   if (const Member* m = s.get("allgather_bucket_size")) {
     c.allgather_bucket_size = s.read_int(*m, 2, kIntMax);
     if (c.allgather_bucket_size % 2 != 0) s.type_error(*m, "an even integer (DeepSpeed asserts a multiple of 2)");
   }
-  s.boolean("allgather_partitions", c.allgather_partitions);
+  fixed_behaviour("allgather_partitions", c.allgather_partitions, true,
+                  "dstrain always all-gathers the updated partitions (no per-rank broadcasts)");
   if (const Member* m = s.get("overlap_comm")) {
-    if (m->value.kind == K::Null) c.overlap_comm.reset();
-    else c.overlap_comm = s.read_bool(*m);
+    if (m->value.kind == K::Null) {
+      c.overlap_comm.reset();
+    } else {
+      c.overlap_comm = s.read_bool(*m);
+      if (!*c.overlap_comm) {
+        ctx.warn(m->key_pos, s.sub("overlap_comm") + " false has no effect: dstrain always overlaps the "
+                             "gradient reduction with the backward pass");
+      }
+    }
   }
   check_offload(s, "offload_optimizer");
   check_offload(s, "offload_param");
@@ -659,6 +681,20 @@ void parse_zero(Ctx& ctx, const Member& section, ZeroConfig& c) {
             "stage3_module_granularity_threshold", "module_granularity_threshold",
             "stage3_use_all_reduce_for_fetch_params", "use_all_reduce_for_fetch_params",
             "stage3_allgather_sequential", "allgather_sequential"});
+  s.finish();
+}
+
+void parse_data_types(Ctx& ctx, const Member& section, DataTypesConfig& c) {
+  Section s(ctx, section.value, section.key_pos, "data_types");
+  if (const Member* m = s.get("grad_accum_dtype"); m && m->value.kind != K::Null) {
+    const std::string expected = "\"fp32\", \"fp16\" or \"bf16\"";
+    if (m->value.kind != K::String) s.type_error(*m, expected);
+    const std::string v = lower(m->value.str);
+    if (v != "fp32" && v != "fp16" && v != "bf16") s.type_error(*m, expected);
+    c.grad_accum_dtype = v;
+  }
+  // DeepSpeed reads these too; dstrain's parameters follow fp16/bf16.enabled.
+  s.accept({"param_dtype", "buffer_dtype"});
   s.finish();
 }
 
@@ -756,6 +792,7 @@ DsConfig parse_root(const JsonNode& root, const std::string& source, std::vector
     cfg.communication_data_type = v;
   }
   top.boolean("dataloader_drop_last", cfg.dataloader_drop_last);
+  if (const Member* m = top.get("data_types"); m && m->value.kind != K::Null) parse_data_types(ctx, *m, cfg.data_types);
   if (const Member* m = top.get("checkpoint"); m && m->value.kind != K::Null) parse_checkpoint(ctx, *m, cfg.checkpoint);
   if (const Member* m = top.get("csv_monitor"); m && m->value.kind != K::Null) parse_csv_monitor(ctx, *m, cfg.csv_monitor);
   if (const Member* m = top.get("comms_config"); m && m->value.kind != K::Null)
@@ -795,7 +832,7 @@ DsConfig parse_root(const JsonNode& root, const std::string& source, std::vector
   // DeepSpeed top-level keys accepted with no effect (docs/CONFIG.md).
   top.accept({"memory_breakdown", "dump_state", "sparse_gradients", "disable_allgather",
               "zero_allow_untested_optimizer", "zero_force_ds_cpu_optimizer", "activation_checkpointing",
-              "flops_profiler", "tensorboard", "wandb", "comet", "comms_logger", "data_types", "timers",
+              "flops_profiler", "tensorboard", "wandb", "comet", "comms_logger", "timers",
               "log_level", "vocabulary_size", "torch_autocast", "autotuning", "compression_training",
               "data_efficiency", "curriculum_learning", "aio", "sparse_attention", "hybrid_engine", "compile",
               "eigenvalue", "progressive_layer_drop", "quantize_training", "nebula", "pipeline",
@@ -808,6 +845,17 @@ DsConfig parse_root(const JsonNode& root, const std::string& source, std::vector
     ctx.fail_key(bf16_path + ".enabled",
                  "fp16 and bf16 cannot both be enabled (DeepSpeed: \"bfloat16 and fp16 modes cannot be "
                  "simultaneously enabled\"); set one of fp16.enabled, " + bf16_path + ".enabled to false");
+  }
+  if (cfg.data_types.grad_accum_dtype) {
+    // Gradients are accumulated either in the working dtype (the default) or in an fp32
+    // buffer beside it; a half dtype other than the working one is not implemented.
+    const std::string working = cfg.fp16.enabled ? "fp16" : cfg.bf16.enabled ? "bf16" : "fp32";
+    const std::string& v = *cfg.data_types.grad_accum_dtype;
+    if (v != working && v != "fp32") {
+      ctx.fail_key("data_types.grad_accum_dtype",
+                   jquote(v) + " is not supported with the " + working + " working dtype; supported: " +
+                       (working == "fp32" ? "\"fp32\"" : "\"fp32\" or \"" + working + "\" (the working dtype)"));
+    }
   }
   if (cfg.optimizer && cfg.optimizer->type == "lamb" && cfg.fp16.loss_scale != 0) {
     ctx.fail_key("fp16.loss_scale", "Lamb requires dynamic loss scaling (DeepSpeed asserts it): set fp16.loss_scale to 0");

@@ -116,7 +116,9 @@ nlohmann::json to_json(const DsConfig& cfg) {
                             {"reduce_bucket_size", z.reduce_bucket_size},
                             {"allgather_bucket_size", z.allgather_bucket_size},
                             {"allgather_partitions", z.allgather_partitions},
-                            {"overlap_comm", z.overlap_comm_effective()}};
+                            // As given (null: DeepSpeed's stage == 3), so that re-reading the
+                            // resolved file does not warn about a false nobody wrote.
+                            {"overlap_comm", z.overlap_comm ? json(*z.overlap_comm) : json(nullptr)}};
   j["gradient_clipping"] = cfg.gradient_clipping;
   j["steps_per_print"] = cfg.steps_per_print ? json(*cfg.steps_per_print) : json(nullptr);
   j["wall_clock_breakdown"] = cfg.wall_clock_breakdown;
@@ -125,6 +127,9 @@ nlohmann::json to_json(const DsConfig& cfg) {
   // None resolves to the training dtype, as DeepSpeed does.
   j["communication_data_type"] = cfg.communication_data_type.value_or(
       cfg.fp16.enabled ? "fp16" : cfg.bf16.enabled ? "bf16" : "fp32");
+  // None resolves to the working dtype, as DeepSpeed does.
+  j["data_types"] = {{"grad_accum_dtype", cfg.data_types.grad_accum_dtype.value_or(
+                                              cfg.fp16.enabled ? "fp16" : cfg.bf16.enabled ? "bf16" : "fp32")}};
   j["dataloader_drop_last"] = cfg.dataloader_drop_last;
   j["checkpoint"] = {{"tag_validation", cfg.checkpoint.tag_validation}, {"async_save", cfg.checkpoint.async_save}};
   j["comms_config"] = {{"timeout", cfg.comms_config.timeout}};

@@ -89,6 +89,13 @@ struct ZeroConfig {
   bool overlap_comm_effective() const { return overlap_comm.value_or(stage == 3); }
 };
 
+// data_types: the dtype micro-step gradients are summed in over gradient_accumulation_steps.
+struct DataTypesConfig {
+  // "fp32" | "fp16" | "bf16"; None -> the working dtype (DeepSpeed's default). The parser
+  // accepts only the working dtype or "fp32" (docs/CONFIG.md).
+  std::optional<std::string> grad_accum_dtype;
+};
+
 struct CheckpointConfig {
   std::string tag_validation = "Warn";  // "Ignore" | "Warn" | "Fail" (as written in DeepSpeed docs)
   bool async_save = false;              // dstrain extension: background snapshot writer
@@ -125,6 +132,7 @@ struct DsConfig {
   bool prescale_gradients = false;
   double gradient_predivide_factor = 1.0;
   std::optional<std::string> communication_data_type;  // "fp32" | "fp16" | "bf16"; None -> model dtype
+  DataTypesConfig data_types;
   bool dataloader_drop_last = false;
   CheckpointConfig checkpoint;
   CsvMonitorConfig csv_monitor;
