@@ -161,6 +161,81 @@ TEST(OneCycle, DecayPhaseAndNoMomentum) {
   EXPECT_NE(error_of(c).find("scheduler.params.cycle_first_step_size"), std::string::npos);
 }
 
+// Stair counts quantise on the integer batch offset b = (it + 1) mod T within the cycle, as
+// DeepSpeed does. Cycle 6 up + 9 down (T = 15), lr 1e-3 -> 5e-3, momentum 0.9 -> 0.8:
+// the first half holds floor(b*2/6)/2 (stairs of 3 batches: scale 0, 0.5 from b = 3, 1 at
+// b = 6), the second floor((15-b)*3/9)/3 (2/3 for b = 7..9, 1/3 for 10..12, 0 from 13).
+// Each boundary is checked just before, at and after; the values are typed by hand.
+namespace {
+SchedulerConfig stairs_cycle() {
+  SchedulerConfig c;
+  c.type = "OneCycle";
+  c.cycle_min_lr = 1e-3;
+  c.cycle_max_lr = 5e-3;
+  c.cycle_first_step_size = 6;
+  c.cycle_second_step_size = 9;
+  c.cycle_first_stair_count = 2;
+  c.cycle_second_stair_count = 3;
+  c.decay_step_size = 5;
+  c.decay_lr_rate = 1.0;
+  c.decay_mom_rate = 0.1;
+  return c;
+}
+}  // namespace
+
+TEST(OneCycle, StairCountsQuantiseOnTheBatchOffset) {
+  auto s = make_scheduler(stairs_cycle(), 1e-3, {0.9, 0.999});
+  struct Row { std::int64_t it; double lr, mom; };
+  const Row rows[] = {
+      {0, 1e-3, 0.9},          // b = 1: bottom stair (continuous would be 1/6 up)
+      {1, 1e-3, 0.9},          // b = 2: just before the first stair
+      {2, 3e-3, 0.85},         // b = 3: at it
+      {3, 3e-3, 0.85},         // b = 4: after (continuous: 2/3)
+      {4, 3e-3, 0.85},         // b = 5: just before the peak
+      {5, 5e-3, 0.8},          // b = 6: the peak, the last batch of the first half
+      {6, 11e-3 / 3, 0.9 - 0.2 / 3},  // b = 7: first stair down, scale 2/3 (continuous 8/9)
+      {8, 11e-3 / 3, 0.9 - 0.2 / 3},  // b = 9: just before the next stair
+      {9, 7e-3 / 3, 0.9 - 0.1 / 3},   // b = 10: at it, scale 1/3
+      {10, 7e-3 / 3, 0.9 - 0.1 / 3},  // b = 11: after
+      {11, 7e-3 / 3, 0.9 - 0.1 / 3},  // b = 12: just before the bottom stair
+      {12, 1e-3, 0.9},         // b = 13: at it, scale 0 (continuous 2/9)
+      {13, 1e-3, 0.9},         // b = 14: after
+      {14, 1e-3, 0.9},         // b = 15 = T: offset 0, the cycle's last batch
+      {15, 1e-3 / 1.2, 0.9 * 1.02},   // decay: d = 1, lr = min / (1 + 1 * 1/5), mom = max * (1 + 0.1/5)
+      {19, 5e-4, 0.99},        // decay: d = 5
+  };
+  for (const Row& r : rows) {
+    SCOPED_TRACE("it = " + std::to_string(r.it));
+    EXPECT_NEAR(lr_at(*s, r.it), r.lr, 1e-15);
+    ASSERT_TRUE(s->betas());
+    EXPECT_NEAR((*s->betas())[0], r.mom, 1e-12);
+    EXPECT_EQ((*s->betas())[1], 0.99);
+  }
+  // Stepping gives the same values as restoring each iteration.
+  auto t = make_scheduler(stairs_cycle(), 1e-3, {0.9, 0.999});
+  for (std::int64_t it = 0; it <= 19; ++it) {
+    t->step();
+    EXPECT_EQ(t->lr(), lr_at(*s, it)) << "it = " << it;
+  }
+}
+
+TEST(OneCycle, SecondStairCountDefaultsToFirstAndZeroIsContinuous) {
+  SchedulerConfig c = stairs_cycle();
+  c.cycle_second_stair_count.reset();  // None -> the first count, 2: floor((15-b)*2/9)/2
+  auto s = make_scheduler(c, 1e-3, {0.9, 0.999});
+  EXPECT_NEAR(lr_at(*s, 5), 5e-3, 1e-15);   // b = 6: the peak
+  EXPECT_NEAR(lr_at(*s, 6), 3e-3, 1e-15);   // b = 7: 16/9 -> 1, scale 0.5
+  EXPECT_NEAR(lr_at(*s, 9), 3e-3, 1e-15);   // b = 10: 10/9 -> 1
+  EXPECT_NEAR(lr_at(*s, 10), 1e-3, 1e-15);  // b = 11: 8/9 -> 0
+  c.cycle_first_stair_count = 0;  // continuous up, stairs of 3 down
+  c.cycle_second_stair_count = 3;
+  auto t = make_scheduler(c, 1e-3, {0.9, 0.999});
+  EXPECT_NEAR(lr_at(*t, 1), 1e-3 + 4e-3 / 3, 1e-15);  // b = 2: 2/6 of the way up
+  EXPECT_NEAR(lr_at(*t, 6), 11e-3 / 3, 1e-15);       // b = 7: stair 2/3
+  c.cycle_second_stair_count = -1;
+  EXPECT_NE(error_of(c).find("scheduler.params.cycle_second_stair_count must be >= 0"), std::string::npos);
+}
+
 TEST(LRRangeTest, ContinuousAndStaircase) {
   SchedulerConfig c;
   c.type = "LRRangeTest";

@@ -109,10 +109,12 @@ class WarmupCosineLr final : public Base {
 class OneCycle final : public Base {
  public:
   explicit OneCycle(const config::SchedulerConfig& c) : c_(c) {
-    const double first = double(c.cycle_first_step_size);
-    const double second = c.cycle_second_step_size ? double(*c.cycle_second_step_size) : first;
-    total_ = first + second;
-    ratio_ = first / total_;
+    first_ = double(c.cycle_first_step_size);
+    second_ = c.cycle_second_step_size ? double(*c.cycle_second_step_size) : first_;
+    total_ = first_ + second_;
+    ratio_ = first_ / total_;
+    first_stairs_ = c.cycle_first_stair_count;
+    second_stairs_ = c.cycle_second_stair_count.value_or(c.cycle_first_stair_count);  // None -> first
     skip_lr_decay_ = c.decay_step_size == 0 || c.decay_lr_rate == 0.0;
     skip_mom_decay_ = c.decay_step_size == 0 || c.decay_mom_rate == 0.0;
     compute();
@@ -124,7 +126,18 @@ class OneCycle final : public Base {
     const double bi = double(it_ + 1);  // DeepSpeed uses last_batch_iteration + 1 here
     const double cycle = std::floor(1.0 + bi / total_);
     const double x = 1.0 + bi / total_ - cycle;
-    return x <= ratio_ ? x / ratio_ : (x - 1.0) / (ratio_ - 1.0);
+    const bool first_half = x <= ratio_;
+    const std::int64_t stairs = first_half ? first_stairs_ : second_stairs_;
+    if (stairs <= 0) return first_half ? x / ratio_ : (x - 1.0) / (ratio_ - 1.0);  // continuous
+    // A stair count holds lr/mom flat for step_size/count batches of its half. DeepSpeed
+    // floors the integer batch offset within the cycle, not the float scale above: that one
+    // can land 1e-16 under an exact stair (the peak of an asymmetric cycle) and floor a whole
+    // stair lower. The count is picked by x as above, the half of the offset by the offset,
+    // both as DeepSpeed does.
+    const double b = std::fmod(bi, total_);
+    const double position = b <= first_ ? b * double(stairs) / first_
+                                        : (total_ - b) * double(stairs) / second_;
+    return std::floor(position) / double(stairs);
   }
   void compute() override {
     if (it_ < 0) {  // construction: lr = min, betas = (min_mom, 0.99)
@@ -148,7 +161,8 @@ class OneCycle final : public Base {
     }
   }
   config::SchedulerConfig c_;
-  double total_ = 0, ratio_ = 0;
+  double first_ = 0, second_ = 0, total_ = 0, ratio_ = 0;
+  std::int64_t first_stairs_ = 0, second_stairs_ = 0;  // 0: continuous
   bool skip_lr_decay_ = true, skip_mom_decay_ = true;
 };
 
@@ -219,6 +233,8 @@ std::unique_ptr<LrScheduler> make_scheduler(const config::SchedulerConfig& c, do
     DS_CHECK(c.decay_step_size >= 0, "scheduler.params.decay_step_size must be >= 0, got " << c.decay_step_size);
     DS_CHECK(c.cycle_first_stair_count >= 0,
              "scheduler.params.cycle_first_stair_count must be >= 0, got " << c.cycle_first_stair_count);
+    DS_CHECK(!c.cycle_second_stair_count || *c.cycle_second_stair_count >= 0,
+             "scheduler.params.cycle_second_stair_count must be >= 0, got " << *c.cycle_second_stair_count);
     check_finite(c.cycle_min_lr, "cycle_min_lr");
     check_finite(c.cycle_max_lr, "cycle_max_lr");
     check_finite(c.cycle_min_mom, "cycle_min_mom");
