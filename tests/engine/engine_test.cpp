@@ -691,3 +691,128 @@ int main(int argc, char** argv) {
   ds::finalize_distributed(ctx);
   return any;
 }
+
+// ---------------------------------------------------------------------------------------
+// data_types.grad_accum_dtype
+// ---------------------------------------------------------------------------------------
+
+namespace {
+
+// The gradient norm of one accumulation cycle summed without rounding: each micro-step's
+// gradient is what the module writes into zeroed bf16 views (scale 1/gas, as the engine's
+// bf16 backward), added up in double. `params` are the engine's current (bf16) parameters.
+double reference_norm_bf16(const ds::engine::PartitionMap& map, const std::vector<float>& params,
+                           const ds::test::Data& data, int first, int micro, int gas) {
+  ds::test::TestMlp model(kD, kH);
+  const std::size_t n = map.total_numel;
+  std::vector<ds::bf16> p(n), g(n);
+  for (std::size_t i = 0; i < n; ++i) p[i] = ds::float_to_bf16(params[i]);
+  std::vector<ds::TensorView> pv, gv;
+  for (const auto& q : map.params) {
+    pv.push_back(ds::TensorView{p.data() + q.offset, q.numel, ds::DType::BF16});
+    gv.push_back(ds::TensorView{g.data() + q.offset, q.numel, ds::DType::BF16});
+  }
+  model.bind(pv, gv);
+  std::vector<double> sum(n, 0.0);
+  for (int k = 0; k < gas; ++k) {
+    std::fill(g.begin(), g.end(), ds::float_to_bf16(0.0f));
+    model.forward(data.batch(first + k * micro, micro));
+    model.backward(1.0f / float(gas), [](std::size_t) {});
+    for (std::size_t i = 0; i < n; ++i) sum[i] += ds::bf16_to_float(g[i]);
+  }
+  double sq = 0;
+  for (double v : sum) sq += v * v;
+  return std::sqrt(sq);
+}
+
+// bf16 training, gas micro-steps of one sample; returns the gradient norm of every boundary
+// and, per boundary, the reference norm of the same cycle from the parameters before it.
+struct NormTrace {
+  std::vector<double> engine, reference;
+  std::vector<float> params;
+};
+NormTrace bf16_norm_trace(const json& accum_dtype, int gas, int steps) {
+  auto cfg = base_config(1, gas, true);
+  cfg["bf16"] = {{"enabled", true}};
+  cfg["gradient_clipping"] = 0.0;
+  if (!accum_dtype.is_null()) cfg["data_types"] = {{"grad_accum_dtype", accum_dtype}};
+  ds::test::TestMlp model(kD, kH);
+  auto r = ds::initialize(parse(cfg), model, self());
+  auto& e = *r.engine;
+  ds::test::Data data(steps * gas, kD);
+  NormTrace t;
+  for (int s = 0; s < steps; ++s) {
+    t.reference.push_back(reference_norm_bf16(e.partition_map(), e.gather_params_fp32(), data, s * gas, 1, gas));
+    for (int k = 0; k < gas; ++k) {
+      e.backward(e.forward(data.batch(s * gas + k, 1)));
+      e.step();
+    }
+    t.engine.push_back(e.get_global_grad_norm());
+  }
+  t.params = e.gather_params_fp32();
+  return t;
+}
+
+}  // namespace
+
+TEST(Engine, GradAccumDtypeFp32SumsMicroStepsInFp32) {
+  // bf16 working dtype, gas 16. fp32 accumulation: the boundary's gradient norm equals the
+  // exact sum of the bf16 micro-step gradients (relative 1e-6: fp32 vs double adds; every
+  // cycle, so the buffer restarts from zero after each step). bf16 accumulation (the
+  // default, and "bf16" written out) rounds after every add: its norm is off by far more.
+  const int gas = 16, steps = 3;
+  const NormTrace fp32 = bf16_norm_trace("fp32", gas, steps);
+  for (int s = 0; s < steps; ++s) {
+    EXPECT_NEAR(fp32.engine[std::size_t(s)], fp32.reference[std::size_t(s)], 1e-6 * fp32.reference[std::size_t(s)])
+        << "step " << s;
+  }
+  const NormTrace dflt = bf16_norm_trace(json(), gas, steps);
+  const NormTrace bf16 = bf16_norm_trace("bf16", gas, steps);
+  ASSERT_EQ(dflt.reference[0], fp32.reference[0]);  // the same parameters before step 1
+  EXPECT_GT(std::fabs(dflt.engine[0] - dflt.reference[0]), 1e-4 * dflt.reference[0]);
+  EXPECT_EQ(dflt.engine, bf16.engine);  // "bf16" is the working dtype: the default
+  EXPECT_EQ(dflt.params, bf16.params);
+}
+
+TEST(Engine, GradAccumDtypeFp32EveryStageAndWorldSize) {
+  // fp32 accumulation on W ranks (every stage reduces on every micro-step and folds the
+  // reduced sum into the fp32 buffer) matches the same training on one rank with 2W x the
+  // micro-batch. Tolerance 4 bf16 ulps at magnitude 1 (the per-micro-step reduction sums
+  // the ranks' bf16 gradients in bf16), as ZeroStagesMatchStage0MixedPrecision.
+  if (8 % (2 * W()) != 0) GTEST_SKIP() << "needs 2W dividing 8";
+  RunOptions o;
+  o.steps = 4;
+  o.extra_params = 3;
+  auto ref_cfg = base_config(8 / (2 * W()) * W(), 2, true);
+  ref_cfg["bf16"] = {{"enabled", true}};
+  ref_cfg["data_types"] = {{"grad_accum_dtype", "fp32"}};
+  const auto ref = train(ref_cfg, self(), o);
+  for (int stage : {0, 1, 2}) {
+    auto cfg = base_config(8 / (2 * W()), 2, true);
+    cfg["bf16"] = {{"enabled", true}};
+    cfg["data_types"] = {{"grad_accum_dtype", "fp32"}};
+    cfg["zero_optimization"] = {{"stage", stage}, {"reduce_bucket_size", 11}};
+    std::unique_ptr<ds::Engine> e;
+    EXPECT_LT(max_abs_diff(train(cfg, g_world, o, &e), ref), 4.0 / 128) << "stage " << stage;
+    // The fp32 buffer is part of the gradients' bytes: one fp32 per element of the slice.
+    ASSERT_TRUE(e);
+    EXPECT_GE(e->memory_report().grads, e->partition_map().slices[std::size_t(e->comm().rank())].count * 4);
+  }
+}
+
+TEST(Engine, GradAccumDtypeOtherHalfTypeIsAConfigError) {
+  // A DsConfig built in code (not through the parser) gets the same answer from the engine.
+  ds::test::TestMlp model(kD, kH);
+  ds::config::DsConfig c = parse(base_config(2, 2));
+  c.bf16.enabled = true;
+  c.data_types.grad_accum_dtype = "fp16";
+  try {
+    ds::initialize(c, model, self());
+    ADD_FAILURE() << "no error";
+  } catch (const ds::Error& e) {
+    EXPECT_NE(std::string(e.what()).find("data_types.grad_accum_dtype 'fp16' is not supported with the bf16 working "
+                                         "dtype; supported: fp32 or bf16"),
+              std::string::npos)
+        << e.what();
+  }
+}

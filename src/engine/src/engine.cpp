@@ -122,6 +122,10 @@ Engine::Engine(config::DsConfig cfg, Module& module, std::shared_ptr<Communicato
     DS_CHECK(world_ == 1 || (device_comm_ && device_comm_->size() == world_),
              "the module runs on a CUDA device and the job has " << world_ << " ranks: gradients need an NCCL "
              "communicator of the same ranks (ds::initialize(cfg, model, comm, make_communicator(ctx, \"nccl\")))");
+    DS_CHECK(!accum_fp32_,
+             cfg_.source << ": data_types.grad_accum_dtype fp32 with the " << dtype_name(wdtype_)
+                         << " working dtype: the GPU path accumulates gradients in the working dtype; remove the key "
+                            "or set it to " << dtype_name(wdtype_));
     if (device_comm_) device_comm_->set_compute_stream(module_->device_stream());
   }
 
@@ -152,6 +156,7 @@ Engine::Engine(config::DsConfig cfg, Module& module, std::shared_ptr<Communicato
   }
   if (!on_device()) grads_.touch(keep_lo_, keep_hi_);
   master_ = HostBuffer(slice_.count, DType::F32);
+  if (accum_fp32_) accum_ = HostBuffer(slice_.count, DType::F32);
   if (on_device()) dev_ = std::make_unique<engine::DeviceStore>(map_.padded_numel, wdtype_, slice_.count, module_->device_stream());
   if (map_.stage >= 1 && world_ > 1 && on_device()) {
     gather_chunk_ = map_.partition_numel;  // NCCL gathers the whole partition in place
@@ -307,6 +312,14 @@ void Engine::validate_config() {
            c.source << ": zero_optimization.allgather_bucket_size must be > 0");
   wdtype_ = c.fp16.enabled ? DType::F16 : c.bf16.enabled ? DType::BF16 : DType::F32;
   comm_dtype_ = wdtype_;
+  if (c.data_types.grad_accum_dtype) {
+    // The parser checks this too; a DsConfig built in code gets the same answer here.
+    const std::string& a = *c.data_types.grad_accum_dtype;
+    DS_CHECK(a == "fp32" || a == dtype_name(wdtype_),
+             c.source << ": data_types.grad_accum_dtype '" << a << "' is not supported with the "
+                      << dtype_name(wdtype_) << " working dtype; supported: fp32 or " << dtype_name(wdtype_));
+    accum_fp32_ = a == "fp32" && wdtype_ != DType::F32;
+  }
   if (c.communication_data_type) {
     DType t;
     try {
@@ -386,7 +399,9 @@ float Engine::backward(float loss) {
   const double gas = double(cfg_.gradient_accumulation_steps);
   backward_scale_ = scaler_.scale();
   const float scale = float(backward_scale_ / gas);
-  reducing_this_backward_ = world_ > 1 && (map_.stage == 2 || is_gradient_accumulation_boundary());
+  // fp32 accumulation folds reduced gradients into accum_ after every backward, so every
+  // stage then reduces on every micro-step, as ZeRO-2 always does.
+  reducing_this_backward_ = world_ > 1 && (map_.stage == 2 || accum_fp32_ || is_gradient_accumulation_boundary());
   if (reducing_this_backward_) {
     for (auto& b : buckets_) {
       b.params_ready = 0;
@@ -414,13 +429,40 @@ float Engine::backward(float loss) {
       const std::size_t es = dtype_size(wdtype_);
       zero_range(grads_, wdtype_, keep_lo_ / es, slice_.offset);
       zero_range(grads_, wdtype_, slice_.offset + slice_.count, std::min(keep_hi_ / es, map_.padded_numel));
+    } else if (accum_fp32_) {
+      for (auto& b : buckets_) finish_bucket(b);  // folded below
     } else {
       cycle_reduced_ = true;  // waited for in step()
     }
     timers_.stop("reduce");
     reducing_this_backward_ = false;
   }
+  if (accum_fp32_) fold_into_accum();
   return float(loss / gas);
+}
+
+void Engine::fold_into_accum() {
+  float* acc = accum_.as<float>();
+  const std::int64_t n = std::int64_t(slice_.count);
+  TensorView g = sub_view(grads_, wdtype_, slice_.offset, slice_.count);
+  if (wdtype_ == DType::BF16) {
+    const bf16* p = g.as<bf16>();
+#pragma omp parallel for schedule(static) if (n > (1 << 16))
+    for (std::int64_t j = 0; j < n; ++j) acc[j] += bf16_to_float(p[j]);
+  } else {
+    const f16* p = g.as<f16>();
+#pragma omp parallel for schedule(static) if (n > (1 << 16))
+    for (std::int64_t j = 0; j < n; ++j) acc[j] += f16_to_float(p[j]);
+  }
+  // Stage 2 (world > 1) already zeroed or released everything outside the slice; stages 0/1
+  // hold the whole (reduced) space, which must read zero for the next backward.
+  if (release_grads_) zero_range(grads_, wdtype_, slice_.offset, slice_.offset + slice_.count);
+  else zero_range(grads_, wdtype_, 0, map_.padded_numel);
+}
+
+TensorView Engine::step_grads(std::size_t offset, std::size_t count) const {
+  if (accum_fp32_) return sub_view(accum_, DType::F32, offset - slice_.offset, count);
+  return grad_range(offset, count);
 }
 
 void Engine::on_grad_ready(std::size_t i) {
@@ -526,6 +568,7 @@ void Engine::launch_all_and_wait() {
 
 void Engine::zero_grads() {
   if (on_device()) return dev_->zero_grads();
+  if (accum_fp32_) std::memset(accum_.data(), 0, accum_.bytes());
   if (release_grads_) {  // normally nothing outside the partition is resident here
     grads_.release(0, keep_lo_);
     grads_.release(keep_hi_, grads_.mapped_bytes());
@@ -549,7 +592,7 @@ void Engine::step() {
 void Engine::boundary_step() {
   // 1. Finish the gradient reduction (stages 0/1: the buckets the last backward started).
   timers_.start("reduce");
-  if (world_ > 1 && map_.stage < 2) {
+  if (world_ > 1 && map_.stage < 2 && !accum_fp32_) {  // accum_fp32_: reduced in backward
     if (cycle_reduced_) {
       for (auto& b : buckets_) finish_bucket(b);
     } else {
@@ -566,7 +609,7 @@ void Engine::boundary_step() {
   const std::size_t g_off = partitioned ? slice_.offset : 0;
   const std::size_t g_cnt = partitioned ? slice_.real_count : map_.total_numel;
   const precision::GradStats st =
-      on_device() ? dev_->grad_stats(g_off, g_cnt) : precision::grad_stats(sub_view(grads_, wdtype_, g_off, g_cnt), 1.0);
+      on_device() ? dev_->grad_stats(g_off, g_cnt) : precision::grad_stats(step_grads(g_off, g_cnt), 1.0);
   double red[4] = {st.has_inf_or_nan ? 0.0 : st.sum_of_squares, st.has_inf_or_nan ? 1.0 : 0.0,
                    cycle_loss_nonfinite_ ? 1.0 : 0.0, cycle_losses_ > 0 ? cycle_loss_sum_ / cycle_losses_ : 0.0};
   if (world_ > 1) comm_->all_reduce(TensorView{red, 4, DType::F64}, ReduceOp::Sum);
@@ -617,7 +660,7 @@ void Engine::boundary_step() {
     if (n > 0) {
       float* master = on_device() ? dev_->master() : master_.as<float>();
       if (on_device()) ctx.stream = dev_->stream();
-      optimizer_->step(std::span<float>(master, n), grad_range(g_off, n), param_range(g_off, n), optim_segments_, ctx);
+      optimizer_->step(std::span<float>(master, n), step_grads(g_off, n), param_range(g_off, n), optim_segments_, ctx);
     }
     // 4. ZeRO: every rank gets every updated slice.
     if (partitioned && world_ > 1) allgather_params();
@@ -712,6 +755,7 @@ engine::ModelStateBytes Engine::memory_report() const {
   } else {
     b.grads = grads_.bytes();
   }
+  b.grads += accum_.bytes();  // the fp32 accumulation buffer (data_types.grad_accum_dtype)
   b.master = master_.bytes();
   std::size_t opt = 0;
   for (const auto& t : optimizer_->state_tensors()) opt += t.second.size() * sizeof(float);

@@ -70,8 +70,9 @@ class Engine {
   // Runs the module's forward on this rank's micro-batch; returns the mean loss, unscaled.
   float forward(const Batch& batch);
   // Backward with scale = loss_scale / gradient_accumulation_steps; returns loss / gas as
-  // DeepSpeed does. During the last micro-batch of a cycle (every micro-batch under ZeRO-2)
-  // full gradient buckets start their non-blocking reduction while backward runs.
+  // DeepSpeed does. During the last micro-batch of a cycle (every micro-batch under ZeRO-2,
+  // or with fp32 grad_accum_dtype and a half working dtype) full gradient buckets start
+  // their non-blocking reduction while backward runs.
   float backward(float loss);
   // Called on every micro-batch: micro_steps += 1; at the boundary averages, unscales,
   // checks overflow, clips, updates, steps the scheduler (see docs/ENGINE.md).
@@ -160,6 +161,9 @@ class Engine {
   void populate_bucket(std::size_t k);     // ZeRO-2: prefault bucket k's released pages at once
   void launch_all_and_wait();
   void zero_grads();
+  void fold_into_accum();  // accum_fp32_: accum_ += grads_ (this rank's slice); grads_ = 0
+  // The gradients the boundary step reads: accum_ (accum_fp32_) or the working-dtype grads.
+  TensorView step_grads(std::size_t offset, std::size_t count) const;
   void boundary_step();
   void allgather_params();
   void report_progress(bool overflow, double loss, double step_ms);
@@ -210,6 +214,12 @@ class Engine {
   HostBuffer gather_recv_;  // ZeRO all-gather staging, W x gather_chunk_ x wdtype_, only when
                             // chunks are smaller than a slice (else it gathers in place)
   std::size_t gather_chunk_ = 0;  // elements per rank per all-gather (allgather_bucket_size / W)
+  // data_types.grad_accum_dtype "fp32" with a half working dtype: after every backward the
+  // micro-step gradients of this rank's slice (reduced first when world > 1) are added into
+  // accum_ and grads_ is zeroed, so the sum over the cycle is rounded once, in fp32; the
+  // boundary step reads accum_. Element j is global flat element slice_.offset + j.
+  bool accum_fp32_ = false;
+  HostBuffer accum_;     // slice_.count x F32 when accum_fp32_, else empty
   HostBuffer master_;    // slice_.count x F32: fp32 master of this rank's slice; element j
                          // is global flat element slice_.offset + j
   // CUDA module: params, grads and master on the device (grads_ is then left empty, and
