@@ -699,41 +699,46 @@ int main(int argc, char** argv) {
 namespace {
 
 // The gradient norm of one accumulation cycle summed without rounding: each micro-step's
-// gradient is what the module writes into zeroed bf16 views (scale 1/gas, as the engine's
-// bf16 backward), added up in double. `params` are the engine's current (bf16) parameters.
-double reference_norm_bf16(const ds::engine::PartitionMap& map, const std::vector<float>& params,
-                           const ds::test::Data& data, int first, int micro, int gas) {
+// gradient is what the module writes into zeroed working-dtype views (scale loss_scale/gas,
+// as the engine's backward), added up in double, unscaled. `params` are the engine's
+// current parameters (exact in the working dtype).
+double reference_norm(const ds::engine::PartitionMap& map, const std::vector<float>& params, const ds::test::Data& data,
+                      int first, int micro, int gas, ds::DType dtype, double loss_scale) {
   ds::test::TestMlp model(kD, kH);
-  const std::size_t n = map.total_numel;
-  std::vector<ds::bf16> p(n), g(n);
-  for (std::size_t i = 0; i < n; ++i) p[i] = ds::float_to_bf16(params[i]);
+  const std::size_t n = map.total_numel, es = ds::dtype_size(dtype);
+  std::vector<char> p(n * es), g(n * es);
+  ds::convert(params.data(), ds::DType::F32, p.data(), dtype, n);
   std::vector<ds::TensorView> pv, gv;
   for (const auto& q : map.params) {
-    pv.push_back(ds::TensorView{p.data() + q.offset, q.numel, ds::DType::BF16});
-    gv.push_back(ds::TensorView{g.data() + q.offset, q.numel, ds::DType::BF16});
+    pv.push_back(ds::TensorView{p.data() + q.offset * es, q.numel, dtype});
+    gv.push_back(ds::TensorView{g.data() + q.offset * es, q.numel, dtype});
   }
   model.bind(pv, gv);
   std::vector<double> sum(n, 0.0);
+  std::vector<float> gf(n);
   for (int k = 0; k < gas; ++k) {
-    std::fill(g.begin(), g.end(), ds::float_to_bf16(0.0f));
+    std::fill(g.begin(), g.end(), char(0));
     model.forward(data.batch(first + k * micro, micro));
-    model.backward(1.0f / float(gas), [](std::size_t) {});
-    for (std::size_t i = 0; i < n; ++i) sum[i] += ds::bf16_to_float(g[i]);
+    model.backward(float(loss_scale / gas), [](std::size_t) {});
+    ds::convert(g.data(), dtype, gf.data(), ds::DType::F32, n);
+    for (std::size_t i = 0; i < n; ++i) sum[i] += gf[i];
   }
   double sq = 0;
   for (double v : sum) sq += v * v;
-  return std::sqrt(sq);
+  return std::sqrt(sq) / loss_scale;
 }
 
-// bf16 training, gas micro-steps of one sample; returns the gradient norm of every boundary
-// and, per boundary, the reference norm of the same cycle from the parameters before it.
+// Half-precision training (prec "bf16" or "fp16" at a static loss scale of 256), gas
+// micro-steps of one sample; the gradient norm of every boundary and, per boundary, the
+// reference norm of the same cycle from the parameters before it.
 struct NormTrace {
   std::vector<double> engine, reference;
   std::vector<float> params;
 };
-NormTrace bf16_norm_trace(const json& accum_dtype, int gas, int steps) {
+NormTrace half_norm_trace(const std::string& prec, const json& accum_dtype, int gas, int steps) {
   auto cfg = base_config(1, gas, true);
-  cfg["bf16"] = {{"enabled", true}};
+  cfg[prec] = {{"enabled", true}};
+  if (prec == "fp16") cfg[prec]["loss_scale"] = 256;
   cfg["gradient_clipping"] = 0.0;
   if (!accum_dtype.is_null()) cfg["data_types"] = {{"grad_accum_dtype", accum_dtype}};
   ds::test::TestMlp model(kD, kH);
@@ -742,7 +747,8 @@ NormTrace bf16_norm_trace(const json& accum_dtype, int gas, int steps) {
   ds::test::Data data(steps * gas, kD);
   NormTrace t;
   for (int s = 0; s < steps; ++s) {
-    t.reference.push_back(reference_norm_bf16(e.partition_map(), e.gather_params_fp32(), data, s * gas, 1, gas));
+    t.reference.push_back(reference_norm(e.partition_map(), e.gather_params_fp32(), data, s * gas, 1, gas,
+                                         e.working_dtype(), e.loss_scale()));
     for (int k = 0; k < gas; ++k) {
       e.backward(e.forward(data.batch(s * gas + k, 1)));
       e.step();
@@ -756,18 +762,22 @@ NormTrace bf16_norm_trace(const json& accum_dtype, int gas, int steps) {
 }  // namespace
 
 TEST(Engine, GradAccumDtypeFp32SumsMicroStepsInFp32) {
-  // bf16 working dtype, gas 16. fp32 accumulation: the boundary's gradient norm equals the
-  // exact sum of the bf16 micro-step gradients (relative 1e-6: fp32 vs double adds; every
-  // cycle, so the buffer restarts from zero after each step). bf16 accumulation (the
-  // default, and "bf16" written out) rounds after every add: its norm is off by far more.
+  // bf16 and fp16 working dtypes, gas 16. fp32 accumulation: the boundary's gradient norm
+  // equals the exact sum of the half-precision micro-step gradients (relative 1e-6: fp32 vs
+  // double adds; every cycle, so the buffer restarts from zero after each step).
   const int gas = 16, steps = 3;
-  const NormTrace fp32 = bf16_norm_trace("fp32", gas, steps);
-  for (int s = 0; s < steps; ++s) {
-    EXPECT_NEAR(fp32.engine[std::size_t(s)], fp32.reference[std::size_t(s)], 1e-6 * fp32.reference[std::size_t(s)])
-        << "step " << s;
+  for (const std::string prec : {"bf16", "fp16"}) {
+    const NormTrace fp32 = half_norm_trace(prec, "fp32", gas, steps);
+    for (int s = 0; s < steps; ++s) {
+      EXPECT_NEAR(fp32.engine[std::size_t(s)], fp32.reference[std::size_t(s)], 1e-6 * fp32.reference[std::size_t(s)])
+          << prec << " step " << s;
+    }
   }
-  const NormTrace dflt = bf16_norm_trace(json(), gas, steps);
-  const NormTrace bf16 = bf16_norm_trace("bf16", gas, steps);
+  // bf16 accumulation (the default, and "bf16" written out) rounds after every add: its
+  // norm is off by far more (0.3% here).
+  const NormTrace fp32 = half_norm_trace("bf16", "fp32", gas, steps);
+  const NormTrace dflt = half_norm_trace("bf16", json(), gas, steps);
+  const NormTrace bf16 = half_norm_trace("bf16", "bf16", gas, steps);
   ASSERT_EQ(dflt.reference[0], fp32.reference[0]);  // the same parameters before step 1
   EXPECT_GT(std::fabs(dflt.engine[0] - dflt.reference[0]), 1e-4 * dflt.reference[0]);
   EXPECT_EQ(dflt.engine, bf16.engine);  // "bf16" is the working dtype: the default
