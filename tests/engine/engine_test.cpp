@@ -826,3 +826,20 @@ TEST(Engine, GradAccumDtypeOtherHalfTypeIsAConfigError) {
         << e.what();
   }
 }
+
+TEST(Engine, GradAccumDtypeFp32OnTheGpuPathIsAClearError) {
+  // The GPU path accumulates in the working dtype only; the check comes before any CUDA call.
+  CudaClaimingMlp model(kD, kH);
+  auto cfg = base_config(2, 2);
+  cfg["bf16"] = {{"enabled", true}};
+  cfg["data_types"] = {{"grad_accum_dtype", "fp32"}};
+  try {
+    ds::initialize(parse(cfg), model, self());
+    ADD_FAILURE() << "no error";
+  } catch (const ds::Error& e) {
+    EXPECT_NE(std::string(e.what()).find("data_types.grad_accum_dtype fp32 with the bf16 working dtype: the GPU path "
+                                         "accumulates gradients in the working dtype; remove the key or set it to bf16"),
+              std::string::npos)
+        << e.what();
+  }
+}
