@@ -20,18 +20,7 @@ if(NOT DS_WITH_CUDA STREQUAL "OFF")
     endif()
     set(CMAKE_CUDA_STANDARD 20)
     set(CMAKE_CUDA_STANDARD_REQUIRED ON)
-    # CMake < 3.26's FindCUDAToolkit (Debian 12 ships 3.25.1) sets a property on
-    # CUDA::nvToolsExt unconditionally, but CUDA 12.9+ no longer ships that legacy library,
-    # so configure stops. dstrain does not use it: an empty stand-in target lets the stock
-    # module run. The module leaves an existing target alone.
-    if(CMAKE_VERSION VERSION_LESS 3.26 AND NOT TARGET CUDA::nvToolsExt)
-      get_filename_component(_ds_cuda_root "${CMAKE_CUDA_COMPILER}" DIRECTORY)
-      find_library(_ds_nvtoolsext NAMES nvToolsExt nvToolsExt64
-                   HINTS "${_ds_cuda_root}/.." PATH_SUFFIXES lib64 lib NO_CACHE)
-      if(NOT _ds_nvtoolsext)
-        add_library(CUDA::nvToolsExt INTERFACE IMPORTED)
-      endif()
-    endif()
+    include(DsNvToolsExtCompat)   # CMake < 3.26 with CUDA 12.9+: see there
     find_package(CUDAToolkit REQUIRED)
     set(DS_HAVE_CUDA ON)
   elseif(DS_WITH_CUDA STREQUAL "ON")

@@ -8,4 +8,5 @@ write_basic_package_version_file(${CMAKE_CURRENT_BINARY_DIR}/dstrainConfigVersio
   COMPATIBILITY SameMinorVersion)
 install(FILES ${CMAKE_CURRENT_BINARY_DIR}/dstrainConfig.cmake
               ${CMAKE_CURRENT_BINARY_DIR}/dstrainConfigVersion.cmake
+              ${CMAKE_CURRENT_LIST_DIR}/DsNvToolsExtCompat.cmake
         DESTINATION ${DS_CMAKE_DIR})
