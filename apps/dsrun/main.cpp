@@ -3,9 +3,15 @@
 // Resolves hostfile + filters into world_info exactly as DeepSpeed (docs/LAUNCHER.md), then
 // runs mpirun / mpiexec / srun, which start `dsrun --rank_shim ... -- PROGRAM ARGS` per rank;
 // the shim sets RANK, LOCAL_RANK, ... and execs PROGRAM.
+#include <fcntl.h>
+#include <sched.h>
+#include <sys/stat.h>
 #include <unistd.h>
 
 #include <CLI/CLI.hpp>
+#include <algorithm>
+#include <cerrno>
+#include <ctime>
 #include <climits>
 #include <cstdio>
 #include <cstdlib>
@@ -17,6 +23,7 @@
 #include "cli_usage.h"
 #include "ds/core/error.h"
 #include "ds/launch/command.h"
+#include "ds/launch/core_list.h"
 #include "ds/launch/env_file.h"
 #include "ds/launch/exec_limits.h"
 #include "ds/launch/resolve.h"
@@ -47,6 +54,71 @@ std::string self_path() {
   return std::string(buf, static_cast<std::size_t>(n));
 }
 
+// The cores this process may run on (its affinity mask), ascending.
+std::vector<int> allowed_cores() {
+  cpu_set_t set;
+  CPU_ZERO(&set);
+  DS_CHECK(::sched_getaffinity(0, sizeof set, &set) == 0,
+           "cannot read the CPU affinity: " << std::strerror(errno));
+  std::vector<int> out;
+  for (int c = 0; c < CPU_SETSIZE; ++c) {
+    if (CPU_ISSET(c, &set)) out.push_back(c);
+  }
+  return out;
+}
+
+// mkdir -p; an existing non-directory is an error naming the flag.
+void make_dirs(const std::string& dir, const char* flag) {
+  std::string cur;
+  std::size_t pos = 0;
+  while (pos != std::string::npos) {
+    pos = dir.find('/', pos + 1);
+    cur = dir.substr(0, pos);
+    if (cur.empty()) continue;
+    if (::mkdir(cur.c_str(), 0777) != 0 && errno != EEXIST) {
+      DS_THROW(flag << ": cannot create directory '" << cur << "': " << std::strerror(errno));
+    }
+  }
+  struct stat st{};
+  DS_CHECK(::stat(dir.c_str(), &st) == 0 && S_ISDIR(st.st_mode),
+           flag << ": '" << dir << "' exists and is not a directory");
+}
+
+// Per-rank log: this rank's stdout and stderr go to <prefix><RANK>.log (kept across exec).
+void redirect_to_log(const std::string& prefix, int rank) {
+  make_dirs(prefix.substr(0, prefix.find_last_of('/')), "--enable_each_rank_log");
+  std::string path = prefix + std::to_string(rank) + ".log";
+  int fd = ::open(path.c_str(), O_WRONLY | O_CREAT | O_TRUNC, 0666);
+  DS_CHECK(fd >= 0, "--enable_each_rank_log: cannot open '" << path << "': " << std::strerror(errno));
+  std::fflush(stdout);
+  std::fflush(stderr);
+  ::dup2(fd, 1);
+  ::dup2(fd, 2);
+  ::close(fd);
+}
+
+// Binds this rank (and so the program it execs) to its share of `list` ("" = the cores this
+// process may use now) and sets OMP_NUM_THREADS to that share's size, as DeepSpeed's launch.py.
+void bind_rank(const std::string& list, int local_rank, int local_size, const std::string& host) {
+  std::vector<int> cores = list.empty() ? allowed_cores() : parse_core_list(list);
+  std::vector<int> mine = cores_for_rank(cores, local_rank, local_size);
+  cpu_set_t set;
+  CPU_ZERO(&set);
+  for (int c : mine) {
+    DS_CHECK(c < CPU_SETSIZE, "--bind_core_list: core " << c << " is above " << CPU_SETSIZE - 1);
+    CPU_SET(c, &set);
+  }
+  // The kernel silently drops absent cores as long as one remains: read the mask back.
+  bool ok = ::sched_setaffinity(0, sizeof set, &set) == 0;
+  std::vector<int> got = ok ? allowed_cores() : std::vector<int>{};
+  DS_CHECK(got == mine, "core binding: local rank " << local_rank << " on host '" << host
+                            << "' should run on cores " << format_core_list(mine)
+                            << " but this host lets it use "
+                            << (got.empty() ? std::string("none of them") : "only " + format_core_list(got))
+                            << " (check --bind_core_list against the host's CPUs)");
+  ::setenv("OMP_NUM_THREADS", std::to_string(mine.size()).c_str(), 1);
+}
+
 std::string current_dir() {
   char buf[PATH_MAX];
   DS_CHECK(::getcwd(buf, sizeof buf) != nullptr, "cannot read the working directory");
@@ -55,8 +127,9 @@ std::string current_dir() {
 
 // dsrun --rank_shim --world_info=B64 --master_addr=A --master_port=P [--no_local_rank] -- PROG ARGS
 int rank_shim(int argc, char** argv) {
-  std::string world_b64, addr, port;
-  bool no_local_rank = false;
+  std::string world_b64, addr, port, rank_log, cores;
+  bool no_local_rank = false, bind = false;
+  ProgramMode mode = ProgramMode::Auto;
   int i = 2;
   for (; i < argc; ++i) {
     std::string a = argv[i];
@@ -68,6 +141,10 @@ int rank_shim(int argc, char** argv) {
     else if (a.starts_with("--master_addr=")) addr = a.substr(14);
     else if (a.starts_with("--master_port=")) port = a.substr(14);
     else if (a == "--no_local_rank") no_local_rank = true;
+    else if (a == "--module") mode = ProgramMode::Module;
+    else if (a == "--no_python") mode = ProgramMode::NoPython;
+    else if (a.starts_with("--rank_log=")) rank_log = a.substr(11);
+    else if (a.starts_with("--bind_cores=")) bind = true, cores = a.substr(13);
     else DS_THROW("rank shim: unknown argument '" << a << "'");
   }
   DS_CHECK(i < argc, "rank shim: no program after '--'");
@@ -84,10 +161,12 @@ int rank_shim(int argc, char** argv) {
   set("MASTER_ADDR", addr);
   set("MASTER_PORT", port);
   set("CUDA_VISIBLE_DEVICES", r.cuda_visible_devices);
+  if (bind) bind_rank(cores, r.local_rank, r.local_size, world[static_cast<std::size_t>(r.cross_rank)].first);
+  if (!rank_log.empty()) redirect_to_log(rank_log, r.rank);
   std::vector<std::string> args(argv + i + 1, argv + argc);
   const char* py = std::getenv("DS_PYTHON");
   std::vector<std::string> av =
-      program_argv(argv[i], args, r.local_rank, no_local_rank, py && *py ? py : "python3");
+      program_argv(argv[i], args, r.local_rank, no_local_rank, py && *py ? py : "python3", mode);
   std::vector<char*> cav;
   for (auto& s : av) cav.push_back(s.data());
   cav.push_back(nullptr);
@@ -98,14 +177,16 @@ int rank_shim(int argc, char** argv) {
   return 127;
 }
 
-void ssh_check(const std::string& host, const EnvList& env) {
+void ssh_check(const std::string& host, const EnvList& env, int port) {
   if (const std::string* agent = env_get(env, "OMPI_MCA_plm_rsh_agent")) {
     if (!agent->empty() && agent->find("ssh") == std::string::npos) return;  // custom agent
   }
   std::string out;
-  int rc = dsrun::run_capture({"ssh", "-o", "PasswordAuthentication=no", "-o", "BatchMode=yes",
-                               "-o", "ConnectTimeout=10", host, "hostname"},
-                              out);
+  std::vector<std::string> argv = {"ssh", "-o", "PasswordAuthentication=no", "-o", "BatchMode=yes",
+                                   "-o", "ConnectTimeout=10"};
+  if (port > 0) argv.insert(argv.end(), {"-p", std::to_string(port)});
+  argv.insert(argv.end(), {host, "hostname"});
+  int rc = dsrun::run_capture(argv, out);
   while (!out.empty() && (out.back() == '\n' || out.back() == '\r')) out.pop_back();
   DS_CHECK(rc == 0, "host '" << host << "' is unreachable with passwordless ssh (" << out
                              << "); fix ssh, pass --no_ssh_check, or remove the hostfile to run on "
@@ -129,17 +210,57 @@ int launch(int argc, char** argv) {
   app.add_option("--num_gpus,--num_accelerators", ro.num_gpus, "slots 0..G-1 on every host (0 = all)");
   app.add_option("--master_addr", ro.master_addr, "rank 0's address (default: first host)");
   app.add_option("--master_port", ro.master_port, "rank 0's port")->capture_default_str();
-  app.add_option("--launcher", launcher, "openmpi, mpich or slurm")->capture_default_str();
+  app.add_option("--launcher", launcher, "openmpi, mpich, impi, mvapich or slurm")->capture_default_str();
   app.add_option("--launcher_args", launcher_args, "extra engine arguments (shell-split)");
   app.add_flag("--force_multi", ro.force_multi, "multi-node mode even for one host");
   app.add_flag("--no_local_rank", no_local_rank, "do not pass --local_rank=N to PROGRAM");
   app.add_flag("--no_ssh_check", no_ssh_check, "skip the ssh reachability check");
   app.add_flag("--dry_run", dry_run, "print world_info JSON and the command, run nothing");
+  bool module = false, no_python = false, save_pid = false, bind_cores = false, quiet = false;
+  std::string rank_log_dir, core_list, log_level = "info";
+  int ssh_port = 0;
+  app.add_flag("--module", module, "ranks run `python -u -m PROGRAM` (PROGRAM is a module name)");
+  app.add_flag("--no_python", no_python, "ranks run PROGRAM itself, even when it ends in .py");
+  app.add_flag("--save_pid", save_pid, "write dsrun's pid to /tmp/<pid>.deepspeed while it runs");
+  app.add_option("--enable_each_rank_log", rank_log_dir,
+                 "DIR: each rank's stdout+stderr go to DIR/<YYYYmmddHHMMSS>_rank<RANK>.log");
+  app.add_flag("--bind_cores_to_rank", bind_cores, "bind each local rank to its share of the cores");
+  CLI::Option* core_opt = app.add_option(
+      "--bind_core_list", core_list, "cores to share out, e.g. 0,2-4,6 (implies --bind_cores_to_rank)");
+  CLI::Option* ssh_port_opt =
+      app.add_option("--ssh_port", ssh_port, "ssh port for Open MPI's remote start and the ssh check");
+  CLI::Option* level_opt =
+      app.add_option("--log_level", log_level, "dsrun's messages: debug, info, warning, error, critical")
+          ->capture_default_str();
+  app.add_flag("-q,--quiet", quiet, "only errors from dsrun (--log_level error)");
+  // DeepSpeed flags dsrun cannot honour: accepted by the parser only to be refused with a reason.
+  std::string unused;
+  bool unused_flag = false;
+  std::vector<std::pair<CLI::Option*, const char*>> refused = {
+      {app.add_flag("--no_ssh", unused_flag)->group(""),
+       "--no_ssh (one launch per node, met through MASTER_ADDR) is not supported: dsrun starts the "
+       "ranks of every node from one mpirun/mpiexec/srun (one MPI world); run dsrun once, on one "
+       "node"},
+      {app.add_option("--node_rank", unused)->group(""),
+       "--node_rank (for --no_ssh per-node launches) is not supported: dsrun starts the ranks of "
+       "every node from one mpirun/mpiexec/srun and numbers nodes in hostfile order"},
+      {app.add_option("--venv_script", unused)->group(""),
+       "--venv_script is for DeepSpeed's pdsh launcher: dsrun's ranks inherit dsrun's environment "
+       "(mpirun -x / srun --export); activate the environment before running dsrun"},
+      {app.add_flag("--elastic_training", unused_flag)->group(""),
+       "--elastic_training is not supported (dsrun runs a fixed MPI world)"},
+      {app.add_option("--min_elastic_nodes", unused)->group(""),
+       "--min_elastic_nodes is not supported (no elastic training in dsrun)"},
+      {app.add_option("--max_elastic_nodes", unused)->group(""),
+       "--max_elastic_nodes is not supported (no elastic training in dsrun)"},
+      {app.add_option("--autotuning", unused)->group(""), "--autotuning is not supported by dsrun"},
+  };
   try {
     app.parse(argc, argv);
   } catch (const CLI::ParseError& e) {
     return ds::tools::usage_exit(app, e, "dsrun");  // --help: 0; a parse error: 2, like other bad input
   }
+  for (const auto& [opt, why] : refused) DS_CHECK(opt->count() == 0, why);
   ro.hostfile_given = hostfile_opt->count() > 0;  // a named hostfile must exist
   std::vector<std::string> rest = app.remaining();
   if (!rest.empty() && rest.front() == "--") rest.erase(rest.begin());  // "dsrun [opts] -- PROGRAM"
@@ -147,6 +268,25 @@ int launch(int argc, char** argv) {
   DS_CHECK(rest.front().empty() || rest.front()[0] != '-',
            "unknown option '" << rest.front() << "' (see dsrun --help; use '--' before a PROGRAM "
                                                  "whose name starts with '-')");
+
+  std::transform(log_level.begin(), log_level.end(), log_level.begin(),
+                 [](unsigned char c) { return static_cast<char>(std::tolower(c)); });
+  const std::vector<std::string> levels = {"debug", "info", "warning", "error", "critical"};
+  auto level_it = std::find(levels.begin(), levels.end(), log_level);
+  DS_CHECK(level_it != levels.end(),
+           "--log_level '" << level_opt->as<std::string>()
+                           << "' is not one of debug, info, warning, error, critical");
+  DS_CHECK(!(quiet && level_opt->count() > 0 && log_level != "error"),
+           "-q/--quiet means --log_level error; it contradicts --log_level " << log_level);
+  const int level = quiet ? 3 : static_cast<int>(level_it - levels.begin());
+  auto say = [&](int at, const std::string& text) {
+    if (level <= at) std::fprintf(stderr, "dsrun: %s\n", text.c_str());
+  };
+  DS_CHECK(!(module && no_python),
+           "--module and --no_python cannot be used together (--module runs `python -u -m "
+           "MODULE`, --no_python runs PROGRAM itself)");
+  DS_CHECK(ssh_port_opt->count() == 0 || (ssh_port > 0 && ssh_port < 65536),
+           "--ssh_port " << ssh_port << " is not a port (1-65535)");
 
   CommandOptions co;
   co.launcher = parse_launcher(launcher);
@@ -156,10 +296,50 @@ int launch(int argc, char** argv) {
   co.shim = self_path();
   co.program = rest.front();
   co.program_args.assign(rest.begin() + 1, rest.end());
+  co.module = module;
+  co.no_python = no_python;
+  co.ssh_port = ssh_port;
+  co.bind_cores = bind_cores || core_opt->count() > 0;
+  std::vector<int> cores;
+  if (core_opt->count() > 0) {
+    cores = parse_core_list(core_list);
+    co.core_list = format_core_list(cores);
+  }
+  if (!rank_log_dir.empty() && rank_log_dir != "None") {  // DeepSpeed's default is the string "None"
+    std::string dir = rank_log_dir.front() == '/' ? rank_log_dir : current_dir() + "/" + rank_log_dir;
+    while (dir.size() > 1 && dir.back() == '/') dir.pop_back();
+    struct stat st{};
+    DS_CHECK(::stat(dir.c_str(), &st) != 0 || S_ISDIR(st.st_mode),
+             "--enable_each_rank_log: '" << rank_log_dir << "' exists and is not a directory");
+    char ts[32];
+    std::time_t now = std::time(nullptr);
+    std::tm tm{};
+    ::localtime_r(&now, &tm);
+    std::strftime(ts, sizeof ts, "%Y%m%d%H%M%S", &tm);
+    co.rank_log_prefix = dir + "/" + ts + "_rank";
+  }
 
   EnvList env = current_environ();
   Resolution res = resolve(ro, env, [&] { return count_local_devices(env); });
-  for (const auto& n : res.notes) std::fprintf(stderr, "dsrun: %s\n", n.c_str());
+  for (const auto& n : res.notes) say(2, n);
+  if (co.bind_cores) {
+    // Every host needs a core per local rank; on this machine the listed cores must exist.
+    for (const auto& [h, slots] : res.world) {
+      if (!slots.empty() && !cores.empty()) cores_for_rank(cores, 0, static_cast<int>(slots.size()));
+    }
+    if (!res.multi_node && !cores.empty()) {
+      std::vector<int> here = allowed_cores(), missing;
+      for (int c : cores) {
+        if (!std::binary_search(here.begin(), here.end(), c)) missing.push_back(c);
+      }
+      DS_CHECK(missing.empty(), "--bind_core_list " << core_list << ": core(s) " << format_core_list(missing)
+                                    << " are not available on this machine (dsrun may use "
+                                    << format_core_list(here) << ")");
+    }
+  }
+  if (ssh_port > 0 && !res.multi_node) {
+    say(2, "--ssh_port " + std::to_string(ssh_port) + " is not used: a single-machine job starts no ssh");
+  }
   if (res.unset_cuda_visible) {
     ::unsetenv("CUDA_VISIBLE_DEVICES");
     std::erase_if(env, [](const auto& kv) { return kv.first == "CUDA_VISIBLE_DEVICES"; });
@@ -171,6 +351,7 @@ int launch(int argc, char** argv) {
   // Before anything starts (and in --dry_run): a variable too big for exec is named here.
   check_exec_size(cmd, env, system_exec_limits());
 
+  say(0, "command: " + shell_join(cmd.argv));
   if (dry_run) {
     std::string hosts = "[";
     for (std::size_t k = 0; k < res.world.size(); ++k) {
@@ -188,17 +369,43 @@ int launch(int argc, char** argv) {
 
   const char* tool = co.launcher == Launcher::OpenMPI ? "mpirun"
                      : co.launcher == Launcher::MPICH ? "mpichversion"
-                                                      : "srun";
+                     : co.launcher == Launcher::MVAPICH ? "mpiname"
+                     : co.launcher == Launcher::IMPI   ? "mpirun"
+                                                        : "srun";
   DS_CHECK(dsrun::in_path(tool), "launcher '" << launcher_name(co.launcher) << "' not installed (no "
                                                << tool << " in PATH)");
   if (co.launcher == Launcher::OpenMPI) {
     DS_CHECK(dsrun::in_path("ompi_info"), "launcher 'openmpi' not installed (mpirun is not Open MPI's)");
   }
+  if (co.launcher == Launcher::IMPI) {
+    std::string version;
+    dsrun::run_capture({"mpirun", "--version"}, version);
+    DS_CHECK(version.find("Intel") != std::string::npos,
+             "launcher 'impi' not installed (the mpirun in PATH is not Intel MPI's)");
+  }
   if (res.multi_node && res.source == PoolSource::Hostfile && !no_ssh_check &&
       co.launcher != Launcher::Slurm) {
-    ssh_check(res.world.front().first, env);
+    ssh_check(res.world.front().first, env, ssh_port);
   }
-  return dsrun::run_supervised(cmd.argv, 10);
+  if (!co.rank_log_prefix.empty()) {
+    make_dirs(co.rank_log_prefix.substr(0, co.rank_log_prefix.find_last_of('/')), "--enable_each_rank_log");
+    say(1, "each rank's output goes to " + co.rank_log_prefix + "<RANK>.log");
+  }
+  std::string pid_file;
+  if (save_pid) {
+    // DeepSpeed's /tmp/<pid>.deepspeed; an existing one is an error, as there.
+    pid_file = "/tmp/" + std::to_string(::getpid()) + ".deepspeed";
+    int fd = ::open(pid_file.c_str(), O_WRONLY | O_CREAT | O_EXCL | O_CLOEXEC, 0644);
+    DS_CHECK(fd >= 0, "--save_pid: cannot create '" << pid_file << "': " << std::strerror(errno));
+    std::string text = std::to_string(::getpid()) + "\n";
+    bool wrote = ::write(fd, text.data(), text.size()) == static_cast<ssize_t>(text.size());
+    ::close(fd);
+    DS_CHECK(wrote, "--save_pid: cannot write '" << pid_file << "'");
+    say(1, "pid " + std::to_string(::getpid()) + " saved in " + pid_file);
+  }
+  int rc = dsrun::run_supervised(cmd.argv, 10);
+  if (!pid_file.empty()) ::unlink(pid_file.c_str());
+  return rc;
 }
 
 }  // namespace

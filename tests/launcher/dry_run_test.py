@@ -22,7 +22,7 @@ def hostfile(text, name="hf"):
 
 
 def run(args, env_extra=None, env_drop=("CUDA_VISIBLE_DEVICES", "SLURM_JOB_ID", "SLURM_JOB_NODELIST",
-                                        "SLURM_NODELIST", "DS_ENV_FILE")):
+                                        "SLURM_NODELIST", "DS_ENV_FILE", "OMPI_MCA_plm_rsh_args")):
     env = {k: v for k, v in os.environ.items() if k not in env_drop}
     env["HOME"] = TMP  # no stray ~/.deepspeed_env
     env.update(env_extra or {})
@@ -157,7 +157,7 @@ err(["-H", hf2x4, "-i", "worker-1:4", "prog"], "no slot 4 on host 'worker-1'")
 err(["-H", hf2x4, "-e", "worker-0@worker-1", "prog"], "no resources")
 err(["-H", hf2x4, "-i", "worker-0", "--num_nodes", "1", "prog"], "cannot combine")
 err(["-H", hf2x4, "--num_gpus", "5", "prog"], "exceeds the 4 slots")
-err(["-H", hf2x4, "--launcher", "pdsh", "prog"], "unknown --launcher 'pdsh'")
+err(["-H", hf2x4, "--launcher", "pdsh", "prog"], "--launcher pdsh is not supported: dsrun starts every rank")
 err(["-H", hostfile("a slots=1\nb slots=2\n", "uneven"), "--launcher", "mpich", "prog"], "same number of slots")
 err(["-H", hf2x4], "no PROGRAM")
 err(["-H", hf2x4, "--bogus", "prog"], "unknown option '--bogus'")
@@ -192,6 +192,94 @@ with open(os.path.join(TMP, ".deepspeed_env"), "w") as f:
     f.write("OK=1\n\nBAD LINE\n")
 err(["-H", hf2x4, "prog"], ".deepspeed_env:3: malformed line")
 os.remove(os.path.join(TMP, ".deepspeed_env"))
+
+# DeepSpeed's launcher flags: how the program starts (--module / --no_python reach the shim).
+def shim_tail(want):
+    def check(args, argv):
+        if argv[argv.index("--master_port=29500") + 1:] != want:
+            failures.append(f"{args}: shim tail {argv[argv.index('--master_port=29500') + 1:]} != {want}")
+    return check
+ok(["-H", hf2x4, "--module", "pkg.train", "--lr", "1"], [("worker-0", W4), ("worker-1", W4)],
+   check=shim_tail(["--module", "--", "pkg.train", "--lr", "1"]))
+ok(["-H", hf2x4, "--no_python", "run.py"], [("worker-0", W4), ("worker-1", W4)],
+   check=shim_tail(["--no_python", "--", "run.py"]))
+err(["-H", hf2x4, "--module", "--no_python", "x"],
+    "--module and --no_python cannot be used together (--module runs `python -u -m MODULE`, --no_python runs "
+    "PROGRAM itself)")
+
+# --ssh_port joins Open MPI's ssh arguments (default, --launcher_args value, or the environment's).
+def rsh(want):
+    def check(args, argv):
+        if [argv[i + 1] for i, a in enumerate(argv) if a == "plm_rsh_args"] != [want]:
+            failures.append(f"{args}: plm_rsh_args in {argv}")
+    return check
+W2 = [("worker-0", W4), ("worker-1", W4)]
+ok(["-H", hf2x4, "--ssh_port", "2222", "prog"], W2, check=rsh("-o BatchMode=yes -o ConnectTimeout=10 -p 2222"))
+ok(["-H", hf2x4, "--ssh_port", "2222", "--launcher_args", "--mca plm_rsh_args '-i k'", "prog"], W2,
+   check=rsh("-i k -p 2222"))
+ok(["-H", hf2x4, "--ssh_port", "2222", "prog"], W2, env={"OMPI_MCA_plm_rsh_args": "-o A=b"}, check=rsh("-o A=b -p 2222"))
+err(["-H", hf2x4, "--ssh_port", "0", "prog"], "--ssh_port 0 is not a port (1-65535)")
+err(["-H", hf2x4, "--ssh_port", "22", "--launcher", "mpich", "prog"], "--ssh_port works with --launcher openmpi only")
+
+# Core binding: the list reaches every rank's shim, normalised; bad lists are named.
+ok(["-H", hf2x4, "--bind_core_list", "0,2-4,6,8-9", "prog"], W2,
+   check=shim_tail(["--bind_cores=0,2-4,6,8-9", "--", "prog"]))
+ok(["-H", hf2x4, "--bind_cores_to_rank", "prog"], W2, check=shim_tail(["--bind_cores=", "--", "prog"]))
+err(["-H", hf2x4, "--bind_core_list", "0,2-6,5-9", "prog"],
+    "--bind_core_list '0,2-6,5-9': '5-9' overlaps or comes before the previous item")
+err(["-H", hf2x4, "--bind_core_list", "1,6-2", "prog"], "--bind_core_list '1,6-2': range '6-2' runs backwards")
+err(["-H", hf2x4, "--bind_core_list", "0-2", "prog"], "3 core(s) (0-2) for 4 local ranks; every rank needs at least one core")
+
+# --enable_each_rank_log: the per-rank file prefix reaches the shim; dry run creates nothing.
+def rank_log(args, argv):
+    v = [a for a in argv if a.startswith("--rank_log=")]
+    import re
+    if len(v) != 1 or not re.fullmatch(r"--rank_log=" + re.escape(TMP) + r"/logs/\d{14}_rank", v[0]):
+        failures.append(f"{args}: rank log {v}")
+    if os.path.exists(os.path.join(TMP, "logs")):
+        failures.append(f"{args}: dry run created the log directory")
+ok(["-H", hf2x4, "--enable_each_rank_log", "logs", "prog"], W2, check=rank_log)
+ok(["-H", hf2x4, "--enable_each_rank_log", "None", "prog"], W2,
+   check=lambda args, argv: any(a.startswith("--rank_log") for a in argv) and failures.append(f"{args}: {argv}"))
+err(["-H", hf2x4, "--enable_each_rank_log", hf2x4, "prog"], f"--enable_each_rank_log: '{hf2x4}' exists and is not a directory")
+
+# Log level: debug shows the command; bad names are refused; -q is error level.
+p = run(["-H", hf2x4, "--log_level", "DEBUG", "prog"])
+if p.returncode != 0 or not p.stderr.startswith("dsrun: command: mpirun "):
+    failures.append(f"--log_level DEBUG: rc {p.returncode} stderr {p.stderr!r}")
+err(["-H", hf2x4, "--log_level", "loud", "prog"], "--log_level 'loud' is not one of debug, info, warning, error, critical")
+err(["-H", hf2x4, "-q", "--log_level", "info", "prog"], "-q/--quiet means --log_level error")
+if DEFAULT_HF:
+    for args, want_note in ((["--num_gpus", "1", "prog"], True), (["-q", "--num_gpus", "1", "prog"], False),
+                            (["--log_level", "error", "--num_gpus", "1", "prog"], False)):
+        p = run(args, {"LOCAL_SIZE": "2", "CUDA_VISIBLE_DEVICES": "1"})
+        if p.returncode != 0 or ("ignoring CUDA_VISIBLE_DEVICES" in p.stderr) != want_note:
+            failures.append(f"{args}: rc {p.returncode}, note shown {not want_note}: {p.stderr!r}")
+
+# Intel MPI and MVAPICH2 back ends (Hydra forms; neither MPI is installed here).
+def impi(args, argv):
+    if argv[:7] != ["mpirun", "-n", "8", "-ppn", "4", "-hosts", "worker-0,worker-1"] or \
+            argv[argv.index("I_MPI_PIN") - 1:argv.index("I_MPI_PIN") + 2] != ["-genv", "I_MPI_PIN", "0"]:
+        failures.append(f"impi {argv}")
+ok(["-H", hf2x4, "--launcher", "impi", "prog"], W2, check=impi)
+def mvapich(args, argv):
+    if argv[:7] != ["mpirun", "-n", "8", "-ppn", "4", "-hosts", "worker-0,worker-1"] or \
+            "MV2_ENABLE_AFFINITY" not in argv:
+        failures.append(f"mvapich {argv}")
+ok(["-H", hf2x4, "--launcher", "MVAPICH", "prog"], W2, check=mvapich)
+err(["-H", hostfile("a slots=1\nb slots=2\n", "uneven2"), "--launcher", "impi", "prog"],
+    "--launcher impi requires the same number of slots on every host")
+
+# DeepSpeed flags dsrun cannot honour: refused with the reason, never "unknown option".
+for args, needle in (
+        (["--no_ssh", "--node_rank", "1"], "--no_ssh (one launch per node, met through MASTER_ADDR) is not supported"),
+        (["--node_rank", "0"], "--node_rank (for --no_ssh per-node launches) is not supported"),
+        (["--venv_script", "v.sh"], "--venv_script is for DeepSpeed's pdsh launcher"),
+        (["--elastic_training"], "--elastic_training is not supported"),
+        (["--min_elastic_nodes", "1"], "--min_elastic_nodes is not supported"),
+        (["--max_elastic_nodes", "2"], "--max_elastic_nodes is not supported"),
+        (["--autotuning", "run"], "--autotuning is not supported")):
+    err(["-H", hf2x4] + args + ["prog"], needle)
 
 if failures:
     print("\n".join(failures))

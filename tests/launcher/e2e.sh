@@ -212,6 +212,78 @@ PY
     [ "$(cat "$T/out")" = "dsrun: error: cannot execute 'mpirun': No such file or directory" ] \
       || { cat "$T/out"; fail "message"; }
     ;;
+  ranklog)  # --enable_each_rank_log DIR: one DIR/<timestamp>_rank<R>.log per rank, nothing on the terminal
+    printf 'localhost slots=2\n' > "$T/hf"
+    (cd "$T" && "$DSRUN" -H "$T/hf" --master_port 29511 --enable_each_rank_log logs/sub "$HELLO" x 'a b') > "$T/out" 2>&1 \
+      || { cat "$T/out"; fail "rc"; }
+    ! grep -q '^hello' "$T/out" || { cat "$T/out"; fail "rank output reached the terminal"; }
+    grep -q "^dsrun: each rank's output goes to $T/logs/sub/[0-9]\{14\}_rank<RANK>.log$" "$T/out" || { cat "$T/out"; fail "note"; }
+    [ "$(ls "$T/logs/sub" | wc -l)" = 2 ] || { ls "$T/logs/sub"; fail "want 2 log files"; }
+    for r in 0 1; do
+      f=$(ls "$T"/logs/sub/*_rank$r.log)
+      [[ $(basename "$f") =~ ^[0-9]{14}_rank$r\.log$ ]] || fail "log name $f"
+      [ "$(grep -c '^hello ' "$f")" = 1 ] || { cat "$f"; fail "rank $r log"; }
+      grep -q "^hello rank=$r size=2 .* RANK=$r LOCAL_RANK=$r .*args=--local_rank=$r|x|a b$" "$f" || { cat "$f"; fail "rank $r line"; }
+    done
+    # A file where the directory should be: refused before anything starts.
+    rc=0; "$DSRUN" -H "$T/hf" --enable_each_rank_log "$T/hf" "$HELLO" > "$T/out" 2>&1 || rc=$?
+    [ "$rc" = 2 ] && grep -q "^dsrun: error: --enable_each_rank_log: '$T/hf' exists and is not a directory" "$T/out" \
+      || { cat "$T/out"; fail "file as log dir: rc $rc"; }
+    ;;
+  bind)  # --bind_core_list / --bind_cores_to_rank: each local rank runs on its share of the cores
+    printf 'localhost slots=2\n' > "$T/hf"
+    first2=$(taskset -cp $$ | sed 's/.*: //' | tr ',' '\n' | awk -F- '{ if (NF == 2) for (i = $1; i <= $2; i++) print i; else print $1 }' | head -2)
+    c0=$(echo "$first2" | sed -n 1p); c1=$(echo "$first2" | sed -n 2p)
+    [ -n "$c1" ] || { echo "SKIP: needs 2 usable cores"; exit 77; }  # (nproc obeys OMP_NUM_THREADS)
+    DS_HELLO_CPUS=1 "$DSRUN" -H "$T/hf" --bind_core_list "$c0,$c1" "$HELLO" > "$T/out" 2>&1 || { cat "$T/out"; fail "rc"; }
+    grep -q "^cpus rank=0 allowed=$c0 omp=1$" "$T/out" && grep -q "^cpus rank=1 allowed=$c1 omp=1$" "$T/out" \
+      || { cat "$T/out"; fail "--bind_core_list $c0,$c1"; }
+    # Without a list: the cores dsrun may use, shared out in order.
+    DS_HELLO_CPUS=1 "$DSRUN" -H "$T/hf" --bind_cores_to_rank "$HELLO" > "$T/out" 2>&1 || { cat "$T/out"; fail "rc"; }
+    grep -q "^cpus rank=0 allowed=$c0 omp=1$" "$T/out" || { cat "$T/out"; fail "--bind_cores_to_rank"; }
+    # A core this machine does not have: one line before launching ...
+    rc=0; "$DSRUN" -H "$T/hf" --bind_core_list "$c0,1000" "$HELLO" > "$T/out" 2>&1 || rc=$?
+    [ "$rc" = 2 ] && grep -q "^dsrun: error: --bind_core_list $c0,1000: core(s) 1000 are not available on this machine" "$T/out" \
+      || { cat "$T/out"; fail "missing core: rc $rc"; }
+    # ... and, in multi-node mode (checked by each rank on its host), the rank says which.
+    rc=0; "$DSRUN" -H "$T/hf" --force_multi --no_ssh_check --launcher_args "--mca btl_tcp_if_include lo" \
+      --bind_core_list "$c0,1000" "$HELLO" > "$T/out" 2>&1 || rc=$?
+    [ "$rc" != 0 ] && grep -q "dsrun: error: core binding: local rank 1 on host 'localhost' should run on cores 1000 but this host lets it use none of them" "$T/out" \
+      || { cat "$T/out"; fail "missing core on a rank: rc $rc"; }
+    ;;
+  savepid)  # --save_pid: /tmp/<dsrun pid>.deepspeed holds dsrun's pid while it runs, gone after
+    printf 'localhost slots=1\n' > "$T/hf"
+    printf '#!/bin/sh\nfor f in /tmp/*.deepspeed; do echo "pidfile $f $(cat "$f")"; done\n' > "$T/show.sh"
+    chmod +x "$T/show.sh"
+    "$DSRUN" -H "$T/hf" --save_pid --no_local_rank "$T/show.sh" > "$T/out" 2>&1 &
+    dpid=$!
+    rc=0; wait $dpid || rc=$?
+    [ "$rc" = 0 ] || { cat "$T/out"; fail "rc $rc"; }
+    grep -q "^pidfile /tmp/$dpid.deepspeed $dpid$" "$T/out" || { cat "$T/out"; fail "pid file during the run"; }
+    grep -q "^dsrun: pid $dpid saved in /tmp/$dpid.deepspeed$" "$T/out" || { cat "$T/out"; fail "note"; }
+    [ ! -e "/tmp/$dpid.deepspeed" ] || fail "pid file left behind"
+    ;;
+  module)  # --module: ranks run `python -u -m MODULE`; --no_python: a .py runs itself (shebang)
+    printf 'localhost slots=2\n' > "$T/hf"
+    mkdir "$T/o" "$T/pkg"
+    cp "$SRC/tests/launcher/print_env.py" "$T/pkg/ds_print_env_mod.py"
+    (cd "$T/pkg" && DS_PRINT_ENV_DIR=$T/o "$DSRUN" -H "$T/hf" --module ds_print_env_mod --a 1) > "$T/out" 2>&1 || { cat "$T/out"; fail "rc"; }
+    /usr/bin/python3 - "$T/o" "$T/pkg/ds_print_env_mod.py" <<'PY'
+import json, sys
+for r in range(2):
+    j = json.load(open(f"{sys.argv[1]}/{r}.json"))
+    assert j["argv"] == [sys.argv[2], f"--local_rank={r}", "--a", "1"], j["argv"]
+print("module ok")
+PY
+    rm -f "$T"/o/*
+    # --no_python: a .py with a shebang is executed itself (no interpreter in front).
+    printf '#!/bin/sh\necho "direct rank=$RANK args=$*"\n' > "$T/run.py"
+    chmod +x "$T/run.py"
+    "$DSRUN" -H "$T/hf" --no_python "$T/run.py" z > "$T/out" 2>&1 || { cat "$T/out"; fail "rc"; }
+    grep -q "^direct rank=1 args=--local_rank=1 z$" "$T/out" || { cat "$T/out"; fail "--no_python"; }
+    rc=0; "$DSRUN" -H "$T/hf" --module --no_python x > "$T/out" 2>&1 || rc=$?
+    [ "$rc" = 2 ] || { cat "$T/out"; fail "--module --no_python accepted"; }
+    ;;
   train)  # the real train app under dsrun: 2 ranks, 2 steps, small model
     printf 'localhost slots=2\n' > "$T/hf"
     "$DSRUN" -H "$T/hf" "$DS_BINARY_DIR/apps/train/train" --config "$SRC/configs/default.json" --steps 2 \

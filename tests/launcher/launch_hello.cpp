@@ -4,11 +4,13 @@
 //   DS_HELLO_FAIL_RANK=r   rank r exits with DS_HELLO_FAIL_CODE (default 3) after the
 //                          all-reduce while the others block in MPI_Barrier
 //   DS_HELLO_BLOCK=1       every rank blocks in pause() after the all-reduce (signal tests)
+//   DS_HELLO_CPUS=1        also print "cpus rank=R allowed=<Cpus_allowed_list> omp=<OMP_NUM_THREADS>"
 #include <mpi.h>
 #include <unistd.h>
 
 #include <cstdio>
 #include <cstdlib>
+#include <fstream>
 #include <string>
 
 static const char* env_or(const char* k) {
@@ -49,6 +51,14 @@ int main(int argc, char** argv) {
               env_or("LOCAL_RANK"), env_or("WORLD_SIZE"), env_or("LOCAL_SIZE"), env_or("CROSS_RANK"),
               env_or("CROSS_SIZE"), env_or("MASTER_ADDR"), env_or("MASTER_PORT"),
               env_or("CUDA_VISIBLE_DEVICES"), netns, args.c_str());
+  if (std::getenv("DS_HELLO_CPUS")) {  // the affinity the launcher gave this rank
+    std::ifstream status("/proc/self/status");
+    std::string line, allowed = "-";
+    while (std::getline(status, line)) {
+      if (line.starts_with("Cpus_allowed_list:")) allowed = line.substr(line.find_first_not_of(" \t", 18));
+    }
+    std::printf("cpus rank=%d allowed=%s omp=%s\n", rank, allowed.c_str(), env_or("OMP_NUM_THREADS"));
+  }
   std::fflush(stdout);
   if (const char* fr = std::getenv("DS_HELLO_FAIL_RANK")) {
     if (std::atoi(fr) == rank) {

@@ -9,6 +9,7 @@
 #include "../common/no_hang.h"
 #include "ds/core/error.h"
 #include "ds/launch/command.h"
+#include "ds/launch/core_list.h"
 #include "ds/launch/env_file.h"
 #include "ds/launch/shell.h"
 #include "ds/launch/world_info.h"
@@ -202,7 +203,119 @@ TEST(Command, MpichAndSlurm) {
   EXPECT_NE(error_of([&] { build_command(uneven, o, {}, {}); }).find("same number of slots"), std::string::npos);
   EXPECT_EQ(parse_launcher("OpenMPI"), Launcher::OpenMPI);
   EXPECT_EQ(parse_launcher("SLURM"), Launcher::Slurm);
-  EXPECT_NE(error_of([] { parse_launcher("pdsh"); }).find("unknown --launcher 'pdsh'"), std::string::npos);
+  EXPECT_NE(error_of([] { parse_launcher("pdsh"); }).find("--launcher pdsh is not supported"), std::string::npos);
+  EXPECT_NE(error_of([] { parse_launcher("mpi"); }).find("unknown --launcher 'mpi' (openmpi, mpich, impi, mvapich or slurm)"),
+            std::string::npos);
+}
+
+// Intel MPI and MVAPICH2 (Hydra forms): -genv NAME VALUE, equal slots, DeepSpeed's defaults.
+TEST(Command, ImpiAndMvapich) {
+  CommandOptions o;
+  o.shim = "/bin/dsrun";
+  o.program = "p";
+  o.launcher = Launcher::IMPI;
+  EXPECT_EQ(parse_launcher("IMPI"), Launcher::IMPI);
+  EXPECT_EQ(parse_launcher("mvapich"), Launcher::MVAPICH);
+  Resolution r = res_of({{"a", {0, 1}}, {"b", {0, 1}}}, true);
+  Command c = build_command(r, o, {{"K", "v w"}}, {});
+  EXPECT_EQ(V(c.argv.begin(), c.argv.begin() + 14),
+            (V{"mpirun", "-n", "4", "-ppn", "2", "-hosts", "a,b", "-genv", "K", "v w", "-genv", "I_MPI_PIN", "0",
+               "/bin/dsrun"}));
+  Resolution uneven = res_of({{"a", {0, 1}}, {"b", {0}}}, true);
+  EXPECT_NE(error_of([&] { build_command(uneven, o, {}, {}); }).find("--launcher impi requires the same number of slots"),
+            std::string::npos);
+  o.launcher = Launcher::MVAPICH;
+  c = build_command(r, o, {{"MV2_USE_CUDA", "0"}}, {});
+  EXPECT_EQ(V(c.argv.begin(), c.argv.begin() + 7), (V{"mpirun", "-n", "4", "-ppn", "2", "-hosts", "a,b"}));
+  std::string joined = shell_join(c.argv);
+  EXPECT_NE(joined.find("-genv MV2_ENABLE_AFFINITY 0"), std::string::npos) << joined;
+  EXPECT_NE(joined.find("-genv MV2_USE_CUDA 0"), std::string::npos) << joined;  // the user's value wins
+  EXPECT_EQ(joined.find("MV2_USE_CUDA 1"), std::string::npos) << joined;
+  EXPECT_NE(error_of([&] { build_command(uneven, o, {}, {}); }).find("--launcher mvapich requires"), std::string::npos);
+}
+
+// --ssh_port joins Open MPI's ssh arguments: the default, the user's --mca value, or the env's.
+TEST(Command, SshPort) {
+  CommandOptions o;
+  o.shim = "/bin/dsrun";
+  o.program = "p";
+  o.ssh_port = 2222;
+  Resolution r = res_of({{"a", {0}}, {"b", {0}}}, true);
+  auto value_after = [](const V& a, const std::string& key) {
+    auto it = std::find(a.begin(), a.end(), key);
+    return it == a.end() || it + 1 == a.end() ? std::string("<none>") : *(it + 1);
+  };
+  EXPECT_EQ(value_after(build_command(r, o, {}, {}).argv, "plm_rsh_args"),
+            "-o BatchMode=yes -o ConnectTimeout=10 -p 2222");
+  o.launcher_args = "-mca plm_rsh_args '-i key'";
+  V a = build_command(r, o, {}, {}).argv;
+  EXPECT_EQ(value_after(a, "plm_rsh_args"), "-i key -p 2222");
+  EXPECT_EQ(std::count(a.begin(), a.end(), "plm_rsh_args"), 1);
+  o.launcher_args = "";
+  EXPECT_EQ(value_after(build_command(r, o, {}, {{"OMPI_MCA_plm_rsh_args", "-o X=1"}}).argv, "plm_rsh_args"),
+            "-o X=1 -p 2222");
+  o.ssh_port = 0;  // without it the environment's value is left to mpirun
+  EXPECT_EQ(value_after(build_command(r, o, {}, {{"OMPI_MCA_plm_rsh_args", "-o X=1"}}).argv, "plm_rsh_args"),
+            "<none>");
+  o.ssh_port = 22;
+  o.launcher = Launcher::MPICH;
+  EXPECT_NE(error_of([&] { build_command(r, o, {}, {}); }).find("--ssh_port works with --launcher openmpi only (mpich"),
+            std::string::npos);
+  o.launcher = Launcher::Slurm;
+  EXPECT_NE(error_of([&] { build_command(r, o, {}, {}); }).find("srun starts ranks without ssh"), std::string::npos);
+}
+
+// --module / --no_python / per-rank log / binding reach the rank shim; the contradiction is refused.
+TEST(Command, ShimFlags) {
+  CommandOptions o;
+  o.shim = "/bin/dsrun";
+  o.program = "pkg.train";
+  o.module = true;
+  o.rank_log_prefix = "/logs/20260101000000_rank";
+  o.bind_cores = true;
+  o.core_list = "0,2-4";
+  Resolution r = res_of({{"a", {0, 1}}}, false);
+  V a = build_command(r, o, {}, {}).argv;
+  V tail(std::find(a.begin(), a.end(), "--master_port=1234") + 1, a.end());
+  EXPECT_EQ(tail, (V{"--module", "--rank_log=/logs/20260101000000_rank", "--bind_cores=0,2-4", "--", "pkg.train"}));
+  o.no_python = true;
+  EXPECT_NE(error_of([&] { build_command(r, o, {}, {}); }).find("--module and --no_python cannot be used together"),
+            std::string::npos);
+  o.module = false;
+  o.bind_cores = false;
+  o.rank_log_prefix.clear();
+  a = build_command(r, o, {}, {}).argv;
+  EXPECT_EQ(V(a.end() - 3, a.end()), (V{"--no_python", "--", "pkg.train"}));
+  o.launcher = Launcher::Slurm;  // srun's own binding would narrow the shared-out mask
+  o.bind_cores = true;
+  a = build_command(res_of({{"a", {0, 1}}}, true), o, {}, {}).argv;
+  EXPECT_NE(std::find(a.begin(), a.end(), "--cpu-bind=none"), a.end());
+}
+
+// DeepSpeed's parse_range_list grammar and its examples.
+TEST(CoreList, Parse) {
+  EXPECT_EQ(parse_core_list("0,2-4,6,8-9"), (std::vector<int>{0, 2, 3, 4, 6, 8, 9}));
+  EXPECT_EQ(parse_core_list("5"), (std::vector<int>{5}));
+  EXPECT_EQ(parse_core_list("3-3"), (std::vector<int>{3}));
+  EXPECT_EQ(format_core_list({0, 2, 3, 4, 6, 8, 9}), "0,2-4,6,8-9");
+  EXPECT_NE(error_of([] { parse_core_list("0,2-6,5-9"); }).find("'5-9' overlaps or comes before"), std::string::npos);
+  EXPECT_NE(error_of([] { parse_core_list("8,2-6"); }).find("'2-6' overlaps"), std::string::npos);
+  EXPECT_NE(error_of([] { parse_core_list("1,6-2"); }).find("range '6-2' runs backwards"), std::string::npos);
+  for (const char* bad : {"", "0,", "a", "0, 1", "-1", "1-", "0x1", "2--3", "99999"}) {
+    EXPECT_THROW(parse_core_list(bad), ds::Error) << bad;
+  }
+  EXPECT_NE(error_of([] { parse_core_list("0,x"); }).find("--bind_core_list '0,x': 'x' is not a core number"),
+            std::string::npos);
+}
+
+// Each local rank gets a contiguous equal share (DeepSpeed: len // local ranks, rest unused).
+TEST(CoreList, ShareForRank) {
+  std::vector<int> c = {0, 2, 3, 4, 6};
+  EXPECT_EQ(cores_for_rank(c, 0, 2), (std::vector<int>{0, 2}));
+  EXPECT_EQ(cores_for_rank(c, 1, 2), (std::vector<int>{3, 4}));
+  EXPECT_EQ(cores_for_rank(c, 4, 5), (std::vector<int>{6}));
+  EXPECT_NE(error_of([&] { cores_for_rank(c, 0, 6); }).find("5 core(s) (0,2-4,6) for 6 local ranks"),
+            std::string::npos);
 }
 
 TEST(Shim, RankEnvFromEngines) {
@@ -244,4 +357,15 @@ TEST(Shim, ProgramArgv) {
   EXPECT_EQ(program_argv("python3", {"-W", "ignore", "-c", "code"}, 3, false, "py"),
             (V{"python3", "-W", "ignore", "-c", "code", "--local_rank=3"}));
   EXPECT_EQ(program_argv("python3", {}, 0, false, "py"), (V{"python3", "--local_rank=0"}));
+}
+
+// --module: `python -u -m MODULE`; --no_python: the program itself, even a .py file.
+TEST(Shim, ProgramArgvModes) {
+  EXPECT_EQ(program_argv("pkg.train", {"--x"}, 1, false, "py", ProgramMode::Module),
+            (V{"py", "-u", "-m", "pkg.train", "--local_rank=1", "--x"}));
+  EXPECT_EQ(program_argv("pkg.train", {}, 1, true, "py", ProgramMode::Module), (V{"py", "-u", "-m", "pkg.train"}));
+  EXPECT_EQ(program_argv("./run.py", {"--x"}, 2, false, "py", ProgramMode::NoPython),
+            (V{"./run.py", "--local_rank=2", "--x"}));
+  EXPECT_EQ(program_argv("python3", {"s.py", "a"}, 0, false, "py", ProgramMode::NoPython),
+            (V{"python3", "s.py", "--local_rank=0", "a"}));
 }

@@ -27,6 +27,14 @@ std::vector<std::pair<std::string, int>> active_hosts(const WorldInfo& w) {
   return out;
 }
 
+// Hydra's -hosts value (mpich, impi, mvapich): this machine only in local mode.
+std::string host_list(const std::vector<std::pair<std::string, int>>& hosts, bool multi_node) {
+  if (!multi_node) return "localhost";
+  std::string hl;
+  for (const auto& [h, n] : hosts) hl += (hl.empty() ? "" : ",") + h;
+  return hl;
+}
+
 int equal_slots(const std::vector<std::pair<std::string, int>>& hosts, const char* who) {
   int ppn = hosts.front().second;
   for (const auto& [h, n] : hosts) {
@@ -59,14 +67,21 @@ Launcher parse_launcher(const std::string& name) {
   std::transform(l.begin(), l.end(), l.begin(), [](unsigned char c) { return std::tolower(c); });
   if (l == "openmpi") return Launcher::OpenMPI;
   if (l == "mpich") return Launcher::MPICH;
+  if (l == "impi") return Launcher::IMPI;
+  if (l == "mvapich") return Launcher::MVAPICH;
   if (l == "slurm") return Launcher::Slurm;
-  DS_THROW("unknown --launcher '" << name << "' (openmpi, mpich or slurm)");
+  DS_CHECK(l != "pdsh", "--launcher pdsh is not supported: dsrun starts every rank through one "
+                        "MPI or Slurm launcher (openmpi, mpich, impi, mvapich or slurm; default "
+                        "openmpi), which reaches other hosts over ssh itself");
+  DS_THROW("unknown --launcher '" << name << "' (openmpi, mpich, impi, mvapich or slurm)");
 }
 
 const char* launcher_name(Launcher l) {
   switch (l) {
     case Launcher::OpenMPI: return "openmpi";
     case Launcher::MPICH: return "mpich";
+    case Launcher::IMPI: return "impi";
+    case Launcher::MVAPICH: return "mvapich";
     case Launcher::Slurm: return "slurm";
   }
   return "?";
@@ -103,13 +118,25 @@ Command build_command(const Resolution& res, const CommandOptions& opts, const E
   auto hosts = active_hosts(res.world);
   DS_CHECK(!hosts.empty(), "no host has slots");
   const int total = world_size(res.world);
-  const std::vector<std::string> extra = shell_split(opts.launcher_args);
+  std::vector<std::string> extra = shell_split(opts.launcher_args);
+  DS_CHECK(opts.ssh_port == 0 || opts.launcher == Launcher::OpenMPI,
+           "--ssh_port works with --launcher openmpi only (" << launcher_name(opts.launcher)
+               << (opts.launcher == Launcher::Slurm ? ": srun starts ranks without ssh"
+                                                   : ": set the port for those hosts in ~/.ssh/config")
+               << ")");
 
   std::vector<std::string> shim = {opts.shim, "--rank_shim",
                                    "--world_info=" + base64_urlsafe_encode(world_info_json(res.world)),
                                    "--master_addr=" + res.master_addr,
                                    "--master_port=" + std::to_string(res.master_port)};
   if (opts.no_local_rank) shim.push_back("--no_local_rank");
+  DS_CHECK(!(opts.module && opts.no_python),
+           "--module and --no_python cannot be used together (--module runs `python -u -m "
+           "MODULE`, --no_python runs PROGRAM itself)");
+  if (opts.module) shim.push_back("--module");
+  if (opts.no_python) shim.push_back("--no_python");
+  if (!opts.rank_log_prefix.empty()) shim.push_back("--rank_log=" + opts.rank_log_prefix);
+  if (opts.bind_cores) shim.push_back("--bind_cores=" + opts.core_list);
   shim.push_back("--");
   shim.push_back(opts.program);
   shim.insert(shim.end(), opts.program_args.begin(), opts.program_args.end());
@@ -137,9 +164,17 @@ Command build_command(const Resolution& res, const CommandOptions& opts, const E
             env_get(environ, "OMPI_MCA_btl_tcp_if_exclude") == nullptr) {
           a.insert(a.end(), {"--mca", "btl_tcp_if_include", "eth0"});
         }
-        // Fail fast on unreachable hosts instead of waiting for TCP's timeout.
-        if (!contains_token(extra, "plm_rsh_args") && env_get(environ, "OMPI_MCA_plm_rsh_args") == nullptr) {
-          a.insert(a.end(), {"--mca", "plm_rsh_args", "-o BatchMode=yes -o ConnectTimeout=10"});
+        // Fail fast on unreachable hosts instead of waiting for TCP's timeout. --ssh_port
+        // joins whatever ssh arguments are in force: the user's --launcher_args value, else
+        // OMPI_MCA_plm_rsh_args (a command-line --mca replaces it, so it is carried over).
+        const std::string port = opts.ssh_port > 0 ? " -p " + std::to_string(opts.ssh_port) : "";
+        auto it = std::find(extra.begin(), extra.end(), "plm_rsh_args");
+        if (it != extra.end() && it + 1 != extra.end()) {
+          *(it + 1) += port;
+        } else if (const std::string* e = env_get(environ, "OMPI_MCA_plm_rsh_args")) {
+          if (!port.empty()) a.insert(a.end(), {"--mca", "plm_rsh_args", *e + port});
+        } else {
+          a.insert(a.end(), {"--mca", "plm_rsh_args", "-o BatchMode=yes -o ConnectTimeout=10" + port});
         }
       }
       a.insert(a.end(), extra.begin(), extra.end());
@@ -162,6 +197,37 @@ Command build_command(const Resolution& res, const CommandOptions& opts, const E
       for (const auto& [k, v] : exports) a.insert(a.end(), {"-genv", k, v});
       break;
     }
+    case Launcher::IMPI: {
+      // Intel MPI's Hydra: -genv NAME VALUE; its own pinning is off (I_MPI_PIN 0) as in
+      // DeepSpeed, so --bind_core_list / --bind_cores_to_rank decide the affinity.
+      int ppn = equal_slots(hosts, "--launcher impi");
+      a = {"mpirun", "-n", std::to_string(total), "-ppn", std::to_string(ppn), "-hosts",
+           host_list(hosts, res.multi_node)};
+      a.insert(a.end(), extra.begin(), extra.end());
+      for (const auto& [k, v] : exports) a.insert(a.end(), {"-genv", k, v});
+      if (env_get(exports, "I_MPI_PIN") == nullptr) a.insert(a.end(), {"-genv", "I_MPI_PIN", "0"});
+      break;
+    }
+    case Launcher::MVAPICH: {
+      // MVAPICH2's Hydra mpirun; DeepSpeed's MV2_* defaults unless the user exports their own
+      // (MV2_ENABLE_AFFINITY=0 leaves binding to dsrun). -hosts instead of DeepSpeed's fixed
+      // /tmp/deepspeed_mvapich_hostfile, which concurrent jobs would overwrite.
+      int ppn = equal_slots(hosts, "--launcher mvapich");
+      a = {"mpirun", "-n", std::to_string(total), "-ppn", std::to_string(ppn), "-hosts",
+           host_list(hosts, res.multi_node)};
+      a.insert(a.end(), extra.begin(), extra.end());
+      EnvList ex;
+      for (const auto& [k, v] : std::initializer_list<std::pair<const char*, const char*>>{
+               {"MV2_SMP_USE_CMA", "0"}, {"MV2_DEBUG_SHOW_BACKTRACE", "1"}, {"MV2_USE_CUDA", "1"},
+               {"MV2_SUPPORT_DL", "1"}, {"MV2_ENABLE_AFFINITY", "0"},
+               {"MV2_INTER_ALLGATHER_TUNING", "5"}, {"MV2_CUDA_USE_NAIVE", "0"}}) {
+        if (env_get(exports, k) == nullptr) ex.emplace_back(k, v);
+      }
+      ex.insert(ex.end(), exports.begin(), exports.end());
+      for (const auto& [k, v] : ex) a.insert(a.end(), {"-genv", k, v});
+      cmd.exports = ex;
+      break;
+    }
     case Launcher::Slurm: {
       int ppn = equal_slots(hosts, "--launcher slurm");
       // srun inherits its environment (--export=ALL): exports ride in front through env(1),
@@ -173,6 +239,10 @@ Command build_command(const Resolution& res, const CommandOptions& opts, const E
       a.insert(a.end(), {"srun", "-n", std::to_string(total), "-N", std::to_string(hosts.size()),
                          "--ntasks-per-node=" + std::to_string(ppn), "--nodelist=" + hl,
                          "--export=ALL"});
+      // srun's own task binding would narrow the mask the rank shim shares out.
+      if (opts.bind_cores && !contains_token(extra, "cpu-bind") && !contains_token(extra, "cpu_bind")) {
+        a.push_back("--cpu-bind=none");
+      }
       a.insert(a.end(), extra.begin(), extra.end());
       break;
     }
@@ -233,11 +303,14 @@ RankEnv compute_rank_env(const WorldInfo& world, const EnvList& environ) {
 
 std::vector<std::string> program_argv(const std::string& program,
                                       const std::vector<std::string>& args, int local_rank,
-                                      bool no_local_rank, const std::string& python) {
+                                      bool no_local_rank, const std::string& python,
+                                      ProgramMode mode) {
   const std::string flag = "--local_rank=" + std::to_string(local_rank);
   std::vector<std::string> out;
-  if (program.ends_with(".py")) {
-    out = {python, "-u", program};
+  if (mode == ProgramMode::Module || (mode == ProgramMode::Auto && program.ends_with(".py"))) {
+    out = {python, "-u"};
+    if (mode == ProgramMode::Module) out.push_back("-m");
+    out.push_back(program);
     if (!no_local_rank) out.push_back(flag);
     out.insert(out.end(), args.begin(), args.end());
     return out;

@@ -10,7 +10,7 @@
 
 namespace ds::launch {
 
-enum class Launcher { OpenMPI, MPICH, Slurm };
+enum class Launcher { OpenMPI, MPICH, IMPI, MVAPICH, Slurm };
 Launcher parse_launcher(const std::string& name);  // case-insensitive; throws on unknown
 const char* launcher_name(Launcher l);
 
@@ -22,6 +22,12 @@ struct CommandOptions {
   std::string shim;                // absolute path of the dsrun executable (runs --rank_shim)
   std::string program;
   std::vector<std::string> program_args;
+  bool module = false;             // --module: ranks run `<python> -u -m PROGRAM`
+  bool no_python = false;          // --no_python: ranks exec PROGRAM even when it ends in .py
+  std::string rank_log_prefix;     // --enable_each_rank_log: ranks write <prefix><RANK>.log
+  bool bind_cores = false;         // --bind_cores_to_rank / --bind_core_list
+  std::string core_list;           // validated --bind_core_list ("" = the rank's allowed cores)
+  int ssh_port = 0;                // --ssh_port (Open MPI's ssh agent); 0 = ssh's default
 };
 
 struct Command {
@@ -47,11 +53,16 @@ struct RankEnv {
 // checks that the engine's size and local rank agree with world_info.
 RankEnv compute_rank_env(const WorldInfo& world, const EnvList& environ);
 
+// How a rank starts PROGRAM: Auto runs "x.py" as `<python> -u x.py` and anything else
+// directly; Module is DeepSpeed's --module (`<python> -u -m PROGRAM`); NoPython is
+// --no_python (PROGRAM itself, even x.py).
+enum class ProgramMode { Auto, Module, NoPython };
+
 // The program's argv with --local_rank=N in DeepSpeed's place: right after the script.
-// "x.py" runs as `<python> -u x.py`; for a python interpreter the flag goes after the
-// script / -m module / -c command.
+// For a python interpreter run directly the flag goes after the script / -m module / -c command.
 std::vector<std::string> program_argv(const std::string& program,
                                       const std::vector<std::string>& args, int local_rank,
-                                      bool no_local_rank, const std::string& python);
+                                      bool no_local_rank, const std::string& python,
+                                      ProgramMode mode = ProgramMode::Auto);
 
 }  // namespace ds::launch

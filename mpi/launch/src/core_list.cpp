@@ -1,0 +1,72 @@
+#include "ds/launch/core_list.h"
+
+#include <charconv>
+
+#include "ds/core/error.h"
+
+namespace ds::launch {
+namespace {
+
+int parse_core(const std::string& text, const std::string& item, std::string_view s) {
+  int v = -1;
+  auto [p, ec] = std::from_chars(s.data(), s.data() + s.size(), v);
+  DS_CHECK(!s.empty() && ec == std::errc() && p == s.data() + s.size() && v >= 0 && v < 65536,
+           "--bind_core_list '" << text << "': '" << item
+                                << "' is not a core number or range (expected e.g. 0,2-4,6)");
+  return v;
+}
+
+}  // namespace
+
+std::vector<int> parse_core_list(const std::string& text) {
+  DS_CHECK(!text.empty(), "--bind_core_list is empty (expected e.g. 0,2-4,6)");
+  std::vector<int> out;
+  std::size_t start = 0;
+  while (start <= text.size()) {
+    std::size_t comma = text.find(',', start);
+    if (comma == std::string::npos) comma = text.size();
+    std::string item = text.substr(start, comma - start);
+    std::size_t dash = item.find('-');
+    int lo = 0, hi = 0;
+    if (dash == std::string::npos) {
+      lo = hi = parse_core(text, item, item);
+    } else {
+      lo = parse_core(text, item, std::string_view(item).substr(0, dash));
+      hi = parse_core(text, item, std::string_view(item).substr(dash + 1));
+      DS_CHECK(lo <= hi, "--bind_core_list '" << text << "': range '" << item << "' runs backwards");
+    }
+    DS_CHECK(out.empty() || lo > out.back(),
+             "--bind_core_list '" << text << "': '" << item
+                                  << "' overlaps or comes before the previous item (items must be "
+                                     "ascending and disjoint)");
+    for (int c = lo; c <= hi; ++c) out.push_back(c);
+    start = comma + 1;
+  }
+  return out;
+}
+
+std::string format_core_list(const std::vector<int>& cores) {
+  std::string out;
+  for (std::size_t i = 0; i < cores.size();) {
+    std::size_t j = i;
+    while (j + 1 < cores.size() && cores[j + 1] == cores[j] + 1) ++j;
+    if (!out.empty()) out += ',';
+    out += std::to_string(cores[i]);
+    if (j > i) out += '-' + std::to_string(cores[j]);
+    i = j + 1;
+  }
+  return out;
+}
+
+std::vector<int> cores_for_rank(const std::vector<int>& cores, int local_rank, int local_size) {
+  DS_CHECK(local_size > 0 && local_rank >= 0 && local_rank < local_size,
+           "internal: local rank " << local_rank << " of " << local_size);
+  const std::size_t per = cores.size() / static_cast<std::size_t>(local_size);
+  DS_CHECK(per >= 1, "core binding: " << cores.size() << " core(s) (" << format_core_list(cores)
+                                      << ") for " << local_size
+                                      << " local ranks; every rank needs at least one core");
+  auto first = cores.begin() + static_cast<std::ptrdiff_t>(per * static_cast<std::size_t>(local_rank));
+  return {first, first + static_cast<std::ptrdiff_t>(per)};
+}
+
+}  // namespace ds::launch
