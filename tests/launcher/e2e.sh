@@ -262,6 +262,27 @@ PY
     grep -q "^pidfile /tmp/$dpid.deepspeed $dpid$" "$T/out" || { cat "$T/out"; fail "pid file during the run"; }
     grep -q "^dsrun: pid $dpid saved in /tmp/$dpid.deepspeed$" "$T/out" || { cat "$T/out"; fail "note"; }
     [ ! -e "/tmp/$dpid.deepspeed" ] || fail "pid file left behind"
+    # Stopped by a signal (DeepSpeed's case for removing it): the file goes too.
+    mkdir "$T/p"
+    DS_HELLO_PID_DIR=$T/p DS_HELLO_BLOCK=1 "$DSRUN" -H "$T/hf" --save_pid "$HELLO" > "$T/out" 2>&1 &
+    dpid=$!
+    wait_pids "$T/p" 1
+    [ "$(cat "/tmp/$dpid.deepspeed")" = "$dpid" ] || fail "pid file while running"
+    kill -TERM "$dpid"
+    rc=0; wait "$dpid" || rc=$?
+    [ "$rc" -ge 128 ] || { cat "$T/out"; fail "SIGTERM: rc $rc"; }
+    [ ! -e "/tmp/$dpid.deepspeed" ] || fail "pid file left behind after SIGTERM"
+    all_gone "$T/p" || fail "rank left running"
+    ;;
+  sshport)  # --ssh_port reaches the ssh check (a stand-in ssh prints its arguments and fails)
+    printf 'localhost slots=1\nnosuchhost.invalid slots=1\n' > "$T/hf"
+    mkdir "$T/bin"
+    printf '#!/bin/sh\necho "ssh args: $*"\nexit 255\n' > "$T/bin/ssh"
+    chmod +x "$T/bin/ssh"
+    rc=0; PATH=$T/bin:$PATH "$DSRUN" -H "$T/hf" --force_multi -i nosuchhost.invalid --ssh_port 2222 "$HELLO" > "$T/out" 2>&1 || rc=$?
+    [ "$rc" = 2 ] || { cat "$T/out"; fail "rc $rc"; }
+    grep -q "host 'nosuchhost.invalid' is unreachable with passwordless ssh (ssh args: -o PasswordAuthentication=no -o BatchMode=yes -o ConnectTimeout=10 -p 2222 nosuchhost.invalid hostname)" "$T/out" \
+      || { cat "$T/out"; fail "ssh check without the port"; }
     ;;
   module)  # --module: ranks run `python -u -m MODULE`; --no_python: a .py runs itself (shebang)
     printf 'localhost slots=2\n' > "$T/hf"
