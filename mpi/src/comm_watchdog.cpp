@@ -6,6 +6,9 @@
 #include <algorithm>
 #include <chrono>
 #include <cstdio>
+#include <cstdlib>
+
+#include "ds/core/error.h"
 
 #include "ds/mpi/init.h"
 
@@ -15,6 +18,16 @@ std::int64_t CommWatchdog::now_ns() noexcept {
   timespec ts{};
   clock_gettime(CLOCK_MONOTONIC, &ts);  // vDSO: no system call
   return static_cast<std::int64_t>(ts.tv_sec) * 1000000000 + ts.tv_nsec;
+}
+
+std::optional<double> comm_timeout_from_env() {
+  const char* v = std::getenv("DS_COMM_TIMEOUT");
+  if (!v || !*v) return std::nullopt;
+  char* end = nullptr;
+  const double t = std::strtod(v, &end);
+  if (end == v || *end != '\0' || !(t >= 0) || t > 1e9)
+    DS_THROW("environment variable DS_COMM_TIMEOUT='" << v << "' is not a number of seconds (0 = no timeout)");
+  return t;
 }
 
 CommWatchdog::CommWatchdog(int rank, std::function<std::string(std::uint64_t)> not_arrived)

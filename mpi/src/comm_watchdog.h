@@ -13,10 +13,15 @@
 #include <cstdint>
 #include <functional>
 #include <mutex>
+#include <optional>
 #include <string>
 #include <thread>
 
 namespace ds::detail {
+
+// DS_COMM_TIMEOUT=SECONDS (0: no deadline), when set; a malformed value is an error naming it.
+// Every communicator with a deadline reads it here, and it wins over the config's value.
+std::optional<double> comm_timeout_from_env();
 
 class CommWatchdog {
  public:

@@ -5,6 +5,7 @@
 #include <atomic>
 #include <condition_variable>
 #include <cstdint>
+#include <cstdio>
 #include <cstdlib>
 #include <cstring>
 #include <deque>
@@ -16,6 +17,8 @@
 #include <thread>
 #include <vector>
 
+#include <unistd.h>
+
 #include "comm_watchdog.h"
 #include "ds/core/half.h"
 #include "ds/core/spin_wait.h"
@@ -23,6 +26,28 @@
 #include "ds/mpi/init.h"
 
 namespace ds {
+
+namespace {
+// "stopped" or "gone" for a process on this node that cannot take part in a collective, ""
+// when it runs (from /proc/PID/stat: T/t stopped or traced, Z zombie, X dead; no entry: gone).
+std::string process_state(std::int64_t pid) {
+  if (pid <= 0) return {};
+  char path[64];
+  std::snprintf(path, sizeof path, "/proc/%lld/stat", static_cast<long long>(pid));
+  std::FILE* f = std::fopen(path, "r");
+  if (!f) return "gone";
+  char buf[512] = {};
+  const std::size_t n = std::fread(buf, 1, sizeof buf - 1, f);
+  std::fclose(f);
+  const char* paren = std::strrchr(buf, ')');  // the command name may hold spaces and ')'
+  if (n == 0 || !paren || paren[1] != ' ') return {};
+  switch (paren[2]) {
+    case 'T': case 't': return "stopped";
+    case 'Z': case 'X': return "gone";
+    default: return {};
+  }
+}
+}  // namespace
 
 // ---------------------------------------------------------------------------------------
 // Datatypes and ops
@@ -307,12 +332,8 @@ MpiCommOptions MpiCommOptions::from_env() {
     o.oversubscribed = env_size("DS_COMM_OVERSUBSCRIBED", 0) != 0 ? 1 : 0;
   if (const char* v = std::getenv("DS_COMM_BARRIER_SPINS"); v && *v)
     o.barrier_spins = static_cast<int>(std::min<std::size_t>(env_size("DS_COMM_BARRIER_SPINS", 0), 1u << 30));
-  if (const char* v = std::getenv("DS_COMM_TIMEOUT"); v && *v) {
-    char* end = nullptr;
-    const double t = std::strtod(v, &end);
-    if (end == v || *end != '\0' || !(t >= 0) || t > 1e9)
-      DS_THROW("environment variable DS_COMM_TIMEOUT='" << v << "' is not a number of seconds (0 = no timeout)");
-    o.timeout_s = t;
+  if (const auto t = detail::comm_timeout_from_env()) {
+    o.timeout_s = *t;
     o.timeout_from_env = true;
   }
   return o;
@@ -489,9 +510,10 @@ struct MpiComm::Impl {
   // Segment layout: one 4 KiB control page (this rank's barrier counter in its first cache
   // line), then the two data halves.
   static constexpr std::size_t kCtrlBytes = 4096;
-  // Control page: barrier counter at 0; the rank's last collective sequence number (arrive())
-  // and its rank in `comm` on their own cache lines, read by peers only after a timeout.
-  static constexpr std::size_t kArrivedOffset = 64, kRankOffset = 128;
+  // Control page: barrier counter at 0; the rank's last collective sequence number (arrive()),
+  // its rank in `comm` and its process id on their own cache lines, read by peers only after
+  // a timeout.
+  static constexpr std::size_t kArrivedOffset = 64, kRankOffset = 128, kPidOffset = 192;
   std::vector<char*> ctrl;         // each node rank's control page
   std::uint64_t barrier_seq = 0;   // barriers passed (the same count on every node rank)
   char* half(int r, std::uint64_t seq) const { return seg[r] + (seq & 1) * half_bytes; }
@@ -584,6 +606,7 @@ void MpiComm::Impl::setup(MPI_Comm parent) {
     }
     std::memset(base, 0, kCtrlBytes + 2 * half_bytes);  // first touch once, here, not in the first step
     *reinterpret_cast<std::int64_t*>(base + kRankOffset) = rank;
+    *reinterpret_cast<std::int64_t*>(base + kPidOffset) = static_cast<std::int64_t>(getpid());
     DS_MPI_CHECK(MPI_Win_lock_all(MPI_MODE_NOCHECK, win));
     DS_MPI_CHECK(MPI_Win_sync(win));
     DS_MPI_CHECK(MPI_Barrier(node));  // every counter is zero before anyone uses the window
@@ -598,19 +621,31 @@ std::string MpiComm::Impl::not_arrived(std::uint64_t seq) const {
   if (win == MPI_WIN_NULL) {
     return size == 1 ? std::string() : "which ranks did not arrive is not known (no shared-memory window)";
   }
-  std::string late;
+  std::string late, stuck;
   for (int r = 0; r < node_size; ++r) {
     if (r == node_rank) continue;
     const std::uint64_t got =
         std::atomic_ref<std::uint64_t>(*reinterpret_cast<std::uint64_t*>(ctrl[r] + kArrivedOffset))
             .load(std::memory_order_acquire);
+    const std::string who = std::to_string(*reinterpret_cast<const std::int64_t*>(ctrl[r] + kRankOffset));
     if (got < seq) {
       late += late.empty() ? "" : ", ";
-      late += std::to_string(*reinterpret_cast<const std::int64_t*>(ctrl[r] + kRankOffset)) + " (at #" +
-              std::to_string(got) + ")";
+      late += who + " (at #" + std::to_string(got) + ")";
+      continue;
+    }
+    // Arrived, yet the collective did not finish: a peer stopped inside it (SIGSTOP, a
+    // debugger) or gone leaves its part undone. Its process state says which.
+    const auto pid = *reinterpret_cast<const std::int64_t*>(ctrl[r] + kPidOffset);
+    const std::string state = process_state(pid);
+    if (!state.empty()) {
+      stuck += stuck.empty() ? "" : ", ";
+      stuck += who + " (pid " + std::to_string(pid) + ", " + state + ")";
     }
   }
-  std::string out = late.empty() ? "every rank on this node arrived" : "ranks that did not arrive: " + late;
+  std::string out;
+  if (!late.empty()) out = "ranks that did not arrive: " + late;
+  if (!stuck.empty()) out += (out.empty() ? "" : "; ") + std::string("ranks that arrived but cannot progress: ") + stuck;
+  if (out.empty()) out = "every rank on this node arrived";
   if (nnodes > 1) out += "; ranks on other nodes are not known";
   return out;
 }

@@ -9,6 +9,7 @@
 #include "ds/core/cuda_check.h"
 #include "ds/core/error.h"
 #include "ds/mpi/check.h"
+#include "comm_watchdog.h"
 
 // DS_NCCL_CHECK: the check macro for NCCL calls; names the call, device and NCCL's text.
 #define DS_NCCL_CHECK(call)                                                                \
@@ -53,7 +54,9 @@ ncclRedOp_t nccl_op(ReduceOp op, DType t, const char* what) {
 
 class EventHandle final : public CommHandle {
  public:
-  EventHandle(cudaEvent_t ev, cudaStream_t compute) : ev_(ev), compute_(compute) {}
+  EventHandle(cudaEvent_t ev, cudaStream_t compute, detail::CommWatchdog* watchdog, const char* what,
+              std::uint64_t seq)
+      : ev_(ev), compute_(compute), watchdog_(watchdog), what_(what), seq_(seq) {}
   ~EventHandle() override {
     if (ev_) {
       cudaEventSynchronize(ev_);
@@ -63,7 +66,10 @@ class EventHandle final : public CommHandle {
   void wait() override {
     if (!ev_) return;
     DS_CUDA_CHECK(cudaStreamWaitEvent(compute_, ev_, 0));
-    DS_CUDA_CHECK(cudaEventSynchronize(ev_));
+    {
+      detail::CommWait w(*watchdog_, detail::CommWatchdog::kCaller, what_, seq_);
+      DS_CUDA_CHECK(cudaEventSynchronize(ev_));
+    }
     cudaEventDestroy(ev_);
     ev_ = nullptr;
   }
@@ -79,6 +85,9 @@ class EventHandle final : public CommHandle {
  private:
   cudaEvent_t ev_;
   cudaStream_t compute_;
+  detail::CommWatchdog* watchdog_;  // the communicator's; outlives its handles
+  const char* what_;
+  std::uint64_t seq_;
 };
 
 }  // namespace
@@ -90,6 +99,9 @@ struct NcclComm::Impl {
   cudaEvent_t ready = nullptr;  // recorded on the compute stream before each operation
   int rank = 0, size = 1, device = 0;
   bool failed = false;
+  std::uint64_t seq = 0;  // collectives issued so far (for the timeout's message)
+  bool timeout_from_env = false;
+  std::unique_ptr<detail::CommWatchdog> watchdog;
 
   // Orders the comm stream after the compute stream's work so far.
   void order_after_compute() {
@@ -116,15 +128,18 @@ struct NcclComm::Impl {
     if (failed) DS_THROW("NcclComm::" << what << ": the communicator was aborted after an earlier error");
   }
 
-  CommWork finish(bool blocking) {
+  // `what`: a string literal naming the collective (the watchdog reads it later).
+  CommWork finish(bool blocking, const char* what) {
+    const std::uint64_t n = ++seq;
     if (blocking) {
+      detail::CommWait w(*watchdog, detail::CommWatchdog::kCaller, what, n);
       DS_CUDA_CHECK(cudaStreamSynchronize(stream));
       return nullptr;
     }
     cudaEvent_t ev = nullptr;
     DS_CUDA_CHECK(cudaEventCreateWithFlags(&ev, cudaEventDisableTiming));
     DS_CUDA_CHECK(cudaEventRecord(ev, stream));
-    return std::make_unique<EventHandle>(ev, compute);
+    return std::make_unique<EventHandle>(ev, compute, watchdog.get(), what, n);
   }
 };
 
@@ -145,10 +160,20 @@ NcclComm::NcclComm(MPI_Comm comm, int device) : impl_(std::make_unique<Impl>()) 
   DS_NCCL_CHECK(ncclCommInitRank(&impl_->comm, impl_->size, id, impl_->rank));
   DS_CUDA_CHECK(cudaStreamCreateWithFlags(&impl_->stream, cudaStreamNonBlocking));
   DS_CUDA_CHECK(cudaEventCreateWithFlags(&impl_->ready, cudaEventDisableTiming));
+  impl_->watchdog = std::make_unique<detail::CommWatchdog>(impl_->rank, nullptr);
+  const auto env = detail::comm_timeout_from_env();
+  impl_->timeout_from_env = env.has_value();
+  impl_->watchdog->set_timeout(env.value_or(1800.0));  // torch's default_pg_timeout, as MpiComm
+}
+
+void NcclComm::set_timeout(double seconds) {
+  if (impl_->timeout_from_env) return;  // DS_COMM_TIMEOUT wins over the config
+  impl_->watchdog->set_timeout(seconds);
 }
 
 NcclComm::~NcclComm() {
   if (!impl_) return;
+  if (impl_->watchdog) impl_->watchdog->shutdown();
   if (impl_->comm) {
     if (impl_->failed) {
       // already aborted
@@ -187,7 +212,7 @@ static CommWork NcclComm_all_reduce(NcclComm::Impl& m, TensorView buf, ReduceOp 
   m.guarded([&] {
     m.order_after_compute();
     DS_NCCL_CHECK(ncclAllReduce(buf.data, buf.data, buf.count, t, o, m.comm, m.stream));
-    w = m.finish(blocking);
+    w = m.finish(blocking, "all_reduce");
   });
   return w;
 }
@@ -204,7 +229,7 @@ static CommWork NcclComm_reduce_scatter(NcclComm::Impl& m, TensorView send, Tens
   m.guarded([&] {
     m.order_after_compute();
     DS_NCCL_CHECK(ncclReduceScatter(send.data, recv.data, recv.count, t, o, m.comm, m.stream));
-    w = m.finish(blocking);
+    w = m.finish(blocking, "reduce_scatter");
   });
   return w;
 }
@@ -220,7 +245,7 @@ static CommWork NcclComm_all_gather(NcclComm::Impl& m, TensorView send, TensorVi
   m.guarded([&] {
     m.order_after_compute();
     DS_NCCL_CHECK(ncclAllGather(send.data, recv.data, send.count, t, m.comm, m.stream));
-    w = m.finish(blocking);
+    w = m.finish(blocking, "all_gather");
   });
   return w;
 }
@@ -235,7 +260,7 @@ void NcclComm::broadcast(TensorView buf, int root) {
   impl_->guarded([&] {
     impl_->order_after_compute();
     DS_NCCL_CHECK(ncclBroadcast(buf.data, buf.data, buf.count, t, root, impl_->comm, impl_->stream));
-    impl_->finish(true);
+    impl_->finish(true, "broadcast");
   });
 }
 
@@ -248,7 +273,7 @@ void NcclComm::barrier() {
     DS_CUDA_CHECK(cudaMemsetAsync(d, 0, sizeof(float), impl_->stream));
     DS_NCCL_CHECK(ncclAllReduce(d, d, 1, ncclFloat32, ncclSum, impl_->comm, impl_->stream));
     DS_CUDA_CHECK(cudaFreeAsync(d, impl_->stream));
-    DS_CUDA_CHECK(cudaStreamSynchronize(impl_->stream));
+    impl_->finish(true, "barrier");
   });
 }
 

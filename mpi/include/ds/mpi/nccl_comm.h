@@ -9,6 +9,11 @@
 // makes the compute stream wait on it). On any NCCL error the communicator is aborted
 // (ncclCommAbort) and ds::Error is thrown (DS_NCCL_CHECK). Buffers are device pointers;
 // counts are elements.
+//
+// Deadline: a host wait for an operation (a blocking call, or a handle's wait()) longer than
+// the timeout (set_timeout: the config's comms_config.timeout; DS_COMM_TIMEOUT wins; default
+// 1800 s, 0 = none) ends the job with one line naming the collective and its sequence number
+// (MPI_Abort), the same watchdog as MpiComm's; NCCL cannot tell which ranks did not arrive.
 #pragma once
 
 #include <mpi.h>
@@ -43,6 +48,7 @@ class NcclComm final : public Communicator {
   CommWork iall_gather(TensorView send, TensorView recv) override;
   void broadcast(TensorView buf, int root) override;
   void barrier() override;
+  void set_timeout(double seconds) override;
 
   struct Impl;
 
