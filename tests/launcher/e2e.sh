@@ -305,6 +305,25 @@ PY
     rc=0; "$DSRUN" -H "$T/hf" --module --no_python x > "$T/out" 2>&1 || rc=$?
     [ "$rc" = 2 ] || { cat "$T/out"; fail "--module --no_python accepted"; }
     ;;
+  backends)  # impi / mvapich outside --dry_run: installed checks, then the engine gets the argv
+    printf 'localhost slots=2\n' > "$T/hf"
+    mkdir "$T/bin"
+    printf '#!/bin/sh\n[ "$1" = --version ] && { echo "mpirun (Open MPI) 4.1.4"; exit 0; }\necho "engine: $*"\n' > "$T/bin/mpirun"
+    chmod +x "$T/bin/mpirun"
+    rc=0; PATH=$T/bin "$DSRUN" -H "$T/hf" --launcher impi prog > "$T/out" 2>&1 || rc=$?
+    [ "$rc" = 2 ] && grep -q "^dsrun: error: launcher 'impi' not installed (the mpirun in PATH is not Intel MPI's)" "$T/out" \
+      || { cat "$T/out"; fail "impi with Open MPI's mpirun: rc $rc"; }
+    rc=0; PATH=$T/bin "$DSRUN" -H "$T/hf" --launcher mvapich prog > "$T/out" 2>&1 || rc=$?
+    [ "$rc" = 2 ] && grep -q "^dsrun: error: launcher 'mvapich' not installed (no mpiname in PATH)" "$T/out" \
+      || { cat "$T/out"; fail "mvapich without mpiname: rc $rc"; }
+    printf '#!/bin/sh\n[ "$1" = --version ] && { echo "Intel(R) MPI Library for Linux* OS, Version 2021.10"; exit 0; }\necho "engine: $*"\n' > "$T/bin/mpirun"
+    PATH=$T/bin "$DSRUN" -H "$T/hf" --launcher impi prog a > "$T/out" 2>&1 || { cat "$T/out"; fail "impi rc"; }
+    grep -q "^engine: -n 2 -ppn 2 -hosts localhost .*-genv I_MPI_PIN 0 .*--rank_shim .* -- prog a$" "$T/out" || { cat "$T/out"; fail "impi argv"; }
+    printf '#!/bin/sh\necho "MVAPICH2 2.3.7"\n' > "$T/bin/mpiname"
+    chmod +x "$T/bin/mpiname"
+    PATH=$T/bin "$DSRUN" -H "$T/hf" --launcher mvapich prog > "$T/out" 2>&1 || { cat "$T/out"; fail "mvapich rc"; }
+    grep -q "^engine: -n 2 -ppn 2 -hosts localhost -genv MV2_SMP_USE_CMA 0 .*--rank_shim .* -- prog$" "$T/out" || { cat "$T/out"; fail "mvapich argv"; }
+    ;;
   train)  # the real train app under dsrun: 2 ranks, 2 steps, small model
     printf 'localhost slots=2\n' > "$T/hf"
     "$DSRUN" -H "$T/hf" "$DS_BINARY_DIR/apps/train/train" --config "$SRC/configs/default.json" --steps 2 \

@@ -332,6 +332,13 @@ TEST(Shim, RankEnvFromEngines) {
   r = compute_rank_env(w, {{"PMI_RANK", "1"}, {"PMI_SIZE", "5"}});
   EXPECT_EQ(r.cuda_visible_devices, "1,3");
   EXPECT_EQ(r.local_rank, 1);
+  // MVAPICH2 (mpirun_rsh sets only MV2_*; it beats PMI_RANK, as the launcher spec recommends).
+  r = compute_rank_env(w, {{"MV2_COMM_WORLD_RANK", "4"}, {"MV2_COMM_WORLD_SIZE", "5"},
+                           {"MV2_COMM_WORLD_LOCAL_RANK", "2"}, {"PMI_RANK", "0"}});
+  EXPECT_EQ(r.rank, 4);
+  EXPECT_EQ(r.local_rank, 2);
+  EXPECT_NE(error_of([&] { compute_rank_env(w, {{"MV2_COMM_WORLD_RANK", "1"}, {"MV2_COMM_WORLD_LOCAL_RANK", "0"}}); })
+                .find("host-major"), std::string::npos);
   r = compute_rank_env(w, {{"SLURM_PROCID", "2"}, {"SLURM_NTASKS", "5"}, {"SLURM_LOCALID", "0"}});
   EXPECT_EQ(r.cross_rank, 1);
   r = compute_rank_env(w, {{"PMIX_RANK", "4"}, {"SLURM_PROCID", "4"}, {"SLURM_NTASKS", "5"}});

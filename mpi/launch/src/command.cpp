@@ -259,6 +259,10 @@ RankEnv compute_rank_env(const WorldInfo& world, const EnvList& environ) {
     from = "OMPI_COMM_WORLD_RANK";
     parse_int_env(environ, "OMPI_COMM_WORLD_SIZE", size);
     parse_int_env(environ, "OMPI_COMM_WORLD_LOCAL_RANK", local);
+  } else if (parse_int_env(environ, "MV2_COMM_WORLD_RANK", rank)) {  // MVAPICH2 (also mpirun_rsh)
+    from = "MV2_COMM_WORLD_RANK";
+    parse_int_env(environ, "MV2_COMM_WORLD_SIZE", size);
+    parse_int_env(environ, "MV2_COMM_WORLD_LOCAL_RANK", local);
   } else if (parse_int_env(environ, "PMI_RANK", rank)) {
     from = "PMI_RANK";
     parse_int_env(environ, "PMI_SIZE", size);
@@ -276,7 +280,8 @@ RankEnv compute_rank_env(const WorldInfo& world, const EnvList& environ) {
     parse_int_env(environ, "SLURM_LOCALID", local);
   }
   DS_CHECK(from != nullptr,
-           "no rank in the environment (OMPI_COMM_WORLD_RANK, PMI_RANK, PMIX_RANK, SLURM_PROCID): "
+           "no rank in the environment (OMPI_COMM_WORLD_RANK, MV2_COMM_WORLD_RANK, PMI_RANK, PMIX_RANK, "
+           "SLURM_PROCID): "
            "the rank shim must be started by mpirun, mpiexec or srun");
   const int ws = world_size(world);
   DS_CHECK(size < 0 || size == ws, "the launcher started " << size << " ranks but world_info has "

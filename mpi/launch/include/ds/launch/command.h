@@ -48,7 +48,7 @@ struct RankEnv {
   int rank = 0, local_rank = 0, world_size = 0, local_size = 0, cross_rank = 0, cross_size = 0;
   std::string cuda_visible_devices;
 };
-// The rank from the engine's variables: OMPI_COMM_WORLD_RANK, PMI_RANK, PMIX_RANK,
+// The rank from the engine's variables: OMPI_COMM_WORLD_RANK, MV2_COMM_WORLD_RANK, PMI_RANK, PMIX_RANK,
 // SLURM_PROCID (in that order; MPI families beat SLURM_* as inside sbatch they coexist), and
 // checks that the engine's size and local rank agree with world_info.
 RankEnv compute_rank_env(const WorldInfo& world, const EnvList& environ);
