@@ -12,6 +12,7 @@
 #include <string>
 #include <vector>
 
+#include "../common/temp_dir.h"
 #include "../common/no_hang.h"
 #include "ds/config/parse.h"
 #include "ds/core/error.h"
@@ -21,31 +22,8 @@ using namespace ds::config;
 
 namespace {
 
-#define EXPECT_HAS(hay, needle) EXPECT_NE(std::string(hay).find(needle), std::string::npos) << "in: " << (hay)
-
-struct TempDir {
-  fs::path path;
-  TempDir() {
-    std::string t = (fs::temp_directory_path() / "ds_config_file.XXXXXX").string();
-    path = ::mkdtemp(t.data());
-  }
-  ~TempDir() {
-    std::error_code ec;
-    fs::remove_all(path, ec);
-  }
-};
-
-std::string error_of(const std::function<void()>& f) {
-  try {
-    f();
-  } catch (const ds::Error& e) {
-    return e.what();
-  }
-  return "(no error)";
-}
-
 TEST(ConfigFile, FifoIsRefusedNotWaitedOn) {
-  TempDir d;
+  TempDir d("ds_config_file");
   const std::string p = (d.path / "ds_config.json").string();
   ASSERT_EQ(::mkfifo(p.c_str(), 0600), 0);
   std::string e = error_without_hang(p, [&] { load_config_file(p); });
@@ -55,7 +33,7 @@ TEST(ConfigFile, FifoIsRefusedNotWaitedOn) {
 }
 
 TEST(ConfigFile, DirectoryAndDeviceAreNamed) {
-  TempDir d;
+  TempDir d("ds_config_file");
   // load_config (DeepSpeed's path-or-JSON argument) said "no such file" for a directory
   EXPECT_HAS(error_of([&] { load_config(d.path.string()); }),
              "config file " + d.path.string() + " is a directory, not a regular file");
@@ -67,7 +45,7 @@ TEST(ConfigFile, DirectoryAndDeviceAreNamed) {
 }
 
 TEST(ConfigFile, SizeCapNamesTheFile) {
-  TempDir d;
+  TempDir d("ds_config_file");
   const std::string p = (d.path / "huge.json").string();
   {
     std::ofstream f(p);

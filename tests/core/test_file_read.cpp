@@ -10,39 +10,15 @@
 #include <functional>
 #include <string>
 
+#include "../common/temp_dir.h"
 #include "ds/core/error.h"
 #include "ds/core/file_read.h"
 
 namespace fs = std::filesystem;
 using namespace ds;
 
-namespace {
-
-struct TempDir {
-  fs::path path;
-  TempDir() {
-    std::string t = (fs::temp_directory_path() / "ds_file_read.XXXXXX").string();
-    path = ::mkdtemp(t.data());
-  }
-  ~TempDir() {
-    std::error_code ec;
-    fs::remove_all(path, ec);
-  }
-};
-
-std::string error_of(const std::function<void()>& f) {
-  try {
-    f();
-  } catch (const Error& e) {
-    return e.what();
-  }
-  return "(no error)";
-}
-
-}  // namespace
-
 TEST(FileRead, ReadsARegularFile) {
-  TempDir d;
+  TempDir d("ds_file_read");
   const std::string p = (d.path / "a.json").string();
   std::ofstream(p) << "{\"x\": 1}\n";
   EXPECT_EQ(read_regular_file(p, "config file"), "{\"x\": 1}\n");
@@ -52,7 +28,7 @@ TEST(FileRead, ReadsARegularFile) {
 }
 
 TEST(FileRead, FifoIsReportedNotWaitedOn) {
-  TempDir d;
+  TempDir d("ds_file_read");
   const std::string p = (d.path / "fifo").string();
   ASSERT_EQ(::mkfifo(p.c_str(), 0600), 0);
   // Without a writer, a blocking open would never return; the test would time out.
@@ -65,7 +41,7 @@ TEST(FileRead, FifoIsReportedNotWaitedOn) {
 TEST(FileRead, DevicesAndDirectoriesAreNamed) {
   std::string e = error_of([] { read_regular_file("/dev/zero", "env file"); });
   EXPECT_NE(e.find("env file /dev/zero is a character device, not a regular file"), std::string::npos) << e;
-  TempDir d;
+  TempDir d("ds_file_read");
   e = error_of([&] { read_regular_file(d.path.string(), "manifest"); });
   EXPECT_NE(e.find("manifest " + d.path.string() + " is a directory, not a regular file"), std::string::npos) << e;
   // through a symlink: what it points at counts
@@ -75,7 +51,7 @@ TEST(FileRead, DevicesAndDirectoriesAreNamed) {
 }
 
 TEST(FileRead, MissingFile) {
-  TempDir d;
+  TempDir d("ds_file_read");
   const std::string p = (d.path / "nope").string();
   EXPECT_FALSE(check_regular_file(p, "env file", /*missing_ok=*/true));
   std::string e = error_of([&] { check_regular_file(p, "env file"); });
@@ -85,7 +61,7 @@ TEST(FileRead, MissingFile) {
 }
 
 TEST(FileRead, SizeCapNamesSizeAndLimit) {
-  TempDir d;
+  TempDir d("ds_file_read");
   const std::string p = (d.path / "big").string();
   std::ofstream(p) << std::string(5000, 'x');
   std::string e = error_of([&] { read_regular_file(p, "config file", 4096); });
@@ -97,7 +73,7 @@ TEST(FileRead, SizeCapNamesSizeAndLimit) {
 }
 
 TEST(FileRead, NoCapReadsEverything) {
-  TempDir d;
+  TempDir d("ds_file_read");
   const std::string p = (d.path / "data").string();
   const std::string text(200000, 'y');
   std::ofstream(p) << text;
@@ -105,7 +81,7 @@ TEST(FileRead, NoCapReadsEverything) {
 }
 
 TEST(FileRead, OpenRegularFileIsBlockingAndReadable) {
-  TempDir d;
+  TempDir d("ds_file_read");
   const std::string p = (d.path / "f").string();
   std::ofstream(p) << "abc";
   const int fd = open_regular_file(p, "shard");

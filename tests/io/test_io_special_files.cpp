@@ -10,6 +10,7 @@
 #include <string>
 #include <vector>
 
+#include "../common/temp_dir.h"
 #include "../common/no_hang.h"
 #include "../common/self_comm.h"
 #include "ds/core/error.h"
@@ -21,22 +22,11 @@ using namespace ds::io;
 
 namespace {
 
-#define EXPECT_HAS(hay, needle) EXPECT_NE(std::string(hay).find(needle), std::string::npos) << "in: " << (hay)
-
 fs::path fresh(const std::string& name) {
   fs::path p = fs::temp_directory_path() / ("ds_io_special_" + std::to_string(::getpid()) + "_" + name);
   fs::remove_all(p);
   fs::create_directories(p);
   return p;
-}
-
-std::string error_of(const std::function<void()>& f) {
-  try {
-    f();
-  } catch (const ds::Error& e) {
-    return e.what();
-  }
-  return "(no error)";
 }
 
 // A one-rank checkpoint of one parameter with a ZeRO shard, saved as tag "t" in dir.
