@@ -327,7 +327,8 @@ int launch(int argc, char** argv) {
     for (const auto& [h, slots] : res.world) {
       if (!slots.empty() && !cores.empty()) cores_for_rank(cores, 0, static_cast<int>(slots.size()));
     }
-    if (!res.multi_node && !cores.empty()) {
+    // (Under srun even a one-host job may run on another machine than dsrun's.)
+    if (!res.multi_node && co.launcher != Launcher::Slurm && !cores.empty()) {
       std::vector<int> here = allowed_cores(), missing;
       for (int c : cores) {
         if (!std::binary_search(here.begin(), here.end(), c)) missing.push_back(c);
