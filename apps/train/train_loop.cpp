@@ -20,6 +20,7 @@
 #include <vector>
 
 #include "ds/config/parse.h"
+#include "ds/core/hash.h"
 #include "ds/core/error.h"
 #include "ds/core/file_read.h"
 #include "ds/data/dataset.h"
@@ -108,16 +109,10 @@ std::string gpu_name(int device) {
   return "cuda:" + std::to_string(device);
 }
 
-// FNV-1a, 64 bit.
-std::uint64_t fnv1a(const void* data, std::size_t n, std::uint64_t h = 1469598103934665603ull) {
-  const auto* p = static_cast<const unsigned char*>(data);
-  for (std::size_t i = 0; i < n; ++i) h = (h ^ p[i]) * 1099511628211ull;
-  return h;
-}
 }  // namespace
 
 std::uint64_t job_fingerprint(const Job& j) {
-  return fnv1a(j.identity.data(), j.identity.size(), j.data_hash);
+  return fnv1a64(j.identity.data(), j.identity.size(), j.data_hash);
 }
 
 std::string job_summary(const Job& j) {
@@ -292,7 +287,7 @@ JobPtr prepare(const TrainOptions& opts, const DistributedContext& dist) {
        << '|' << j.eval_iters << '|' << j.train_data.size() << '|' << j.val_data.size() << '|' << opts.load_dir.empty() << '|' << (j.on_gpu ? "cuda" : "cpu");
     j.identity = id.str();
     const auto t = all.tokens();
-    j.data_hash = fnv1a(t.data(), t.size_bytes());
+    j.data_hash = fnv1a64(t.data(), t.size_bytes());
   }
 
   // Progress bar only on a terminal (rank 0's stdout; run() shares rank 0's verdict).

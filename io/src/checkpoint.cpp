@@ -18,6 +18,7 @@
 
 #include <nlohmann/json.hpp>
 
+#include "ds/core/hash.h"
 #include "ds/core/error.h"
 #include "ds/core/file_read.h"
 #include "ds/core/half.h"
@@ -36,12 +37,6 @@ std::string hex32(std::uint32_t v) {
   char b[16];
   std::snprintf(b, sizeof b, "%08x", v);
   return b;
-}
-
-std::uint64_t fnv1a64(std::string_view s) {
-  std::uint64_t h = 1469598103934665603ull;
-  for (unsigned char c : s) { h ^= c; h *= 1099511628211ull; }
-  return h;
 }
 
 // Exact integers through float collectives: a 48-bit value as three 16-bit chunks

@@ -8,6 +8,7 @@
 #include <sstream>
 
 #include "ds/config/parse.h"
+#include "ds/core/hash.h"
 #include "ds/core/error.h"
 #include "ds/core/half.h"
 #include "ds/core/log.h"
@@ -271,11 +272,8 @@ Engine::~Engine() {
 // element count) first; every rank sees the same min/max, so every rank throws together.
 void Engine::check_same_model_on_all_ranks(const std::vector<ParamInfo>& infos) {
   if (world_ <= 1) return;
-  std::uint64_t h = 1469598103934665603ull;  // FNV-1a over "name:d0,d1,...;"
-  auto mix = [&h](const void* p, std::size_t n) {
-    const auto* b = static_cast<const unsigned char*>(p);
-    for (std::size_t i = 0; i < n; ++i) { h ^= b[i]; h *= 1099511628211ull; }
-  };
+  std::uint64_t h = kFnv1aOffset;  // FNV-1a over "name:d0,d1,...;"
+  auto mix = [&h](const void* p, std::size_t n) { h = fnv1a64(p, n, h); };
   for (const auto& p : infos) {
     mix(p.name.data(), p.name.size());
     for (std::int64_t d : p.shape) mix(&d, sizeof d);
