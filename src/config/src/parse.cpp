@@ -847,8 +847,10 @@ DsConfig parse_root(const JsonNode& root, const std::string& source, std::vector
                  "simultaneously enabled\"); set one of fp16.enabled, " + bf16_path + ".enabled to false");
   }
   if (cfg.data_types.grad_accum_dtype) {
-    // Gradients are accumulated either in the working dtype (the default) or in an fp32
-    // buffer beside it; a half dtype other than the working one is not implemented.
+    // The two accumulations there are: in the working dtype (the default) or in an fp32 buffer
+    // beside it. The other half type (bf16 sums of fp16 gradients, or the reverse) loses range
+    // or precision against both and DeepSpeed's optimizers do not offer it: an error listing
+    // the supported values.
     const std::string working = cfg.fp16.enabled ? "fp16" : cfg.bf16.enabled ? "bf16" : "fp32";
     const std::string& v = *cfg.data_types.grad_accum_dtype;
     if (v != working && v != "fp32") {
