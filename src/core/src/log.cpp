@@ -5,21 +5,26 @@
 #include <cstring>
 #include <mutex>
 
+#include "ds/core/env.h"
 #include "ds/core/error.h"
 
 namespace ds::log {
 
 namespace {
+// Read at static initialisation, where a throw would terminate: a bad value falls back to the
+// default here, and the app's env::check_all() at the start of main reports it as an error.
 Level initial_level() {
-  const char* v = std::getenv("DS_LOG_LEVEL");
-  if (!v) return Level::Info;
-  if (!std::strcmp(v, "debug")) return Level::Debug;
-  if (!std::strcmp(v, "warn")) return Level::Warn;
-  if (!std::strcmp(v, "error")) return Level::Error;
+  std::string v;
+  try { v = env::get_string("DS_LOG_LEVEL"); } catch (const Error&) { return Level::Info; }
+  if (v == "debug") return Level::Debug;
+  if (v == "warn") return Level::Warn;
+  if (v == "error") return Level::Error;
   return Level::Info;
 }
 Level g_level = initial_level();
-const bool g_all_ranks = [] { const char* v = std::getenv("DS_LOG_ALL_RANKS"); return v && *v == '1'; }();
+const bool g_all_ranks = [] {
+  try { return env::get_bool("DS_LOG_ALL_RANKS"); } catch (const Error&) { return false; }
+}();
 std::mutex g_mutex;
 }  // namespace
 
