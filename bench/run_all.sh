@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# Every CPU benchmark back to back, for the quiet-machine figures in docs/PERFORMANCE.md.
+# Every CPU benchmark back to back, for the quiet-machine figures in docs/user/performance.md.
 # Run it on an idle machine: each benchmark is a ratio against a reference measured in the
 # same run, but other work on the same cores moves the two sides differently.
 #

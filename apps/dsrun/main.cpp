@@ -1,6 +1,6 @@
 // dsrun: DeepSpeed's `deepspeed` launcher front end over real MPI/Slurm engines.
 //   dsrun [options] PROGRAM [ARGS...]
-// Resolves hostfile + filters into world_info exactly as DeepSpeed (docs/LAUNCHER.md), then
+// Resolves hostfile + filters into world_info exactly as DeepSpeed (docs/user/launching.md), then
 // runs mpirun / mpiexec / srun, which start `dsrun --rank_shim ... -- PROGRAM ARGS` per rank;
 // the shim sets RANK, LOCAL_RANK, ... and execs PROGRAM.
 #include <fcntl.h>

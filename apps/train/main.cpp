@@ -1,5 +1,5 @@
 // train: the main job. `mpirun -np N train --config ds_config.json [flags]`
-// (docs/TRAINING.md). Every failure ends as one `train: error: ...` line on stderr and a
+// (docs/user/training.md). Every failure ends as one `train: error: ...` line on stderr and a
 // non-zero exit of the whole job.
 #include <cstdint>
 #include <cstdio>

@@ -446,7 +446,7 @@ void run(Job& j, DistributedContext& dist) {
                   nn::layer_precision(true) == nn::Precision::BF16
                       ? "in bf16 (vdpbf16ps, fp32 accumulation; DS_NN_BF16_GEMM=off for fp32)"
                       : "in fp32 on bf16 parameters (DS_NN_BF16_GEMM=off, or a CPU whose bf16 dot product is "
-                        "slower: docs/MODELS.md)");
+                        "slower: docs/user/models.md)");
     std::printf("[train] data: %s: %zu training / %zu validation tokens, %lld optimizer steps per epoch\n",
                 j.opts.data.empty() ? "embedded corpus" : j.opts.data.c_str(), j.train_data.size(),
                 j.val_data.size(), static_cast<long long>(j.steps_per_epoch));

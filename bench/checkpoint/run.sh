@@ -2,7 +2,7 @@
 # Checkpoint save/load throughput: dstrain vs dd (same bytes, same run) vs torch.save/load.
 # usage: bench/checkpoint/run.sh BUILD_DIR [N=100000000] [REPEATS=3] [DIR=/tmp/ds_bench_ckpt]
 # Each repeat runs dd, dstrain and torch back to back (so they share the disk's state of the
-# moment); the table shows medians. Prints a markdown table (docs/PERFORMANCE.md).
+# moment); the table shows medians. Prints a markdown table (docs/user/performance.md).
 # `uptime` before each repeat goes to stderr with the raw lines (the machine is shared).
 set -euo pipefail
 BUILD=$1; N=${2:-100000000}; REP=${3:-3}; DIR=${4:-/tmp/ds_bench_ckpt}

@@ -9,7 +9,7 @@
 // goes on a shared machine hits both alike.
 //
 // limit_x: the highest ratio to the raw MPI call that ANY shared-memory algorithm with private
-// caller buffers could reach at this size (docs/DISTRIBUTED.md "How fast can it be"): the
+// caller buffers could reach at this size (docs/dev/communication.md "How fast can it be"): the
 // bytes it must move through the caller's buffers at the memcpy bandwidth of this size, plus
 // the bytes it must move through the shared window at the in-cache (256 KiB) memcpy
 // bandwidth, times ranks per core; MPI's median time divided by that lower bound.

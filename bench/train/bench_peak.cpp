@@ -2,7 +2,7 @@
 // (CPU time, 12 independent accumulator chains, no memory traffic):
 //   fp32 vfmadd231ps (32 FLOP / instruction), bf16 vdpbf16ps (64 FLOP: 16 lanes x 2 pairs,
 //   fp32 accumulation), fp16 vfmadd231ph (64 FLOP, fp16 accumulation).
-// It bounds what a bf16 GEMM can gain over fp32 on this CPU (see docs/MODELS.md).
+// It bounds what a bf16 GEMM can gain over fp32 on this CPU (see docs/user/models.md).
 //
 //   bench_peak        (prints one line per form; skips the ones the CPU lacks)
 #include <immintrin.h>

@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # ZeRO stages 0/1/2 at 2 and 4 ranks on the built-in GPT: memory per rank, step time,
-# rank 0's CPU time and page faults per step (docs/PERFORMANCE.md "ZeRO memory and step
+# rank 0's CPU time and page faults per step (docs/user/performance.md "ZeRO memory and step
 # time"), then what releasing ZeRO-2's gradient pages costs (page_release_bench).
 #   bench/zero/run.sh [BUILD_DIR] [extra zero_bench flags...]
 set -euo pipefail

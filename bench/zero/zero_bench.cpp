@@ -1,6 +1,6 @@
 // ZeRO memory and step time (not a test): one ZeRO stage per process, so VmHWM is that
 // stage's peak. bench/zero/run.sh runs stages 0/1/2 at 2 and 4 ranks and prints the table
-// that docs/PERFORMANCE.md ("ZeRO memory and step time") holds.
+// that docs/user/performance.md ("ZeRO memory and step time") holds.
 //
 // Prints one line on rank 0, key=value pairs:
 //   stage world params step_ms (median of the timed steps, max over ranks per step)

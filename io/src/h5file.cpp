@@ -411,7 +411,7 @@ std::vector<std::string> H5File::list(std::string_view group) const {
 
 // ---------------------------------------------------------------------------
 // State trees: map -> group, list -> group with children "0", "1", ..., scalars and tensors
-// -> datasets; every node carries the attribute ds_kind (docs/CHECKPOINTS.md).
+// -> datasets; every node carries the attribute ds_kind (docs/user/checkpoints.md).
 // ---------------------------------------------------------------------------
 
 void H5File::write_state(std::string_view name, const StateValue& v) {

@@ -1,5 +1,5 @@
 #!/usr/bin/python3
-"""Reads a dstrain checkpoint with nothing but h5py + numpy (docs/CHECKPOINTS.md).
+"""Reads a dstrain checkpoint with nothing but h5py + numpy (docs/user/checkpoints.md).
 
 usage: read_with_h5py.py SAVE_DIR [--expect-client-state]
 Checks every dataset against the manifest's CRC-32C, decodes the state trees (engine,

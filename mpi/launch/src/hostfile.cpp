@@ -1,4 +1,4 @@
-// Hostfile grammar (launcher-spec.md 3 and 14; docs/LAUNCHER.md "Hostfile dialects").
+// Hostfile grammar (launcher-spec.md 3 and 14; docs/user/launching.md "Hostfile dialects").
 #include "ds/launch/hostfile.h"
 
 #include <cstring>

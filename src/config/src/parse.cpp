@@ -191,7 +191,7 @@ class Section {
   }
   bool has(const std::string& key) const { return node_.find(key) != nullptr; }
 
-  // DeepSpeed keys we accept with any value and do not act on (docs/CONFIG.md lists them).
+  // DeepSpeed keys we accept with any value and do not act on (docs/user/config.md lists them).
   void accept(std::initializer_list<const char*> keys) {
     for (const char* k : keys) accepted_.emplace_back(k);
   }
@@ -640,7 +640,7 @@ void parse_zero(Ctx& ctx, const Member& section, ZeroConfig& c) {
   };
   fixed_behaviour("contiguous_gradients", c.contiguous_gradients, true,
                   "dstrain always keeps gradients in one contiguous flat buffer");
-  // reduce_scatter: both values match what dstrain does (docs/CONFIG.md); it feeds the
+  // reduce_scatter: both values match what dstrain does (docs/user/config.md); it feeds the
   // stage-2 cross-key check below.
   s.boolean("reduce_scatter", c.reduce_scatter);
   s.integer("reduce_bucket_size", c.reduce_bucket_size, 1);
@@ -829,7 +829,7 @@ DsConfig parse_root(const JsonNode& root, const std::string& source, std::vector
       ctx.fail(m->key_pos, "managed_gradient_accumulation", "false is not supported: dstrain owns the accumulation boundary");
     }
   }
-  // DeepSpeed top-level keys accepted with no effect (docs/CONFIG.md).
+  // DeepSpeed top-level keys accepted with no effect (docs/user/config.md).
   top.accept({"memory_breakdown", "dump_state", "sparse_gradients", "disable_allgather",
               "zero_allow_untested_optimizer", "zero_force_ds_cpu_optimizer", "activation_checkpointing",
               "flops_profiler", "tensorboard", "wandb", "comet", "comms_logger", "timers",

@@ -1,4 +1,4 @@
-// DeviceStore: the engine's flat storage on a CUDA device (the GPU path, docs/GPU.md).
+// DeviceStore: the engine's flat storage on a CUDA device (the GPU path, docs/dev/gpu.md).
 //
 // For a module whose device() is Cuda the engine keeps the working parameters, the bound
 // gradients and the fp32 master of its slice here; the optimizer state lives in the

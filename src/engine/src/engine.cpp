@@ -1,4 +1,4 @@
-// The training engine (docs/ENGINE.md). DeepSpeed references are to
+// The training engine (docs/dev/engine.md). DeepSpeed references are to
 // ../shared/reference/deepspeed-engine.md sections.
 #include "ds/engine/engine.h"
 
@@ -112,7 +112,7 @@ Engine::Engine(config::DsConfig cfg, Module& module, std::shared_ptr<Communicato
   comm_->set_timeout(cfg_.comms_config.timeout);
   if (device_comm_) device_comm_->set_timeout(cfg_.comms_config.timeout);
   if (on_device()) {
-    // The GPU path (docs/GPU.md) offers ZeRO stages 0 and 1: stage 2's gradient partitioning
+    // The GPU path (docs/dev/gpu.md) offers ZeRO stages 0 and 1: stage 2's gradient partitioning
     // releases host pages of the gradient buffer (PagedBuffer), which device memory has not.
     DS_CHECK(cfg_.zero_optimization.stage <= 1,
              cfg_.source << ": zero_optimization.stage " << cfg_.zero_optimization.stage
@@ -143,7 +143,7 @@ Engine::Engine(config::DsConfig cfg, Module& module, std::shared_ptr<Communicato
   // ---- storage, allocated once ----
   params_ = HostBuffer(map_.padded_numel, wdtype_);
   // Gradients: address space for the whole flat space; the pages that stay resident (all of
-  // them, or at stage 2 this rank's slice) are touched once here (docs/ENGINE.md "Stage 2").
+  // them, or at stage 2 this rank's slice) are touched once here (docs/dev/engine.md "Stage 2").
   // A CUDA module's gradients live on the device only.
   if (!on_device()) grads_ = engine::PagedBuffer(map_.padded_numel, wdtype_);
   release_grads_ = map_.stage == 2 && world_ > 1;

@@ -1,5 +1,5 @@
 // Engine::save_checkpoint / load_checkpoint over the HDF5 checkpoint store (ds_io).
-// docs/CHECKPOINTS.md describes the layout, the commit protocol and the load checks;
+// docs/user/checkpoints.md describes the layout, the commit protocol and the load checks;
 // ../shared/reference/deepspeed-engine.md section 7 the DeepSpeed behaviour we follow.
 #include <algorithm>
 #include <cmath>

@@ -1,5 +1,5 @@
 // The dstrain checkpoint store: sharded HDF5 files, a JSON manifest, an atomic commit, and
-// elastic (re-partitioning) reads. docs/CHECKPOINTS.md documents the layout and protocol.
+// elastic (re-partitioning) reads. docs/user/checkpoints.md documents the layout and protocol.
 //
 //   save_dir/latest                    the newest complete tag (text, no newline)
 //   save_dir/<tag>/model_states.h5     params/<name> (full tensors, working dtype), engine/
@@ -238,7 +238,7 @@ class CheckpointReader {
 // Returns how many were removed.
 int clean_stale_tmp_dirs(const std::string& save_dir);
 
-// Test hook (docs/CHECKPOINTS.md): DS_CKPT_TEST_KILL_AT=<phase>[@rank] makes the process
+// Test hook (docs/user/checkpoints.md): DS_CKPT_TEST_KILL_AT=<phase>[@rank] makes the process
 // raise SIGKILL when it reaches <phase>. Phases: begin, shard_write, before_manifest,
 // before_rename, before_latest, after_latest.
 void test_kill_point(std::string_view phase, int rank);

@@ -87,7 +87,7 @@ class H5File {
   // Children names of a group, sorted by name.
   std::vector<std::string> list(std::string_view group) const;
 
-  // The StateValue tree under group `name` (see docs/CHECKPOINTS.md "State trees").
+  // The StateValue tree under group `name` (see docs/user/checkpoints.md "State trees").
   void write_state(std::string_view name, const StateValue& value);
   StateValue read_state(std::string_view name) const;
 

@@ -1,7 +1,7 @@
 // Rank discovery from the environment alone, before (or without) MPI_Init.
 //
 // Every launcher our users come from leaves its own variables in each rank's environment
-// (../../docs/DISTRIBUTED.md has the table). discover_environment() reads them with a fixed
+// (../../docs/dev/communication.md has the table). discover_environment() reads them with a fixed
 // precedence (launcher-spec.md section 12):
 //   explicit (RANK, WORLD_SIZE, LOCAL_RANK, MASTER_ADDR, MASTER_PORT all set)
 //   > azureml > sagemaker > openmpi > mvapich2 > pmi (Hydra / Intel MPI / Cray PALS)

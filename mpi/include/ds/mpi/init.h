@@ -38,7 +38,7 @@ struct DistributedContext {
   int rank = 0, world_size = 1;
   int local_rank = 0, local_size = 1;
   int node_rank = 0, num_nodes = 1;
-  int device = 0;                        // accelerator index for this rank (see docs/DISTRIBUTED.md)
+  int device = 0;                        // accelerator index for this rank (see docs/dev/communication.md)
   int thread_level = MPI_THREAD_SINGLE;  // what MPI provided
   bool initialized_mpi = false;          // true when we called MPI_Init_thread
   EnvDiscovery env;                      // what the environment said

@@ -5,7 +5,7 @@
 // non-blocking calls. F16 and BF16 use user-defined MPI_Ops over a 2-byte contiguous type;
 // avg is sum then divide by size(). Counts above max_count (INT_MAX) are split.
 //
-// Shared-memory path (docs/DISTRIBUTED.md "Shared-memory collectives"): ranks of one node
+// Shared-memory path (docs/dev/communication.md "Shared-memory collectives"): ranks of one node
 // (MPI_Comm_split_type SHARED) share one MPI-3 window (MPI_Win_allocate_shared, allocated
 // once, two half-segments per rank used alternately, so a chunk needs only the barriers that
 // order it). all_reduce: each rank copies its chunk in, barrier, reduces its own slice from
@@ -24,7 +24,7 @@
 // run to completion inside the i*() call. Non-blocking plain-path operations are MPI_I*
 // requests on the caller's thread. A blocking shm operation first waits for the queued ones.
 //
-// Deadline (docs/DISTRIBUTED.md "Collective deadline"): a wait in a collective longer than
+// Deadline (docs/dev/communication.md "Collective deadline"): a wait in a collective longer than
 // timeout_s ends the job with one line naming the collective, its sequence number and the
 // node ranks that did not arrive (a watchdog thread; the collectives themselves are unchanged).
 #pragma once

@@ -1,5 +1,5 @@
 // ds_config.json as typed structs, with DeepSpeed's keys and defaults
-// (../shared/reference/deepspeed-engine.md section 1; docs/CONFIG.md lists what we support).
+// (../shared/reference/deepspeed-engine.md section 1; docs/user/config.md lists what we support).
 //
 // Parsing (parse.h) fills every default; resolve_batch_sizes() applies DeepSpeed's
 // batch-size rules once the data-parallel world size is known.
@@ -92,7 +92,7 @@ struct ZeroConfig {
 // data_types: the dtype micro-step gradients are summed in over gradient_accumulation_steps.
 struct DataTypesConfig {
   // "fp32" | "fp16" | "bf16"; None -> the working dtype (DeepSpeed's default). The parser
-  // accepts only the working dtype or "fp32" (docs/CONFIG.md).
+  // accepts only the working dtype or "fp32" (docs/user/config.md).
   std::optional<std::string> grad_accum_dtype;
 };
 

@@ -21,7 +21,7 @@
 
 namespace ds::data {
 
-// The embedded default corpus (verbatim licence texts, see docs/MODELS.md), as bytes.
+// The embedded default corpus (verbatim licence texts, see docs/user/models.md), as bytes.
 std::string_view embedded_corpus();
 
 class TextDataset {

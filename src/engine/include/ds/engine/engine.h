@@ -1,5 +1,5 @@
 // The training engine: DeepSpeed's deepspeed.initialize() and DeepSpeedEngine in C++
-// (../shared/reference/deepspeed-engine.md §2, §4, §5, §6, §8; docs/ENGINE.md).
+// (../shared/reference/deepspeed-engine.md §2, §4, §5, §6, §8; docs/dev/engine.md).
 //
 //   auto [engine, optimizer, scheduler] = ds::initialize("ds.json", model);   // or a DsConfig
 //   for (each micro-batch) {                 // on EVERY micro-batch, as in DeepSpeed
@@ -75,7 +75,7 @@ class Engine {
   // their non-blocking reduction while backward runs.
   float backward(float loss);
   // Called on every micro-batch: micro_steps += 1; at the boundary averages, unscales,
-  // checks overflow, clips, updates, steps the scheduler (see docs/ENGINE.md).
+  // checks overflow, clips, updates, steps the scheduler (see docs/dev/engine.md).
   void step();
   // Validation loss (no gradients, no counters).
   float evaluate(const Batch& batch) { return module_->evaluate(batch); }
@@ -118,7 +118,7 @@ class Engine {
   const precision::LossScaler& loss_scaler() const { return scaler_; }
 
   // Bytes this rank really holds for model states (no activations). ZeRO-2 gradients are
-  // measured (resident pages), see docs/ENGINE.md "Stage 2".
+  // measured (resident pages), see docs/dev/engine.md "Stage 2".
   engine::ModelStateBytes memory_report() const;
   // Gradient storage residency, measured now with mincore (ZeRO-2 releases the pages of
   // reduced buckets; other stages keep the whole buffer resident).

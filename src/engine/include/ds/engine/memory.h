@@ -34,7 +34,7 @@ struct ModelStateBytes {
 };
 
 // Host memory reserved as address space and populated page by page (ZeRO-2's full-size
-// gradient buffer, docs/ENGINE.md "Stage 2"). An anonymous private mapping: pages cost
+// gradient buffer, docs/dev/engine.md "Stage 2"). An anonymous private mapping: pages cost
 // nothing until written and read as zero before; release() hands whole pages back to the
 // kernel (madvise MADV_DONTNEED: they read as zero again, the state a backward accumulates
 // into); resident_bytes() asks the kernel (mincore) which pages are really there. No

@@ -11,7 +11,7 @@
 // Attention materialises the [B, NH, T, T] probabilities (saved for backward), block-causal:
 // 256-row query blocks (DS_GPT_ATTENTION_BLOCK) multiply only the keys they see. With
 // DS_GPT_ATTENTION=flash, fp16 / bf16 models whose head size ds/nn/cuda_flash.h supports use
-// flash attention instead (no T x T tensor; slower at GPT-2 124M on an H200, docs/GPU.md).
+// flash attention instead (no T x T tensor; slower at GPT-2 124M on an H200, docs/dev/gpu.md).
 //
 // All work is enqueued on the model's own stream (device_stream()); forward() and
 // evaluate() synchronise once to return the loss. backward() calls grad_ready(i) right
