@@ -463,21 +463,30 @@ TEST(NnModels, Bf16GemmPrecisionCloseToFp32) {
   }
 }
 
-// The Linear GEMM precision follows the working dtype, the CPU and DS_NN_BF16_GEMM (ctest runs
-// this test unset, with on, with off and with a bad value); set_gemm_precision overrides it.
-TEST(NnModels, LayerPrecisionFollowsDtypeCpuAndEnv) {
+// --cpu_bf16_gemm=VALUE on this binary's command line: the kernels.cpu_bf16_gemm value main()
+// applies before the tests (ctest runs the model tests with none, on, off and a bad value).
+std::string g_cpu_bf16_gemm;
+
+// The Linear GEMM precision follows the working dtype, the CPU and kernels.cpu_bf16_gemm;
+// set_gemm_precision overrides it.
+TEST(NnModels, LayerPrecisionFollowsDtypeCpuAndKey) {
   using ds::nn::Precision;
-  const char* e = std::getenv("DS_NN_BF16_GEMM");
-  const std::string env = e ? e : "";
-  if (env != "" && env != "on" && env != "off" && env != "auto") {
-    EXPECT_THROW(ds::nn::layer_precision(true), ds::Error);
-    EXPECT_EQ(ds::nn::layer_precision(false), Precision::F32);  // fp32 parameters never read it
+  const std::string mode = g_cpu_bf16_gemm;
+  if (mode != "" && mode != "on" && mode != "off" && mode != "auto") {
+    try {
+      (void)ds::nn::parse_cpu_bf16_gemm(mode, "kernels.cpu_bf16_gemm");
+      ADD_FAILURE() << "'" << mode << "' accepted";
+    } catch (const ds::Error& e) {
+      EXPECT_NE(std::string(e.what()).find("kernels.cpu_bf16_gemm: '" + mode + "' is not one of auto, on, off"),
+                std::string::npos) << e.what();
+    }
+    EXPECT_EQ(ds::nn::layer_precision(false), Precision::F32);
     return;
   }
   Precision want = Precision::F32;
   if (ds::nn::bf16_gemm_supported())
-    want = env == "on" ? Precision::BF16 : env == "off" ? Precision::F32
-                                                        : (ds::cpu_features().amd ? Precision::BF16 : Precision::F32);
+    want = mode == "on" ? Precision::BF16 : mode == "off" ? Precision::F32
+                                                          : (ds::nn::measure_bf16_gemm().faster ? Precision::BF16 : Precision::F32);
   EXPECT_EQ(ds::nn::layer_precision(true), want);
   EXPECT_EQ(ds::nn::layer_precision(false), Precision::F32);
   for (ds::DType dt : {ds::DType::F32, ds::DType::F16, ds::DType::BF16}) {
@@ -489,6 +498,26 @@ TEST(NnModels, LayerPrecisionFollowsDtypeCpuAndEnv) {
   fixed.set_gemm_precision(Precision::F32);
   Harness hf(fixed, 3, ds::DType::BF16);
   EXPECT_EQ(fixed.gemm_precision(), Precision::F32);
+}
+
+// kernels.cpu_bf16_gemm "auto" is the measured rule: bf16 when its kernel ran at least
+// kBf16GemmMinSpeedup times faster than the fp32 one, measured once per process.
+TEST(NnModels, CpuBf16GemmAutoIsTheMeasuredRule) {
+  using ds::nn::CpuBf16Gemm;
+  const ds::nn::Bf16GemmTiming& t = ds::nn::measure_bf16_gemm();
+  EXPECT_EQ(&ds::nn::measure_bf16_gemm(), &t);
+  EXPECT_EQ(ds::nn::cpu_bf16_gemm_choice(CpuBf16Gemm::Auto), t.faster);
+  EXPECT_FALSE(ds::nn::cpu_bf16_gemm_choice(CpuBf16Gemm::Off));
+  EXPECT_EQ(ds::nn::cpu_bf16_gemm_choice(CpuBf16Gemm::On), ds::nn::bf16_gemm_supported());
+  if (!ds::nn::bf16_gemm_supported() || !ds::nn::f32_gemm_supported()) {
+    EXPECT_FALSE(t.faster);
+    return;
+  }
+  EXPECT_GT(t.f32_seconds, 0.0);
+  EXPECT_GT(t.bf16_seconds, 0.0);
+  EXPECT_EQ(t.faster, t.bf16_seconds * ds::nn::kBf16GemmMinSpeedup <= t.f32_seconds);
+  std::printf("bf16 GEMM %.1f us, fp32 %.1f us (%.2fx): %s\n", t.bf16_seconds * 1e6, t.f32_seconds * 1e6,
+              t.f32_seconds / t.bf16_seconds, t.faster ? "bf16" : "fp32");
 }
 
 TEST(NnModels, BadInputsGiveClearErrors) {
@@ -534,4 +563,17 @@ TEST(NnModels, ParamSetHalfShadows) {
       ASSERT_EQ(ps.g(i)[j], ps.direct_grad(i) ? 7.0f : 0.0f) << "param " << i << " element " << j;
   EXPECT_TRUE(ps.direct_grad(3));
   EXPECT_FALSE(ps.direct_grad(4));
+}
+
+// Applies --cpu_bf16_gemm=on|off|auto (see g_cpu_bf16_gemm) as the train app applies the
+// agreed choice; a value that does not parse is left for the test above to check.
+int main(int argc, char** argv) {
+  ::testing::InitGoogleTest(&argc, argv);
+  const std::string flag = "--cpu_bf16_gemm=";
+  for (int i = 1; i < argc; ++i)
+    if (std::string(argv[i]).rfind(flag, 0) == 0) g_cpu_bf16_gemm = std::string(argv[i]).substr(flag.size());
+  if (g_cpu_bf16_gemm == "on" || g_cpu_bf16_gemm == "off" || g_cpu_bf16_gemm == "auto")
+    ds::nn::set_cpu_bf16_gemm(ds::nn::cpu_bf16_gemm_choice(
+        ds::nn::parse_cpu_bf16_gemm(g_cpu_bf16_gemm, "--cpu_bf16_gemm")));
+  return RUN_ALL_TESTS();
 }

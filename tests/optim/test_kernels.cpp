@@ -29,6 +29,8 @@
 #include "ds/core/buffer.h"
 #include "ds/core/half.h"
 #include "ds/optim/kernels.h"
+// The private kernel header, for the streaming-store threshold (simd::stream_min_bytes).
+#include "../../src/optim/src/simd.h"
 
 using ds::DType;
 using ds::TensorView;
@@ -322,8 +324,8 @@ TEST(Kernels, LambTrustRatioClampAndZeroNorms) {
 // working dtype, 1 and 3 threads, all four kernels; a misaligned copy takes the plain path.
 TEST(Kernels, StreamingWorkingStoresEqualPlainStores) {
   struct Env {
-    Env() { setenv("DS_CPU_STREAM_MIN_BYTES", "0", 1); }
-    ~Env() { unsetenv("DS_CPU_STREAM_MIN_BYTES"); }
+    Env() { ds::optim::simd::stream_min_bytes() = 0; }
+    ~Env() { ds::optim::simd::stream_min_bytes() = ds::optim::simd::kStreamWorkingBytes; }
   };
   for (int threads : {1, 3}) {
     omp_set_num_threads(threads);

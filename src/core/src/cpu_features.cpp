@@ -21,7 +21,6 @@ const CpuFeatures& cpu_features() {
     CpuFeatures c;
     unsigned a, b, cx, d;
     if (!__get_cpuid(0, &a, &b, &cx, &d)) return c;
-    c.amd = b == 0x68747541u && d == 0x69746e65u && cx == 0x444d4163u;  // "Auth" "enti" "cAMD"
     if (!__get_cpuid(1, &a, &b, &cx, &d)) return c;
     const bool osxsave = cx & (1u << 27);
     const unsigned long long xcr0 = osxsave ? xgetbv0() : 0;

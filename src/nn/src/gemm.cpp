@@ -16,6 +16,7 @@
 #include <string_view>
 
 #include "ds/core/cpu_features.h"
+#include "ds/core/env.h"
 #include "ds/core/error.h"
 #include "gemm_tile.h"
 
@@ -170,10 +171,9 @@ __attribute__((target("avx512f,avx512bw,avx512vl,fma"))) void micro_kernel_f32(
 // e.g. SkylakeX, is set before the program starts), else to our AVX-512 kernel.
 // DS_NN_GEMM=openblas|own forces the choice.
 bool use_openblas_f32() {
-  if (const char* e = std::getenv("DS_NN_GEMM")) {
-    if (std::string_view(e) == "openblas") return true;
-    if (std::string_view(e) == "own") return false;
-  }
+  const std::string forced = env::get_string("DS_NN_GEMM");
+  if (forced == "openblas") return true;
+  if (forced == "own") return false;
   if (!f32_gemm_supported()) return true;
   std::string core = openblas_get_corename();
   for (auto& ch : core) ch = char(std::tolower(static_cast<unsigned char>(ch)));
@@ -273,10 +273,7 @@ void gemm_f32(bool trans_a, bool trans_b, std::int64_t M, std::int64_t N, std::i
 }
 
 bool own_f32_for_layers() {
-  static const bool own = [] {
-    const char* e = std::getenv("DS_NN_GEMM");
-    return f32_gemm_supported() && !(e && std::string_view(e) == "openblas");
-  }();
+  static const bool own = f32_gemm_supported() && env::get_string("DS_NN_GEMM") != "openblas";
   return own;
 }
 
@@ -291,24 +288,6 @@ void gemm_epilogue(Precision p, bool trans_a, bool trans_b, std::int64_t M, std:
     gemm_bf16_epilogue(trans_a, trans_b, M, N, K, alpha, A, lda, B, ldb, beta, C, ldc, ep);
   else
     gemm_f32_impl(Tri::None, trans_a, trans_b, M, N, K, alpha, A, lda, B, ldb, beta, C, ldc, ep);
-}
-
-// vdpbf16ps against fp32 FMA, measured with bench/train/bench_peak: 0.49x on an Intel Xeon
-// (family 6, model 207, KVM), 1.8x on an AMD EPYC (family 26, KVM). The choice follows the
-// vendor rather than a timing at start-up so that every rank, and every rerun, computes the
-// same numbers.
-Precision layer_precision(bool bf16_working) {
-  if (!bf16_working) return Precision::F32;
-  static const bool fast = [] {  // the variable is checked on every CPU, the CPU test after it
-    if (const char* e = std::getenv("DS_NN_BF16_GEMM"); e && *e) {
-      const std::string_view v(e);
-      if (v == "on") return true;
-      if (v == "off") return false;
-      DS_CHECK(v == "auto", "DS_NN_BF16_GEMM=" << v << ": expected on, off or auto");
-    }
-    return cpu_features().amd;
-  }();
-  return fast && bf16_gemm_supported() ? Precision::BF16 : Precision::F32;
 }
 
 void gemm_tri(Tri tri, bool trans_a, bool trans_b, std::int64_t M, std::int64_t N, std::int64_t K,

@@ -9,6 +9,7 @@
 #include "ds/nn/gemm.h"
 
 #include "ds/core/cpu_features.h"
+#include "ds/core/env.h"
 #include "ds/core/error.h"
 
 #include <immintrin.h>
@@ -269,10 +270,8 @@ constexpr std::int64_t kChunk = 4096;
 // The explicit AVX-512 row kernels (softmax rows) when the CPU has them; DS_NN_ROWS=plain
 // forces the vectorized plain loops (the tests cover both; read once).
 bool use_avx512_rows() {
-  static const bool on = [] {
-    const char* e = std::getenv("DS_NN_ROWS");
-    return cpu_features().avx512f && cpu_features().fma && !(e && std::string_view(e) == "plain");
-  }();
+  static const bool on =
+      cpu_features().avx512f && cpu_features().fma && env::get_string("DS_NN_ROWS") != "plain";
   return on;
 }
 // Below this much work a parallel region costs more than it saves (and on a loaded machine a

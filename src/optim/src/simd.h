@@ -15,6 +15,7 @@
 #include "ds/core/bf16_simd.h"
 #include "ds/core/buffer.h"
 #include "ds/core/cpu_features.h"
+#include "ds/core/env.h"
 #include "ds/core/error.h"
 
 namespace ds::optim::simd {
@@ -27,8 +28,7 @@ inline constexpr DType kBf16Native = DType::I64;  // bf16 through AVX512_BF16's 
 // round exactly like the references: the tests use it to cover that path; read per call).
 inline bool have_avx512() {
   const CpuFeatures& f = cpu_features();
-  const char* env = std::getenv("DS_CPU_SIMD");
-  if (env != nullptr && env[0] == '0') return false;
+  if (!env::get_bool("DS_CPU_SIMD")) return false;
   return f.avx512f && f.avx512bw && f.avx512vl && f.f16c;
 }
 
@@ -61,8 +61,15 @@ inline constexpr std::size_t kMinParallel = 1 << 15;
 // in the same pass, so a copy this large would not stay cached for the next forward pass
 // anyway, and the stores skip the read-for-ownership of every line (bench/optim: faster from
 // 10M parameters on). Below it, plain stores leave the copy in cache.
-// DS_CPU_STREAM_MIN_BYTES overrides it (read per call; the tests use 0 to cover the path).
 inline constexpr std::size_t kStreamWorkingBytes = std::size_t(4) << 20;
+
+// The threshold stream_working() uses: kStreamWorkingBytes. Not a user setting; the kernel
+// tests (which include this private header) lower it to 0 to cover the streaming stores at
+// small, awkward sizes, and put it back.
+inline std::size_t& stream_min_bytes() {
+  static std::size_t bytes = kStreamWorkingBytes;
+  return bytes;
+}
 
 // Whether a step over n elements writes working copy w (dtype wt; null: none) with
 // non-temporal stores: large enough, and aligned for them (64 bytes; the kernels' vectors
@@ -70,9 +77,7 @@ inline constexpr std::size_t kStreamWorkingBytes = std::size_t(4) << 20;
 // one 32-byte aligned).
 inline bool stream_working(const void* w, std::size_t n, DType wt) {
   if (w == nullptr || (reinterpret_cast<std::uintptr_t>(w) % 64) != 0) return false;
-  std::size_t min_bytes = kStreamWorkingBytes;
-  if (const char* env = std::getenv("DS_CPU_STREAM_MIN_BYTES")) min_bytes = std::strtoull(env, nullptr, 10);
-  return n * dtype_size(wt) >= min_bytes;
+  return n * dtype_size(wt) >= stream_min_bytes();
 }
 
 // Splits [0, n) into one contiguous range per thread, boundaries on 16-element (64-byte)

@@ -10,6 +10,7 @@
 #include <type_traits>
 
 #include "ds/core/cpu_features.h"
+#include "ds/core/env.h"
 #include "ds/core/error.h"
 #include "ds/core/half.h"
 #include "ds/precision/grad_stats.h"
@@ -79,9 +80,9 @@ template <DType D, typename T>
 GradStats run(TensorView g, double multiplier) {
   const std::size_t n = g.count;
   const std::size_t nblocks = (n + kBlock - 1) / kBlock;
-  const char* env = std::getenv("DS_CPU_SIMD");  // DS_CPU_SIMD=0: the plain loop (tests cover it)
+  // DS_CPU_SIMD=0: the plain loop (tests cover it)
   const bool avx512 = cpu_features().avx512f && cpu_features().avx512bw && cpu_features().avx512vl &&
-                      (env == nullptr || env[0] != '0');
+                      env::get_bool("DS_CPU_SIMD");
   auto block = [&](std::size_t b) {
     const std::size_t lo = b * kBlock, hi = std::min(n, lo + kBlock);
     if (avx512) return block_sum_avx512<D>(g.data, lo, hi);

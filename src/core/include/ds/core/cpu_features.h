@@ -8,7 +8,6 @@ namespace ds {
 struct CpuFeatures {
   bool avx2 = false, fma = false, f16c = false;
   bool avx512f = false, avx512bw = false, avx512vl = false, avx512_bf16 = false, avx512_fp16 = false;
-  bool amd = false;  // vendor "AuthenticAMD" (which multiply-add forms run at full rate differs by vendor)
 };
 
 const CpuFeatures& cpu_features();

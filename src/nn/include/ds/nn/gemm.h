@@ -3,22 +3,23 @@
 //
 // gemm(Precision::F32): OpenBLAS cblas_sgemm when OpenBLAS runs an AVX-512 kernel; else our
 // AVX-512 FMA kernel (6 x 64 register tile, B packed, A read in place) when the CPU has
-// AVX-512. Debian's OpenBLAS 0.3.21 does not know the CI machine's CPU model and falls back
-// to its SSE3 "Prescott" kernel (~1/4 of the AVX-512 rate) unless OPENBLAS_CORETYPE=SkylakeX
-// is in the environment before the program starts. DS_NN_GEMM=openblas|own overrides the
-// choice; without AVX-512, OpenBLAS. The layers call the own kernels directly for all their
-// GEMMs (gemm_epilogue: forward, input and weight gradients) and the triangular one for
-// attention (gemm_tri); see docs/user/models.md.
+// AVX-512. Debian's OpenBLAS 0.3.21 does not know newer CPU models and falls back to its
+// SSE3 "Prescott" kernel (~1/4 of the AVX-512 rate) unless OPENBLAS_CORETYPE=SkylakeX is in
+// the environment before the program starts. DS_NN_GEMM=openblas|own overrides the choice;
+// without AVX-512, OpenBLAS. The layers call the own kernels directly for all their GEMMs
+// (gemm_epilogue: forward, input and weight gradients) and the triangular one for attention
+// (gemm_tri); see docs/user/models.md.
 // Precision::BF16 rounds A and B to bfloat16 (round to nearest even) while packing them and
 // multiplies with AVX512-BF16 `vdpbf16ps`, accumulating in fp32 (that OpenBLAS is built
 // without cblas_sbgemm). Without AVX512-BF16 a BF16 request runs fp32. Whether it pays
-// depends on the CPU (bench/train/bench_peak): vdpbf16ps ran at 0.49x the FLOP rate of fp32
-// FMA on an Intel Xeon (family 6, model 207, under KVM) and at 1.8x on an AMD EPYC (family
-// 26); layer_precision() picks by that.
+// depends on the CPU (bench/train/bench_peak measured vdpbf16ps from 0.49x to 1.8x the FLOP
+// rate of fp32 FMA on the CPUs tried), so layer_precision() follows kernels.cpu_bf16_gemm,
+// whose "auto" times both kernels on this CPU (below).
 // Safe to call from several threads at once (per-thread packing buffers).
 #pragma once
 
 #include <cstdint>
+#include <string_view>
 
 namespace ds::nn {
 
@@ -31,11 +32,37 @@ void gemm(Precision p, bool trans_a, bool trans_b, std::int64_t M, std::int64_t 
           float alpha, const float* A, std::int64_t lda, const float* B, std::int64_t ldb, float beta,
           float* C, std::int64_t ldc);
 
-// The GEMM precision the built-in models give their Linear layers for a working dtype:
-// BF16 when the working parameters are bf16, the CPU has AVX512-BF16 and runs it faster than
-// fp32 FMA (AMD; see above), else F32. DS_NN_BF16_GEMM=on|off overrides the CPU test (on
-// still needs AVX512-BF16; auto or unset: the CPU test; any other value throws ds::Error
-// naming the variable). fp16 working parameters stay F32 (bf16 holds fewer mantissa bits
+// kernels.cpu_bf16_gemm: whether bf16 working parameters compute their Linear GEMMs in bf16.
+enum class CpuBf16Gemm { Auto, On, Off };
+// "auto", "on" or "off"; anything else throws ds::Error naming `what` (the key).
+CpuBf16Gemm parse_cpu_bf16_gemm(std::string_view text, std::string_view what);
+
+// The measurement behind "auto", made once per process (the first call; a few milliseconds
+// on the calling thread): the best of kBf16GemmRuns interleaved runs of the own fp32 and
+// bf16 kernels at one fixed single-threaded shape. bf16 is chosen when it is at least
+// kBf16GemmMinSpeedup times faster. faster is false (and nothing is timed) without
+// AVX512-BF16 or AVX-512.
+inline constexpr double kBf16GemmMinSpeedup = 1.25;
+inline constexpr int kBf16GemmRuns = 15;
+struct Bf16GemmTiming {
+  double f32_seconds = 0, bf16_seconds = 0;
+  bool faster = false;
+};
+const Bf16GemmTiming& measure_bf16_gemm();
+
+// This process's choice for a mode: On = the CPU has AVX512-BF16, Off = false, Auto =
+// measure_bf16_gemm().faster. Ranks must agree on it before they use it (the train app takes
+// the minimum over the ranks): a measurement can differ between machines.
+bool cpu_bf16_gemm_choice(CpuBf16Gemm mode);
+
+// Fixes the choice layer_precision() applies for the rest of the process (the train app
+// calls it with the ranks' agreed value). Until it is called: the "auto" choice of this
+// process alone.
+void set_cpu_bf16_gemm(bool use_bf16);
+
+// The GEMM precision the built-in models give their Linear layers for a working dtype: BF16
+// when the working parameters are bf16, the choice above says bf16 and the CPU has
+// AVX512-BF16, else F32. fp16 working parameters stay F32 (bf16 holds fewer mantissa bits
 // than fp16).
 Precision layer_precision(bool bf16_working);
 
