@@ -210,7 +210,7 @@ int launch(int argc, char** argv) {
   app.add_option("--num_gpus,--num_accelerators", ro.num_gpus, "slots 0..G-1 on every host (0 = all)");
   app.add_option("--master_addr", ro.master_addr, "rank 0's address (default: first host)");
   app.add_option("--master_port", ro.master_port, "rank 0's port")->capture_default_str();
-  app.add_option("--launcher", launcher, "openmpi, mpich, impi, mvapich or slurm")->capture_default_str();
+  app.add_option("--launcher", launcher, launcher_choices())->capture_default_str();
   app.add_option("--launcher_args", launcher_args, "extra engine arguments (shell-split)");
   app.add_flag("--force_multi", ro.force_multi, "multi-node mode even for one host");
   app.add_flag("--no_local_rank", no_local_rank, "do not pass --local_rank=N to PROGRAM");
@@ -290,6 +290,7 @@ int launch(int argc, char** argv) {
 
   CommandOptions co;
   co.launcher = parse_launcher(launcher);
+  const Backend& engine = backend(co.launcher);
   co.launcher_args = launcher_args;
   co.no_local_rank = no_local_rank;
   co.as_root = ::geteuid() == 0;
@@ -328,7 +329,7 @@ int launch(int argc, char** argv) {
       if (!slots.empty() && !cores.empty()) cores_for_rank(cores, 0, static_cast<int>(slots.size()));
     }
     // (Under srun even a one-host job may run on another machine than dsrun's.)
-    if (!res.multi_node && co.launcher != Launcher::Slurm && !cores.empty()) {
+    if (!res.multi_node && engine.local_job_runs_here && !cores.empty()) {
       std::vector<int> here = allowed_cores(), missing;
       for (int c : cores) {
         if (!std::binary_search(here.begin(), here.end(), c)) missing.push_back(c);
@@ -368,24 +369,12 @@ int launch(int argc, char** argv) {
     return 0;
   }
 
-  const char* tool = co.launcher == Launcher::OpenMPI ? "mpirun"
-                     : co.launcher == Launcher::MPICH ? "mpichversion"
-                     : co.launcher == Launcher::MVAPICH ? "mpiname"
-                     : co.launcher == Launcher::IMPI   ? "mpirun"
-                                                        : "srun";
-  DS_CHECK(dsrun::in_path(tool), "launcher '" << launcher_name(co.launcher) << "' not installed (no "
-                                               << tool << " in PATH)");
-  if (co.launcher == Launcher::OpenMPI) {
-    DS_CHECK(dsrun::in_path("ompi_info"), "launcher 'openmpi' not installed (mpirun is not Open MPI's)");
-  }
-  if (co.launcher == Launcher::IMPI) {
-    std::string version;
-    dsrun::run_capture({"mpirun", "--version"}, version);
-    DS_CHECK(version.find("Intel") != std::string::npos,
-             "launcher 'impi' not installed (the mpirun in PATH is not Intel MPI's)");
-  }
-  if (res.multi_node && res.source == PoolSource::Hostfile && !no_ssh_check &&
-      co.launcher != Launcher::Slurm) {
+  check_installed(engine, dsrun::in_path, [](const std::vector<std::string>& argv) {
+    std::string output;
+    dsrun::run_capture(argv, output);
+    return output;
+  });
+  if (res.multi_node && res.source == PoolSource::Hostfile && !no_ssh_check && engine.uses_ssh) {
     ssh_check(res.world.front().first, env, ssh_port);
   }
   if (!co.rank_log_prefix.empty()) {

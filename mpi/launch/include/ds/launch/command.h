@@ -1,18 +1,15 @@
-// Argument vectors for the engines that start the ranks (Open MPI mpirun, MPICH Hydra
-// mpiexec, Slurm srun) and the per-rank shim that gives each rank DeepSpeed's variables.
+// The command that starts the ranks (the engine's argv from the back-end table, backend.h,
+// then the rank shim) and the per-rank shim that gives each rank DeepSpeed's variables.
 #pragma once
 
 #include <string>
 #include <vector>
 
+#include "ds/launch/backend.h"
 #include "ds/launch/env_file.h"
 #include "ds/launch/resolve.h"
 
 namespace ds::launch {
-
-enum class Launcher { OpenMPI, MPICH, IMPI, MVAPICH, Slurm };
-Launcher parse_launcher(const std::string& name);  // case-insensitive; throws on unknown
-const char* launcher_name(Launcher l);
 
 struct CommandOptions {
   Launcher launcher = Launcher::OpenMPI;
@@ -48,9 +45,9 @@ struct RankEnv {
   int rank = 0, local_rank = 0, world_size = 0, local_size = 0, cross_rank = 0, cross_size = 0;
   std::string cuda_visible_devices;
 };
-// The rank from the engine's variables: OMPI_COMM_WORLD_RANK, MV2_COMM_WORLD_RANK, PMI_RANK, PMIX_RANK,
-// SLURM_PROCID (in that order; MPI families beat SLURM_* as inside sbatch they coexist), and
-// checks that the engine's size and local rank agree with world_info.
+// The rank from the engine's variables, tried in rank_sources() order (OMPI_COMM_WORLD_RANK,
+// MV2_COMM_WORLD_RANK, PMI_RANK, PMIX_RANK, SLURM_PROCID: MPI families beat SLURM_* as inside
+// sbatch they coexist), and checks that the engine's size and local rank agree with world_info.
 RankEnv compute_rank_env(const WorldInfo& world, const EnvList& environ);
 
 // How a rank starts PROGRAM: Auto runs "x.py" as `<python> -u x.py` and anything else
