@@ -1,6 +1,6 @@
 // Optimizers over flat fp32 master weights: Adam, AdamW, SGD, Adagrad, Lamb with
-// DeepSpeed's names, parameters and defaults (../shared/reference/deepspeed-engine.md
-// sections 1.3 and 4; docs/user/optimizers.md).
+// DeepSpeed's names, parameters and defaults (DeepSpeed's runtime/config.py optimizer section and
+// its FusedAdam / FusedLamb / torch.optim semantics; docs/user/optimizers.md).
 //
 // Contract: init_state(n) once (n = all parameters, or this rank's ZeRO slice), then step()
 // once per successful optimizer step over the same n elements. step() is ONE fused pass:
