@@ -1,5 +1,5 @@
 // Batch-size resolution exactly as DeepSpeed's DeepSpeedConfig._set_batch_related_parameters
-// and _batch_assertion (../shared/reference/deepspeed-engine.md 1.2), with errors that show
+// and _batch_assertion (DeepSpeed's runtime/config.py), with errors that show
 // all four numbers and say what to change.
 #include <sstream>
 #include <string>
