@@ -33,7 +33,7 @@ DsConfig parse_config_json(const nlohmann::json& doc, const std::string& source 
 // DeepSpeed's initialize() also accepts a path or a JSON string in one argument.
 DsConfig load_config(const std::string& path_or_json, std::vector<std::string>* warnings = nullptr);
 
-// DeepSpeed's batch-size rules for a data-parallel world size (section 1.2), filling the
+// DeepSpeed's batch-size rules for a data-parallel world size (runtime/config.py), filling the
 // missing one of train_batch_size / micro batch / gradient_accumulation_steps. The error
 // shows all four numbers and says which to change.
 void resolve_batch_sizes(DsConfig& cfg, int dp_world_size);
