@@ -1,5 +1,5 @@
-// DeepSpeed's LR schedulers (runtime/lr_schedules.py; ../shared/reference/deepspeed-engine.md
-// section 3): WarmupLR, WarmupDecayLR, WarmupCosineLR, OneCycle, LRRangeTest.
+// DeepSpeed's LR schedulers (runtime/lr_schedules.py): WarmupLR, WarmupDecayLR, WarmupCosineLR,
+// OneCycle, LRRangeTest.
 //
 // Contract (as DeepSpeed): the iteration counter `it` (last_batch_iteration) starts at -1 and
 // construction sets lr() to the value for it = -1. The engine calls step() once per
