@@ -1,5 +1,5 @@
 // Loss scaling for fp16 training: DeepSpeed's DynamicLossScaler (ZeRO path,
-// ../shared/reference/deepspeed-engine.md section 2.1) and the static scaler.
+// runtime/fp16/loss_scaler.py) and the static scaler.
 //
 // Call order per optimizer-step attempt (at the gradient-accumulation boundary):
 //   s = scaler.scale();            // backward used s (the loss was multiplied by it)
@@ -7,7 +7,7 @@
 //   scaler.update(overflow);       // exactly once per attempt, overflow or not
 //   if (!overflow) optimizer step with grads multiplied by 1/s   <- the scale backward used
 // Deliberate difference from DeepSpeed: DeepSpeed unscales by the scale *after* update(),
-// so on a growth step the update is half-sized (issue #2686); we unscale by `s`.
+// so on a growth step the update is half-sized (DeepSpeed issue #2686); we unscale by `s`.
 #pragma once
 
 #include <cstdint>
