@@ -26,7 +26,7 @@ struct GradStats {
 GradStats grad_stats_ref(TensorView g, double multiplier = 1.0);
 GradStats grad_stats(TensorView g, double multiplier = 1.0);
 
-// DeepSpeed's clip coefficient from the unscaled global norm (section 4):
+// DeepSpeed's clip coefficient from the unscaled global norm (runtime/utils.py clip_grad_norm_):
 // min(1, max_norm / (norm + 1e-6)); 1 when max_norm <= 0 (clipping off).
 inline double clip_coefficient(double norm, double max_norm) {
   if (max_norm <= 0.0) return 1.0;
