@@ -1,6 +1,6 @@
 // Engine::save_checkpoint / load_checkpoint over the HDF5 checkpoint store (ds_io).
 // docs/user/checkpoints.md describes the layout, the commit protocol and the load checks;
-// ../shared/reference/deepspeed-engine.md section 7 the DeepSpeed behaviour we follow.
+// DeepSpeedEngine.save_checkpoint / load_checkpoint (runtime/engine.py) the behaviour we follow.
 #include <algorithm>
 #include <cmath>
 #include <cstring>
