@@ -1,5 +1,5 @@
-// The training engine (docs/dev/engine.md). DeepSpeed references are to
-// ../shared/reference/deepspeed-engine.md sections.
+// The training engine (docs/dev/engine.md), following DeepSpeed's runtime/engine.py and
+// runtime/zero/stage_1_and_2.py.
 #include "ds/engine/engine.h"
 
 #include <algorithm>
@@ -209,7 +209,7 @@ Engine::Engine(config::DsConfig cfg, Module& module, std::shared_ptr<Communicato
   }
   scheduler_ = sched::make_scheduler(cfg_.scheduler.value_or(config::SchedulerConfig{}), ocfg.lr, ocfg.betas);
 
-  // ---- gradient averaging factors (§5 "DP gradient averaging") ----
+  // ---- gradient averaging factors (DeepSpeed's allreduce_bucket: data-parallel averaging) ----
   if (world_ > 1) {
     const double W = world_, pd = cfg_.gradient_predivide_factor;
     if (cfg_.prescale_gradients) {
@@ -641,7 +641,7 @@ void Engine::boundary_step() {
     skipped_steps_ += 1;
     last_step_applied_ = false;
   } else {
-    // 3. Clip (§4): coef = 1 / max(1, (norm + 1e-6) / clip) on the unscaled averaged grads;
+    // 3. Clip (as DeepSpeed's clip_grad_norm_): coef = 1 / max(1, (norm + 1e-6) / clip) on the unscaled averaged grads;
     //    1/loss_scale, the averaging post-factor and the clip coefficient fold into one
     //    grad_scale the optimizer applies in its single pass.
     double coef = 1.0;
