@@ -1,5 +1,5 @@
 // The training engine: DeepSpeed's deepspeed.initialize() and DeepSpeedEngine in C++
-// (../shared/reference/deepspeed-engine.md §2, §4, §5, §6, §8; docs/dev/engine.md).
+// (DeepSpeed's runtime/engine.py and runtime/zero/stage_1_and_2.py; docs/dev/engine.md).
 //
 //   auto [engine, optimizer, scheduler] = ds::initialize("ds.json", model);   // or a DsConfig
 //   for (each micro-batch) {                 // on EVERY micro-batch, as in DeepSpeed
@@ -80,7 +80,7 @@ class Engine {
   // Validation loss (no gradients, no counters).
   float evaluate(const Batch& batch) { return module_->evaluate(batch); }
 
-  // --- checkpoints (defined in engine_checkpoint.cpp by the checkpoint owner) ---
+  // --- checkpoints (defined in engine_checkpoint.cpp) ---
   void save_checkpoint(const std::string& save_dir, std::optional<std::string> tag = std::nullopt,
                        const io::StateValue& client_state = io::StateValue(), bool save_latest = true);
   std::optional<std::pair<std::string, io::StateValue>> load_checkpoint(
