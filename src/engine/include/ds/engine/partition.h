@@ -1,4 +1,4 @@
-// Flat parameter layout and ZeRO partitioning (../shared/reference/deepspeed-engine.md §6).
+// Flat parameter layout and ZeRO partitioning (DeepSpeed's runtime/zero/stage_1_and_2.py).
 //
 // The engine lays every parameter of the module, in Module::parameters() order, end to end
 // in ONE flat buffer (no per-tensor alignment). Under ZeRO stage >= 1 the flat length is
