@@ -1,5 +1,5 @@
-// DeepSpeed's LR schedulers against the vectors in ../shared/reference/deepspeed-engine.md
-// section 3 and against their formulas re-typed here.
+// DeepSpeed's LR schedulers against values computed with DeepSpeed's runtime/lr_schedules.py
+// and against their formulas re-typed here.
 #include <gtest/gtest.h>
 
 #include <cmath>
