@@ -1,5 +1,5 @@
 // DeepSpeed's DynamicLossScaler state machine on scripted overflow sequences
-// (../shared/reference/deepspeed-engine.md section 2.1).
+// (runtime/fp16/loss_scaler.py).
 #include <gtest/gtest.h>
 
 #include <algorithm>
