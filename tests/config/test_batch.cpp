@@ -1,4 +1,4 @@
-// resolve_batch_sizes: DeepSpeed's table and assertions (deepspeed-engine.md 1.2).
+// resolve_batch_sizes: DeepSpeed's table and assertions (runtime/config.py).
 #include <gtest/gtest.h>
 
 #include <string>
