@@ -279,7 +279,7 @@ TEST(Kernels, LambFastMatchesRefPerSegment) {
 }
 
 TEST(Kernels, LambMatchesDeepSpeedFormulaTranscription) {
-  // FusedLamb written out in double, tensor by tensor, from the spec (section 4).
+  // FusedLamb written out in double, tensor by tensor, from DeepSpeed's FusedLamb.
   const std::size_t n = 1000;
   const std::vector<Segment> segs = {{0, 10}, {10, 490}, {500, 500}};
   std::vector<float> p = randv(n, 9, 1.f), m(n), v(n);
