@@ -1,5 +1,5 @@
 // Include/exclude grammar and resolution, num_nodes/num_gpus, the no-hostfile and
-// CUDA_VISIBLE_DEVICES rules, Slurm allocations (launcher-spec.md 1, 4, 5).
+// CUDA_VISIBLE_DEVICES rules, Slurm allocations (DeepSpeed's launcher/runner.py).
 #include <gtest/gtest.h>
 
 #include <cstdio>
@@ -63,7 +63,7 @@ TEST(Filter, SpecWorkedExamples) {
   EXPECT_EQ(str(apply_filters(two4(), "", "worker-1")), R"({"worker-0": [0, 1, 2, 3]})");
   EXPECT_EQ(str(apply_filters(two4(), "", "worker-0:0,1@worker-1:3")),
             R"({"worker-0": [2, 3], "worker-1": [0, 1, 2]})");
-  // PR #8239: a bare host in --include takes the whole host (master drops it).
+  // DeepSpeed PR #8239: a bare host in --include takes the whole host (master drops it).
   EXPECT_EQ(str(apply_filters(two4(), "worker-0@worker-1:0,2", "")),
             R"({"worker-0": [0, 1, 2, 3], "worker-1": [0, 2]})");
   EXPECT_EQ(str(apply_filters(two4(), "worker-0", "")), R"({"worker-0": [0, 1, 2, 3]})");
