@@ -1,4 +1,4 @@
-// Hostfile grammar and dialects (launcher-spec.md 3 and 14).
+// Hostfile grammar and dialects (DeepSpeed's launcher/runner.py and the Open MPI / Horovod forms).
 #include <gtest/gtest.h>
 #include <sys/stat.h>
 #include <unistd.h>
