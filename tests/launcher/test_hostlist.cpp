@@ -1,4 +1,4 @@
-// Slurm hostlist expansion and task counts (launcher-spec.md section 13).
+// Slurm hostlist expansion and task counts (Slurm's hostlist syntax).
 #include <gtest/gtest.h>
 
 #include "ds/core/error.h"
