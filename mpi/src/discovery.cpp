@@ -1,4 +1,4 @@
-// Rank discovery from launcher environment variables (launcher-spec.md sections 11-13).
+// Rank discovery from launcher environment variables (docs/dev/communication.md).
 #include "ds/mpi/discovery.h"
 
 #include <charconv>
