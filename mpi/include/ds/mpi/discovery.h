@@ -2,7 +2,7 @@
 //
 // Every launcher our users come from leaves its own variables in each rank's environment
 // (../../docs/dev/communication.md has the table). discover_environment() reads them with a fixed
-// precedence (launcher-spec.md section 12):
+// precedence:
 //   explicit (RANK, WORLD_SIZE, LOCAL_RANK, MASTER_ADDR, MASTER_PORT all set)
 //   > azureml > sagemaker > openmpi > mvapich2 > pmi (Hydra / Intel MPI / Cray PALS)
 //   > pmix > slurm > singleton.
