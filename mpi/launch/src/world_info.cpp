@@ -1,4 +1,4 @@
-// world_info encoding and rank placement (launcher-spec.md 6).
+// world_info encoding and rank placement (DeepSpeed's launcher/runner.py and launch.py).
 #include "ds/launch/world_info.h"
 
 #include <nlohmann/json.hpp>
