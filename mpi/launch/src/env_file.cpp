@@ -1,4 +1,4 @@
-// Environment propagation (launcher-spec.md 8).
+// Environment propagation (DeepSpeed's launcher/runner.py, docs/user/launching.md "Environment").
 #include "ds/launch/env_file.h"
 
 #include "ds/core/error.h"
@@ -19,7 +19,7 @@ bool valid_key(std::string_view k) {
   return true;
 }
 
-// DeepSpeed's export prefixes and its AzureML / Nebula names (launcher-spec.md 8.2).
+// DeepSpeed's export prefixes and its AzureML / Nebula names (launcher/runner.py EXPORT_ENVS).
 constexpr std::string_view kPrefixes[] = {"NCCL", "PYTHON", "UCX", "MV2", "MLFLOW"};
 constexpr std::string_view kNames[] = {
     "DLTS_JOB_ID", "DLTS_NUM_WORKER", "NEBULA_PERSISTENT_STORAGE_PATH",
