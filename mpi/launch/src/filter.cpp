@@ -1,4 +1,4 @@
-// --include / --exclude (launcher-spec.md 4 and 5.1; PR #8239 semantics, see docs/user/launching.md).
+// --include / --exclude (DeepSpeed's runner.py with its PR #8239 semantics, see docs/user/launching.md).
 #include "ds/launch/filter.h"
 
 #include <algorithm>
