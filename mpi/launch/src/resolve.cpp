@@ -1,4 +1,4 @@
-// The runner pipeline (launcher-spec.md 1, 5, 7, 13) with the fixes of docs/user/launching.md.
+// DeepSpeed's runner pipeline (launcher/runner.py main) with the fixes of docs/user/launching.md.
 #include "ds/launch/resolve.h"
 
 #include <dirent.h>
