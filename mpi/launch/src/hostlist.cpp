@@ -1,4 +1,4 @@
-// Slurm hostlist expansion and task-count parsing (launcher-spec.md section 13).
+// Slurm hostlist expansion and task-count parsing (Slurm's hostlist syntax).
 #include "ds/launch/hostlist.h"
 
 #include <cstddef>
