@@ -1,4 +1,4 @@
-// Hostfile grammar (launcher-spec.md 3 and 14; docs/user/launching.md "Hostfile dialects").
+// Hostfile grammar (DeepSpeed's runner.py fetch_hostfile; docs/user/launching.md "Hostfile dialects").
 #include "ds/launch/hostfile.h"
 
 #include <cstring>
