@@ -1,5 +1,5 @@
 // From command-line options, hostfile and environment to the resolved job: DeepSpeed's
-// runner pipeline (launcher-spec.md 1, 5, 7) with the fixes listed in docs/user/launching.md.
+// runner pipeline (launcher/runner.py main) with the fixes listed in docs/user/launching.md.
 #pragma once
 
 #include <functional>
