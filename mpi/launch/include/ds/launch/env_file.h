@@ -1,5 +1,5 @@
 // Environment propagation: default export prefixes and .deepspeed_env files
-// (launcher-spec.md 8; docs/user/launching.md "Environment").
+// (DeepSpeed's launcher/runner.py; docs/user/launching.md "Environment").
 #pragma once
 
 #include <string>
