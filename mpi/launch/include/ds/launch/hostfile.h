@@ -1,5 +1,5 @@
 // Hostfile parsing: DeepSpeed's grammar plus the Open MPI / Horovod / MPICH forms a user's
-// existing file may hold (docs/user/launching.md "Hostfile dialects", launcher-spec.md 3 and 14).
+// existing file may hold (docs/user/launching.md "Hostfile dialects").
 #pragma once
 
 #include <string>
