@@ -1,4 +1,4 @@
-// Slurm-style host lists and task counts (../shared/reference/launcher-spec.md section 13).
+// Slurm-style host lists and task counts (Slurm's hostlist syntax).
 #pragma once
 
 #include <string>
