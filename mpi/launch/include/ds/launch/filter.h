@@ -1,5 +1,5 @@
 // --include / --exclude node filters and their resolution against the pool
-// (launcher-spec.md 4 and 5; DeepSpeed PR #8239 semantics).
+// (DeepSpeed's launcher/runner.py with its PR #8239 semantics).
 #pragma once
 
 #include <string>
