@@ -1,5 +1,5 @@
 // world_info: encoding (JSON + URL-safe base64, as DeepSpeed's --world_info) and the
-// host-major dense rank numbering (launcher-spec.md 6).
+// host-major dense rank numbering (as DeepSpeed's launcher/runner.py).
 #pragma once
 
 #include <string>
