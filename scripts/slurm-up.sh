@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # Start a single-node Slurm "cluster" (munged + slurmctld + slurmd) without systemd
-# (infra-recipes.md section 4). State, config, logs and pid files live in $SLURM_CI_DIR.
+# (as in a container). State, config, logs and pid files live in $SLURM_CI_DIR.
 # Env: SLURM_CI_DIR (default /tmp/slurm-ci), SLURM_CI_CPUS (CPUs advertised, default nproc),
 #      SLURM_CI_CTLD_PORT / SLURM_CI_SLURMD_PORT (default 6817 / 6818).
 # Prints "export SLURM_CONF=..." as its last line; clients (sbatch, srun, sinfo) need it.
