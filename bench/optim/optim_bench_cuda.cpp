@@ -4,7 +4,7 @@
 // (cudaMemcpyAsync of bytes/2: it reads and writes them), measured in the same run with
 // CUDA events; median of repeats after a warm-up. "B/param" counts every byte a kernel must
 // read or write once per parameter (AdamW fp32: p, m, v, g read + p, m, v written = 28).
-// The target: AdamW at >= 0.80 of the copy; the last line says whether it holds.
+// The target: AdamW at >= 0.80 of the copy; the last line says whether it holds.
 // Usage: optim_bench_cuda [params=100000000] [repeats=20]
 #include <cuda_runtime.h>
 
