@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# Training throughput, side by side (issue 6 item 7): the built-in GPT (4 layers, 4 heads,
+# Training throughput, side by side: the built-in GPT (4 layers, 4 heads,
 # 256 wide, context 128, vocab 256, micro-batch 8 per rank, AdamW) through the engine on
 # 1 rank x 2 threads and 2 ranks x 1 thread, fp32 and bf16, against the same model in
 # PyTorch 1.13 (one process x 2 threads, DDP over gloo 2 x 1), plus the compute bound
