@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# The prepared GPU check (issue #9): on a GPU machine with the CUDA toolkit, build the CUDA
+# The prepared GPU check: on a GPU machine with the CUDA toolkit, build the CUDA
 # kernels, their tests and the GPU benchmark in Release, run tests/cuda (and the NcclComm
 # tests when MPI is there), run the optimizer benchmark, and print ONE table. Sized to end
 # in well under 8 minutes: every step has its own timeout, and the whole run has a budget.
@@ -52,7 +52,7 @@ exec > >(tee -a "$log") 2>&1
 tee_pid=$!
 
 T0=$SECONDS
-BUDGET=${DS_GPU_CHECK_BUDGET:-450}  # seconds for the whole check (the issue asks for under 8 minutes)
+BUDGET=${DS_GPU_CHECK_BUDGET:-450}  # seconds for the whole check (the check is meant to take under 8 minutes)
 rows=()     # "step|result|seconds|detail"
 failed=0
 
