@@ -1,5 +1,6 @@
 #!/usr/bin/env bash
-# Every CPU benchmark back to back, for the quiet-machine figures in docs/user/performance.md.
+# Every CPU benchmark back to back, for the figures in docs/user/performance.md
+# (dated runs: bench/results/).
 # Run it on an idle machine: each benchmark is a ratio against a reference measured in the
 # same run, but other work on the same cores moves the two sides differently.
 #
