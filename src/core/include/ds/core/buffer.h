@@ -1,6 +1,6 @@
 // Host memory that is allocated and first-touched once, then reused.
 //
-// Fresh pages cost ~13 us each on our CI machines (docs/user/performance.md): parameters,
+// Fresh pages cost ~13 us each on our CI machines (bench/results/2026-11-29-quiet.md, "Checkpoint save/load"): parameters,
 // gradients, optimizer state and scratch are HostBuffers sized at setup, never per step.
 #pragma once
 
