@@ -2,7 +2,7 @@
 """torch.optim.AdamW(foreach=True) step time, the baseline for bench/optim (not a test).
 
 Usage: torch_adamw.py N THREADS REPEATS  -> prints one line: "torch_adamw n=N threads=T median_s=S"
-Best setup for torch here (docs/user/performance.md): run under
+Best setup for torch here (bench/results/2026-11-29-quiet.md, "Optimizer step"): run under
 GLIBC_TUNABLES=glibc.malloc.mmap_max=0:glibc.malloc.trim_threshold=17179869184 so its per-step
 temporaries reuse heap pages instead of faulting fresh ones, and torch.set_num_threads(T).
 """
