@@ -65,21 +65,21 @@ struct MpiCommOptions {
   // keep the window (it overlaps compute; MPI_I* progresses only inside MPI calls).
   // DS_COMM_PLAIN_ALL_REDUCE / _REDUCE_SCATTER / _ALL_GATHER=FROM:BELOW (e.g. 128K:16M; 0:0
   // for none) override them.
-  // all_reduce: up to 16 MiB until the caller's buffers got 2 MiB pages; with them the
-  // window ran at 0.87-0.92x of MPI's speed at 16 MiB (3 runs), while from 32 MiB up it
-  // still takes half of MPI's time.
+  // all_reduce: with the caller's buffers on 2 MiB pages the window is slower than MPI up to
+  // 16 MiB, while from 32 MiB up it takes half of MPI's time (figures:
+  // bench/results/code-comment-history.md).
   SizeBand plain_all_reduce{128u << 10, 32u << 20};
   SizeBand plain_reduce_scatter{0, 0};
   // all_gather: Open MPI copies each peer block once, straight between the ranks' buffers
   // (CMA); the window copies twice (own block in, peers' blocks out). With the caller's
-  // buffers on 2 MiB pages (HostBuffer) MPI's copy got ~1.5x faster: at 2 ranks the window
-  // no longer won at any size from 32 KiB; with 4 ranks on 2 CPUs it still won below 1 MiB
-  // and at 32 MiB, tied between (DS_COMM_PLAIN_ALL_GATHER_OVERSUBSCRIBED).
+  // buffers on 2 MiB pages (HostBuffer) MPI's copy is fast enough that at 2 ranks the window
+  // wins at no size from 32 KiB; with 4 ranks on 2 CPUs it wins below 1 MiB and at 32 MiB
+  // and ties between (DS_COMM_PLAIN_ALL_GATHER_OVERSUBSCRIBED).
   SizeBand plain_all_gather{32u << 10, SIZE_MAX};
   SizeBand plain_all_gather_oversubscribed{1u << 20, 32u << 20};
-  // all_reduce on an oversubscribed node, likewise: the window measured 0.83-1.17x at 512 KiB
-  // and 0.92-1.04x at 1-4 MiB over three 4-rank runs, 1.06-1.51x at 8 MiB
-  // (DS_COMM_PLAIN_ALL_REDUCE_OVERSUBSCRIBED).
+  // all_reduce on an oversubscribed node, likewise: the window is no faster than MPI from
+  // 512 KiB below 8 MiB and faster at 8 MiB (DS_COMM_PLAIN_ALL_REDUCE_OVERSUBSCRIBED; figures:
+  // bench/results/code-comment-history.md).
   SizeBand plain_all_reduce_oversubscribed{512u << 10, 8u << 20};
   // In place (send is this rank's block of recv) MPI copies only the peers' blocks while the
   // window still needs two copies, so no size above 32 KiB gained (DS_COMM_PLAIN_ALL_GATHER_IN_PLACE).
