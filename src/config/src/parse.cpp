@@ -13,9 +13,11 @@
 #include <sys/stat.h>
 
 #include "ds/config/json_reader.h"
+#include "ds/core/base64.h"
 #include "ds/core/error.h"
 #include "ds/core/file_read.h"
 #include "ds/core/log.h"
+#include "validate_parsed.h"
 
 namespace ds::config {
 
@@ -82,10 +84,12 @@ const std::vector<std::pair<std::string, std::vector<std::string>>>& section_key
       {"bf16", {"enabled", "check_grad_overflow"}},
       {"zero_optimization", {"stage", "contiguous_gradients", "reduce_scatter", "reduce_bucket_size",
                              "allgather_bucket_size", "allgather_partitions", "overlap_comm"}},
-      {"checkpoint", {"tag_validation", "async_save"}},
+      {"checkpoint", {"tag_validation", "async_save", "io_threads"}},
       {"data_types", {"grad_accum_dtype"}},
       {"csv_monitor", {"enabled", "output_path", "job_name"}},
       {"comms_config", {"timeout"}},
+      {"communication", {"shared_memory", "progress_thread"}},
+      {"kernels", {"attention", "attention_block", "cpu_bf16_gemm"}},
       {"optimizer.params", {"lr", "betas", "eps", "weight_decay", "bias_correction", "adam_w_mode",
                             "momentum", "dampening", "nesterov", "max_coeff", "min_coeff",
                             "eps_inside_sqrt", "lr_decay", "initial_accumulator_value"}},
@@ -113,7 +117,7 @@ std::string section_of(const std::string& key, const std::string& except) {
 struct Ctx {
   std::string source;
   std::vector<std::string>* warnings = nullptr;
-  std::map<std::string, SourcePos> pos;  // key path -> where the key was written
+  detail::KeyPositions pos;  // key path -> where the key was written
 
   std::string where(SourcePos p) const {
     if (!p.known()) return source;
@@ -430,18 +434,12 @@ OptimizerConfig parse_optimizer(Ctx& ctx, const Member& section) {
       p.number("max_coeff", o.max_coeff, above(0));
       p.number("min_coeff", o.min_coeff, at_least(0));
       p.only_default("amsgrad", false, amsgrad_msg);
-      if (o.min_coeff > o.max_coeff) {
-        ctx.fail_key("optimizer.params.min_coeff", "must be <= max_coeff (" + nlohmann::json(o.max_coeff).dump() + ")");
-      }
     } else if (o.type == "sgd") {
       p.number("momentum", o.momentum, at_least(0));
       p.number("dampening", o.dampening, any_number());
       p.boolean("nesterov", o.nesterov);
       p.only_default("maximize", false, "maximize is not supported; remove it");
       p.accept({"foreach", "differentiable", "fused"});
-      if (o.nesterov && (o.momentum <= 0 || o.dampening != 0)) {
-        ctx.fail_key("optimizer.params.nesterov", "Nesterov momentum requires a momentum > 0 and zero dampening (as torch.optim.SGD)");
-      }
     } else {  // adagrad
       p.number("eps", o.eps, at_least(0));
       p.number("lr_decay", o.lr_decay, at_least(0));
@@ -576,10 +574,6 @@ void parse_fp16(Ctx& ctx, const Member& section, Fp16Config& c) {
   s.only_default("fp16_master_weights_and_grads", false,
                  "fp16 master weights are not supported: dstrain keeps fp32 master weights");
   s.finish();
-  if (c.loss_scale == 0) {  // dynamic scaling: DeepSpeed's validators
-    if (c.loss_scale_window <= 0) ctx.fail_key("fp16.loss_scale_window", "must be > 0 with dynamic loss scaling (loss_scale 0)");
-    if (!(c.min_loss_scale > 0)) ctx.fail_key("fp16.min_loss_scale", "must be > 0 with dynamic loss scaling (loss_scale 0)");
-  }
 }
 
 void parse_bf16(Ctx& ctx, const Member& section, Bf16Config& c) {
@@ -708,6 +702,7 @@ void parse_checkpoint(Ctx& ctx, const Member& section, CheckpointConfig& c) {
     else s.type_error(*m, "\"Ignore\", \"Warn\" or \"Fail\"");
   }
   s.boolean("async_save", c.async_save);
+  s.integer("io_threads", c.io_threads, 0, 64);
   s.accept({"load_universal", "use_node_local_storage", "parallel_write", "checkpoint_serialization", "writer"});
   s.finish();
 }
@@ -723,6 +718,36 @@ void parse_csv_monitor(Ctx& ctx, const Member& section, CsvMonitorConfig& c) {
 void parse_comms_config(Ctx& ctx, const Member& section, CommsConfig& c) {
   Section s(ctx, section.value, section.key_pos, "comms_config");
   s.number("timeout", c.timeout, Range{0, 1e9});
+  s.finish();
+}
+
+// dstrain extensions: the knobs that were environment variables.
+void parse_communication(Ctx& ctx, const Member& section, CommunicationConfig& c) {
+  Section s(ctx, section.value, section.key_pos, "communication");
+  s.boolean("shared_memory", c.shared_memory);
+  s.boolean("progress_thread", c.progress_thread);
+  s.finish();
+}
+
+// One of `choices` (case-insensitive), stored as written in the list.
+void choice(Section& s, const std::string& key, std::string& out, const std::vector<std::string>& choices) {
+  const Member* m = s.get(key);
+  if (!m) return;
+  std::string expected;
+  for (size_t i = 0; i < choices.size(); ++i) {
+    expected += (i == 0 ? "" : i + 1 == choices.size() ? " or " : ", ") + jquote(choices[i]);
+  }
+  if (m->value.kind != K::String) s.type_error(*m, expected);
+  const std::string v = lower(m->value.str);
+  if (std::find(choices.begin(), choices.end(), v) == choices.end()) s.type_error(*m, expected);
+  out = v;
+}
+
+void parse_kernels(Ctx& ctx, const Member& section, KernelsConfig& c) {
+  Section s(ctx, section.value, section.key_pos, "kernels");
+  choice(s, "attention", c.attention, {"auto", "materialized", "flash"});
+  s.integer("attention_block", c.attention_block, 1);
+  choice(s, "cpu_bf16_gemm", c.cpu_bf16_gemm, {"auto", "on", "off"});
   s.finish();
 }
 
@@ -761,12 +786,10 @@ DsConfig parse_root(const JsonNode& root, const std::string& source, std::vector
   if (bf16 && bfloat16) {
     ctx.warn(bfloat16->key_pos, "\"bfloat16\" is ignored because \"bf16\" is also given (DeepSpeed uses \"bf16\")");
   }
-  std::string bf16_path = "bf16";
   if (bf16) {
     parse_bf16(ctx, *bf16, cfg.bf16);
   } else if (bfloat16) {
     parse_bf16(ctx, *bfloat16, cfg.bf16);
-    bf16_path = "bfloat16";
   }
 
   if (const Member* m = top.get("zero_optimization")) parse_zero(ctx, *m, cfg.zero_optimization);
@@ -797,6 +820,9 @@ DsConfig parse_root(const JsonNode& root, const std::string& source, std::vector
   if (const Member* m = top.get("csv_monitor"); m && m->value.kind != K::Null) parse_csv_monitor(ctx, *m, cfg.csv_monitor);
   if (const Member* m = top.get("comms_config"); m && m->value.kind != K::Null)
     parse_comms_config(ctx, *m, cfg.comms_config);
+  if (const Member* m = top.get("communication"); m && m->value.kind != K::Null)
+    parse_communication(ctx, *m, cfg.communication);
+  if (const Member* m = top.get("kernels"); m && m->value.kind != K::Null) parse_kernels(ctx, *m, cfg.kernels);
   if (const Member* m = top.get("seed"); m && m->value.kind != K::Null) {
     if (m->value.kind == K::UInt) cfg.seed = m->value.uint_value;
     else cfg.seed = static_cast<std::uint64_t>(top.read_int(*m, 0, kIntMax));
@@ -840,40 +866,8 @@ DsConfig parse_root(const JsonNode& root, const std::string& source, std::vector
               "fp32_allreduce", "monitor_config"});
   top.finish_top_level();
 
-  // Cross-field rules.
-  if (cfg.fp16.enabled && cfg.bf16.enabled) {
-    ctx.fail_key(bf16_path + ".enabled",
-                 "fp16 and bf16 cannot both be enabled (DeepSpeed: \"bfloat16 and fp16 modes cannot be "
-                 "simultaneously enabled\"); set one of fp16.enabled, " + bf16_path + ".enabled to false");
-  }
-  if (cfg.data_types.grad_accum_dtype) {
-    // The two accumulations there are: in the working dtype (the default) or in an fp32 buffer
-    // beside it. The other half type (bf16 sums of fp16 gradients, or the reverse) loses range
-    // or precision against both and DeepSpeed's optimizers do not offer it: an error listing
-    // the supported values.
-    const std::string working = cfg.fp16.enabled ? "fp16" : cfg.bf16.enabled ? "bf16" : "fp32";
-    const std::string& v = *cfg.data_types.grad_accum_dtype;
-    if (v != working && v != "fp32") {
-      ctx.fail_key("data_types.grad_accum_dtype",
-                   jquote(v) + " is not supported with the " + working + " working dtype; supported: " +
-                       (working == "fp32" ? "\"fp32\"" : "\"fp32\" or \"" + working + "\" (the working dtype)"));
-    }
-  }
-  if (cfg.optimizer && cfg.optimizer->type == "lamb" && cfg.fp16.loss_scale != 0) {
-    ctx.fail_key("fp16.loss_scale", "Lamb requires dynamic loss scaling (DeepSpeed asserts it): set fp16.loss_scale to 0");
-  }
-  if (cfg.zero_optimization.stage == 2 && cfg.zero_optimization.reduce_scatter) {
-    if (cfg.gradient_predivide_factor != 1.0) {
-      ctx.fail_key("gradient_predivide_factor",
-                   "must be 1 with zero_optimization.stage 2 and reduce_scatter (DeepSpeed asserts this); "
-                   "set zero_optimization.reduce_scatter to false or remove gradient_predivide_factor");
-    }
-    if (cfg.prescale_gradients) {
-      ctx.fail_key("prescale_gradients",
-                   "cannot be true with zero_optimization.stage 2 and reduce_scatter (DeepSpeed asserts this); "
-                   "set zero_optimization.reduce_scatter to false");
-    }
-  }
+  // The rules across keys (validate.cpp), with the positions read here.
+  detail::validate_parsed(cfg, ctx.pos);
   return cfg;
 }
 
@@ -884,33 +878,12 @@ bool path_exists(const std::string& path) {
   return ::stat(path.c_str(), &st) == 0;
 }
 
-// URL-safe (or standard) base64, padding optional; nullopt when it is not base64.
-std::optional<std::string> base64_decode(const std::string& in) {
-  auto value = [](char c) -> int {
-    if (c >= 'A' && c <= 'Z') return c - 'A';
-    if (c >= 'a' && c <= 'z') return c - 'a' + 26;
-    if (c >= '0' && c <= '9') return c - '0' + 52;
-    if (c == '-' || c == '+') return 62;
-    if (c == '_' || c == '/') return 63;
-    return -1;
-  };
-  std::string s = in;
-  while (!s.empty() && std::isspace(static_cast<unsigned char>(s.back()))) s.pop_back();
-  while (!s.empty() && s.back() == '=') s.pop_back();
-  if (s.empty() || s.size() % 4 == 1) return std::nullopt;
-  std::string out;
-  std::uint32_t acc = 0;
-  int bits = 0;
-  for (char c : s) {
-    const int v = value(c);
-    if (v < 0) return std::nullopt;
-    acc = (acc << 6) | static_cast<std::uint32_t>(v);
-    bits += 6;
-    if (bits >= 8) {
-      bits -= 8;
-      out += static_cast<char>((acc >> bits) & 0xFF);
-    }
-  }
+// URL-safe (or standard) base64, padding optional, trailing white space ignored; nullopt
+// when it is not base64 or decodes to nothing.
+std::optional<std::string> base64_decode(std::string_view in) {
+  while (!in.empty() && std::isspace(static_cast<unsigned char>(in.back()))) in.remove_suffix(1);
+  std::optional<std::string> out = try_base64_decode(in);
+  if (!out || out->empty()) return std::nullopt;
   return out;
 }
 

@@ -131,8 +131,15 @@ nlohmann::json to_json(const DsConfig& cfg) {
   j["data_types"] = {{"grad_accum_dtype", cfg.data_types.grad_accum_dtype.value_or(
                                               cfg.fp16.enabled ? "fp16" : cfg.bf16.enabled ? "bf16" : "fp32")}};
   j["dataloader_drop_last"] = cfg.dataloader_drop_last;
-  j["checkpoint"] = {{"tag_validation", cfg.checkpoint.tag_validation}, {"async_save", cfg.checkpoint.async_save}};
+  j["checkpoint"] = {{"tag_validation", cfg.checkpoint.tag_validation},
+                     {"async_save", cfg.checkpoint.async_save},
+                     {"io_threads", cfg.checkpoint.io_threads}};
   j["comms_config"] = {{"timeout", cfg.comms_config.timeout}};
+  j["communication"] = {{"shared_memory", cfg.communication.shared_memory},
+                        {"progress_thread", cfg.communication.progress_thread}};
+  j["kernels"] = {{"attention", cfg.kernels.attention},
+                  {"attention_block", cfg.kernels.attention_block},
+                  {"cpu_bf16_gemm", cfg.kernels.cpu_bf16_gemm}};
   j["csv_monitor"] = {{"enabled", cfg.csv_monitor.enabled},
                       {"output_path", cfg.csv_monitor.output_path},
                       {"job_name", cfg.csv_monitor.job_name}};

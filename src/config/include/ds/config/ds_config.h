@@ -99,6 +99,9 @@ struct DataTypesConfig {
 struct CheckpointConfig {
   std::string tag_validation = "Warn";  // "Ignore" | "Warn" | "Fail" (as written in DeepSpeed docs)
   bool async_save = false;              // dstrain extension: background snapshot writer
+  // dstrain extension: threads that read and write one checkpoint file; 0 = automatic (the
+  // CPUs, at most 4).
+  int io_threads = 0;
 };
 
 // dstrain extension (DeepSpeed takes the timeout as init_distributed(timeout=...)).
@@ -106,6 +109,20 @@ struct CommsConfig {
   // Seconds a rank waits in one collective for the others before the job ends with one line
   // naming the collective (0: forever). Default: torch's default_pg_timeout, 30 minutes.
   double timeout = 1800.0;
+};
+
+// dstrain extension: how the ranks talk on one node.
+struct CommunicationConfig {
+  bool shared_memory = true;    // shared-memory collectives between the ranks of a node; false: plain MPI
+  bool progress_thread = true;  // a thread that drives the non-blocking collectives
+};
+
+// dstrain extension: which compute kernels run.
+struct KernelsConfig {
+  // "auto" | "materialized" | "flash". auto = materialized; flash only on a GPU with fp16/bf16.
+  std::string attention = "auto";
+  std::int64_t attention_block = 256;           // rows per query block of the materialized GPU attention
+  std::string cpu_bf16_gemm = "auto";   // "auto" | "on" | "off"
 };
 
 struct CsvMonitorConfig {
@@ -137,6 +154,8 @@ struct DsConfig {
   CheckpointConfig checkpoint;
   CsvMonitorConfig csv_monitor;
   CommsConfig comms_config;
+  CommunicationConfig communication;
+  KernelsConfig kernels;
   std::optional<std::uint64_t> seed;  // dstrain extension (DeepSpeed has no top-level seed)
 
   // Where it came from ("<json string>" for inline configs), for error messages.
