@@ -5,6 +5,7 @@
 #include <string>
 #include <string_view>
 
+#include "ds/core/base64.h"
 #include "ds/launch/filter.h"
 
 namespace ds::launch {
@@ -17,8 +18,10 @@ WorldInfo parse_world_info_json(std::string_view json);
 // A JSON string literal (quotes and escapes) for `s`.
 std::string json_quote(std::string_view s);
 
-std::string base64_urlsafe_encode(std::string_view bytes);   // with '=' padding
-std::string base64_urlsafe_decode(std::string_view text);    // throws on bad input
+// world_info's transport encoding: ds_core's base64 (URL-safe, '=' padding; decoding throws
+// on bad input).
+using ds::base64_urlsafe_encode;
+inline std::string base64_urlsafe_decode(std::string_view text) { return ds::base64_decode(text); }
 
 int world_size(const WorldInfo& info);
 
