@@ -1,5 +1,5 @@
 // ds_config.json -> DsConfig, following DeepSpeed's runtime/config.py rules
-// (../shared/reference/deepspeed-engine.md section 1) with stricter, located errors.
+// (keys, types and defaults) with stricter, located errors.
 #include "ds/config/parse.h"
 
 #include <algorithm>
