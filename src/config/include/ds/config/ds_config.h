@@ -1,5 +1,5 @@
 // ds_config.json as typed structs, with DeepSpeed's keys and defaults
-// (../shared/reference/deepspeed-engine.md section 1; docs/user/config.md lists what we support).
+// (DeepSpeed's runtime/config.py; docs/user/config.md lists what we support).
 //
 // Parsing (parse.h) fills every default; resolve_batch_sizes() applies DeepSpeed's
 // batch-size rules once the data-parallel world size is known.
