@@ -295,7 +295,7 @@ if [ "$mode" = cmake ]; then
       cuda.nn_kernels) detail="GPT layer kernels vs the CPU references, fp32/fp16/bf16" ;;
       cuda.gpt) detail="GptCuda loss and gradients vs the CPU Gpt; a short bf16 training" ;;
       cuda.gpt_attention_blocks) detail="the same with 8-row block-causal attention GEMMs" ;;
-      cuda.gpt_flash_attention) detail="the same with flash attention (DS_GPT_ATTENTION=flash)" ;;
+      cuda.gpt_flash_attention) detail="the same with flash attention (--attention flash)" ;;
       cuda.flash_attention) detail="flash attention fwd/bwd vs a double reference, fp16/bf16" ;;
       cuda.engine) detail="the Engine on the GPU vs on the CPU; checkpoints GPU <-> CPU; fp16 overflow skips" ;;
       cuda.engine_np2) detail="the Engine on 2 GPUs over NCCL (ZeRO 0/1) vs one process with the whole batch" ;;
@@ -377,9 +377,10 @@ else
       row "bench_layers_cuda" "$(result_of "$rc")" "$secs" "per-kernel times at the 124M shapes: see the log"
     fi
     # Variants, for comparison: 128-row attention blocks; flash attention.
-    for variant in DS_GPT_ATTENTION_BLOCK=128 DS_GPT_ATTENTION=flash; do
+    for variant in "--attention_block 128" "--attention flash"; do
       [ "${DS_GPU_CHECK_QUICK:-0}" = 1 ] && break
-      timed "bench_gpt_cuda (GPT-2 124M, bf16, $variant)" 150 env "$variant" "${exe[bench_gpt_cuda]}" --dtype bf16 --profile_steps 0
+      # shellcheck disable=SC2086  # the variant is two words: a flag and its value
+      timed "bench_gpt_cuda (GPT-2 124M, bf16, $variant)" 150 "${exe[bench_gpt_cuda]}" --dtype bf16 --profile_steps 0 $variant
       res=$(result_of "$rc")
       line=$(grep '^mfu ' "$log" | tail -1)
       tps=$(grep -A2 '^| dtype | step ms' "$log" | tail -1)

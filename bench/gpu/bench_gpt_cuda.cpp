@@ -112,6 +112,8 @@ int main(int argc, char** argv) {
   std::string dtype = "bf16";
   bool tf32 = false;
   int profile_steps = 3;  // per-op profile after the timed steps (0: none)
+  std::string attention = "materialized";  // kernels.attention: materialized or flash
+  std::int64_t attention_block = 256;      // kernels.attention_block
   for (int i = 1; i < argc; ++i) {
     const std::string a = argv[i];
     auto next = [&]() -> const char* {
@@ -132,10 +134,20 @@ int main(int argc, char** argv) {
     else if (a == "--dtype") dtype = next();
     else if (a == "--tf32") tf32 = true;
     else if (a == "--profile_steps") profile_steps = std::atoi(next());
+    else if (a == "--attention") attention = next();
+    else if (a == "--attention_block") attention_block = std::atoll(next());
     else {
       std::fprintf(stderr, "bench_gpt_cuda: unknown argument '%s'\n", a.c_str());
       return 2;
     }
+  }
+  if (attention != "materialized" && attention != "flash") {
+    std::fprintf(stderr, "bench_gpt_cuda: --attention must be materialized or flash\n");
+    return 2;
+  }
+  if (attention_block < 1) {
+    std::fprintf(stderr, "bench_gpt_cuda: --attention_block must be at least 1\n");
+    return 2;
   }
   if (dtype != "bf16" && dtype != "fp16" && dtype != "fp32") {
     std::fprintf(stderr, "bench_gpt_cuda: --dtype must be bf16, fp16 or fp32\n");
@@ -159,7 +171,10 @@ int main(int argc, char** argv) {
     g.n_embd = embd;
     g.block_size = block;
     g.vocab_size = vocab;
-    ds::nn::GptCuda model(g, tf32);
+    ds::nn::GptCudaAttention att;
+    att.flash = attention == "flash";
+    att.block = attention_block;
+    ds::nn::GptCuda model(g, tf32, att);
     std::string cfg_text = R"({"train_micro_batch_size_per_gpu": )" + std::to_string(batch) +
                            R"(, "gradient_accumulation_steps": 1, "gradient_clipping": 1.0, "seed": 1,
         "optimizer": {"type": "AdamW", "params": {"lr": 6e-4, "betas": [0.9, 0.95], "eps": 1e-8, "weight_decay": 0.1}})";
@@ -243,13 +258,11 @@ int main(int argc, char** argv) {
                 prop.name, static_cast<long long>(layers), static_cast<long long>(heads), static_cast<long long>(embd),
                 static_cast<long long>(block), static_cast<long long>(vocab), double(model.num_parameters()) / 1e6,
                 static_cast<long long>(batch), dtype.c_str(), int(step_ms.size()), warmup);
-    const char* att_env = std::getenv("DS_GPT_ATTENTION");
-    const char* blk_env = std::getenv("DS_GPT_ATTENTION_BLOCK");
-    if (att_env && std::string(att_env) == "flash" && dt != ds::DType::F32)
-      std::printf("attention: flash (DS_GPT_ATTENTION=flash)\n");
+    if (att.flash && dt != ds::DType::F32)
+      std::printf("attention: flash (--attention flash)\n");
     else
-      std::printf("attention: materialised, block-causal cuBLAS batched GEMMs (%s-row query blocks) + causal softmax\n",
-                  blk_env ? blk_env : "256");
+      std::printf("attention: materialised, block-causal cuBLAS batched GEMMs (%lld-row query blocks) + causal softmax\n",
+                  static_cast<long long>(att.block));
     std::printf("loss: first %.4f, last %.4f (ln V = %.4f)\n", first_loss, last_loss, std::log(double(vocab)));
     std::printf("split (medians): forward %.2f ms (incl. its loss sync), backward %.2f ms, step %.2f ms\n",
                 median(fwd_ms), median(bwd_ms), ms - median(fwd_ms) - median(bwd_ms));

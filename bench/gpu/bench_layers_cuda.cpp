@@ -122,11 +122,9 @@ int main() {
     };
     const double nc = double(N * C) * es;
     add("layernorm fwd", 2 * nc, [&] { kc::layernorm_forward(y, mean, rstd, x, w, bvec, N, C, dt, g_stream); });
-    // Both layernorm_backward implementations (set_layernorm_backward_impl), each whole and in
-    // its two halves; then back to the default (DS_LN_BWD).
-    for (int impl : {1, 2}) {
-      kc::set_layernorm_backward_impl(impl);
-      const std::string v = "layernorm bwd v" + std::to_string(impl);
+    // layernorm_backward whole and in its two halves.
+    {
+      const std::string v = "layernorm bwd";
       add(v + " (dinp, dw, db)", 4 * nc,
           [&] { kc::layernorm_backward(z, gw, gb, y, x, w, mean, rstd, N, C, scratch, dt, g_stream); });
       add(v + ": dinp only", 4 * nc,
@@ -134,7 +132,6 @@ int main() {
       add(v + ": dw, db only", 2 * nc,
           [&] { kc::layernorm_backward(nullptr, gw, gb, y, x, w, mean, rstd, N, C, scratch, dt, g_stream); });
     }
-    kc::set_layernorm_backward_impl(0);
     for (std::int64_t oc : {C, 3 * C, 4 * C}) {
       const double b = double(N * oc) * es;
       add("bias grad OC=" + std::to_string(oc), b, [&] { kc::bias_backward(gb, y, N, oc, scratch, dt, g_stream); });

@@ -38,14 +38,11 @@ using cuda_test::to_dtype;
 namespace {
 
 // Head size 16 (48 / 3) by default. Flash attention has kernels for head sizes 32, 64 and
-// 128 only (else GptCuda falls back to the materialised path), so with DS_GPT_ATTENTION=flash
-// (ctest cuda.gpt_flash_attention) the model is 64 wide with 2 heads: head size 32.
-const bool kFlash = [] {
-  const char* e = std::getenv("DS_GPT_ATTENTION");
-  return e && std::string(e) == "flash";
-}();
-const ds::nn::GptConfig kCfg{/*n_layer*/ 2, /*n_head*/ kFlash ? 2 : 3, /*n_embd*/ kFlash ? 64 : 48,
-                             /*block_size*/ 20, /*vocab*/ 67};
+// 128 only (else GptCuda falls back to the materialised path), so with --attention flash
+// (ctest cuda.gpt_flash_attention) main() makes the model 64 wide with 2 heads: head size 32.
+// --attention_block N (ctest cuda.gpt_attention_blocks) sets the materialised path's blocks.
+ds::nn::GptCudaAttention kAttention;
+ds::nn::GptConfig kCfg{/*n_layer*/ 2, /*n_head*/ 3, /*n_embd*/ 48, /*block_size*/ 20, /*vocab*/ 67};
 constexpr std::uint64_t kSeed = 1234;
 constexpr std::int64_t kB = 3, kT = 17;
 
@@ -119,7 +116,7 @@ struct GpuSide {
   std::vector<std::unique_ptr<Dev>> p, g;
   std::vector<TensorView> pv, gv;
   GpuSide(const std::vector<std::vector<float>>& params, const std::vector<std::vector<float>>& grads, DType dt)
-      : m(kCfg, /*allow_tf32=*/false), t(dt) {
+      : m(kCfg, /*allow_tf32=*/false, kAttention), t(dt) {
     for (std::size_t i = 0; i < params.size(); ++i) {
       const auto pb = to_dtype(params[i], t), gb = to_dtype(grads[i], t);
       p.push_back(std::make_unique<Dev>(pb.data(), pb.size()));
@@ -181,7 +178,7 @@ void test_fp32() {
   const auto params = init_values(twin);
   {
     // GptCuda's parameter list and init are Gpt's.
-    ds::nn::GptCuda probe(kCfg);
+    ds::nn::GptCuda probe(kCfg, false, kAttention);
     const auto ginfos = probe.parameters();
     bool same_list = ginfos.size() == infos.size();
     for (std::size_t i = 0; same_list && i < infos.size(); ++i)
@@ -287,7 +284,7 @@ void test_half(DType t) {
 // ---- 3. bf16 training on one fixed batch with the device Adam ----
 void test_training() {
   const DType t = DType::BF16;
-  ds::nn::GptCuda m(kCfg);
+  ds::nn::GptCuda m(kCfg, false, kAttention);
   const auto infos = m.parameters();
   const auto init = init_values(m);
   // Flat storage as an engine lays it out: every tensor starts on a 64-element boundary.
@@ -368,7 +365,24 @@ void test_bad_input() {
 
 }  // namespace
 
-int main() {
+// usage: test_cuda_gpt [--attention materialized|flash] [--attention_block N]
+int main(int argc, char** argv) {
+  for (int i = 1; i < argc; ++i) {
+    const std::string a = argv[i];
+    if (i + 1 < argc && a == "--attention" && (std::string(argv[i + 1]) == "flash" ||
+                                              std::string(argv[i + 1]) == "materialized")) {
+      kAttention.flash = std::string(argv[++i]) == "flash";
+    } else if (i + 1 < argc && a == "--attention_block" && std::atoll(argv[i + 1]) >= 1) {
+      kAttention.block = std::atoll(argv[++i]);
+    } else {
+      std::fprintf(stderr, "test_cuda_gpt: error: bad argument '%s' (see the usage line in the source)\n", a.c_str());
+      return 2;
+    }
+  }
+  if (kAttention.flash) {
+    kCfg.n_head = 2;
+    kCfg.n_embd = 64;
+  }
   if (int rc = cuda_test::skip_without_gpu("test_cuda_gpt")) return rc;
   try {
     test_fp32();

@@ -254,16 +254,15 @@ void compare_bits(const char* what, const std::vector<unsigned char>& got, const
 }
 
 // ---------------------------------------------------------------- LayerNorm
-// layernorm_backward with implementation impl (1 = v1, 2 = v2: set_layernorm_backward_impl) on
-// rows x (already rounded to dt) with the saved fp32 stats of the double forward (rm, rr).
+// layernorm_backward (rows of C <= 1024 take the fused kernel, wider rows the three-kernel
+// path) on rows x (already rounded to dt) with the saved fp32 stats of the double forward (rm, rr).
 // mask: bit 0 dinp, bit 1 dw, bit 2 db passed (the others null). misalign: 0 none, 1 every
 // dt tensor one element off 16-byte alignment, 2 only dout (v2's scalar fallback).
 void check_ln_backward(DType dt, i64 N, i64 C, const std::vector<float>& x, const std::vector<float>& w,
-                       const std::vector<double>& rm, const std::vector<double>& rr, unsigned& seed, int impl,
+                       const std::vector<double>& rm, const std::vector<double>& rr, unsigned& seed,
                        int mask = 7, int misalign = 0) {
-  set_ctx("layernorm_backward", "v%d dt=%s N=%lld C=%lld%s%s%s misalign=%d", impl, dn(dt), (long long)N,
+  set_ctx("layernorm_backward", "dt=%s N=%lld C=%lld%s%s%s misalign=%d", dn(dt), (long long)N,
           (long long)C, mask & 1 ? " dinp" : "", mask & 2 ? " dw" : "", mask & 4 ? " db" : "", misalign);
-  nc::set_layernorm_backward_impl(impl);
   std::vector<float> mf(rm.begin(), rm.end()), rf(rr.begin(), rr.end());  // the saved fp32 stats
   const auto dy = q(rnd(N * C, ++seed, 1.f), dt);
   const auto dx0 = q(rnd(N * C, ++seed, 1.f), dt);
@@ -303,7 +302,6 @@ void check_ln_backward(DType dt, i64 N, i64 C, const std::vector<float>& x, cons
   compare_bits("dinp (rerun, determinism)", gx.raw(), r1x, es(dt));
   compare_bits("dw (rerun, determinism)", gw.raw(), r1w, es(dt));
   compare_bits("db (rerun, determinism)", gb.raw(), r1b, es(dt));
-  nc::set_layernorm_backward_impl(0);
 }
 
 void test_layernorm() {
@@ -329,17 +327,19 @@ void test_layernorm() {
           compare("rstd", dr.get(DType::F32), rr, DType::F32);
           for (const Buf* p : {&dout, &dm, &dr}) p->check_guards();
         }
-        for (int impl : {1, 2}) check_ln_backward(dt, N, C, x, w, rm, rr, seed, impl);
+        check_ln_backward(dt, N, C, x, w, rm, rr, seed);
       }
-  // Backward only, both implementations: v2's vector path (C % 8 == 0, C <= 1024: 1..4
-  // segments of 256 columns), its scalar fallback (C % 8 != 0, misaligned pointers), C > 1024
-  // (v1 inside v2), many rows (more rows than v2 has blocks), and null outputs.
+  // Backward only: the fused kernel's vector path (C % 8 == 0, C <= 1024: 1..4 segments of 256
+  // columns), its scalar fallback (C % 8 != 0, misaligned pointers), C > 1024 (the
+  // three-kernel path, with null outputs and misaligned pointers too), many rows (more rows
+  // than the fused kernel has blocks), and null outputs.
   struct Case { i64 N, C; int mask, misalign; };
   const Case cases[] = {{1, 8, 7, 0},      {9, 256, 7, 0},   {333, 512, 7, 0},  {2100, 768, 7, 0},
                         {333, 1024, 7, 0}, {77, 1025, 7, 0}, {20000, 768, 7, 0}, {20000, 770, 7, 0},
                         {20000, 1, 7, 0},  {333, 768, 7, 1}, {333, 768, 7, 2},  {333, 770, 7, 1},
                         {2100, 768, 1, 0}, {2100, 768, 6, 0}, {2100, 768, 2, 0}, {2100, 768, 4, 0},
-                        {2100, 768, 5, 0}, {333, 770, 6, 0}, {333, 770, 1, 0},  {333, 770, 3, 1}};
+                        {2100, 768, 5, 0}, {333, 770, 6, 0}, {333, 770, 1, 0},  {333, 770, 3, 1},
+                        {333, 1100, 6, 0}, {333, 1100, 1, 0}, {333, 1100, 7, 1}};
   for (DType dt : kDts)
     for (const Case& c : cases) {
       if (c.N == 20000 && dt == DType::F16) continue;  // host time: the large rows in fp32 and bf16
@@ -350,7 +350,7 @@ void test_layernorm() {
           rr(static_cast<std::size_t>(c.N));
       ref::layernorm_forward<double>(ro.data(), rm.data(), rr.data(), D(x).data(), D(w).data(), D(b).data(), c.N,
                                      c.C);
-      for (int impl : {1, 2}) check_ln_backward(dt, c.N, c.C, x, w, rm, rr, seed, impl, c.mask, c.misalign);
+      check_ln_backward(dt, c.N, c.C, x, w, rm, rr, seed, c.mask, c.misalign);
     }
 }
 

@@ -112,34 +112,21 @@ struct GptCuda::Impl {
 
   // Attention: the materialised path (cuBLAS batched GEMMs, block-causal, + causal softmax;
   // the default: on an H200 at the GPT-2 124M shape it ran the step faster than our flash
-  // kernels, docs/user/performance.md) or, with DS_GPT_ATTENTION=flash, flash attention
+  // kernels, docs/user/performance.md) or, with attention.flash, flash attention
   // (cuda_flash.h: no [B, NH, T, T] tensor, for long contexts; fp16 / bf16 and the head sizes
   // it supports, else the materialised path).
+  GptCudaAttention attention;
   bool flash = false;
-  static bool flash_requested() {  // DS_GPT_ATTENTION=flash, read once per process
-    static const bool on = [] {
-      const char* env = std::getenv("DS_GPT_ATTENTION");
-      return env && std::string(env) == "flash";
-    }();
-    return on;
-  }
   bool use_flash() const {
-    return flash_requested() && dt != DType::F32 && kc::flash_attention_supported(dt, cfg.n_embd / cfg.n_head);
+    return attention.flash && dt != DType::F32 && kc::flash_attention_supported(dt, cfg.n_embd / cfg.n_head);
   }
 
   // Materialised path, block-causal: query blocks of att_block rows multiply only the key
   // prefix they see, so the GEMMs skip the upper block triangle of [T, T] (at T = 1024 and
   // 256-row blocks they do 10/16 of the full products) and the softmax writes zeros only
-  // inside the diagonal blocks. DS_GPT_ATTENTION_BLOCK overrides the 256 (tests use small
-  // blocks to cover several).
-  static std::int64_t att_block() {
-    static const std::int64_t b = [] {
-      const char* env = std::getenv("DS_GPT_ATTENTION_BLOCK");
-      const long long v = env ? std::atoll(env) : 0;
-      return v > 0 ? std::int64_t(v) : std::int64_t(256);
-    }();
-    return b;
-  }
+  // inside the diagonal blocks. attention.block sets the rows (256 by default; tests use
+  // small blocks to cover several).
+  std::int64_t att_block() const { return attention.block; }
   // p + n elements of the working dtype.
   void* at(void* p, std::int64_t n) const { return static_cast<char*>(p) + n * std::int64_t(dtype_size(dt)); }
   const void* at(const void* p, std::int64_t n) const {
@@ -215,7 +202,10 @@ struct GptCuda::Impl {
     events_used = 0;
   }
 
-  Impl(const GptConfig& c, bool tf32) : twin(c), cfg(c), allow_tf32(tf32) {}
+  Impl(const GptConfig& c, bool tf32, const GptCudaAttention& att)
+      : twin(c), cfg(c), allow_tf32(tf32), attention(att) {
+    DS_CHECK(att.block >= 1, "GptCuda: attention block " << att.block << " rows: expected at least 1");
+  }
 
   void init() {
     // Parameter indices, as Gpt's constructor registers them; verified by name.
@@ -698,7 +688,8 @@ struct GptCuda::Impl {
   }
 };
 
-GptCuda::GptCuda(const GptConfig& cfg, bool allow_tf32) : impl_(std::make_unique<Impl>(cfg, allow_tf32)) {
+GptCuda::GptCuda(const GptConfig& cfg, bool allow_tf32, const GptCudaAttention& attention)
+    : impl_(std::make_unique<Impl>(cfg, allow_tf32, attention)) {
   impl_->init();  // on failure impl_'s destructor releases what init() created
 }
 

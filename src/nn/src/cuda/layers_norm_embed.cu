@@ -1,8 +1,7 @@
 // CUDA LayerNorm (forward / backward) and token + position embedding (forward / backward).
 // LayerNorm forward: one warp per row (fp32 two-pass mean / variance).
-// LayerNorm backward, two implementations (DS_LN_BWD=v1 selects v1, read once; default v2;
-// set_layernorm_backward_impl overrides it for tests and benchmarks):
-//  - v2 (C <= 1024; larger C takes v1): one fused kernel, a grid of as many 256-thread blocks
+// LayerNorm backward, by row width:
+//  - v2 (C <= 1024): one fused kernel, a grid of as many 256-thread blocks
 //    as the GPU holds at once (at most 1024 and ceil(N / 8)); block b takes the contiguous rows
 //    [b N / G, (b+1) N / G), its 8 warps one row at a time each. A lane holds 8 columns of every
 //    256-column segment (128-bit loads when C % 8 == 0 and the pointers are 16-byte aligned,
@@ -11,14 +10,13 @@
 //    are summed over the 8 warps in order through shared memory and written once per block to
 //    the scratch; then reduce_chunks_add2_kernel (layer_common.cuh) sums the G block partials
 //    per column in a fixed parallel order and adds into dw / db with one rounding.
-//  - v1: a warp-per-row dinp kernel, a column-partial kernel (64 chunks of rows) re-reading
-//    dout and inp, and a serial per-column reduction of the chunks.
+//  - v1 (C > 1024, wider than v2's registers hold): a warp-per-row dinp kernel, a
+//    column-partial kernel (64 chunks of rows) re-reading dout and inp, and a serial
+//    per-column reduction of the chunks.
 // Both are deterministic (no float atomics); v2's dw / db bits depend on the grid size, i.e.
 // on the GPU's SM count (the same GPU gives the same bits).
 // Embedding backward: dwpe by a fixed-order loop over the batch; dwte through fp32 atomics
 // into the caller's scratch, then one rounded add per element.
-#include <atomic>
-#include <cstdlib>
 #include <cstring>
 #include <type_traits>
 
@@ -438,19 +436,6 @@ void layernorm_forward(void* out, float* mean, float* rstd, const void* inp, con
 
 namespace {
 
-std::atomic<int> g_ln_bwd_override{0};
-
-// 1 (v1) or 2 (v2): set_layernorm_backward_impl's choice, else DS_LN_BWD (read once).
-int ln_bwd_impl() {
-  const int o = g_ln_bwd_override.load(std::memory_order_relaxed);
-  if (o == 1 || o == 2) return o;
-  static const int from_env = [] {
-    const char* e = std::getenv("DS_LN_BWD");
-    return e != nullptr && std::strcmp(e, "v1") == 0 ? 1 : 2;
-  }();
-  return from_env;
-}
-
 // v2's most blocks for N rows (at least one row per warp): the scratch holds that many partials.
 std::int64_t ln_v2_max_parts(std::int64_t N) {
   const std::int64_t g = ceil_div(N, kRowsPerBlock);
@@ -527,11 +512,6 @@ void ln_bwd_v2_k(T* dinp, T* dw, T* db, const T* dout, const T* inp, const T* w,
 
 }  // namespace
 
-void set_layernorm_backward_impl(int v) {
-  DS_CHECK(v >= 0 && v <= 2, "set_layernorm_backward_impl: expected 0, 1 or 2, got " << v);
-  g_ln_bwd_override.store(v, std::memory_order_relaxed);
-}
-
 // v1 needs 2 * col_chunks(N) * C floats, v2 2 * ln_v2_max_parts(N) * C (col_chunks(N) <= 64
 // and <= ceil(N / 128) <= ln_v2_max_parts(N)): the larger serves both.
 std::size_t layernorm_scratch_floats(std::int64_t N, std::int64_t C) {
@@ -546,7 +526,7 @@ void layernorm_backward(void* dinp, void* dw, void* db, const void* dout, const 
   DS_CHECK(N >= 0 && C > 0, "layernorm_backward: bad sizes N=" << N << " C=" << C);
   if (N == 0 || (dinp == nullptr && dw == nullptr && db == nullptr)) return;
   DS_CHECK(scratch != nullptr || (dw == nullptr && db == nullptr), "layernorm_backward: null scratch");
-  const bool v2 = ln_bwd_impl() == 2 && C <= std::int64_t(kLnMaxK) * kLnSeg;
+  const bool v2 = C <= std::int64_t(kLnMaxK) * kLnSeg;
   const bool vec = C % kVec == 0 && aligned16(dinp) && aligned16(dout) && aligned16(inp) && aligned16(w);
   dispatch(dt, "layernorm_backward", [&]<typename T>() {
     T* gx = static_cast<T*>(dinp);

@@ -43,11 +43,6 @@ void layernorm_backward(void* dinp, void* dw, void* db, const void* dout, const 
                         const void* w, const float* mean, const float* rstd, std::int64_t N,
                         std::int64_t C, float* scratch, DType dt, cudaStream_t stream);
 std::size_t layernorm_scratch_floats(std::int64_t N, std::int64_t C);
-// Testing / benchmarking: which layernorm_backward runs in this process: 1 = v1 (separate
-// dinp, column-partial and reduction kernels), 2 = v2 (one fused pass + a parallel reduction;
-// C > 1024 still takes v1), 0 = back to the default (DS_LN_BWD=v1 selects v1, else v2; the
-// variable is read once). Both are deterministic; they round dw / db differently.
-void set_layernorm_backward_impl(int v);
 
 // out[n,o] += bias[o] (bias may be null) and += residual[n,o] (residual may be null; it may
 // alias nothing else). The GEMM writes out first.

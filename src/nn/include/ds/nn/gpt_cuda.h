@@ -9,9 +9,10 @@
 // TF32 for fp32 only when allow_tf32 is set); LayerNorm, GELU, the causal softmax, the
 // embedding and the fused softmax + cross-entropy are the kernels of ds/nn/cuda_kernels.h.
 // Attention materialises the [B, NH, T, T] probabilities (saved for backward), block-causal:
-// 256-row query blocks (DS_GPT_ATTENTION_BLOCK) multiply only the keys they see. With
-// DS_GPT_ATTENTION=flash, fp16 / bf16 models whose head size ds/nn/cuda_flash.h supports use
-// flash attention instead (no T x T tensor; slower at GPT-2 124M on an H200, docs/dev/gpu.md).
+// 256-row query blocks (GptCudaAttention::block, config kernels.attention_block) multiply only
+// the keys they see. With GptCudaAttention::flash (kernels.attention "flash"), fp16 / bf16
+// models whose head size ds/nn/cuda_flash.h supports use flash attention instead (no T x T
+// tensor; slower at GPT-2 124M on an H200, docs/dev/gpu.md).
 //
 // All work is enqueued on the model's own stream (device_stream()); forward() and
 // evaluate() synchronise once to return the loss. backward() calls grad_ready(i) right
@@ -30,11 +31,17 @@
 
 namespace ds::nn {
 
+// How GptCuda computes attention (the train app sets it from the config's kernels section).
+struct GptCudaAttention {
+  bool flash = false;         // flash kernels where the dtype and head size allow, else materialised
+  std::int64_t block = 256;   // query rows per block of the materialised path (>= 1)
+};
+
 class GptCuda : public Module {
  public:
   // Uses the CUDA device current at construction (the caller picks it, e.g. from the local
   // rank). allow_tf32: fp32 GEMMs may use TF32 tensor cores (off: exact fp32 GEMMs).
-  explicit GptCuda(const GptConfig& cfg, bool allow_tf32 = false);
+  explicit GptCuda(const GptConfig& cfg, bool allow_tf32 = false, const GptCudaAttention& attention = {});
   ~GptCuda() override;
   GptCuda(const GptCuda&) = delete;
   GptCuda& operator=(const GptCuda&) = delete;
