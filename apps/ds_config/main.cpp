@@ -17,6 +17,7 @@
 
 #include "cli_usage.h"
 #include "ds/config/parse.h"
+#include "ds/core/env.h"
 #include "ds/core/error.h"
 #include "ds/sched/lr_scheduler.h"
 
@@ -84,6 +85,7 @@ int main(int argc, char** argv) {
     return ds::tools::usage_exit(app, e, "ds_config");
   }
   try {
+    ds::env::check_all();  // a bad DS_* value: one error line before any work
     if (check->parsed()) return run_check(file, world_size);
     return run_schedule(file, world_size, steps);
   } catch (const std::exception& e) {

@@ -1,5 +1,8 @@
 // ds_report: what this build and this machine offer, and who this rank is.
 //   ds_report [--json] [--no_mpi]
+//   ds_report --env [--json]: every registered environment variable (ds/core/env.h) with its
+//   class, type, default and current value; the JSON form is {"environment": [{name, class,
+//   type, accepted, default, value, help}]} (default / value null when none / unset).
 // The `distributed` object comes from the environment alone (no MPI_Init). Unless --no_mpi,
 // MPI is then initialized in a child process (so a failing MPI_Init cannot take the report
 // down) to report the thread level and MPI's own rank and size, checked against the
@@ -20,6 +23,7 @@
 
 #include "cli_usage.h"
 #include "ds/core/cpu_features.h"
+#include "ds/core/env.h"
 #include "ds/core/error.h"
 #include "ds/mpi/comm_factory.h"
 #include "ds/mpi/discovery.h"
@@ -146,6 +150,35 @@ json build_report(bool use_mpi) {
   return r;
 }
 
+json env_report() {
+  json vars = json::array();
+  for (const ds::env::Var& v : ds::env::table()) {
+    const auto value = ds::env::raw(v.name);
+    vars.push_back(json{{"name", v.name},
+                        {"class", ds::env::class_name(v.cls)},
+                        {"type", ds::env::type_name(v.type)},
+                        {"accepted", ds::env::accepted(v)},
+                        {"default", *v.default_value ? json(v.default_value) : json(nullptr)},
+                        {"value", value ? json(*value) : json(nullptr)},
+                        {"help", v.help}});
+  }
+  return json{{"environment", vars}};
+}
+
+// One block per variable: name, class, type and accepted values, default, value; the help below.
+void print_env(const json& r) {
+  std::cout << "--------------------------------------------------\n"
+            << "environment variables (docs/user/environment.md)\n"
+            << "--------------------------------------------------\n";
+  for (const json& v : r["environment"]) {
+    const std::string def = v["default"].is_null() ? "(none)" : v["default"].get<std::string>();
+    const std::string val = v["value"].is_null() ? "unset" : v["value"].get<std::string>();
+    std::cout << v["name"].get<std::string>() << "  [" << v["class"].get<std::string>() << ", "
+              << v["type"].get<std::string>() << ": " << v["accepted"].get<std::string>() << "]  default "
+              << def << "  value " << val << "\n    " << v["help"].get<std::string>() << "\n";
+  }
+}
+
 std::string show(const json& v) {
   if (v.is_null()) return "(none)";
   if (v.is_string()) return v.get<std::string>();
@@ -191,13 +224,22 @@ void print_human(const json& r) {
 int main(int argc, char** argv) {
   try {
     CLI::App app{"dstrain environment report"};
-    bool as_json = false, no_mpi = false;
+    bool as_json = false, no_mpi = false, env_only = false;
     app.add_flag("--json", as_json, "print one JSON object");
     app.add_flag("--no_mpi", no_mpi, "do not start MPI (versions and the environment only)");
+    app.add_flag("--env", env_only,
+                 "print every environment variable dstrain reads: class, type, default, current value, help");
     try {
       app.parse(argc, argv);
     } catch (const CLI::ParseError& e) {
       return ds::tools::usage_exit(app, e, "ds_report");
+    }
+    ds::env::check_all();  // a bad DS_* value: one error line before any work
+    if (env_only) {
+      const json r = env_report();
+      if (as_json) std::cout << r.dump() << std::endl;
+      else print_env(r);
+      return 0;
     }
     json r = build_report(!no_mpi);
     if (as_json) std::cout << r.dump() << std::endl;

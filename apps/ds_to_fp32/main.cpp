@@ -25,6 +25,7 @@
 #include <vector>
 
 #include "cli_usage.h"
+#include "ds/core/env.h"
 #include "ds/core/error.h"
 #include "ds/io/checkpoint.h"
 #include "ds/io/h5file.h"
@@ -66,6 +67,7 @@ int main(int argc, char** argv) {
     return tools::usage_exit(app, e, "ds_to_fp32");
   }
   try {
+    env::check_all();  // a bad DS_* value: one error line before any work
     tools::check_output_path(output, dir, force);
     if (tag.empty()) {
       auto latest = io::read_latest(dir);

@@ -21,6 +21,7 @@
 #include <vector>
 
 #include "cli_usage.h"
+#include "ds/core/env.h"
 #include "ds/core/error.h"
 #include "ds/launch/command.h"
 #include "ds/launch/core_list.h"
@@ -164,9 +165,8 @@ int rank_shim(int argc, char** argv) {
   if (bind) bind_rank(cores, r.local_rank, r.local_size, world[static_cast<std::size_t>(r.cross_rank)].first);
   if (!rank_log.empty()) redirect_to_log(rank_log, r.rank);
   std::vector<std::string> args(argv + i + 1, argv + argc);
-  const char* py = std::getenv("DS_PYTHON");
   std::vector<std::string> av =
-      program_argv(argv[i], args, r.local_rank, no_local_rank, py && *py ? py : "python3", mode);
+      program_argv(argv[i], args, r.local_rank, no_local_rank, ds::env::get_string("DS_PYTHON"), mode);
   std::vector<char*> cav;
   for (auto& s : av) cav.push_back(s.data());
   cav.push_back(nullptr);
@@ -403,6 +403,7 @@ int launch(int argc, char** argv) {
 int main(int argc, char** argv) {
   bool shim = argc > 1 && std::strcmp(argv[1], "--rank_shim") == 0;
   try {
+    ds::env::check_all();  // a bad DS_* value: one error line before any work
     return shim ? rank_shim(argc, argv) : launch(argc, argv);
   } catch (const std::exception& e) {
     std::fprintf(stderr, "dsrun: error: %s\n", e.what());

@@ -14,6 +14,8 @@
 #include <cstdlib>
 #include <cstring>
 
+#include "ds/core/env.h"
+
 namespace dsrun {
 namespace {
 
@@ -89,8 +91,7 @@ void reap_leftovers(const sigset_t& set, int grace_seconds) {
 
 bool in_path(const std::string& name) {
   if (name.find('/') != std::string::npos) return ::access(name.c_str(), X_OK) == 0;
-  const char* path = std::getenv("PATH");
-  std::string p = path ? path : "/usr/bin:/bin";
+  const std::string p = ds::env::external("PATH").value_or("/usr/bin:/bin");
   std::size_t start = 0;
   while (start <= p.size()) {
     std::size_t c = p.find(':', start);

@@ -8,6 +8,7 @@
 
 #include <mpi.h>
 
+#include "ds/core/env.h"
 #include "ds/mpi/init.h"
 #include "options.h"
 #include "train_loop.h"
@@ -58,6 +59,7 @@ int main(int argc, char** argv) {
   ds::train::JobPtr job;
   std::string error;
   try {
+    ds::env::check_all();  // a bad DS_* value: one agreed error line before any work
     job = ds::train::prepare(*parsed.options, dist);
   } catch (const std::exception& e) {
     error = e.what();

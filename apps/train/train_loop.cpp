@@ -21,6 +21,7 @@
 
 #include "ds/config/parse.h"
 #include "ds/core/hash.h"
+#include "ds/core/env.h"
 #include "ds/core/error.h"
 #include "ds/core/file_read.h"
 #include "ds/data/dataset.h"
@@ -127,7 +128,7 @@ namespace {
 // Two ranks on two cores: without OMP_NUM_THREADS every rank would start one OpenMP thread
 // per core and they would fight over the cores. Split the cores among this node's ranks.
 void choose_threads(const DistributedContext& dist) {
-  if (std::getenv("OMP_NUM_THREADS")) return;
+  if (env::external("OMP_NUM_THREADS")) return;
   const unsigned cores = std::max(1u, std::thread::hardware_concurrency());
   omp_set_num_threads(std::max(1, int(cores) / std::max(1, dist.local_size)));
 }
@@ -166,8 +167,8 @@ class MlpBatcher {
 // (mpirun or its daemon) and look at where it writes.
 bool stdout_is_terminal() {
   if (!::isatty(STDOUT_FILENO)) return false;
-  const bool launched = std::getenv("OMPI_COMM_WORLD_SIZE") || std::getenv("PMI_SIZE") ||
-                        std::getenv("PMIX_RANK") || std::getenv("SLURM_STEP_ID");
+  const bool launched = env::external("OMPI_COMM_WORLD_SIZE") || env::external("PMI_SIZE") ||
+                        env::external("PMIX_RANK") || env::external("SLURM_STEP_ID");
   if (!launched) return true;
   auto fd1_of = [](const std::string& pid) {
     std::error_code ec;
@@ -305,16 +306,21 @@ JobPtr prepare(const TrainOptions& opts, const DistributedContext& dist) {
 #if DS_NN_HAVE_CUDA
     if (j.on_gpu) {
       DS_CUDA_CHECK(cudaSetDevice(dist.device));
-      auto gpt = std::make_unique<nn::GptCuda>(g);
+      // kernels.attention: "auto" is the materialised path (faster than flash at GPT-2 124M
+      // on an H200, docs/dev/gpu.md); "flash" where the dtype and head size allow.
+      nn::GptCudaAttention att;
+      att.flash = j.cfg.kernels.attention == "flash";
+      att.block = j.cfg.kernels.attention_block;
+      auto gpt = std::make_unique<nn::GptCuda>(g, /*allow_tf32=*/false, att);
       j.generate = [m = gpt.get()](auto ctx, int n, float temp, std::uint64_t seed) { return m->generate(ctx, n, temp, seed); };
       j.flops_per_token = gpt->flops_per_token();
       j.model = std::move(gpt);
     }
 #endif
     if (!j.on_gpu) {
-      // Reads DS_NN_BF16_GEMM now, where a bad value is one agreed error line, not one per
-      // rank from inside initialize().
-      (void)nn::layer_precision(true);
+      // kernels.cpu_bf16_gemm checked now, where a bad value is one agreed error line; the
+      // choice itself is agreed between the ranks in run().
+      (void)nn::parse_cpu_bf16_gemm(j.cfg.kernels.cpu_bf16_gemm, "kernels.cpu_bf16_gemm");
       auto gpt = std::make_unique<nn::Gpt>(g);
       j.generate = [m = gpt.get()](auto ctx, int n, float temp, std::uint64_t seed) { return m->generate(ctx, n, temp, seed); };
       j.flops_per_token = gpt->flops_per_token();
@@ -335,6 +341,42 @@ JobPtr prepare(const TrainOptions& opts, const DistributedContext& dist) {
   return job;
 }
 
+namespace {
+
+struct Bf16GemmChoice {
+  bool applies = false;  // a CPU GPT on bf16 working parameters
+  std::string detail;    // what "auto" measured, for the log line
+};
+
+// kernels.cpu_bf16_gemm for the CPU GPT: "auto" times the bf16 and fp32 kernels on each rank
+// (ds/nn/gemm.h) and the ranks take the minimum, so all run bf16 only when every rank
+// measured it faster: the ranks compute the same numbers. Collective (every rank has the
+// same config: the job fingerprints agreed).
+Bf16GemmChoice agree_cpu_bf16_gemm(const Job& j, Communicator& comm) {
+  Bf16GemmChoice c;
+  c.applies = !j.on_gpu && j.spec.type == "gpt" && j.cfg.bf16.enabled;
+  if (!c.applies) return c;
+  const nn::CpuBf16Gemm mode = nn::parse_cpu_bf16_gemm(j.cfg.kernels.cpu_bf16_gemm, "kernels.cpu_bf16_gemm");
+  std::int32_t bf16 = nn::cpu_bf16_gemm_choice(mode) ? 1 : 0;
+  const std::int32_t mine = bf16;
+  comm.all_reduce(TensorView{&bf16, 1, DType::I32}, ReduceOp::Min);
+  nn::set_cpu_bf16_gemm(bf16 == 1);
+  if (mode == nn::CpuBf16Gemm::Auto) {
+    const nn::Bf16GemmTiming& t = nn::measure_bf16_gemm();
+    char buf[160];
+    if (t.bf16_seconds > 0)
+      std::snprintf(buf, sizeof buf, ": bf16 kernel %.2fx the fp32 one on rank 0, bf16 needs %.2fx%s",
+                    t.f32_seconds / t.bf16_seconds, nn::kBf16GemmMinSpeedup,
+                    mine != bf16 ? "; another rank measured less" : "");
+    else
+      std::snprintf(buf, sizeof buf, ": this CPU has no AVX512-BF16");
+    c.detail = buf;
+  }
+  return c;
+}
+
+}  // namespace
+
 void run(Job& j, DistributedContext& dist) {
   const bool rank0 = dist.rank == 0;
   const std::int64_t seq = j.spec.block_size;
@@ -352,6 +394,7 @@ void run(Job& j, DistributedContext& dist) {
   std::shared_ptr<Communicator> device_comm;
   if (j.on_gpu && dist.world_size > 1) device_comm = make_communicator(dist, "nccl");
   if (rank0 && j.on_gpu) std::printf("[train] device: %s\n", gpu_name(dist.device).c_str());
+  const Bf16GemmChoice bf16_gemm = agree_cpu_bf16_gemm(j, comm);
   auto init = ds::initialize(j.cfg, *j.model, dist.comm, device_comm);
   Engine& engine = *init.engine;
 
@@ -441,12 +484,11 @@ void run(Job& j, DistributedContext& dist) {
                   for (const auto& p : j.model->parameters()) n += p.numel();
                   return n;
                 }());
-    if (!j.on_gpu && j.spec.type == "gpt" && engine.working_dtype() == DType::BF16)
-      std::printf("[train] bf16: Linear GEMMs %s\n",
-                  nn::layer_precision(true) == nn::Precision::BF16
-                      ? "in bf16 (vdpbf16ps, fp32 accumulation; DS_NN_BF16_GEMM=off for fp32)"
-                      : "in fp32 on bf16 parameters (DS_NN_BF16_GEMM=off, or a CPU whose bf16 dot product is "
-                        "slower: docs/user/models.md)");
+    if (bf16_gemm.applies && engine.working_dtype() == DType::BF16)
+      std::printf("[train] bf16: Linear GEMMs %s (kernels.cpu_bf16_gemm %s%s)\n",
+                  nn::layer_precision(true) == nn::Precision::BF16 ? "in bf16 (vdpbf16ps, fp32 accumulation)"
+                                                                   : "in fp32 on bf16 parameters",
+                  j.cfg.kernels.cpu_bf16_gemm.c_str(), bf16_gemm.detail.c_str());
     std::printf("[train] data: %s: %zu training / %zu validation tokens, %lld optimizer steps per epoch\n",
                 j.opts.data.empty() ? "embedded corpus" : j.opts.data.c_str(), j.train_data.size(),
                 j.val_data.size(), static_cast<long long>(j.steps_per_epoch));

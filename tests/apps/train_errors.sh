@@ -32,7 +32,11 @@ expect_error bad_model '--model' 1 --config "$CONFIGS/default.json" --model rnn
 # --device cuda where no GPU is visible (every CI machine; CUDA_VISIBLE_DEVICES= hides any),
 # or in a build without CUDA: one clear line either way.
 CUDA_VISIBLE_DEVICES= expect_error no_gpu 'cuda' 1 --config "$CONFIGS/default.json" "${TINY[@]}" --device cuda
-DS_NN_BF16_GEMM=yes expect_error bf16_gemm_env 'DS_NN_BF16_GEMM=yes' 2 --config "$CONFIGS/bf16.json" "${TINY[@]}"
+write_config bad_bf16_gemm.json "$CONFIGS/bf16.json" 'c["kernels"] = {"cpu_bf16_gemm": "yes"}'
+expect_error bf16_gemm_key 'kernels.cpu_bf16_gemm' 2 --config bad_bf16_gemm.json "${TINY[@]}"
+# A bad value of a registered DS_* variable stops the job before any work, naming it.
+DS_LOG_LEVEL=loud expect_error env_check "environment variable DS_LOG_LEVEL='loud'" 2 --config "$CONFIGS/default.json" "${TINY[@]}"
+[ "$(grep -c 'train: error: ' env_check.err)" = 1 ] || { cat env_check.err; fail "env_check: want one error line"; }
 printf '{"train_micro_batch_size_per_gpu": 4, "gradient_clipping": "x"}' > bad_value.json
 expect_error config_type 'gradient_clipping' 2 --config bad_value.json "${TINY[@]}"
 printf '{"train_micro_batch_size_per_gpu": 4,, }' > bad_syntax.json

@@ -43,6 +43,32 @@ bool in_choices(std::string_view choices, std::string_view value) {
 
 }  // namespace
 
+const char* class_name(Class c) { return c == Class::System ? "system" : "debug"; }
+
+const char* type_name(Type t) {
+  switch (t) {
+    case Type::Bool: return "bool";
+    case Type::Int: return "int";
+    case Type::Size: return "size";
+    case Type::Seconds: return "seconds";
+    case Type::String: return "string";
+    case Type::Choice: return "choice";
+  }
+  return "?";
+}
+
+std::string accepted(const Var& v) {
+  switch (v.type) {
+    case Type::Bool: return "0 or 1";
+    case Type::Int: return std::to_string(v.min) + " to " + std::to_string(v.max);
+    case Type::Size: return "N, NK, NM or NG bytes";
+    case Type::Seconds: return "a decimal number";
+    case Type::String: return "any text";
+    case Type::Choice: return std::string("one of ") + v.choices;
+  }
+  return "";
+}
+
 const Var& find(std::string_view name) {
   for (const Var& v : table())
     if (name == v.name) return v;

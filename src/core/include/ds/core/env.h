@@ -54,6 +54,13 @@ struct Var {
 // The whole table, in documentation order.
 std::span<const Var> table();
 
+// Names for `ds_report --env` and docs/user/environment.md: "system" / "debug"; "bool",
+// "int", "size", "seconds", "string", "choice".
+const char* class_name(Class c);
+const char* type_name(Type t);
+// The accepted values in words: "0 or 1", "1 to 64", "one of debug|info|warn|error", ...
+std::string accepted(const Var& v);
+
 // The row for `name`; throws ds::Error for a name that is not in the table (a programming
 // error: every read must be registered).
 const Var& find(std::string_view name);

@@ -1,0 +1,34 @@
+#!/bin/bash
+# Every tool checks the registered DS_* variables first: a bad value is one line
+# "<tool>: error: environment variable NAME='value': <what is accepted>" and a non-zero exit,
+# before any other work (the files named on the command line do not exist).
+# usage: tools_env_check.sh
+set -uo pipefail
+B=$DS_BINARY_DIR/apps
+T=$(mktemp -d /tmp/ds_tools_env.XXXXXX)
+trap 'rm -rf "$T"' EXIT
+fails=0
+fail() { echo "FAIL: $*"; fails=$((fails + 1)); }
+
+# bad_env TOOL 'NAME=VALUE' NEEDLE ARGS...
+bad_env() {
+  local tool=$1 assign=$2 needle=$3
+  shift 3
+  local rc=0
+  env "$assign" "$B/$tool/$tool" "$@" >"$T/out" 2>"$T/err" </dev/null || rc=$?
+  [ "$rc" != 0 ] || fail "$assign $tool $*: exit 0"
+  [ "$(wc -l <"$T/err")" = 1 ] || fail "$assign $tool $*: stderr is not one line: $(cat "$T/err")"
+  grep -qF -- "$tool: error: environment variable ${assign%%=*}='${assign#*=}': $needle" "$T/err" ||
+    fail "$assign $tool $*: want '$tool: error: environment variable ${assign%%=*}=... $needle', got: $(cat "$T/err")"
+}
+
+bad_env ds_report DS_LOG_LEVEL=loud "expected one of debug|info|warn|error" --no_mpi
+bad_env ds_config DS_LOG_ALL_RANKS=2 "expected 0 or 1" check "$T/none.json"
+bad_env ds_to_fp32 DS_CPU_SIMD=maybe "expected 0 or 1" "$T/no_ckpt" "$T/out.h5"
+bad_env dsrun DS_NN_GEMM=blas "expected one of auto|openblas|own" --dry_run true
+
+# A good value is accepted (the report runs).
+DS_LOG_LEVEL=warn "$B/ds_report/ds_report" --no_mpi >"$T/out" 2>"$T/err" || fail "DS_LOG_LEVEL=warn ds_report: $(cat "$T/err")"
+
+[ "$fails" = 0 ] || exit 1
+echo "ok: every tool rejects a bad DS_* value in one line"
