@@ -14,7 +14,15 @@
 // the bytes it must move through the shared window at the in-cache (256 KiB) memcpy
 // bandwidth, times ranks per core; MPI's median time divided by that lower bound.
 //
+// Checks: every collective's output (one more untimed run of ours per row) against the
+// expected sum or gather; any wrong element fails the run (exit 1). Headline: the median over
+// the rows of the raw MPI call's time over ours (>1: ours is faster); --min_ratio X fails the
+// run (exit 3) below X. The communicator is built here from MpiCommOptions with the
+// shared-memory tuning flags below applied, so a sweep of those constants needs no rebuild.
+//
 //   mpirun -np 4 --oversubscribe --bind-to none build/bench/comm/comm_bench [--max_size 256M] [--in_place]
+//       [--shm_chunk 1M] [--shm_oneshot_max 32K] [--shm_min 0] [--plain_all_reduce 128K:16M]
+//       [--barrier_spins 256] [--no_shm] [--no_progress_thread] [--min_ratio X]
 #include <mpi.h>
 #include <sched.h>
 
@@ -33,6 +41,7 @@
 #include "ds/core/buffer.h"
 #include "ds/mpi/init.h"
 #include "ds/mpi/mpi_comm.h"
+#include "bench_report.h"
 
 namespace {
 
@@ -114,11 +123,35 @@ std::string human(std::size_t b) {
   return s;
 }
 
-std::size_t parse_size(const std::string& s) {
-  std::size_t v = std::stoull(s);
-  if (s.back() == 'K' || s.back() == 'k') v <<= 10;
-  if (s.back() == 'M' || s.back() == 'm') v <<= 20;
-  return v;
+// Bytes with an optional K/M/G suffix; "max" is SIZE_MAX. Throws naming `flag`.
+std::size_t parse_size(const std::string& s, const std::string& flag = "size") {
+  if (s == "max") return SIZE_MAX;
+  std::size_t pos = 0;
+  unsigned long long v = 0;
+  try {
+    v = std::stoull(s, &pos);
+  } catch (const std::exception&) {
+    throw CLI::ValidationError(flag, "expected bytes with an optional K/M/G suffix, got '" + s + "'");
+  }
+  const std::string suffix = s.substr(pos);
+  if (suffix == "K" || suffix == "k") v <<= 10;
+  else if (suffix == "M" || suffix == "m") v <<= 20;
+  else if (suffix == "G" || suffix == "g") v <<= 30;
+  else if (!suffix.empty()) throw CLI::ValidationError(flag, "expected bytes with an optional K/M/G suffix, got '" + s + "'");
+  return std::size_t(v);
+}
+
+// FROM:BELOW (bytes, K/M/G suffixes, BELOW may be "max"); "none" or 0:0 is the empty band.
+ds::SizeBand parse_band(const std::string& s, const std::string& flag) {
+  if (s == "none") return {};
+  const auto colon = s.find(':');
+  if (colon == std::string::npos) throw CLI::ValidationError(flag, "expected FROM:BELOW (e.g. 128K:16M, 32K:max, none), got '" + s + "'");
+  return {parse_size(s.substr(0, colon), flag), parse_size(s.substr(colon + 1), flag)};
+}
+
+std::string band_str(const ds::SizeBand& b) {
+  if (b.from >= b.below) return "none";
+  return human(b.from) + ":" + (b.below == SIZE_MAX ? std::string("max") : human(b.below));
 }
 
 }  // namespace
@@ -136,10 +169,57 @@ int main(int argc, char** argv) {
   app.add_option("--only", only, "all_reduce | reduce_scatter | all_gather");
   bool in_place = false;
   app.add_flag("--in_place", in_place, "all_gather in place (send = this rank's block of recv, as ZeRO's parameter gather)");
-  CLI11_PARSE(app, argc, argv);
+  double min_ratio = 0;
+  app.add_option("--min_ratio", min_ratio, "fail (exit 3) when the median MPI/ours time ratio is below this")
+      ->check(CLI::NonNegativeNumber);
+  // The communicator's shared-memory tuning (MpiCommOptions), set directly; unset flags keep
+  // the library's defaults.
+  std::string shm_chunk, shm_oneshot_max, shm_min, oversubscribed;
+  std::string plain_ar, plain_rs, plain_ag, plain_ag_ip, plain_ar_over, plain_ag_over;
+  int barrier_spins = -2;
+  bool no_shm = false, no_progress = false;
+  app.add_option("--shm_chunk", shm_chunk, "bytes per shared-window half-segment (shm_chunk_bytes)");
+  app.add_option("--shm_oneshot_max", shm_oneshot_max, "largest one-barrier all_reduce on one node (0: off)");
+  app.add_option("--shm_min", shm_min, "every message of at least this many bytes takes the window (clears the plain bands; set_shm_min)");
+  app.add_option("--plain_all_reduce", plain_ar, "all_reduce sizes FROM:BELOW that take plain MPI (none: no band)");
+  app.add_option("--plain_reduce_scatter", plain_rs, "reduce_scatter plain-MPI band FROM:BELOW");
+  app.add_option("--plain_all_gather", plain_ag, "all_gather plain-MPI band FROM:BELOW");
+  app.add_option("--plain_all_gather_in_place", plain_ag_ip, "in-place all_gather plain-MPI band FROM:BELOW");
+  app.add_option("--plain_all_reduce_oversubscribed", plain_ar_over, "all_reduce plain-MPI band on an oversubscribed node");
+  app.add_option("--plain_all_gather_oversubscribed", plain_ag_over, "all_gather plain-MPI band on an oversubscribed node");
+  app.add_option("--barrier_spins", barrier_spins, "pause-spins of a window barrier before it yields (-1: the default rule)")
+      ->check(CLI::Range(-1, 1 << 30));
+  app.add_option("--oversubscribed", oversubscribed, "auto | 0 | 1: whether the node counts as oversubscribed")
+      ->check(CLI::IsMember({"auto", "0", "1"}));
+  app.add_flag("--no_shm", no_shm, "no shared-memory window: every collective takes plain MPI");
+  app.add_flag("--no_progress_thread", no_progress, "run non-blocking shm collectives inline");
+  ds::MpiCommOptions opts = ds::MpiCommOptions::from_env();
+  try {
+    app.parse(argc, argv);
+    if (no_shm) opts.shm = false;
+    if (no_progress) opts.progress_thread = false;
+    if (!shm_chunk.empty()) opts.shm_chunk_bytes = parse_size(shm_chunk, "--shm_chunk");
+    if (!shm_oneshot_max.empty()) opts.shm_oneshot_max = parse_size(shm_oneshot_max, "--shm_oneshot_max");
+    if (!shm_min.empty()) opts.set_shm_min(parse_size(shm_min, "--shm_min"));  // first: it clears the bands
+    if (!plain_ar.empty()) opts.plain_all_reduce = parse_band(plain_ar, "--plain_all_reduce");
+    if (!plain_rs.empty()) opts.plain_reduce_scatter = parse_band(plain_rs, "--plain_reduce_scatter");
+    if (!plain_ag.empty()) opts.plain_all_gather = parse_band(plain_ag, "--plain_all_gather");
+    if (!plain_ag_ip.empty()) opts.plain_all_gather_in_place = parse_band(plain_ag_ip, "--plain_all_gather_in_place");
+    if (!plain_ar_over.empty()) opts.plain_all_reduce_oversubscribed = parse_band(plain_ar_over, "--plain_all_reduce_oversubscribed");
+    if (!plain_ag_over.empty()) opts.plain_all_gather_oversubscribed = parse_band(plain_ag_over, "--plain_all_gather_oversubscribed");
+    if (barrier_spins != -2) opts.barrier_spins = barrier_spins;
+    if (!oversubscribed.empty()) opts.oversubscribed = oversubscribed == "auto" ? -1 : std::stoi(oversubscribed);
+    parse_size(min_s, "--min_size");
+    parse_size(max_s, "--max_size");
+  } catch (const CLI::ParseError& e) {
+    return app.exit(e);
+  }
 
   ds::DistributedContext ctx = ds::init_distributed();
-  auto& comm = dynamic_cast<ds::MpiComm&>(*ctx.comm);
+  // Our own communicator with `opts` (the context's default one goes first: one window at a time).
+  ctx.comm.reset();
+  auto comm_owner = std::make_shared<ds::MpiComm>(ctx.mpi_comm, opts, ctx.runtime);
+  auto& comm = *comm_owner;
   const int n = ctx.world_size, r = ctx.rank;
   const std::size_t min_b = parse_size(min_s), max_b = parse_size(max_s);
   const std::size_t max_elems = max_b / 4;
@@ -167,10 +247,7 @@ int main(int argc, char** argv) {
   if (r == 0) {
     const char* tun = std::getenv("GLIBC_TUNABLES");
     const auto& o = comm.options();
-    auto band = [](const ds::SizeBand& b) {
-      if (b.from >= b.below) return std::string("none");
-      return human(b.from) + ":" + (b.below == SIZE_MAX ? std::string("max") : human(b.below));
-    };
+    auto band = band_str;
     std::printf("# comm_bench: %d ranks, %d node(s), shm %s (chunk %zu KiB; from %zu / %zu / %zu B for all_reduce / "
                 "reduce_scatter / all_gather; plain-MPI bands %s / %s / %s / in place %s / oversubscribed: all_reduce %s, all_gather %s, %s), progress thread %s, GLIBC_TUNABLES=%s\n",
                 n, comm.num_nodes(), comm.shm_enabled() ? "on" : "off", o.shm_chunk_bytes >> 10, o.shm_min_all_reduce,
@@ -187,6 +264,11 @@ int main(int argc, char** argv) {
                 "GB/s", "x");
   }
 
+  ds::bench::Report report("comm_bench");
+  report.min_ratio(min_ratio);
+  std::vector<double> ratios;
+  long long all_wrong = 0, all_checked = 0;
+  nlohmann::json rows = nlohmann::json::array();
   const char* names[] = {"all_reduce", "reduce_scatter", in_place ? "all_gather_ip" : "all_gather"};
   for (std::size_t bytes = min_b; bytes <= max_b; bytes *= 2) {
     const std::size_t elems = bytes / 4;
@@ -252,6 +334,13 @@ int main(int argc, char** argv) {
       }
       long long total_wrong = 0;
       MPI_Reduce(&wrong, &total_wrong, 1, MPI_LONG_LONG, MPI_SUM, 0, ctx.mpi_comm);
+      all_wrong += total_wrong;
+      all_checked += c == 1 ? (long long)elems : (long long)elems * n;  // output elements over all ranks
+      ratios.push_back(t_mpi / t_ours);
+      rows.push_back({{"collective", names[c]}, {"bytes", bytes}, {"time_us", t_ours * 1e6}, {"mpi_us", t_mpi * 1e6},
+                      {"busbw_gbs", bytes / t_ours / 1e9 * factor}, {"mpi_busbw_gbs", bytes / t_mpi / 1e9 * factor},
+                      {"ratio", t_mpi / t_ours}, {"best_ratio", best_mpi / best_ours}, {"memcpy_gbs", memcpy_gbs},
+                      {"limit_x", t_mpi / t_bound}, {"wrong", total_wrong}});
       if (r == 0) {
         const double alg = bytes / t_ours / 1e9, alg_mpi = bytes / t_mpi / 1e9;
         std::printf("%-14s %6s %10.1f %8.2f %8.2f %7lld %10.1f %8.2f %7.2f %9.2f %9.2f %8.2f\n", names[c],
@@ -261,6 +350,28 @@ int main(int argc, char** argv) {
       }
     }
   }
+  const auto& o = comm.options();
+  report["ranks"] = n;
+  report["nodes"] = comm.num_nodes();
+  report["in_place"] = in_place;
+  report["options"] = {{"shm", comm.shm_enabled()}, {"shm_chunk_bytes", o.shm_chunk_bytes},
+                       {"shm_oneshot_max", o.shm_oneshot_max}, {"shm_min_all_reduce", o.shm_min_all_reduce},
+                       {"shm_min_reduce_scatter", o.shm_min_reduce_scatter}, {"shm_min_all_gather", o.shm_min_all_gather},
+                       {"plain_all_reduce", band_str(o.plain_all_reduce)}, {"plain_reduce_scatter", band_str(o.plain_reduce_scatter)},
+                       {"plain_all_gather", band_str(o.plain_all_gather)},
+                       {"plain_all_gather_in_place", band_str(o.plain_all_gather_in_place)},
+                       {"plain_all_reduce_oversubscribed", band_str(o.plain_all_reduce_oversubscribed)},
+                       {"plain_all_gather_oversubscribed", band_str(o.plain_all_gather_oversubscribed)},
+                       {"oversubscribed", comm.oversubscribed()}, {"barrier_spins", o.barrier_spins},
+                       {"progress_thread", comm.uses_progress_thread()}};
+  report["rows"] = rows;
+  report.check("collective outputs equal the expected sums / gathers", all_wrong == 0,
+               std::to_string(all_wrong) + " wrong of " + std::to_string(all_checked) + " output elements in " +
+                   std::to_string(rows.size()) + " rows");
+  report.headline("raw MPI time / ours, median over " + std::to_string(ratios.size()) + " rows", ds::bench::median(ratios));
+  int code = report.finish(r == 0);
+  MPI_Bcast(&code, 1, MPI_INT, 0, ctx.mpi_comm);
+  comm_owner.reset();
   ds::finalize_distributed(ctx);
-  return 0;
+  return code;
 }
