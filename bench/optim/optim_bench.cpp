@@ -9,6 +9,12 @@
 // Also torch.optim.AdamW(foreach=True) through /usr/bin/python3 for fp32 AdamW. Median of
 // --repeats after one warm-up, ours and the pattern kernels timed in turn. Buffers are
 // allocated and first-touched once.
+//
+// Check: before timing, one step of every optimizer and precision with the fast kernels
+// (Kernel::Cpu) against the plain reference (Kernel::Ref) on the same inputs: master and
+// states within 4 fp32 ulps, the working copy within 1 ulp of its dtype (tests/optim holds
+// the exact bounds); a difference fails the run (exit 1). Headline: the median over the rows
+// of ours / the pattern-kernel limit (GB/s); --min_ratio X fails the run (exit 3) below X.
 #include <immintrin.h>
 #include <omp.h>
 
@@ -31,6 +37,7 @@
 #include "ds/core/cpu_features.h"
 #include "ds/core/half.h"
 #include "ds/optim/optimizer.h"
+#include "bench_report.h"
 #include "simd.h"  // src/optim/src: the kernels' loop and prefetch, shared by the pattern kernel
 
 using ds::DType;
@@ -229,12 +236,65 @@ double torch_adamw_seconds(const std::string& python, std::size_t n, int threads
 }
 
 // The optimizer every row times: the config's defaults, weight decay 0.01, SGD with momentum.
-auto make_bench_optimizer(const char* type) {
+auto make_bench_optimizer(const char* type, ds::optim::Kernel kernel = ds::optim::Kernel::Cpu) {
   ds::config::OptimizerConfig cfg;
   cfg.type = type;
   cfg.weight_decay = 0.01;
   if (std::string(type) == "sgd") cfg.momentum = 0.9;
-  return ds::optim::make_optimizer(cfg, ds::optim::Kernel::Cpu);
+  return ds::optim::make_optimizer(cfg, kernel);
+}
+
+// Distance in units in the last place between two floats (0: same bits; signs handled).
+std::int64_t ulps32(float a, float b) {
+  std::int32_t x, y;
+  std::memcpy(&x, &a, 4);
+  std::memcpy(&y, &b, 4);
+  const std::int64_t ox = x < 0 ? std::int64_t(INT32_MIN) - x : x, oy = y < 0 ? std::int64_t(INT32_MIN) - y : y;
+  return ox > oy ? ox - oy : oy - ox;
+}
+std::int64_t ulps16(std::uint16_t a, std::uint16_t b) {
+  const std::int64_t ox = a & 0x8000 ? -std::int64_t(a & 0x7fff) : a, oy = b & 0x8000 ? -std::int64_t(b & 0x7fff) : b;
+  return ox > oy ? ox - oy : oy - ox;
+}
+
+// One step of `type` with the fast kernels and with the reference on the same n inputs (two
+// steps: the second sees non-zero state); the largest ulp distances of master + states and of
+// the working copy.
+std::pair<std::int64_t, std::int64_t> fast_vs_ref(const char* type, DType g, DType w, std::size_t n) {
+  ds::HostBuffer grad32(n, DType::F32), grad(n, g == DType::U8 ? DType::F32 : g);
+  for (std::size_t i = 0; i < n; ++i) grad32.as<float>()[i] = 1e-3f * float(int(i * 7 % 29) - 14) + 1e-5f * float(i % 3);
+  ds::convert(grad32.data(), DType::F32, grad.data(), grad.dtype(), n);
+  std::vector<float> master[2];
+  std::vector<std::vector<float>> states[2];
+  std::vector<std::uint16_t> work16[2];
+  std::vector<float> work32[2];
+  for (int k = 0; k < 2; ++k) {
+    auto opt = make_bench_optimizer(type, k == 0 ? ds::optim::Kernel::Ref : ds::optim::Kernel::Cpu);
+    opt->init_state(n);
+    master[k].resize(n);
+    for (std::size_t i = 0; i < n; ++i) master[k][i] = 0.01f * float(int(i % 97) - 48);
+    work16[k].assign(n, 0);
+    work32[k].assign(n, 0.f);
+    const TensorView wv{w == DType::U8 ? nullptr : w == DType::F32 ? static_cast<void*>(work32[k].data()) : work16[k].data(), n,
+                        w == DType::U8 ? DType::F32 : w};
+    for (std::int64_t step = 1; step <= 2; ++step) {
+      ds::optim::StepContext ctx;
+      ctx.lr = 1e-3;
+      ctx.step = step;
+      opt->step(std::span<float>(master[k].data(), n), TensorView{grad.data(), n, grad.dtype()}, wv, {}, ctx);
+    }
+    for (auto& kv : opt->state_tensors()) states[k].emplace_back(kv.second.begin(), kv.second.end());
+  }
+  std::int64_t worst = 0, worst_w = 0;
+  for (std::size_t i = 0; i < n; ++i) worst = std::max(worst, ulps32(master[0][i], master[1][i]));
+  for (std::size_t s = 0; s < states[0].size() && s < states[1].size(); ++s)
+    for (std::size_t i = 0; i < n; ++i) worst = std::max(worst, ulps32(states[0][s][i], states[1][s][i]));
+  if (states[0].size() != states[1].size()) worst = INT64_MAX;
+  for (std::size_t i = 0; i < n; ++i) {
+    if (w == DType::F16 || w == DType::BF16) worst_w = std::max(worst_w, ulps16(work16[0][i], work16[1][i]));
+    if (w == DType::F32) worst_w = std::max(worst_w, ulps32(work32[0][i], work32[1][i]));
+  }
+  return {worst, worst_w};
 }
 
 }  // namespace
@@ -244,6 +304,7 @@ int main(int argc, char** argv) {
   int repeats = 5;
   std::string python;
   std::string only;
+  double min_ratio = 0;
   for (int i = 1; i < argc; ++i) {
     const std::string a = argv[i];
     auto next = [&]() -> std::string {
@@ -255,10 +316,11 @@ int main(int argc, char** argv) {
     else if (a == "--repeats") repeats = std::stoi(next());
     else if (a == "--python") python = next();
     else if (a == "--only") only = next();
+    else if (a == "--min_ratio") min_ratio = ds::bench::parse_min_ratio("optim_bench", next());
     else {
       std::fprintf(stderr,
                    "usage: optim_bench [--sizes N,N] [--threads 1,2] [--repeats R] [--python /usr/bin/python3] "
-                   "[--only adamw|sgd|adagrad|lamb]\n");
+                   "[--only adamw|sgd|adagrad|lamb] [--min_ratio X]\n");
       return a == "--help" ? 0 : 2;
     }
   }
@@ -282,6 +344,30 @@ int main(int argc, char** argv) {
       {"adagrad", "fp32", DType::F32, DType::U8}, {"adagrad", "bf16", DType::BF16, DType::BF16},
       {"lamb", "fp32", DType::F32, DType::U8},  {"lamb", "bf16", DType::BF16, DType::BF16},
   };
+  ds::bench::Report report("optim_bench");
+  report.min_ratio(min_ratio);
+  report["repeats"] = repeats;
+  report["cpu_features"] = ds::cpu_features_string();
+  {  // the result check: fast kernels against the reference, one step (plus one on non-zero state)
+    const std::size_t nc = 100003;  // odd: the vector loops' masked tails run too
+    std::string worst_row;
+    std::int64_t worst = 0, worst_w = 0;
+    bool ok = true;
+    for (const Variant& v : variants) {
+      if (!only.empty() && only != v.opt) continue;
+      const auto [m, wk] = fast_vs_ref(v.opt, v.g, v.w, nc);
+      if (m > worst || wk > worst_w) worst_row = std::string(v.opt) + " " + v.prec;
+      worst = std::max(worst, m);
+      worst_w = std::max(worst_w, wk);
+      ok = ok && m <= 4 && wk <= 1;
+    }
+    report.check("fast optimizer kernels equal the reference kernels (Kernel::Ref)", ok,
+                 "largest distance over " + std::to_string(nc) + " params, 2 steps: master/state " + std::to_string(worst) +
+                     " ulps (limit 4), working copy " + std::to_string(worst_w) + " ulps (limit 1)" +
+                     (worst_row.empty() ? "" : ", at " + worst_row));
+  }
+  std::vector<double> ratios;
+  nlohmann::json rows = nlohmann::json::array();
   std::printf("| optimizer | precision | params | threads | B/param | ours G params/s | ours GB/s | pattern limit GB/s | ours / limit "
               "| pattern kernels GB/s (hw: hardware prefetch only, pf: + software prefetch, nt: non-temporal working stores) |\n");
   std::printf("| --- | --- | --- | --- | --- | --- | --- | --- | --- | --- |\n");
@@ -346,6 +432,10 @@ int main(int argc, char** argv) {
           variants_gbs += buf;
         }
         const double gbs = double(bytes) * double(n) / t_opt / 1e9, lim = double(bytes) * double(n) / t_pat / 1e9;
+        ratios.push_back(gbs / lim);
+        rows.push_back({{"optimizer", v.opt}, {"precision", v.prec}, {"params", nn}, {"threads", th},
+                        {"bytes_per_param", bytes}, {"gparams_per_s", double(n) / t_opt / 1e9}, {"gbs", gbs},
+                        {"limit_gbs", lim}, {"ratio", gbs / lim}});
         std::printf("| %s | %s | %lldM | %lld | %zu | %.2f | %.1f | %.1f | %.2f | %s (limit: %s) |\n", v.opt, v.prec,
                     nn / 1000000, th, bytes, double(n) / t_opt / 1e9, gbs, lim, gbs / lim, variants_gbs.c_str(),
                     pvs[best - 1].name);
@@ -354,6 +444,7 @@ int main(int argc, char** argv) {
       if (!python.empty() && (only.empty() || only == "adamw")) {
         const double t = torch_adamw_seconds(python, n, int(th), repeats);
         if (t > 0) {
+          report["torch_adamw"].push_back({{"params", nn}, {"threads", th}, {"gparams_per_s", double(n) / t / 1e9}});
           std::printf("| torch.optim.AdamW(foreach=True) 1.13 | fp32 | %lldM | %lld | 28 | %.3f | %.1f | - | - | - |\n", nn / 1000000,
                       th, double(n) / t / 1e9, 28.0 * double(n) / t / 1e9);
         } else {
@@ -395,6 +486,10 @@ int main(int argc, char** argv) {
     }
     std::sort(rates.begin(), rates.end());
     std::printf("| %s | %s | %.2f |\n", v.opt, v.prec, rates[rates.size() / 2]);
+    report["compute_ceiling_gparams_per_s"][std::string(v.opt) + "_" + v.prec] = rates[rates.size() / 2];
   }
-  return 0;
+  report["rows"] = rows;
+  report.headline("ours / pattern-kernel limit (GB/s), median over " + std::to_string(ratios.size()) + " rows",
+                  ds::bench::median(ratios));
+  return report.finish();
 }
