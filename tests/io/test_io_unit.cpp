@@ -20,6 +20,7 @@
 #include "ds/io/h5file.h"
 #include "ds/io/state_value.h"
 #include "../common/self_comm.h"
+#include "../common/temp_dir.h"
 
 #include <hdf5.h>
 
@@ -34,15 +35,6 @@ fs::path fresh_dir(const std::string& name) {
   fs::remove_all(p);
   fs::create_directories(p);
   return p;
-}
-
-std::string error_of(const std::function<void()>& f) {
-  try {
-    f();
-  } catch (const ds::Error& e) {
-    return e.what();
-  }
-  return "";
 }
 
 StateValue sample_tree() {
@@ -165,7 +157,7 @@ TEST(StateValue, ConstructionAccessEquality) {
   EXPECT_NE(error_of([&] { (void)v.at("nope"); }).find("'nope'"), std::string::npos);
   StateValue l = StateValue::list({1, 2});
   EXPECT_EQ(l.at(std::size_t(1)).as_int(), 2);
-  EXPECT_FALSE(error_of([&] { (void)l.at(std::size_t(2)); }).empty());
+  EXPECT_NE(error_of([&] { (void)l.at(std::size_t(2)); }), "(no error)");
 }
 
 TEST(StateTree, RoundTripsEveryKindExactly) {
@@ -240,7 +232,7 @@ TEST(H5Datasets, EveryDtypeRoundTripsAndRanges) {
   std::string e = error_of([&] { f.read("g/f32", rd.data(), DType::F64, 6); });
   EXPECT_NE(e.find("d.h5"), std::string::npos);
   EXPECT_NE(e.find("g/f32"), std::string::npos);
-  EXPECT_FALSE(error_of([&] { f.read_range("bf16", rb.data(), DType::BF16, 5, 3); }).empty());
+  EXPECT_NE(error_of([&] { f.read_range("bf16", rb.data(), DType::BF16, 5, 3); }), "(no error)");
 }
 
 TEST(H5Errors, NameTheCallTheFileAndTheReason) {
@@ -517,7 +509,7 @@ TEST(Checkpoint, LatestMissingDirMissingTag) {
   std::string e = error_of([&] { CheckpointReader r(d.string(), "t2"); });
   EXPECT_NE(e.find("tag 't2' not found"), std::string::npos) << e;
   EXPECT_NE(e.find("t1"), std::string::npos) << e;  // lists the tags that exist
-  EXPECT_FALSE(error_of([&] { CheckpointReader r((d / "nope").string(), "t1"); }).empty());
+  EXPECT_NE(error_of([&] { CheckpointReader r((d / "nope").string(), "t1"); }), "(no error)");
 }
 
 TEST(Checkpoint, ExistingTagIsNotOverwrittenUnlessAsked) {
@@ -594,8 +586,8 @@ TEST(Checkpoint, DifferentModelListsNamesAndShapes) {
   EXPECT_NE(e.find("missing in checkpoint: d"), std::string::npos) << e;
   EXPECT_NE(e.find("unexpected in checkpoint: c"), std::string::npos) << e;
   std::vector<ExpectedParam> subset = {{"a", {3, 4}, 0}};
-  EXPECT_TRUE(error_of([&] { r.check_model(subset, false); }).empty());  // non-strict: warns only
-  EXPECT_FALSE(error_of([&] { r.check_model(subset, true); }).empty());
+  EXPECT_EQ(error_of([&] { r.check_model(subset, false); }), "(no error)");  // non-strict: warns only
+  EXPECT_NE(error_of([&] { r.check_model(subset, true); }), "(no error)");
   EXPECT_FALSE(r.same_flat_layout(subset));
 }
 
@@ -603,13 +595,13 @@ TEST(Checkpoint, TagValidationParsingAndBadTags) {
   EXPECT_EQ(parse_tag_validation("WARN"), TagValidation::Warn);
   EXPECT_EQ(parse_tag_validation("fail"), TagValidation::Fail);
   EXPECT_EQ(parse_tag_validation("Ignore"), TagValidation::Ignore);
-  EXPECT_FALSE(error_of([] { (void)parse_tag_validation("loud"); }).empty());
+  EXPECT_NE(error_of([] { (void)parse_tag_validation("loud"); }), "(no error)");
   fs::path d = fresh_dir("badtag");
   ds::test::SelfComm comm;
   FakeModel m(1.0f);
-  EXPECT_FALSE(error_of([&] { save_checkpoint(comm, d.string(), "a/b", m.content()); }).empty());
-  EXPECT_FALSE(error_of([&] { save_checkpoint(comm, d.string(), "latest", m.content()); }).empty());
-  EXPECT_FALSE(error_of([&] { save_checkpoint(comm, "", "t", m.content()); }).empty());
+  EXPECT_NE(error_of([&] { save_checkpoint(comm, d.string(), "a/b", m.content()); }), "(no error)");
+  EXPECT_NE(error_of([&] { save_checkpoint(comm, d.string(), "latest", m.content()); }), "(no error)");
+  EXPECT_NE(error_of([&] { save_checkpoint(comm, "", "t", m.content()); }), "(no error)");
 }
 
 // Tags and shard file names are plain names inside the checkpoint directory: a `latest`, a

@@ -3,6 +3,7 @@
 #include <gtest/gtest.h>
 #include <unistd.h>
 
+#include "../common/temp_dir.h"
 #include "ds/core/error.h"
 #include "ds/launch/command.h"
 #include "ds/launch/exec_limits.h"
@@ -10,14 +11,6 @@
 using namespace ds::launch;
 
 namespace {
-std::string error_of(const std::function<void()>& f) {
-  try {
-    f();
-  } catch (const ds::Error& e) {
-    return e.what();
-  }
-  return "";
-}
 Command command_with(EnvList exports) {
   Resolution r;
   r.world = {{"localhost", {0, 1}}};
@@ -41,7 +34,7 @@ TEST(ExecLimits, OneVariableTooLong) {
   const ExecLimits l{131072, 2u << 20};
   // NAME=VALUE of 131071 bytes fits with its NUL; one byte more does not.
   EnvList fits = {{"NCCL_BIG", std::string(131071 - 9, 'x')}};
-  EXPECT_EQ(error_of([&] { check_exec_size(command_with(fits), {}, l); }), "");
+  EXPECT_EQ(error_of([&] { check_exec_size(command_with(fits), {}, l); }), "(no error)");
   EnvList over = {{"NCCL_BIG", std::string(131072 - 9, 'x')}};
   EXPECT_NE(error_of([&] { check_exec_size(command_with(over), {}, l); })
                 .find("environment variable NCCL_BIG is 131072 bytes (NCCL_BIG=VALUE), over the "
@@ -68,7 +61,7 @@ TEST(ExecLimits, TotalTooLarge) {
   for (int i = 0; i < 3; ++i) exports.emplace_back("NCCL_V" + std::to_string(i), std::string(60000, 'v'));
   exports.emplace_back("NCCL_LARGEST", std::string(90000, 'v'));
   // Exports alone fit; with the same variables in dsrun's environment too they do not.
-  EXPECT_EQ(error_of([&] { check_exec_size(command_with(exports), {}, l); }), "");
+  EXPECT_EQ(error_of([&] { check_exec_size(command_with(exports), {}, l); }), "(no error)");
   std::string e = error_of([&] { check_exec_size(command_with(exports), exports, l); });
   EXPECT_NE(e.find("the mpirun command line and environment take "), std::string::npos) << e;
   EXPECT_NE(e.find("over this system's 300000-byte limit for one exec"), std::string::npos) << e;

@@ -6,6 +6,7 @@
 #include <fstream>
 #include <unistd.h>
 
+#include "../common/temp_dir.h"
 #include "ds/core/error.h"
 #include "ds/launch/filter.h"
 #include "ds/launch/resolve.h"
@@ -16,14 +17,6 @@ using namespace ds::launch;
 namespace {
 Pool two4() { return {{"worker-0", 4}, {"worker-1", 4}}; }
 std::string str(const WorldInfo& w) { return world_info_json(w); }
-std::string error_of(const std::function<void()>& f) {
-  try {
-    f();
-  } catch (const ds::Error& e) {
-    return e.what();
-  }
-  return "";
-}
 
 struct TempHostfile {
   std::string path;
