@@ -3,12 +3,18 @@
 // time of the calling process (medians), so a loaded machine inflates them less than wall time.
 // Prints one row per shape with the calls per step and the share of the step's GEMM FLOPs.
 //
-//   bench_gemm_shapes [--embd 256] [--tokens 1024] [--seq 128] [--heads 4] [--reps 9]
+// Check: at every shape our fp32 and bf16 kernels' output against OpenBLAS's (largest
+// difference over the largest |value|: fp32 1e-4, bf16 3e-2, bf16 inputs); a larger one fails
+// the run (exit 1). Headline: the median over the shapes of our fp32 kernel's rate over
+// OpenBLAS's; --min_ratio X fails the run (exit 3) below X. The last line is its JSON: record.
+//
+//   bench_gemm_shapes [--embd 256] [--tokens 1024] [--seq 128] [--heads 4] [--reps 9] [--min_ratio X]
 #include <cblas.h>
 #include <omp.h>
 #include <time.h>
 
 #include <algorithm>
+#include <cmath>
 #include <cstdio>
 #include <cstdint>
 #include <string>
@@ -16,6 +22,7 @@
 
 #include "ds/core/buffer.h"
 #include "ds/nn/gemm.h"
+#include "bench_report.h"
 
 namespace {
 
@@ -50,14 +57,27 @@ double median_s(F&& f, int reps) {
 int main(int argc, char** argv) {
   std::int64_t C = 256, BT = 1024, T = 128, NH = 4, L = 4, V = 256;
   int reps = 9;
+  double min_ratio = 0;
   for (int i = 1; i < argc; ++i) {
     std::string a = argv[i];
     auto next = [&] { return std::stoll(i + 1 < argc ? argv[++i] : "0"); };
+    if (a == "--min_ratio") {
+      min_ratio = ds::bench::parse_min_ratio("bench_gemm_shapes", i + 1 < argc ? argv[++i] : "");
+      continue;
+    }
     if (a == "--embd") C = next();
     else if (a == "--tokens") BT = next();
     else if (a == "--seq") T = next();
     else if (a == "--heads") NH = next();
     else if (a == "--reps") reps = int(next());
+    else {
+      std::fprintf(stderr, "bench_gemm_shapes: error: unknown flag %s\n", a.c_str());
+      return 2;
+    }
+  }
+  if (reps < 1) {
+    std::fprintf(stderr, "bench_gemm_shapes: error: --reps must be at least 1\n");
+    return 2;
   }
   const std::int64_t hd = C / NH, BH = BT / T * NH;
   const int l = int(L);
@@ -95,11 +115,36 @@ int main(int argc, char** argv) {
   std::printf("| shape | M x N x K | calls/step | openblas | own fp32 | own bf16 | openblas ms/step |\n");
   std::printf("| --- | --- | --- | --- | --- | --- | --- |\n");
   double tot_ms = 0, tot_flop = 0;
+  ds::bench::Report report("bench_gemm_shapes");
+  report.min_ratio(min_ratio);
+  std::vector<double> ratios;
+  double worst_f32 = 0, worst_bf16 = 0;
+  std::vector<float> ref;
+  // Largest |ours - OpenBLAS| over the largest |OpenBLAS| at shape s (Cm holds ours).
+  auto rel_diff = [&](const Shape& s) {
+    double d = 0, m = 0;
+    for (std::size_t i = 0; i < std::size_t(s.M * s.N); ++i) {
+      d = std::max(d, double(std::fabs(Cm[i] - ref[i])));
+      m = std::max(m, double(std::fabs(ref[i])));
+    }
+    return std::isfinite(d) ? d / std::max(m, 1e-30) : INFINITY;
+  };
   for (const Shape& s : shapes) {
+    blas(s);
+    ref.assign(Cm, Cm + s.M * s.N);
+    if (ds::nn::f32_gemm_supported()) {
+      own(s, ds::nn::Precision::F32);
+      worst_f32 = std::max(worst_f32, rel_diff(s));
+    }
+    if (ds::nn::bf16_gemm_supported()) {
+      own(s, ds::nn::Precision::BF16);
+      worst_bf16 = std::max(worst_bf16, rel_diff(s));
+    }
     const double fl = 2.0 * double(s.M * s.N * s.K);
     const double tb = median_s([&] { blas(s); }, reps);
     const double tf = ds::nn::f32_gemm_supported() ? median_s([&] { own(s, ds::nn::Precision::F32); }, reps) : 0;
     const double th = ds::nn::bf16_gemm_supported() ? median_s([&] { own(s, ds::nn::Precision::BF16); }, reps) : 0;
+    if (tf > 0) ratios.push_back(tb / tf);
     tot_ms += 1e3 * tb * s.calls;
     tot_flop += fl * s.calls;
     std::printf("| %s | %lld x %lld x %lld | %d | %.1f | %.1f | %.1f | %.2f |\n", s.what, (long long)s.M,
@@ -112,5 +157,15 @@ int main(int argc, char** argv) {
               ds::nn::bf16_gemm_supported() ? fl / median_s([&] { own(sq, ds::nn::Precision::BF16); }, reps) / 1e9 : 0);
   std::printf("OpenBLAS, all step GEMMs: %.1f ms, %.1f GFLOP -> %.1f GFLOP/s\n", tot_ms, tot_flop / 1e9,
               tot_flop / tot_ms / 1e6);
-  return 0;
+  report["threads"] = omp_get_max_threads();
+  report["openblas_core"] = openblas_get_corename();
+  report["openblas_step_gemm_ms"] = tot_ms;
+  report["openblas_step_gflops"] = tot_flop / tot_ms / 1e6;
+  char detail[160];
+  std::snprintf(detail, sizeof detail, "largest difference over largest |value|: fp32 %.2g (limit 1e-4), bf16 %.2g (limit 3e-2), %zu shapes",
+                worst_f32, worst_bf16, shapes.size());
+  report.check("our GEMM kernels' output equals OpenBLAS's", worst_f32 <= 1e-4 && worst_bf16 <= 3e-2, detail);
+  report.headline("own fp32 GEMM rate / OpenBLAS sgemm rate, median over " + std::to_string(ratios.size()) + " shapes",
+                  ds::bench::median(ratios));
+  return report.finish();
 }

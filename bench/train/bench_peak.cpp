@@ -4,13 +4,21 @@
 //   fp32 accumulation), fp16 vfmadd231ph (64 FLOP, fp16 accumulation).
 // It bounds what a bf16 GEMM can gain over fp32 on this CPU (see docs/user/models.md).
 //
-//   bench_peak        (prints one line per form; skips the ones the CPU lacks)
+// Check: every accumulator sum comes back finite and positive (the loop ran). Headline: the
+// bf16 form's FLOP rate over the fp32 FMA's, both measured here (none without AVX512-BF16);
+// --min_ratio X fails the run (exit 3) below X. The last line is its JSON: record.
+//
+//   bench_peak [--min_ratio X]   (prints one line per form; skips the ones the CPU lacks)
 #include <immintrin.h>
 #include <time.h>
 
 #include <cstdio>
 
+#include <cmath>
+#include <string>
+
 #include "ds/core/cpu_features.h"
+#include "bench_report.h"
 
 // GCC 12 reports the _mm512_undefined_*() inside its own reduce intrinsics as uninitialized.
 #if defined(__GNUC__) && !defined(__clang__)
@@ -75,13 +83,15 @@ __attribute__((target("avx512f,avx512fp16"), noinline)) float fp16_fma(long n) {
 }
 #endif
 
+bool g_sums_ok = true;  // every accumulator sum finite and positive
+
 template <class F>
 double best_gflops(F f, double flop_per_iter, long n) {
   double best = 0;
   for (int r = 0; r < 3; ++r) {
     const double t0 = cpu_now();
     volatile float sink = f(n);
-    (void)sink;
+    if (!(std::isfinite(float(sink)) && float(sink) > 0)) g_sums_ok = false;
     const double t = cpu_now() - t0;
     if (t > 0 && flop_per_iter * double(n) / t > best) best = flop_per_iter * double(n) / t;
   }
@@ -90,24 +100,43 @@ double best_gflops(F f, double flop_per_iter, long n) {
 
 }  // namespace
 
-int main() {
+int main(int argc, char** argv) {
+  double min_ratio = 0;
+  for (int i = 1; i < argc; ++i) {
+    const std::string a = argv[i];
+    if (a == "--min_ratio") min_ratio = ds::bench::parse_min_ratio("bench_peak", i + 1 < argc ? argv[++i] : "");
+    else {
+      std::fprintf(stderr, "bench_peak: error: unknown flag %s\n", a.c_str());
+      return 2;
+    }
+  }
+  ds::bench::Report report("bench_peak");
+  report.min_ratio(min_ratio);
   const auto& cf = ds::cpu_features();
   const long n = 20000000;
   if (!cf.avx512f || !cf.fma) {
     std::printf("no AVX-512: nothing to measure\n");
-    return 0;
+    report.headline("none: no AVX-512", std::nan(""));
+    return report.finish();
   }
   const double f32 = best_gflops(fp32_fma, 12 * 32, n);
   std::printf("fp32 vfmadd231ps: %.1f GFLOP/s per core (CPU time)\n", f32);
+  report["fp32_fma_gflops"] = f32;
+  double bf16_ratio = std::nan("");
   if (cf.avx512_bf16) {
     const double b = best_gflops(bf16_dot, 12 * 64, n);
     std::printf("bf16 vdpbf16ps:   %.1f GFLOP/s (%.2fx fp32)\n", b, b / f32);
+    report["bf16_dot_gflops"] = b;
+    bf16_ratio = b / f32;
   }
   if (DS_PEAK_FP16 && cf.avx512_fp16) {
 #if DS_PEAK_FP16
     const double h = best_gflops(fp16_fma, 12 * 64, n);
     std::printf("fp16 vfmadd231ph: %.1f GFLOP/s (%.2fx fp32; fp16 accumulation)\n", h, h / f32);
+    report["fp16_fma_gflops"] = h;
 #endif
   }
-  return 0;
+  report.check("every accumulator sum is finite and positive", g_sums_ok, g_sums_ok ? "all sums finite and > 0" : "a sum was not");
+  report.headline("bf16 vdpbf16ps FLOP rate / fp32 FMA FLOP rate", bf16_ratio);
+  return report.finish();
 }

@@ -1,11 +1,15 @@
-// Training throughput of the built-in GPT on the CPU (issue 6 item 7), our side:
+// Training throughput of the built-in GPT on the CPU, our side:
 // tokens/s of forward + backward + the library's fused AdamW step (ds::optim::adam_cpu), and
 // the compute bound (model FLOPs/token over the sgemm rate OpenBLAS reaches here, measured in
 // the same run). --profile adds the per-op CPU-time split of a step (run it on 1 thread).
 // bench/train/run.sh runs this beside the same model in PyTorch and prints the table.
 //
+// Check: the loss is finite and falls (last step's below the first's). Headline: tokens/s of
+// the median step over the compute bound measured here; --min_ratio X fails the run below X.
+// The last stdout line is its JSON: record (bench/README.md), which bench/train/run.sh reads.
+//
 //   bench_train [--dtype fp32|bf16|fp16] [--steps N] [--warmup N] [--layers 4] [--heads 4]
-//               [--embd 256] [--seq 128] [--vocab 256] [--batch 8] [--json]
+//               [--embd 256] [--seq 128] [--vocab 256] [--batch 8] [--min_ratio X]
 #include <cblas.h>
 #include <omp.h>
 
@@ -25,6 +29,7 @@
 #include "ds/nn/gemm.h"
 #include "ds/nn/gpt.h"
 #include "ds/optim/kernels.h"
+#include "bench_report.h"
 
 namespace {
 
@@ -62,7 +67,8 @@ int main(int argc, char** argv) {
   int steps = 20, warmup = 3;
   ds::nn::GptConfig cfg{4, 4, 256, 128, 256};
   std::int64_t B = 8;
-  bool json = false, gemm_bf16 = false, verbose = false, profile = false;
+  bool gemm_bf16 = false, verbose = false, profile = false;
+  double min_ratio = 0;
   for (int i = 1; i < argc; ++i) {
     std::string a = argv[i];
     auto next = [&] { return std::string(i + 1 < argc ? argv[++i] : ""); };
@@ -75,7 +81,7 @@ int main(int argc, char** argv) {
     else if (a == "--seq") cfg.block_size = std::stoi(next());
     else if (a == "--vocab") cfg.vocab_size = std::stoi(next());
     else if (a == "--batch") B = std::stoi(next());
-    else if (a == "--json") json = true;
+    else if (a == "--min_ratio") min_ratio = ds::bench::parse_min_ratio("bench_train", next());
     else if (a == "--verbose") verbose = true;
     else if (a == "--profile") profile = true;
     else if (a == "--gemm") gemm_bf16 = next() == "bf16";
@@ -109,6 +115,7 @@ int main(int argc, char** argv) {
 
   double t_fwd = 0, t_bwd = 0, t_opt = 0, t_total = 0, cpu_total = 0, cpu_opt = 0;
   float loss = 0, first_loss = 0;
+  std::vector<double> step_s;
   const float lr = 1e-3f, b1 = 0.9f, b2 = 0.95f, eps = 1e-8f, wd = 0.1f;
   for (int s = 0; s < warmup + steps; ++s) {
     ds::Batch batch = loader.next();
@@ -140,6 +147,7 @@ int main(int argc, char** argv) {
     const double c3 = cpu_now();
     if (s >= warmup) {
       t_fwd += t1 - t0; t_bwd += t2 - t1; t_opt += t3 - t2; t_total += t3 - t0;
+      step_s.push_back(t3 - t0);
       cpu_total += c3 - c0; cpu_opt += c3 - cb;
     }
   }
@@ -158,16 +166,34 @@ int main(int argc, char** argv) {
   // The same rate per CPU-second (all threads' CPU time): with cpu_ms_per_step, a comparison
   // that a loaded machine distorts far less than wall time.
   const double gf_1024_cpu = sgemm_gflops(1024, 1024, 1024, 5, cpu_now);
-  if (json) {
-    std::printf("{\"impl\": \"dstrain\", \"dtype\": \"%s\", \"threads\": %d, \"tokens_per_s\": %.1f, "
-                "\"fwd_ms\": %.2f, \"bwd_ms\": %.2f, \"opt_ms\": %.2f, \"flops_per_token\": %.0f, "
-                "\"sgemm_gflops_model\": %.1f, \"sgemm_gflops_1024\": %.1f, \"bound_tokens_per_s\": %.1f, "
-                "\"cpu_ms_per_step\": %.2f, \"sgemm_gflops_1024_cpu\": %.1f, "
-                "\"loss_first\": %.4f, \"loss_last\": %.4f, \"params\": %zu, \"gemm\": \"%s\", \"openblas_core\": \"%s\"}\n",
-                dtype.c_str(), threads, tps, 1e3 * t_fwd / steps, 1e3 * t_bwd / steps, 1e3 * t_opt / steps,
-                fpt, gf_model, gf_1024, bound, 1e3 * cpu_total / steps, gf_1024_cpu, first_loss, loss, P, gemm_name.c_str(),
-                openblas_get_corename());
-  } else {
+  const double tps_median = double(B * T) / ds::bench::median(step_s);
+  ds::bench::Report report("bench_train");
+  report.min_ratio(min_ratio);
+  report["impl"] = "dstrain";
+  report["dtype"] = dtype;
+  report["threads"] = threads;
+  report["tokens_per_s"] = tps;
+  report["tokens_per_s_median"] = tps_median;
+  report["fwd_ms"] = 1e3 * t_fwd / steps;
+  report["bwd_ms"] = 1e3 * t_bwd / steps;
+  report["opt_ms"] = 1e3 * t_opt / steps;
+  report["flops_per_token"] = fpt;
+  report["sgemm_gflops_model"] = gf_model;
+  report["sgemm_gflops_1024"] = gf_1024;
+  report["bound_tokens_per_s"] = bound;
+  report["cpu_ms_per_step"] = 1e3 * cpu_total / steps;
+  report["sgemm_gflops_1024_cpu"] = gf_1024_cpu;
+  report["loss_first"] = first_loss;
+  report["loss_last"] = loss;
+  report["params"] = P;
+  report["steps"] = steps;
+  report["gemm"] = gemm_name;
+  report["openblas_core"] = openblas_get_corename();
+  report.check("the loss is finite and falls", std::isfinite(first_loss) && std::isfinite(loss) && loss < first_loss,
+               "first " + std::to_string(first_loss) + ", last " + std::to_string(loss) + " after " +
+                   std::to_string(warmup + steps) + " steps");
+  report.headline("tokens/s (median step) / compute bound (sgemm measured here)", tps_median / bound);
+  {
     std::printf("dstrain GPT %lldL %lldH %lld wide, seq %lld, vocab %lld, batch %lld, %s, %d threads, %zu params\n",
                 (long long)cfg.n_layer, (long long)cfg.n_head, (long long)cfg.n_embd, (long long)T,
                 (long long)cfg.vocab_size, (long long)B, dtype.c_str(), threads, P);
@@ -213,5 +239,5 @@ int main(int argc, char** argv) {
     std::printf("bound by CPU time: sgemm n=1024 %.1f GFLOP/s -> %.1f ms/step; this step is at %.0f%% of it\n",
                 gf_cpu, bound_ms, 100 * bound_ms / step_ms);
   }
-  return 0;
+  return report.finish();
 }

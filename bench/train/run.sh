@@ -9,6 +9,10 @@
 #
 #   bench/train/run.sh [build-dir] [steps]        (not a test; prints a markdown table)
 #
+# stdout: each run's record line ("JSON: {...}", bench/README.md), then the table. Each C++
+# benchmark checks its own result (the loss falls; the engine's ranks agree) and fails on a
+# wrong one, which stops this script.
+#
 # Both sides get the same BLAS setup: OpenBLAS (openmp build) with its AVX-512 kernel,
 # OPENBLAS_CORETYPE=SkylakeX (0.3.21 does not recognise these CPUs and would run its SSE3
 # kernel), and the glibc malloc tunables that keep freed memory mapped (torch re-faults fresh
@@ -29,12 +33,13 @@ MPIRUN="mpirun --oversubscribe --bind-to none -x OPENBLAS_CORETYPE -x GLIBC_TUNA
 OUT=$(mktemp)
 trap 'rm -f "$OUT"' EXIT
 
-run() { echo "# $*" >&2; "$@" | grep '^{' | tee -a "$OUT" >&2; }
+# Each program's record line ("JSON: {...}", bench/README.md) goes to the table and to stdout.
+run() { echo "# $*" >&2; "$@" | grep '^JSON: ' | tee -a "$OUT"; }
 echo "load average at start: $(cut -d" " -f1-3 /proc/loadavg) on $(nproc) CPUs"
 
 # Ours without the engine (bound measurement included), 2 and 1 threads.
-OMP_NUM_THREADS=2 run "$BUILD/bench/train/bench_train" --json --steps "$STEPS"
-OMP_NUM_THREADS=1 run "$BUILD/bench/train/bench_train" --json --steps "$STEPS"
+OMP_NUM_THREADS=2 run "$BUILD/bench/train/bench_train" --steps "$STEPS"
+OMP_NUM_THREADS=1 run "$BUILD/bench/train/bench_train" --steps "$STEPS"
 if [ -x "$BUILD/bench/train/bench_train_engine" ]; then
   for dt in fp32 bf16; do
     OMP_NUM_THREADS=2 run $MPIRUN -np 1 "$BUILD/bench/train/bench_train_engine" --dtype $dt --steps "$STEPS"
@@ -43,14 +48,15 @@ if [ -x "$BUILD/bench/train/bench_train_engine" ]; then
 fi
 # PyTorch with OpenBLAS loaded (Debian's torch links the reference BLAS otherwise).
 export LD_LIBRARY_PATH=/usr/lib/x86_64-linux-gnu/openblas-openmp${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}
-OMP_NUM_THREADS=2 run "$PY" "$HERE/torch_gpt.py" --ranks 1 --threads 2 --steps "$STEPS"
-OMP_NUM_THREADS=1 run "$PY" "$HERE/torch_gpt.py" --ranks 1 --threads 1 --steps "$STEPS"
-OMP_NUM_THREADS=1 run "$PY" "$HERE/torch_gpt.py" --ranks 2 --threads 1 --steps "$STEPS"
+TORCH_GPT=$HERE/../common/torch_gpt.py
+OMP_NUM_THREADS=2 run "$PY" "$TORCH_GPT" --ranks 1 --threads 2 --steps "$STEPS"
+OMP_NUM_THREADS=1 run "$PY" "$TORCH_GPT" --ranks 1 --threads 1 --steps "$STEPS"
+OMP_NUM_THREADS=1 run "$PY" "$TORCH_GPT" --ranks 2 --threads 1 --steps "$STEPS"
 
 echo "load average at end: $(cut -d" " -f1-3 /proc/loadavg)"
 "$PY" - "$OUT" <<'PYEOF'
 import json, sys
-rows = [json.loads(l) for l in open(sys.argv[1]) if l.startswith("{")]
+rows = [json.loads(l[len("JSON: "):]) for l in open(sys.argv[1]) if l.startswith("JSON: ")]
 own = {r["threads"]: r for r in rows if r["impl"] == "dstrain"}
 fpt = own[1]["flops_per_token"]
 # sgemm rate per thread count, the best seen at the model's GEMM shape or n = 1024.
