@@ -7,6 +7,11 @@
 // the zero page, the write faults again), and (d) pre-populating each piece with
 // madvise(MADV_POPULATE_WRITE) before writing it. Prints key=value lines;
 // bench/zero/run.sh runs it once after the stage table.
+//
+// Check: every page rewritten after a release holds the written bytes (a page that came back
+// other than written fails the run). Headline: the memset's time (the memory-bandwidth
+// reference, measured here) over release + refault (>1: releasing is cheaper than zeroing);
+// --min_ratio X fails the run below X. The last line is its JSON: record (bench/README.md).
 #include <sys/mman.h>
 #include <unistd.h>
 
@@ -17,6 +22,8 @@
 #include <vector>
 
 #include <CLI/CLI.hpp>
+
+#include "bench_report.h"
 
 namespace {
 double now_ms() {
@@ -34,7 +41,10 @@ int main(int argc, char** argv) {
   CLI::App app{"page release vs memset"};
   app.add_option("--mib", mib, "gradient buffer size (MiB)");
   app.add_option("--bucket-mib", bucket_mib, "release granularity (MiB)");
-  app.add_option("--reps", reps);
+  app.add_option("--reps", reps)->check(CLI::PositiveNumber);
+  double min_ratio = 0;
+  app.add_option("--min_ratio", min_ratio, "fail (exit 3) when memset time / (release + refault) is below this")
+      ->check(CLI::NonNegativeNumber);
   CLI11_PARSE(app, argc, argv);
   const std::size_t ps = std::size_t(sysconf(_SC_PAGESIZE));
   const std::size_t bytes = (std::size_t(mib * 1048576.0) + ps - 1) / ps * ps;
@@ -44,6 +54,7 @@ int main(int argc, char** argv) {
   madvise(p, bytes, MADV_NOHUGEPAGE);
   std::memset(p, 1, bytes);
   std::vector<double> zero, rel, fault, rw_fault, populate;
+  std::size_t bad_bytes = 0;  // bytes that differ from what was written, after each release + rewrite
   for (int r = 0; r < reps; ++r) {
     double t0 = now_ms();
     std::memset(p, 0, bytes);
@@ -58,6 +69,7 @@ int main(int argc, char** argv) {
     zero.push_back(t1 - t0);
     rel.push_back(t2 - t1);
     fault.push_back((t3 - t2) - (t4 - t3));
+    for (std::size_t i = 0; i < bytes; ++i) bad_bytes += p[i] != 1;
     madvise(p, bytes, MADV_DONTNEED);
     double t5 = now_ms();
     volatile char sink = 0;
@@ -68,6 +80,7 @@ int main(int argc, char** argv) {
     std::memset(p, 1, bytes);
     double t6 = now_ms();
     rw_fault.push_back((t6 - t5) - (t4 - t3));
+    for (std::size_t i = 0; i < bytes; ++i) bad_bytes += p[i] != 1;
 #ifdef MADV_POPULATE_WRITE
     madvise(p, bytes, MADV_DONTNEED);
     double t7 = now_ms();
@@ -85,5 +98,19 @@ int main(int argc, char** argv) {
               pages, median(zero), median(rel), median(fault), (median(rel) + median(fault)) * 1000.0 / pages,
               median(rw_fault), median(populate));
   munmap(p, bytes);
-  return 0;
+  ds::bench::Report report("page_release_bench");
+  report.min_ratio(min_ratio);
+  report["mib"] = mib;
+  report["bucket_mib"] = bucket_mib;
+  report["pages"] = pages;
+  report["memset_ms"] = median(zero);
+  report["madvise_ms"] = median(rel);
+  report["refault_ms"] = median(fault);
+  report["us_per_page"] = (median(rel) + median(fault)) * 1000.0 / pages;
+  report["read_then_write_refault_ms"] = median(rw_fault);
+  report["populate_write_ms"] = median(populate);
+  report.check("released pages hold what was written after the refault", bad_bytes == 0,
+               std::to_string(bad_bytes) + " wrong bytes of " + std::to_string(2 * std::size_t(reps) * bytes));
+  report.headline("memset time / (release + refault) time (medians)", median(zero) / (median(rel) + median(fault)));
+  return report.finish();
 }

@@ -1,7 +1,9 @@
 #!/usr/bin/env bash
 # ZeRO stages 0/1/2 at 2 and 4 ranks on the built-in GPT: memory per rank, step time,
 # rank 0's CPU time and page faults per step (docs/user/performance.md "ZeRO memory and step
-# time"), then what releasing ZeRO-2's gradient pages costs (page_release_bench).
+# time"), then what releasing ZeRO-2's gradient pages costs (page_release_bench). Each run
+# also checks its result against stage 0 in the same process and prints its record line
+# ("JSON: {...}", bench/README.md); a wrong result stops the script.
 #   bench/zero/run.sh [BUILD_DIR] [extra zero_bench flags...]
 set -euo pipefail
 build=${1:-build}
@@ -12,7 +14,7 @@ export OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1 OMP_NUM_THREADS
 out=$(mktemp)
 for np in 2 4; do
   for stage in 0 1 2; do
-    mpirun --oversubscribe --bind-to none -np $np "$exe" --stage $stage "$@" | grep '^stage=' | tee -a "$out"
+    mpirun --oversubscribe --bind-to none -np $np "$exe" --stage $stage "$@" | grep '^stage=\|^JSON: ' | tee -a "$out"
   done
 done
 /usr/bin/python3 - "$out" <<'PY'

@@ -11,9 +11,19 @@
 //   engine_grad_buckets (ZeRO-2: peak gradient bytes resident beyond the partition during
 //   backward), grad_resident (mincore of the gradient buffer after the last step, rank 0),
 //   formula_{params,grads,master,optim}_bytes (ZeRO paper, estimate_model_states_bytes)
+//
+// Then, in the same process (after VmHWM is read), the reference: stage 0 from the same
+// initial parameters on the same batches for the same steps. Checks: the stage's final
+// parameters equal stage 0's within 4 ulps of the working dtype at magnitude 1 (fp32 1e-5; the
+// partitioned gradient norm sums in another order, tests/engine has the same bounds), and
+// every rank holds the same parameters. Headline: stage 0's median step time over this
+// stage's (>1: faster than stage 0); --min_ratio X fails the run below X. The last line on
+// rank 0 is its JSON: record (bench/README.md); --no_reference skips the reference run and
+// the comparison (no headline then).
 #include <sys/resource.h>
 
 #include <algorithm>
+#include <cmath>
 #include <cstdio>
 #include <cstdlib>
 #include <fstream>
@@ -29,7 +39,9 @@
 #include "ds/engine/engine.h"
 #include "ds/engine/memory.h"
 #include "ds/mpi/init.h"
+#include "ds/core/hash.h"
 #include "ds/nn/gpt.h"
+#include "bench_report.h"
 
 namespace {
 
@@ -62,6 +74,8 @@ int main(int argc, char** argv) {
   int stage = 0, steps = 8, warmup = 2;
   std::int64_t layers = 4, embd = 384, seq = 64, batch = 2, bucket = 2000000;
   std::string precision = "fp16";
+  double min_ratio = 0;
+  bool no_reference = false;
   CLI::App app{"ZeRO stage memory and step time"};
   app.add_option("--stage", stage, "ZeRO stage 0, 1 or 2");
   app.add_option("--steps", steps, "timed optimizer steps");
@@ -72,6 +86,9 @@ int main(int argc, char** argv) {
   app.add_option("--batch", batch, "micro batch per rank");
   app.add_option("--bucket", bucket, "reduce_bucket_size (elements)");
   app.add_option("--precision", precision, "fp16 | bf16 | fp32");
+  app.add_option("--min_ratio", min_ratio, "fail (exit 3) when stage 0's step time / this stage's is below this")
+      ->check(CLI::NonNegativeNumber);
+  app.add_flag("--no_reference", no_reference, "skip the stage-0 reference run (no comparison, no headline)");
   CLI11_PARSE(app, argc, argv);
   try {
     auto ctx = ds::init_distributed();
@@ -83,13 +100,16 @@ int main(int argc, char** argv) {
     gc.block_size = seq;
     gc.vocab_size = 256;
     ds::nn::Gpt model(gc);
-    nlohmann::json cfg{{"train_micro_batch_size_per_gpu", batch},
-                       {"gradient_accumulation_steps", 1},
-                       {"optimizer", {{"type", "AdamW"}, {"params", {{"lr", 1e-4}}}}},
-                       {"zero_optimization", {{"stage", stage}, {"reduce_bucket_size", bucket}}}};
-    if (precision != "fp32") cfg[precision] = {{"enabled", true}};
-    if (precision == "fp16") cfg["fp16"]["initial_scale_power"] = 12;
-    auto r = ds::initialize(ds::config::parse_config_json(cfg), model, comm);
+    auto config = [&](int st) {
+      nlohmann::json cfg{{"train_micro_batch_size_per_gpu", batch},
+                         {"gradient_accumulation_steps", 1},
+                         {"optimizer", {{"type", "AdamW"}, {"params", {{"lr", 1e-4}}}}},
+                         {"zero_optimization", {{"stage", st}, {"reduce_bucket_size", bucket}}}};
+      if (precision != "fp32") cfg[precision] = {{"enabled", true}};
+      if (precision == "fp16") cfg["fp16"]["initial_scale_power"] = 12;
+      return ds::config::parse_config_json(cfg);
+    };
+    auto r = ds::initialize(config(stage), model, comm);
     auto& e = *r.engine;
 
     std::vector<std::int32_t> tokens(std::size_t(batch * (seq + 1)));
@@ -157,9 +177,72 @@ int main(int argc, char** argv) {
           (long long)e.skipped_steps());
       std::fflush(stdout);
     }
+    ds::bench::Report report("zero_bench");
+    report.min_ratio(min_ratio);
+    report["stage"] = stage;
+    report["world"] = comm->size();
+    report["params"] = P;
+    report["precision"] = precision;
+    report["step_ms"] = median;
+    report["backward_ms"] = bwd;
+    report["reduce_ms"] = red;
+    report["wait_ms"] = wait;
+    report["faults_per_step"] = faults;
+    report["cpu_ms_per_step"] = cpu;
+    report["vmhwm_mib"] = hwm;
+    report["engine_bytes"] = {{"params", rep.params}, {"grads", rep.grads}, {"grad_buckets", rep.grad_buckets},
+                              {"master", rep.master}, {"optimizer_state", rep.optimizer_state}, {"comm_scratch", rep.comm_scratch}};
+    report["formula_bytes"] = {{"params", est.params}, {"grads", est.grads}, {"master", est.master},
+                               {"optimizer_state", est.optimizer_state}};
+    report["skipped_steps"] = (long long)e.skipped_steps();
+    // Ranks agree: each rank's full copy of the parameters hashes the same.
+    const std::vector<float> params = e.gather_params_fp32();
+    std::uint64_t h[2] = {ds::fnv1a64(params.data(), params.size() * sizeof(float)), 0};
+    h[1] = ~h[0];  // max of h and max of ~h (= ~min of h): one all_reduce
+    comm->all_reduce(ds::TensorView{h, 2, ds::DType::I64}, ds::ReduceOp::Max);
+    report.check("every rank holds the same parameters", h[0] == ~h[1],
+                 std::to_string(params.size()) + " parameters, hashes " + (h[0] == ~h[1] ? "equal" : "differ"));
     r.engine.reset();
+    if (!no_reference) {
+      // The reference: stage 0, fresh model (same seed, so the same initial parameters), the
+      // same batches and steps, timed the same way.
+      ds::nn::Gpt ref_model(gc);
+      auto r0 = ds::initialize(config(0), ref_model, comm);
+      auto& e0 = *r0.engine;
+      std::vector<double> t0s;
+      for (int i = 0; i < warmup + steps; ++i) {
+        comm->barrier();
+        ds::Stopwatch sw;
+        float loss = e0.forward(bt);
+        e0.backward(loss);
+        e0.step();
+        double ms = sw.elapsed_ms();
+        comm->all_reduce(ds::TensorView{&ms, 1, ds::DType::F64}, ds::ReduceOp::Max);
+        if (i >= warmup) t0s.push_back(ms);
+      }
+      std::sort(t0s.begin(), t0s.end());
+      const double median0 = t0s.empty() ? 0 : t0s[t0s.size() / 2];
+      const std::vector<float> ref = e0.gather_params_fp32();
+      double worst = ref.size() == params.size() ? 0 : INFINITY;
+      for (std::size_t i = 0; i < std::min(ref.size(), params.size()); ++i)
+        worst = std::max(worst, double(std::fabs(ref[i] - params[i])));
+      if (!std::isfinite(worst)) worst = INFINITY;  // NaN parameters count as different
+      comm->all_reduce(ds::TensorView{&worst, 1, ds::DType::F64}, ds::ReduceOp::Max);
+      const double tol = precision == "fp16" ? 4.0 / 1024 : precision == "bf16" ? 4.0 / 128 : 1e-5;
+      char detail[160];
+      std::snprintf(detail, sizeof detail, "largest |difference| %.3g over %zu parameters (limit %.3g), %d steps", worst,
+                    params.size(), tol, warmup + steps);
+      report.check("the final parameters equal stage 0's", worst <= tol, detail);
+      report["stage0_step_ms"] = median0;
+      report.headline("stage 0 step time / this stage's (medians)", median0 / median);
+      if (comm->rank() == 0) std::printf("stage 0 reference: step_ms=%.2f vs_stage0=%.3f\n", median0, median0 / median);
+      r0.engine.reset();
+    }
+    int code = report.finish(comm->rank() == 0);
+    comm->broadcast(ds::TensorView{&code, 1, ds::DType::I32}, 0);
     comm.reset();
     ds::finalize_distributed(ctx);
+    return code;
   } catch (const std::exception& ex) {
     ds::abort_job(1, std::string("zero_bench: error: ") + ex.what());
   }
