@@ -2,8 +2,14 @@
 // bf16 working params (2 B) + fp32 master + exp_avg + exp_avg_sq (12 B) = 14 B per parameter.
 // One rank (the per-rank path is the same at any world size: each rank writes its own shard).
 //
-//   bench_checkpoint DIR [N=100000000] [REPEATS=3] [--dd]
+//   bench_checkpoint DIR [N=100000000] [REPEATS=3] [--dd] [--min_ratio X]
 // Prints one line per measurement: "<what> <bytes> <seconds> <GB/s>" (median of repeats).
+//
+// Check: after every load, the loaded params, master and both Adam moments equal the saved
+// ones byte for byte (a difference fails the run, exit 1). Headline (with --dd): the median
+// over the repeats of dd's write time over our save's (save GB/s / dd GB/s); --min_ratio X
+// fails the run (exit 3) below X and needs --dd. The last line is its JSON: record
+// (bench/README.md).
 //
 // --dd: also runs the dd reference from here (dd_write: `dd if=/dev/zero bs=16M
 // conv=fdatasync` of the same byte count, dd_read: dd of that file to /dev/null, with dd's
@@ -31,6 +37,7 @@
 #include "ds/core/buffer.h"
 #include "ds/core/half.h"
 #include "ds/io/checkpoint.h"
+#include "bench_report.h"
 #include "ds/mpi/communicator.h"
 #include "../../tests/common/self_comm.h"  // the one-rank communicator the io tests use
 
@@ -66,13 +73,28 @@ double median(std::vector<double> v) {
 
 int main(int argc, char** argv) {
   bool with_dd = false;
+  double min_ratio = 0;
   std::vector<std::string> pos;
   for (int i = 1; i < argc; ++i) {
-    if (std::string(argv[i]) == "--dd") with_dd = true;
-    else pos.push_back(argv[i]);
+    const std::string a = argv[i];
+    if (a == "--dd") with_dd = true;
+    else if (a == "--min_ratio") {
+      if (i + 1 >= argc) {
+        std::fprintf(stderr, "bench_checkpoint: error: --min_ratio needs a value\n");
+        return 2;
+      }
+      min_ratio = ds::bench::parse_min_ratio("bench_checkpoint", argv[++i]);
+    } else if (a.rfind("--", 0) == 0) {
+      std::fprintf(stderr, "bench_checkpoint: error: unknown flag %s\n", a.c_str());
+      return 2;
+    } else pos.push_back(a);
   }
   if (pos.empty()) {
-    std::fprintf(stderr, "usage: bench_checkpoint DIR [N] [REPEATS] [--dd]\n");
+    std::fprintf(stderr, "usage: bench_checkpoint DIR [N] [REPEATS] [--dd] [--min_ratio X]\n");
+    return 2;
+  }
+  if (min_ratio > 0 && !with_dd) {
+    std::fprintf(stderr, "bench_checkpoint: error: --min_ratio compares against dd: add --dd\n");
     return 2;
   }
   const std::string dir = pos[0];
@@ -119,6 +141,7 @@ int main(int argc, char** argv) {
   }
   // Load targets: allocated and touched once, reused by every repeat.
   HostBuffer lp(n, DType::BF16), lmaster(n, DType::F32), lm1(n, DType::F32), lm2(n, DType::F32);
+  std::size_t differing_loads = 0, loads = 0;
   for (int r = 0; r < repeats; ++r) {
     fs::remove_all(dir);
     if (with_dd) {
@@ -145,12 +168,15 @@ int main(int argc, char** argv) {
       rd.read_flat("optim/exp_avg", 0, n, lm1.as<float>());
       rd.read_flat("optim/exp_avg_sq", 0, n, lm2.as<float>());
       (verify ? load_verified_t : load_t).push_back(now() - t0);
+      ++loads;
+      differing_loads += std::memcmp(lmaster.data(), master.data(), n * 4) != 0 || std::memcmp(lm1.data(), m1.data(), n * 4) != 0 ||
+                         std::memcmp(lm2.data(), m2.data(), n * 4) != 0 || std::memcmp(lp.data(), params.data(), n * 2) != 0;
+      // The next load must write every byte again: a load that skipped a tensor would show.
+      std::memset(lmaster.data(), 0xff, n * 4);
+      std::memset(lm1.data(), 0xff, n * 4);
+      std::memset(lm2.data(), 0xff, n * 4);
+      std::memset(lp.data(), 0xff, n * 2);
     }
-  }
-  if (std::memcmp(lmaster.data(), master.data(), n * 4) != 0 || std::memcmp(lm2.data(), m2.data(), n * 4) != 0 ||
-      std::memcmp(lp.data(), params.data(), n * 2) != 0) {
-    std::fprintf(stderr, "bench_checkpoint: loaded data differs from saved data\n");
-    return 1;
   }
   auto line = [&](const char* what, double t) { std::printf("%s %zu %.3f %.3f\n", what, bytes, t, double(bytes) / t / 1e9); };
   if (with_dd) {
@@ -162,5 +188,30 @@ int main(int argc, char** argv) {
   line("dstrain_load_verified", median(load_verified_t));
   line("dstrain_verify_pass", median(verify_pass_t));  // the checksum pass of the verified load alone
   fs::remove_all(dir);
-  return 0;
+  ds::bench::Report report("bench_checkpoint");
+  report.min_ratio(min_ratio);
+  report["params"] = n;
+  report["bytes"] = bytes;
+  report["repeats"] = repeats;
+  auto gbs = [&](const std::vector<double>& t) { return double(bytes) / median(t) / 1e9; };
+  report["save_gbs"] = gbs(save_t);
+  report["load_gbs"] = gbs(load_t);
+  report["load_verified_gbs"] = gbs(load_verified_t);
+  report["verify_pass_gbs"] = gbs(verify_pass_t);
+  report.check("every load equals the saved params, master and Adam moments", differing_loads == 0,
+               std::to_string(differing_loads) + " of " + std::to_string(loads) + " loads differ");
+  if (with_dd) {
+    std::vector<double> save_vs_dd, load_vs_dd;  // per repeat: dd's time over ours
+    for (std::size_t r = 0; r < save_t.size(); ++r) {
+      save_vs_dd.push_back(dd_write_t[r] / save_t[r]);
+      load_vs_dd.push_back(dd_read_t[r] / load_t[r]);
+    }
+    report["dd_write_gbs"] = gbs(dd_write_t);
+    report["dd_read_gbs"] = gbs(dd_read_t);
+    report["load_vs_dd"] = ds::bench::median(load_vs_dd);
+    report.headline("save GB/s / dd write GB/s, median over repeats", ds::bench::median(save_vs_dd));
+  } else {
+    report.headline("none: run with --dd for save / dd", std::nan(""));
+  }
+  return report.finish();
 }

@@ -2,11 +2,12 @@
 # Markdown table from run.sh's raw lines ("<what> <bytes> <seconds> <GB/s>", one block per
 # repeat): medians of the rates, and the median of the per-repeat ratios (each repeat ran
 # dd, dstrain and torch back to back, so its ratios share the disk's load of the moment).
+# Other lines (bench_checkpoint's verdict and JSON: record) are skipped.
 # usage: table.sh RAW N
 awk -v n="$2" '
   function med(k,   i, j, t, c) { c = cnt[k]; for (i = 1; i <= c; i++) for (j = i + 1; j <= c; j++) if (v[k, j] < v[k, i]) { t = v[k, i]; v[k, i] = v[k, j]; v[k, j] = t } return v[k, int((c + 1) / 2)] }
   function add(k, x) { cnt[k]++; v[k, cnt[k]] = x }
-  { r = ++seen[$1]; g[$1, r] = $4; add($1, $4); if (r > reps) reps = r }
+  /^(dd|dstrain|torch)_/ { r = ++seen[$1]; g[$1, r] = $4; add($1, $4); if (r > reps) reps = r }
   END {
     for (r = 1; r <= reps; r++) {
       add("sd", g["dstrain_save", r] / g["dd_write", r]); add("st", g["dstrain_save", r] / g["torch_save", r])
