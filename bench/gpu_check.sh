@@ -1,14 +1,13 @@
 #!/usr/bin/env bash
-# The prepared GPU check: on a GPU machine with the CUDA toolkit, build the CUDA
-# kernels, their tests and the GPU benchmark in Release, run tests/cuda (and the NcclComm
-# tests when MPI is there), run the optimizer benchmark, and print ONE table. Sized to end
-# in well under 8 minutes: every step has its own timeout, and the whole run has a budget.
+# The prepared GPU check: configure and build the CMake project in Release with CUDA (the
+# same configure as scripts/test.sh, plus the CUDA options), then, on a GPU, run tests/cuda
+# (and the NcclComm tests when NCCL is there), the optimizer benchmark, GPU training runs and
+# the GPT benchmark, and print ONE table. Sized to end in well under 8 minutes: every step has
+# its own timeout, and the whole run has a budget.
 #
-#   bench/gpu_check.sh [--build-only] [--direct] [--arch 90] [--build-dir DIR] [--params N]
+#   bench/gpu_check.sh [--build-only] [--arch 90] [--build-dir DIR] [--params N]
 #
-#   --build-only  no GPU needed: build, run the tests (they exit 77 = skipped), no benchmark
-#   --direct      skip the CMake project and build with nvcc/g++ directly (what the script
-#                 falls back to when the project's configure fails, e.g. MPI/HDF5 missing)
+#   --build-only  no GPU needed: configure and build, then stop (exit 0)
 #   --arch        CUDA architectures (default: the visible GPU's, e.g. 90 on an H100/H200;
 #                 "80;90" without a GPU)
 #   --build-dir   default build-gpucheck (under the repository root)
@@ -17,24 +16,22 @@
 # Everything printed also goes to $OUT/gpu_check.txt when $OUT is set (the device tool's
 # output folder), else to <build-dir>/gpu_check.txt.
 # Exit status: 0 every step passed (tests may skip: NCCL at 2 ranks needs 2 GPUs), 1 a step
-# failed or timed out, 2 no GPU visible (or a tool is missing), 3 bad usage.
+# failed or timed out, 2 a tool is missing, 3 bad usage, 77 built but no GPU visible.
 set -uo pipefail
 
 here=$(cd "$(dirname "$0")" && pwd)
 root=$(cd "$here/.." && pwd)
 build_only=0
-direct=0
 arch=""
 build="$root/build-gpucheck"
 params=100000000
 while [ $# -gt 0 ]; do
   case "$1" in
     --build-only) build_only=1 ;;
-    --direct) direct=1 ;;
     --arch) arch=${2:?--arch needs a value}; shift ;;
     --build-dir) build=${2:?--build-dir needs a value}; shift ;;
     --params) params=${2:?--params needs a value}; shift ;;
-    -h|--help) sed -n '2,21p' "$0"; exit 0 ;;
+    -h|--help) sed -n '2,19p' "$0"; exit 0 ;;
     *) echo "gpu_check: error: unknown argument '$1' (see --help)" >&2; exit 3 ;;
   esac
   shift
@@ -130,14 +127,8 @@ else
   gpu_why="no nvidia-smi and no /dev/nvidia* device node"
 fi
 if [ -z "$gpu_desc" ]; then
-  if [ "$build_only" = 1 ]; then
-    say "no GPU visible ($gpu_why): --build-only, the tests will skip"
-    row "GPU" "none" 0 "no GPU visible: $gpu_why"
-  else
-    say "error: no GPU visible ($gpu_why). Run this on a GPU machine, or pass --build-only to only build."
-    row "GPU" "FAIL" 0 "no GPU visible: $gpu_why"
-    finish 2
-  fi
+  say "no GPU visible ($gpu_why): building only; the tests and benchmarks need a GPU"
+  row "GPU" "none" 0 "no GPU visible: $gpu_why"
 else
   say "GPU: $gpu_desc"
   row "GPU" "ok" 0 "$gpu_desc"
@@ -154,111 +145,68 @@ cxx=$(command -v c++ 2>/dev/null || command -v g++ 2>/dev/null || true)
 missing=()
 [ -z "$nvcc" ] && missing+=("nvcc (CUDA toolkit: set CUDACXX or PATH)")
 [ -z "$cxx" ] && missing+=("a C++20 compiler (g++)")
+command -v cmake >/dev/null 2>&1 || missing+=("cmake (scripts/install_deps.sh)")
 if [ ${#missing[@]} -gt 0 ]; then
   say "error: missing: ${missing[*]}"
   row "tools" "FAIL" 0 "missing: ${missing[*]}"
   finish 2
 fi
-cuda_home=$(cd "$(dirname "$nvcc")/.." && pwd)
 nvcc_ver=$("$nvcc" --version | sed -n 's/.*release \([0-9.]*\).*/\1/p')
 row "tools" "ok" 0 "nvcc $nvcc_ver ($nvcc), $($cxx --version | head -1), cmake $(cmake --version 2>/dev/null | head -1 | awk '{print $3}')"
 export CUDACXX=$nvcc
 jobs=$(nproc 2>/dev/null || echo 4)
 
-# ---- 3a. The CMake project (needs the Debian packages of scripts/install_deps.sh) ---------
-mode=direct
-if [ "$direct" = 0 ]; then
-  if ! command -v cmake >/dev/null 2>&1; then
-    say "cmake not found: building directly with nvcc/g++"
-    row "configure" "fallback" 0 "cmake not found: direct nvcc/g++ build"
-  else
-    gen=()
-    command -v ninja >/dev/null 2>&1 && gen=(-G Ninja)
-    # An existing cache from another generator would make cmake refuse: start clean then.
-    if [ -f "$build/CMakeCache.txt" ] && ! grep -q "CMAKE_GENERATOR:INTERNAL=${gen[1]:-Unix Makefiles}\$" "$build/CMakeCache.txt"; then
-      rm -rf "$build/CMakeCache.txt" "$build/CMakeFiles"
-    fi
-    timed "configure (CMake, Release, CUDA arch $arch)" 180 \
-      cmake "${gen[@]}" -S "$root" -B "$build" -DCMAKE_BUILD_TYPE=Release -DDS_WITH_CUDA=ON \
-      "-DCMAKE_CUDA_ARCHITECTURES=$arch" "-DCMAKE_CUDA_COMPILER=$nvcc" -DDS_BUILD_TESTS=ON -DDS_BUILD_BENCH=ON \
-      >"$build/configure.log" 2>&1
-    if [ "$rc" = 0 ]; then
-      mode=cmake
-      nccl=OFF
-      grep -qE '^--   NCCL +: ON' "$build/configure.log" && nccl=ON
-      grep -E "^--   (CUDA|NCCL|MPI) " "$build/configure.log"
-      row "configure" "ok" "$secs" "CMake project, arch $arch"
-    else
-      say "the CMake project did not configure (rc $rc); what it lacks:"
-      grep -E "Could NOT find|not found|FATAL_ERROR|CMake Error" "$build/configure.log" | head -8
-      if command -v dpkg-query >/dev/null 2>&1; then
-        miss=()
-        for p in libopenmpi-dev openmpi-bin libhdf5-dev libcli11-dev nlohmann-json3-dev libgtest-dev libopenblas-dev; do
-          dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" || miss+=("$p")
-        done
-        [ ${#miss[@]} -gt 0 ] && say "Debian packages of scripts/install_deps.sh missing here: ${miss[*]}"
-      fi
-      say "no network here to install them: building the CUDA kernels, their tests and the benchmark directly"
-      say "with nvcc instead (the NcclComm test needs MPI and is not built in that mode)"
-      row "configure" "fallback" "$secs" "CMake project failed (see $build/configure.log): direct nvcc build"
-    fi
-  fi
+# ---- 3a. Configure: the CMake project (needs the Debian packages of scripts/install_deps.sh)
+gen=()
+command -v ninja >/dev/null 2>&1 && gen=(-G Ninja)
+# An existing cache from another generator would make cmake refuse: start clean then.
+if [ -f "$build/CMakeCache.txt" ] && ! grep -q "CMAKE_GENERATOR:INTERNAL=${gen[1]:-Unix Makefiles}\$" "$build/CMakeCache.txt"; then
+  rm -rf "$build/CMakeCache.txt" "$build/CMakeFiles"
 fi
+timed "configure (CMake, Release, CUDA arch $arch)" 180 \
+  cmake "${gen[@]}" -S "$root" -B "$build" -DCMAKE_BUILD_TYPE=Release -DDS_BUILD_TESTS=ON -DDS_BUILD_BENCH=ON \
+  -DDS_WITH_CUDA=ON "-DCMAKE_CUDA_ARCHITECTURES=$arch" "-DCMAKE_CUDA_COMPILER=$nvcc" >"$build/configure.log" 2>&1
+if [ "$rc" != 0 ]; then
+  say "the CMake project did not configure (rc $rc); what it lacks:"
+  grep -E "Could NOT find|not found|FATAL_ERROR|CMake Error" "$build/configure.log" | head -8
+  if command -v dpkg-query >/dev/null 2>&1; then
+    miss=()
+    for p in libopenmpi-dev openmpi-bin libhdf5-dev libcli11-dev nlohmann-json3-dev libgtest-dev libopenblas-dev; do
+      dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" || miss+=("$p")
+    done
+    [ ${#miss[@]} -gt 0 ] && say "Debian packages of scripts/install_deps.sh missing here: ${miss[*]}"
+  fi
+  row "configure" "$([ "$rc" = 124 ] && echo TIMEOUT || echo FAIL)" "$secs" "CMake project (see $build/configure.log)"
+  finish 1
+fi
+nccl=OFF
+grep -qE '^--   NCCL +: ON' "$build/configure.log" && nccl=ON
+grep -E "^--   (CUDA|NCCL|MPI) " "$build/configure.log"
+row "configure" "ok" "$secs" "CMake project, arch $arch"
 
 # ---- 3b. Build ------------------------------------------------------------------------------
 declare -A exe
-if [ "$mode" = cmake ]; then
-  targets=(test_cuda_optim_kernels test_cuda_step optim_bench_cuda test_cuda_nn_kernels test_cuda_gpt test_cuda_flash
-           bench_layers_cuda)
-  # These need the whole project (the engine needs HDF5 for checkpoints, train needs MPI):
-  # built when this machine's configure defined them.
-  known=$(cmake --build "$build" --target help 2>/dev/null)
-  for t in test_cuda_engine test_cuda_engine_mpi train bench_gpt_cuda; do
-    if echo "$known" | grep -qE "(^|[ .:])$t(:| |$)"; then targets+=("$t"); else say "target $t not defined here: skipped"; fi
-  done
-  [ "${nccl:-OFF}" = ON ] && targets+=(test_nccl)
-  timed "build ${targets[*]}" 420 cmake --build "$build" --target "${targets[@]}" -j "$jobs"
-  if [ "$rc" != 0 ]; then
-    row "build" "$([ "$rc" = 124 ] && echo TIMEOUT || echo FAIL)" "$secs" "cmake --build ${targets[*]} (rc $rc)"
-    finish 1
-  fi
-  row "build" "ok" "$secs" "${targets[*]} (CMake, -j$jobs)"
-  exe[test_cuda_optim_kernels]=$build/tests/cuda/test_cuda_optim_kernels
-  exe[test_cuda_step]=$build/tests/cuda/test_cuda_step
-  exe[optim_bench_cuda]=$build/bench/optim/optim_bench_cuda
-  exe[train]=$build/apps/train/train
-  exe[bench_gpt_cuda]=$build/bench/gpu/bench_gpt_cuda
-else
-  d="$build/direct"
-  mkdir -p "$d"
-  gencode=()
-  IFS=';' read -ra archs <<<"$arch"
-  for a in "${archs[@]}"; do gencode+=(-gencode "arch=compute_$a,code=sm_$a"); done
-  inc=(-I"$root/src/core/include" -I"$root/src/optim/include" -I"$root/src/precision/include" -I"$cuda_home/include")
-  cat >"$d/build.sh" <<EOF
-set -e
-cd "$d"
-pids=()
-cxx() { "$cxx" -std=c++20 -O2 -fopenmp -fPIC -Wall -Wno-unused-parameter -Wno-maybe-uninitialized -Wno-uninitialized ${inc[*]} "\$@"; }
-cu() { "$nvcc" -std=c++20 -O3 ${gencode[*]} --fmad=false --expt-relaxed-constexpr -Xcompiler -fPIC ${inc[*]} "\$@"; }
-for f in error dtype half buffer log timer cpu_features; do cxx -c "$root/src/core/src/\$f.cpp" -o core_\$f.o & pids+=(\$!); done
-for f in adam_ref lamb_ref; do cxx -ffp-contract=off -c "$root/src/optim/src/\$f.cpp" -o optim_\$f.o & pids+=(\$!); done
-for f in loss_scaler grad_stats_ref; do cxx -c "$root/src/precision/src/\$f.cpp" -o precision_\$f.o & pids+=(\$!); done
-for f in adam_cuda lamb_cuda; do cu -c "$root/src/optim/src/\$f.cu" -o optim_\$f.o & pids+=(\$!); done
-cu -c "$root/src/precision/src/precision_cuda.cu" -o precision_cuda.o & pids+=(\$!)
-for t in test_cuda_optim_kernels test_cuda_step; do cxx -c "$root/tests/cuda/\$t.cpp" -o main_\$t.o & pids+=(\$!); done
-cxx -c "$root/bench/optim/optim_bench_cuda.cpp" -o main_optim_bench_cuda.o & pids+=(\$!)
-for p in "\${pids[@]}"; do wait \$p; done
-libs="core_*.o optim_*.o precision_*.o -L$cuda_home/lib64 -L$cuda_home/lib -lcudart -Wl,-rpath,$cuda_home/lib64"
-for t in test_cuda_optim_kernels test_cuda_step optim_bench_cuda; do "$cxx" -fopenmp main_\$t.o \$libs -o \$t; done
-EOF
-  timed "build (direct nvcc/g++, arch $arch)" 420 bash "$d/build.sh"
-  if [ "$rc" != 0 ]; then
-    row "build" "$([ "$rc" = 124 ] && echo TIMEOUT || echo FAIL)" "$secs" "direct nvcc/g++ build (rc $rc; script: $d/build.sh)"
-    finish 1
-  fi
-  row "build" "ok" "$secs" "direct nvcc/g++ build, arch $arch"
-  for t in test_cuda_optim_kernels test_cuda_step optim_bench_cuda; do exe[$t]=$d/$t; done
+targets=(test_cuda_optim_kernels test_cuda_step optim_bench_cuda test_cuda_nn_kernels test_cuda_gpt test_cuda_flash
+         bench_layers_cuda test_cuda_engine train bench_gpt_cuda)
+[ "$nccl" = ON ] && targets+=(test_cuda_engine_mpi test_nccl)
+timed "build ${targets[*]}" 420 cmake --build "$build" --target "${targets[@]}" -j "$jobs"
+if [ "$rc" != 0 ]; then
+  row "build" "$([ "$rc" = 124 ] && echo TIMEOUT || echo FAIL)" "$secs" "cmake --build ${targets[*]} (rc $rc)"
+  finish 1
+fi
+row "build" "ok" "$secs" "${targets[*]} (CMake, -j$jobs)"
+exe[optim_bench_cuda]=$build/bench/optim/optim_bench_cuda
+exe[train]=$build/apps/train/train
+exe[bench_gpt_cuda]=$build/bench/gpu/bench_gpt_cuda
+
+if [ "$build_only" = 1 ]; then
+  row "tests, benchmarks" "not run" 0 "--build-only"
+  finish 0
+fi
+if [ -z "$gpu_desc" ]; then
+  say "built; no GPU visible ($gpu_why): the CUDA tests and GPU benchmarks need one (exit 77)"
+  row "tests, benchmarks" "not run" 0 "no GPU visible"
+  finish 77
 fi
 
 # ---- 4. Tests -------------------------------------------------------------------------------
@@ -276,76 +224,58 @@ skip_verdict() {
     detail="skipped: no GPU visible"
   fi
 }
-if [ "$mode" = cmake ]; then
-  # ctest runs tests/cuda (label cuda) and, with NCCL, the NcclComm tests at 1 and 2 ranks
-  # (their entries carry the mpirun command line and its root-safe environment). NCCL
-  # refuses two ranks on one GPU ("Duplicate GPU detected"), so np2 skips on a 1-GPU machine.
-  regex='^cuda[.]'
-  [ "${nccl:-OFF}" = ON ] && regex='^cuda[.]|^mpi_nccl_np[12]$'
-  timed "ctest -R '$regex'" 300 bash -c "ctest --test-dir '$build' -R '$regex' -V >'$build/ctest.txt' 2>&1; rc=\$?; cat '$build/ctest.txt'; exit \$rc"
-  ctest_rc=$rc
-  ctest_secs=$secs
-  n=0
-  while IFS='|' read -r name verdict tsec; do
-    [ -z "$name" ] && continue
-    n=$((n + 1))
-    verdict=$(echo "$verdict" | tr -d ' ')
-    case "$verdict" in Passed) res=PASS ;; Skipped) res=SKIP ;; Timeout) res=TIMEOUT ;; *) res=FAIL ;; esac
-    case "$name" in
-      cuda.nn_kernels) detail="GPT layer kernels vs the CPU references, fp32/fp16/bf16" ;;
-      cuda.gpt) detail="GptCuda loss and gradients vs the CPU Gpt; a short bf16 training" ;;
-      cuda.gpt_attention_blocks) detail="the same with 8-row block-causal attention GEMMs" ;;
-      cuda.gpt_flash_attention) detail="the same with flash attention (--attention flash)" ;;
-      cuda.flash_attention) detail="flash attention fwd/bwd vs a double reference, fp16/bf16" ;;
-      cuda.engine) detail="the Engine on the GPU vs on the CPU; checkpoints GPU <-> CPU; fp16 overflow skips" ;;
-      cuda.engine_np2) detail="the Engine on 2 GPUs over NCCL (ZeRO 0/1) vs one process with the whole batch" ;;
-      cuda.*) detail="kernels vs the CPU references (tests/cuda)" ;;
-      *) detail="NcclComm all_reduce/reduce_scatter/all_gather on device buffers vs exact sums" ;;
-    esac
-    if [ "$res" = SKIP ] && { [ "$name" = mpi_nccl_np2 ] || [ "$name" = cuda.engine_np2 ]; } && [ "$ngpu" = 1 ]; then
-      detail="skipped: NCCL needs one GPU per rank (1 visible)"
-    else
-      skip_verdict "$res"
-    fi
-    row "$name" "$res" "${tsec%.*}" "$detail"
-  done < <(sed -n 's/^ *[0-9]*\/[0-9]* Test *#[0-9]*: \([^ ]*\) \.*\**\([A-Za-z ]*[A-Za-z]\) *\([0-9.]*\) sec.*/\1|\2|\3/p' "$build/ctest.txt")
-  if [ "$n" = 0 ]; then
-    row "ctest" "FAIL" "$ctest_secs" "rc $ctest_rc and no test verdict found in $build/ctest.txt"
-  elif [ "$ctest_rc" != 0 ] && [ "$failed" = 0 ]; then
-    row "ctest" "$(result_of "$ctest_rc")" "$ctest_secs" "rc $ctest_rc after $n verdicts (see $build/ctest.txt)"
-  fi
-  [ "${nccl:-OFF}" = ON ] || row "NcclComm" "not run" 0 "NCCL not found by the CMake project"
-else
-  for t in test_cuda_optim_kernels test_cuda_step; do
-    timed "$t" 240 "${exe[$t]}"
-    res=$(result_of "$rc")
-    detail="kernels vs the CPU references (tests/cuda)"
+# ctest runs tests/cuda (label cuda) and, with NCCL, the NcclComm tests at 1 and 2 ranks
+# (their entries carry the mpirun command line and its root-safe environment). NCCL
+# refuses two ranks on one GPU ("Duplicate GPU detected"), so np2 skips on a 1-GPU machine.
+regex='^cuda[.]'
+[ "${nccl:-OFF}" = ON ] && regex='^cuda[.]|^mpi_nccl_np[12]$'
+timed "ctest -R '$regex'" 300 bash -c "ctest --test-dir '$build' -R '$regex' -V >'$build/ctest.txt' 2>&1; rc=\$?; cat '$build/ctest.txt'; exit \$rc"
+ctest_rc=$rc
+ctest_secs=$secs
+n=0
+while IFS='|' read -r name verdict tsec; do
+  [ -z "$name" ] && continue
+  n=$((n + 1))
+  verdict=$(echo "$verdict" | tr -d ' ')
+  case "$verdict" in Passed) res=PASS ;; Skipped) res=SKIP ;; Timeout) res=TIMEOUT ;; *) res=FAIL ;; esac
+  case "$name" in
+    cuda.nn_kernels) detail="GPT layer kernels vs the CPU references, fp32/fp16/bf16" ;;
+    cuda.gpt) detail="GptCuda loss and gradients vs the CPU Gpt; a short bf16 training" ;;
+    cuda.gpt_attention_blocks) detail="the same with 8-row block-causal attention GEMMs" ;;
+    cuda.gpt_flash_attention) detail="the same with flash attention (--attention flash)" ;;
+    cuda.flash_attention) detail="flash attention fwd/bwd vs a double reference, fp16/bf16" ;;
+    cuda.engine) detail="the Engine on the GPU vs on the CPU; checkpoints GPU <-> CPU; fp16 overflow skips" ;;
+    cuda.engine_np2) detail="the Engine on 2 GPUs over NCCL (ZeRO 0/1) vs one process with the whole batch" ;;
+    cuda.*) detail="kernels vs the CPU references (tests/cuda)" ;;
+    *) detail="NcclComm all_reduce/reduce_scatter/all_gather on device buffers vs exact sums" ;;
+  esac
+  if [ "$res" = SKIP ] && { [ "$name" = mpi_nccl_np2 ] || [ "$name" = cuda.engine_np2 ]; } && [ "$ngpu" = 1 ]; then
+    detail="skipped: NCCL needs one GPU per rank (1 visible)"
+  else
     skip_verdict "$res"
-    row "$t" "$res" "$secs" "$detail"
-  done
-  row "NcclComm" "not run" 0 "needs the CMake project (MPI)"
+  fi
+  row "$name" "$res" "${tsec%.*}" "$detail"
+done < <(sed -n 's/^ *[0-9]*\/[0-9]* Test *#[0-9]*: \([^ ]*\) \.*\**\([A-Za-z ]*[A-Za-z]\) *\([0-9.]*\) sec.*/\1|\2|\3/p' "$build/ctest.txt")
+if [ "$n" = 0 ]; then
+  row "ctest" "FAIL" "$ctest_secs" "rc $ctest_rc and no test verdict found in $build/ctest.txt"
+elif [ "$ctest_rc" != 0 ] && [ "$failed" = 0 ]; then
+  row "ctest" "$(result_of "$ctest_rc")" "$ctest_secs" "rc $ctest_rc after $n verdicts (see $build/ctest.txt)"
 fi
+[ "${nccl:-OFF}" = ON ] || row "NcclComm" "not run" 0 "NCCL not found by the CMake project"
 
 # ---- 5. Benchmark ---------------------------------------------------------------------------
-if [ "$build_only" = 1 ]; then
-  row "optim_bench_cuda" "not run" 0 "--build-only"
-else
-  timed "optim_bench_cuda $params" 180 "${exe[optim_bench_cuda]}" "$params" 20
-  bench_rc=$rc
-  bench_secs=$secs
-  # Its table is already in the log above; the AdamW ratio goes into ours.
-  line=$(grep "adamw fp32 ratio" "$log" | tail -1)
-  res=$(result_of "$bench_rc")
-  detail=${line:-no result line}
-  skip_verdict "$res"
-  row "optim_bench_cuda" "$res" "$bench_secs" "$detail"
-fi
+timed "optim_bench_cuda $params" 180 "${exe[optim_bench_cuda]}" "$params" 20
+bench_rc=$rc
+bench_secs=$secs
+# Its table is already in the log above; the AdamW ratio goes into ours.
+line=$(grep "adamw fp32 ratio" "$log" | tail -1)
+res=$(result_of "$bench_rc")
+detail=${line:-no result line}
+skip_verdict "$res"
+row "optim_bench_cuda" "$res" "$bench_secs" "$detail"
 
-# ---- 6. Training runs (the CMake project only: train needs MPI and HDF5) -----------------
-if [ "$build_only" = 1 ] || [ "$mode" != cmake ] || [ ! -x "${exe[train]:-}" ]; then
-  row "GPU training run" "not run" 0 "$([ "$build_only" = 1 ] && echo --build-only || echo 'needs the CMake project with MPI and HDF5 (train not built)')"
-  row "bench_gpt_cuda" "not run" 0 "$([ "$build_only" = 1 ] && echo --build-only || echo 'needs the CMake project')"
-else
+# ---- 6. Training runs ---------------------------------------------------------------------
+{
   # The README's main job on the GPU: the default config on the embedded corpus.
   export OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1 OMPI_MCA_rmaps_base_oversubscribe=1
   timed "train --config configs/default.json --device cuda" ${DS_GPU_TRAIN_TIMEOUT:-150} \
@@ -354,7 +284,7 @@ else
   line=$(grep '^\[train\] done:' "$log" | tail -1 | sed 's/^\[train\] //')
   vl=$(grep -o 'final validation loss [0-9.]*' "$log" | tail -1)
   row "GPU training run" "$res" "$secs" "default config, 1 GPU: ${line:-no summary} ${vl}"
-  # The same job in bf16 (flash attention; head size 32 here).
+  # The same job in bf16.
   timed "train --config configs/bf16.json --device cuda" ${DS_GPU_TRAIN_TIMEOUT:-150} \
     mpirun -np 1 "${exe[train]}" --config "$root/configs/bf16.json" --device cuda --progress lines --sample_tokens 0
   res=$(result_of "$rc")
@@ -397,7 +327,7 @@ else
   else
     row "torch_gpt2 (reference)" "not run" 0 "no python3 with CUDA torch here"
   fi
-fi
+}
 
 # Table first on failure too: the run's verdict.
 if [ "$failed" = 1 ]; then finish 1; fi

@@ -1,5 +1,5 @@
-// Shared helpers of the tests/cuda binaries (plain executables, no GoogleTest: they must
-// build on a GPU machine that has only the CUDA toolkit, see bench/gpu_check.sh).
+// Shared helpers of the tests/cuda binaries (plain executables, no GoogleTest; bench/gpu_check.sh
+// runs them on a GPU machine).
 // Exit codes: 0 pass, 1 failure, 77 no GPU visible (ctest SKIP_RETURN_CODE).
 #pragma once
 
