@@ -11,7 +11,11 @@
 // an H100/H200 SXM; fp32 66.9, TF32 494.7), and beside it the rate of one large cuBLAS GEMM
 // in the same dtype measured in this run (8192^3, median of 20): the ceiling this GPU really
 // reaches. The default shape is GPT-2 124M (vocab padded to 50304 as nanoGPT does).
-// Exit: 0, 77 without a GPU, 2 bad arguments.
+// Check: the loss is finite and falls (last timed step's below the first step's; the four
+// cycled batches are learnt). Headline: model TFLOP/s over the cuBLAS GEMM's, both measured
+// here; --min_ratio X fails the run below X. The last line is its JSON: record
+// (bench/README.md).
+// Exit: 0, 1 a wrong result (or an error), 2 bad arguments, 3 below --min_ratio, 77 without a GPU.
 #include <cublas_v2.h>
 #include <cuda_runtime.h>
 
@@ -30,6 +34,7 @@
 #include "ds/engine/engine.h"
 #include "ds/nn/gpt_cuda.h"
 #include "self_comm.h"
+#include "bench_report.h"
 
 namespace {
 
@@ -112,6 +117,7 @@ int main(int argc, char** argv) {
   std::string dtype = "bf16";
   bool tf32 = false;
   int profile_steps = 3;  // per-op profile after the timed steps (0: none)
+  double min_ratio = 0;
   std::string attention = "materialized";  // kernels.attention: materialized or flash
   std::int64_t attention_block = 256;      // kernels.attention_block
   for (int i = 1; i < argc; ++i) {
@@ -136,6 +142,7 @@ int main(int argc, char** argv) {
     else if (a == "--profile_steps") profile_steps = std::atoi(next());
     else if (a == "--attention") attention = next();
     else if (a == "--attention_block") attention_block = std::atoll(next());
+    else if (a == "--min_ratio") min_ratio = ds::bench::parse_min_ratio("bench_gpt_cuda", next());
     else {
       std::fprintf(stderr, "bench_gpt_cuda: unknown argument '%s'\n", a.c_str());
       return 2;
@@ -273,6 +280,25 @@ int main(int argc, char** argv) {
                 100.0 * tflops / gemm_peak);
     std::printf("mfu %s: %.1f%% (target >= 40%% on an H200): %s\n", dtype.c_str(), 100.0 * tflops / spec_peak,
                 tflops / spec_peak >= 0.40 ? "met" : "NOT met");
+    ds::bench::Report report("bench_gpt_cuda");
+    report.min_ratio(min_ratio);
+    report["gpu"] = prop.name;
+    report["dtype"] = dtype;
+    report["attention"] = att.flash && dt != ds::DType::F32 ? "flash" : "materialized";
+    report["params"] = model.num_parameters();
+    report["batch"] = batch;
+    report["block"] = block;
+    report["step_ms"] = ms;
+    report["tokens_per_s"] = tps;
+    report["model_tflops"] = tflops;
+    report["mfu"] = tflops / spec_peak;
+    report["cublas_gemm_tflops"] = gemm_peak;
+    report["loss_first"] = first_loss;
+    report["loss_last"] = last_loss;
+    report.check("the loss is finite and falls", std::isfinite(first_loss) && std::isfinite(last_loss) && last_loss < first_loss,
+                 "first " + std::to_string(first_loss) + ", last " + std::to_string(last_loss));
+    report.headline("model TFLOP/s / cuBLAS " + dtype + " GEMM TFLOP/s (measured here)", tflops / gemm_peak);
+    return report.finish();
   } catch (const std::exception& e) {
     std::fprintf(stderr, "bench_gpt_cuda: error: %s\n", e.what());
     return 1;
