@@ -3,6 +3,7 @@
 
 #include "ds/core/error.h"
 #include "ds/launch/hostlist.h"
+#include "ds/launch/range_list.h"
 
 using ds::launch::expand_hostlist;
 using ds::launch::parse_tasks_per_node;
@@ -64,4 +65,24 @@ TEST(TasksPerNode, Forms) {
   for (const char* bad : {"", "a", "2(x)", "2(3)", "2(x0)", "-1", "2,", "2(x3"}) {
     EXPECT_THROW(parse_tasks_per_node(bad), ds::Error) << bad;
   }
+}
+
+// The tokenizer that --bind_core_list and the hostlist brackets share.
+TEST(RangeList, SplitsItemsAndEnds) {
+  auto items = ds::launch::split_range_list("01-03,7,,4-");
+  ASSERT_EQ(items.size(), 4u);
+  EXPECT_EQ(items[0].text, "01-03");
+  EXPECT_EQ(items[0].lo, "01");
+  EXPECT_EQ(items[0].hi, "03");
+  EXPECT_TRUE(items[0].is_range);
+  EXPECT_EQ(items[1].lo, "7");
+  EXPECT_EQ(items[1].hi, "7");
+  EXPECT_FALSE(items[1].is_range);
+  EXPECT_EQ(items[2].text, "");  // empty items reach the caller, which refuses them
+  EXPECT_EQ(items[3].hi, "");
+  EXPECT_TRUE(items[3].is_range);
+  ASSERT_EQ(ds::launch::split_range_list("").size(), 1u);
+  auto two_dashes = ds::launch::split_range_list("1-2-3");
+  EXPECT_EQ(two_dashes[0].lo, "1");
+  EXPECT_EQ(two_dashes[0].hi, "2-3");
 }

@@ -3,11 +3,12 @@
 #include <charconv>
 
 #include "ds/core/error.h"
+#include "ds/launch/range_list.h"
 
 namespace ds::launch {
 namespace {
 
-int parse_core(const std::string& text, const std::string& item, std::string_view s) {
+int parse_core(const std::string& text, std::string_view item, std::string_view s) {
   int v = -1;
   auto [p, ec] = std::from_chars(s.data(), s.data() + s.size(), v);
   DS_CHECK(!s.empty() && ec == std::errc() && p == s.data() + s.size() && v >= 0 && v < 65536,
@@ -21,26 +22,16 @@ int parse_core(const std::string& text, const std::string& item, std::string_vie
 std::vector<int> parse_core_list(const std::string& text) {
   DS_CHECK(!text.empty(), "--bind_core_list is empty (expected e.g. 0,2-4,6)");
   std::vector<int> out;
-  std::size_t start = 0;
-  while (start <= text.size()) {
-    std::size_t comma = text.find(',', start);
-    if (comma == std::string::npos) comma = text.size();
-    std::string item = text.substr(start, comma - start);
-    std::size_t dash = item.find('-');
-    int lo = 0, hi = 0;
-    if (dash == std::string::npos) {
-      lo = hi = parse_core(text, item, item);
-    } else {
-      lo = parse_core(text, item, std::string_view(item).substr(0, dash));
-      hi = parse_core(text, item, std::string_view(item).substr(dash + 1));
-      DS_CHECK(lo <= hi, "--bind_core_list '" << text << "': range '" << item << "' runs backwards");
-    }
+  for (const RangeItem& r : split_range_list(text)) {
+    const std::string_view item = r.text;
+    int lo = parse_core(text, item, r.lo);
+    int hi = r.is_range ? parse_core(text, item, r.hi) : lo;
+    DS_CHECK(lo <= hi, "--bind_core_list '" << text << "': range '" << item << "' runs backwards");
     DS_CHECK(out.empty() || lo > out.back(),
              "--bind_core_list '" << text << "': '" << item
                                   << "' overlaps or comes before the previous item (items must be "
                                      "ascending and disjoint)");
     for (int c = lo; c <= hi; ++c) out.push_back(c);
-    start = comma + 1;
   }
   return out;
 }

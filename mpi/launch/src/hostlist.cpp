@@ -6,6 +6,7 @@
 #include <vector>
 
 #include "ds/core/error.h"
+#include "ds/launch/range_list.h"
 
 namespace ds::launch {
 namespace {
@@ -39,16 +40,10 @@ std::vector<std::string> expand_range_list(std::string_view body, std::string_vi
                                            std::string_view token) {
   DS_CHECK(!body.empty(), "hostlist '" << list << "': empty range list '[]' in '" << token << "'");
   std::vector<std::string> out;
-  std::size_t start = 0;
-  while (start <= body.size()) {
-    std::size_t comma = body.find(',', start);
-    if (comma == std::string_view::npos) comma = body.size();
-    std::string_view item = body.substr(start, comma - start);
-    std::size_t dash = item.find('-');
-    std::string_view lo_s = item.substr(0, dash);
-    std::string_view hi_s = dash == std::string_view::npos ? item : item.substr(dash + 1);
+  for (const RangeItem& r : split_range_list(body)) {
+    const std::string_view item = r.text;
     long long lo = 0, hi = 0;
-    DS_CHECK(parse_uint(lo_s, lo) && parse_uint(hi_s, hi),
+    DS_CHECK(parse_uint(r.lo, lo) && parse_uint(r.hi, hi),
              "hostlist '" << list << "': bad range '" << item << "' in '" << token
                           << "' (expected N or LO-HI with decimal digits)");
     DS_CHECK(lo <= hi, "hostlist '" << list << "': descending range '" << item << "' in '"
@@ -57,8 +52,7 @@ std::vector<std::string> expand_range_list(std::string_view body, std::string_vi
                  out.size() + static_cast<std::size_t>(hi - lo) < kMaxHosts,
              "hostlist '" << list << "': range '" << item << "' in '" << token
                           << "' is too large (more than " << kMaxHosts << " hosts)");
-    for (long long v = lo; v <= hi; ++v) out.push_back(pad(v, lo_s.size()));
-    start = comma + 1;
+    for (long long v = lo; v <= hi; ++v) out.push_back(pad(v, r.lo.size()));
   }
   return out;
 }
