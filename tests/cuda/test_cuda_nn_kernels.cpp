@@ -1,5 +1,5 @@
 // Every CUDA nn kernel (ds/nn/cuda_kernels.h) against the plain references of
-// ds/nn/kernels_ref.h (run in double) at awkward sizes, in each working dtype (fp32, fp16,
+// tests/nn/kernels_ref.h (run in double) at awkward sizes, in each working dtype (fp32, fp16,
 // bf16). Inputs are random (fresh per case, never zeros) and rounded to the dtype on the host
 // first, so the device and the reference see the same values; forward outputs are poisoned
 // (all-ones bytes: NaN in every dtype) so an element left unwritten fails; += outputs are
@@ -37,7 +37,7 @@
 #include "cuda_test_util.h"
 #include "ds/core/half.h"
 #include "ds/nn/cuda_kernels.h"
-#include "ds/nn/kernels_ref.h"
+#include "../nn/kernels_ref.h"
 
 namespace {
 

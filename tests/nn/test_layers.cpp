@@ -12,7 +12,7 @@
 #include "ds/core/half.h"
 #include "ds/nn/gemm.h"
 #include "ds/nn/kernels.h"
-#include "ds/nn/kernels_ref.h"
+#include "kernels_ref.h"
 #include "same_bits.h"
 
 namespace {

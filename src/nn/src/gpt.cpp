@@ -14,7 +14,7 @@
 #include "ds/core/error.h"
 #include "ds/core/spin_wait.h"
 #include "ds/nn/kernels.h"
-#include "ds/nn/sampling.h"
+#include "sampling.h"
 
 namespace ds::nn {
 

@@ -57,7 +57,7 @@
 #include "attention_blocks.h"
 #include "ds/nn/cuda_flash.h"
 #include "ds/nn/cuda_kernels.h"
-#include "ds/nn/sampling.h"
+#include "../sampling.h"
 
 #define DS_CUBLAS_CHECK(call)                                                                 \
   do {                                                                                        \
@@ -779,7 +779,7 @@ std::vector<float> GptCuda::logits_last(std::span<const std::int32_t> context) {
   return impl_->logits_last(context);
 }
 
-// The sampler of Gpt::generate (ds/nn/sampling.h): the same logits give the same tokens.
+// The sampler of Gpt::generate (src/nn/src/sampling.h): the same logits give the same tokens.
 std::vector<std::int32_t> GptCuda::generate(std::span<const std::int32_t> context, int n_new, float temperature,
                                             std::uint64_t seed) {
   return sample_tokens(context, n_new, temperature, seed,

@@ -1,6 +1,6 @@
 // CUDA kernels of the built-in layers (src/nn/src/cuda/*.cu; built only when DS_HAVE_CUDA,
 // and then DS_NN_HAVE_CUDA is defined). The same meaning as the CPU kernels of
-// ds/nn/kernels.h and the plain references of ds/nn/kernels_ref.h; the GEMMs are not here
+// ds/nn/kernels.h and the plain references of tests/nn/kernels_ref.h; the GEMMs are not here
 // (GptCuda calls cuBLAS directly).
 //
 // Conventions:

@@ -1,6 +1,6 @@
 // The CPU kernels of the built-in layers (fp32, row-major), fast versions: OpenMP-threaded,
 // vectorized (AVX-512 / AVX2 clones picked at run time); GEMMs through ds/nn/gemm.h.
-// Plain reference versions with the same meaning live in kernels_ref.h (templates, so the
+// Plain reference versions with the same meaning live in tests/nn/kernels_ref.h (templates, so the
 // tests can run them in double precision for gradient checks).
 //
 // Conventions follow llm.c's train_gpt2.c: N rows (batch x seq), C channels, OC output
