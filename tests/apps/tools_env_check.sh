@@ -1,7 +1,8 @@
 #!/bin/bash
 # Every tool checks the registered DS_* variables first: a bad value is one line
 # "<tool>: error: environment variable NAME='value': <what is accepted>" and a non-zero exit,
-# before any other work (the files named on the command line do not exist).
+# before any other work (the files named on the command line do not exist); ds_report --env
+# lists every registered variable with its current value.
 # usage: tools_env_check.sh
 set -uo pipefail
 B=$DS_BINARY_DIR/apps
@@ -29,6 +30,21 @@ bad_env dsrun DS_NN_GEMM=blas "expected one of auto|openblas|own" --dry_run true
 
 # A good value is accepted (the report runs).
 DS_LOG_LEVEL=warn "$B/ds_report/ds_report" --no_mpi >"$T/out" 2>"$T/err" || fail "DS_LOG_LEVEL=warn ds_report: $(cat "$T/err")"
+
+# ds_report --env: every registered variable with class, type, default and current value.
+env -u DS_CPU_SIMD DS_NN_ROWS=plain "$B/ds_report/ds_report" --env >"$T/out" 2>"$T/err" || fail "ds_report --env: $(cat "$T/err")"
+grep -qxF 'DS_NN_ROWS  [debug, choice: one of auto|plain]  default auto  value plain' "$T/out" ||
+  fail "ds_report --env: no DS_NN_ROWS line with its value: $(cat "$T/out")"
+grep -qxF 'DS_CPU_SIMD  [debug, bool: 0 or 1]  default 1  value unset' "$T/out" ||
+  fail "ds_report --env: no DS_CPU_SIMD line (unset): $(cat "$T/out")"
+env -u DS_CPU_SIMD DS_NN_ROWS=plain "$B/ds_report/ds_report" --env --json >"$T/json" 2>"$T/err" || fail "ds_report --env --json: $(cat "$T/err")"
+"${DS_SYSTEM_PYTHON:-python3}" - "$T/json" <<'PYEOF' || fail "ds_report --env --json: $(cat "$T/json")"
+import json, sys
+v = {e["name"]: e for e in json.load(open(sys.argv[1]))["environment"]}
+assert v["DS_NN_ROWS"]["value"] == "plain" and v["DS_NN_ROWS"]["default"] == "auto", v["DS_NN_ROWS"]
+assert v["DS_CPU_SIMD"]["value"] is None and v["DS_CPU_SIMD"]["class"] == "debug", v["DS_CPU_SIMD"]
+assert v["DS_LOG_LEVEL"]["type"] == "choice" and v["DS_LOG_LEVEL"]["help"], v["DS_LOG_LEVEL"]
+PYEOF
 
 [ "$fails" = 0 ] || exit 1
 echo "ok: every tool rejects a bad DS_* value in one line"
