@@ -87,3 +87,14 @@ TEST(Env, UnregisteredAndWrongTypeReadsAreRefused) {
   EXPECT_EQ(env::external("OMPI_COMM_WORLD_SIZE_TEST_ONLY").value_or(""), "3");
   EXPECT_FALSE(env::external("SURELY_UNSET_VARIABLE_42").has_value());
 }
+
+// What ds_report --env prints per row (and docs/user/environment.md is checked against).
+TEST(Env, NamesForTheReport) {
+  EXPECT_STREQ(env::class_name(env::Class::System), "system");
+  EXPECT_STREQ(env::class_name(env::Class::Debug), "debug");
+  EXPECT_STREQ(env::type_name(env::Type::Seconds), "seconds");
+  EXPECT_STREQ(env::type_name(env::Type::Choice), "choice");
+  EXPECT_EQ(env::accepted(env::find("DS_NN_ROWS")), "one of auto|plain");
+  EXPECT_EQ(env::accepted(env::find("DS_CPU_SIMD")), "0 or 1");
+  for (const env::Var& v : env::table()) EXPECT_FALSE(env::accepted(v).empty()) << v.name;
+}
