@@ -212,7 +212,8 @@ int main(int argc, char** argv) {
     parse_size(min_s, "--min_size");
     parse_size(max_s, "--max_size");
   } catch (const CLI::ParseError& e) {
-    return app.exit(e);
+    const int code = app.exit(e);  // prints the message (or the help)
+    return code == 0 ? 0 : 2;      // bad arguments: 2, as every benchmark
   }
 
   ds::DistributedContext ctx = ds::init_distributed();

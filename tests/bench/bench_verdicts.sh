@@ -1,0 +1,58 @@
+#!/bin/bash
+# The built benchmarks at tiny sizes: each checks its result (exit 0 and a JSON: record whose
+# checks all passed), fails with exit 3 and one line naming --min_ratio when the floor is out
+# of reach (1000), and refuses a bad flag with exit 2. comm_bench also takes the
+# communicator's tuning flags and reports them in its record. No timing is asserted.
+set -uo pipefail
+B=$DS_BINARY_DIR/bench
+D=$(mktemp -d /tmp/ds_bench_verdicts.XXXXXX)
+trap 'rm -rf "$D"' EXIT
+MPI="$DS_MPIEXEC --oversubscribe --bind-to none"
+fail() { echo "FAIL: $*"; exit 1; }
+
+expect() {  # expect NAME CODE PATTERN CMD...: exit CODE, PATTERN in stderr (or stdout)
+  local name=$1 code=$2 pattern=$3
+  shift 3
+  "$@" >"$D/out" 2>"$D/err"
+  local rc=$?
+  [ "$rc" = "$code" ] || { cat "$D/out" "$D/err"; fail "$name: exit $rc, expected $code"; }
+  if [ -n "$pattern" ]; then
+    grep -qF -- "$pattern" "$D/err" "$D/out" || { cat "$D/out" "$D/err"; fail "$name: no '$pattern'"; }
+  fi
+  if [ "$code" != 2 ]; then  # a run: the last stdout line is a record whose checks passed
+    tail -1 "$D/out" | grep -q '^JSON: {' || fail "$name: the last line is not a JSON: record"
+    tail -1 "$D/out" | sed 's/^JSON: //' | "$DS_SYSTEM_PYTHON" -c '
+import json, sys
+r = json.load(sys.stdin)
+assert r["checks"] and all(c["ok"] for c in r["checks"]), r["checks"]
+print("   record:", r["bench"], "checks", [c["detail"] for c in r["checks"]], "ratio", r["ratio"])' ||
+      fail "$name: a check in the record failed"
+  fi
+  echo "ok: $name (exit $rc)"
+}
+
+comm=(--min_size 4K --max_size 64K --warmup 0 --budget 0.001)
+expect "comm_bench" 0 "" $MPI -np 2 "$B/comm/comm_bench" "${comm[@]}"
+expect "comm_bench --min_ratio 1000" 3 "is below --min_ratio 1000" $MPI -np 2 "$B/comm/comm_bench" "${comm[@]}" --min_ratio 1000
+expect "comm_bench tuning flags" 0 "" $MPI -np 2 "$B/comm/comm_bench" "${comm[@]}" --shm_chunk 256K \
+  --shm_oneshot_max 0 --plain_all_reduce 8K:max --plain_all_gather none --barrier_spins 16 --no_progress_thread
+tail -1 "$D/out" | grep -q '"shm_chunk_bytes":262144' || fail "comm_bench: --shm_chunk not in the record"
+tail -1 "$D/out" | grep -q '"plain_all_reduce":"8K:max"' || fail "comm_bench: --plain_all_reduce not in the record"
+tail -1 "$D/out" | grep -q '"shm_oneshot_max":0' || fail "comm_bench: --shm_oneshot_max not in the record"
+tail -1 "$D/out" | grep -q '"progress_thread":false' || fail "comm_bench: --no_progress_thread not in the record"
+expect "comm_bench --no_shm" 0 "shm off" $MPI -np 2 "$B/comm/comm_bench" "${comm[@]}" --no_shm
+expect "comm_bench --shm_chunk 1X" 2 "--shm_chunk: expected bytes with an optional K/M/G suffix, got '1X'" \
+  "$B/comm/comm_bench" --shm_chunk 1X
+expect "comm_bench --plain_all_reduce 5" 2 "expected FROM:BELOW" "$B/comm/comm_bench" --plain_all_reduce 5
+
+expect "optim_bench" 0 "fast optimizer kernels equal the reference" "$B/optim/optim_bench" --sizes 20000 --threads 1 --repeats 1 --only sgd
+expect "optim_bench --min_ratio 1000" 3 "is below --min_ratio 1000" "$B/optim/optim_bench" --sizes 20000 --threads 1 --repeats 1 --only adamw --min_ratio 1000
+expect "optim_bench --min_ratio x" 2 "optim_bench: error: --min_ratio: expected a number >= 0, got 'x'" "$B/optim/optim_bench" --min_ratio x
+
+expect "bench_checkpoint" 0 "every load equals the saved" "$B/checkpoint/bench_checkpoint" "$D/ckpt" 100000 2 --dd
+expect "bench_checkpoint --min_ratio 1000" 3 "is below --min_ratio 1000" "$B/checkpoint/bench_checkpoint" "$D/ckpt" 100000 1 --dd --min_ratio 1000
+expect "bench_checkpoint --min_ratio without --dd" 2 "--min_ratio compares against dd: add --dd" "$B/checkpoint/bench_checkpoint" "$D/ckpt" 1000 1 --min_ratio 1
+
+expect "page_release_bench" 0 "released pages hold what was written" "$B/zero/page_release_bench" --mib 1 --bucket-mib 0.25 --reps 1
+expect "page_release_bench --min_ratio 1000" 3 "is below --min_ratio 1000" "$B/zero/page_release_bench" --mib 1 --bucket-mib 0.25 --reps 1 --min_ratio 1000
+echo "bench_verdicts: OK"
