@@ -13,10 +13,12 @@
 #include <sys/stat.h>
 
 #include "ds/config/json_reader.h"
+#include "ds/config/registry.h"
 #include "ds/core/base64.h"
 #include "ds/core/error.h"
 #include "ds/core/file_read.h"
 #include "ds/core/log.h"
+#include "schema.h"
 #include "validate_parsed.h"
 
 namespace ds::config {
@@ -117,6 +119,7 @@ std::string section_of(const std::string& key, const std::string& except) {
 struct Ctx {
   std::string source;
   std::vector<std::string>* warnings = nullptr;
+  std::vector<std::string>* keys = nullptr;  // config_keys(): every key path a section knows
   detail::KeyPositions pos;  // key path -> where the key was written
 
   std::string where(SourcePos p) const {
@@ -138,34 +141,10 @@ struct Ctx {
   }
 };
 
-// Allowed range of a number, and its wording for "expected ...".
-struct Range {
-  double lo = -kInf, hi = kInf;
-  bool lo_open = false, hi_open = false;
-  bool contains(double v) const {
-    if (std::isnan(v)) return false;
-    if (lo_open ? !(v > lo) : !(v >= lo)) return false;
-    if (hi_open ? !(v < hi) : !(v <= hi)) return false;
-    return true;
-  }
-  std::string text() const {
-    auto num = [](double v) {
-      if (std::floor(v) == v && std::abs(v) < 1e15) return std::to_string(static_cast<long long>(v));
-      return nlohmann::json(v).dump();
-    };
-    const bool has_lo = lo != -kInf, has_hi = hi != kInf;
-    if (has_lo && has_hi) {
-      return "in " + std::string(lo_open ? "(" : "[") + num(lo) + ", " + num(hi) + (hi_open ? ")" : "]");
-    }
-    if (has_lo) return std::string(lo_open ? "> " : ">= ") + num(lo);
-    if (has_hi) return std::string(hi_open ? "< " : "<= ") + num(hi);
-    return "";
-  }
-};
-Range any_number() { return {}; }
-Range at_least(double v) { return Range{v, kInf, false, false}; }
-Range above(double v) { return Range{v, kInf, true, false}; }
-Range unit_open() { return Range{0.0, 1.0, false, true}; }  // [0, 1)
+Range any_number() { return Range::any(); }
+Range at_least(double v) { return Range::at_least(v); }
+Range above(double v) { return Range::above(v); }
+Range unit_open() { return Range::unit_open(); }
 
 bool is_auto(const JsonNode& n) { return n.kind == K::String && n.str == "auto"; }
 
@@ -187,6 +166,7 @@ class Section {
   // the default applies). Marks the key as known and remembers its position.
   const Member* get(const std::string& key, bool supported = true) {
     (supported ? supported_ : accepted_).push_back(key);
+    if (ctx_.keys) ctx_.keys->push_back(sub(key));
     const Member* m = node_.find(key);
     if (!m) return nullptr;
     ctx_.pos[sub(key)] = m->key_pos;
@@ -197,7 +177,10 @@ class Section {
 
   // DeepSpeed keys we accept with any value and do not act on (docs/user/config.md lists them).
   void accept(std::initializer_list<const char*> keys) {
-    for (const char* k : keys) accepted_.emplace_back(k);
+    for (const char* k : keys) {
+      accepted_.emplace_back(k);
+      if (ctx_.keys) ctx_.keys->push_back(sub(k));
+    }
   }
 
   [[noreturn]] void type_error(const Member& m, const std::string& expected) {
@@ -340,63 +323,134 @@ class Section {
 // optimizer {type, params}  (DeepSpeed config.py + engine._configure_basic_optimizer)
 // ---------------------------------------------------------------------------------------
 
-const char* kSupportedOptimizers = "Adam, AdamW, SGD, Lamb, Adagrad";
-
-std::string canonical_optimizer(Ctx& ctx, const Member& m) {
-  const std::string& type = m.value.str;
-  const std::string l = lower(type);
-  // DeepSpeed lower-cases names in its own list; anything else is a case-sensitive
-  // torch.optim lookup, so "SGD" works and "sgd" does not.
-  if (l == "adam" || l == "adamw" || l == "lamb" || l == "adagrad") return l;
-  if (type == "SGD") return "sgd";
-  if (l == "sgd") {
-    ctx.fail(m.key_pos, "optimizer.type",
-             jquote(type) + " is not a supported optimizer name: DeepSpeed looks SGD up in torch.optim, "
-             "case-sensitively; write \"SGD\"");
-  }
-  static const std::vector<std::string> deepspeed_only = {
-      "onebitadam", "zerooneadam", "onebitlamb", "lion", "muon", "muadam", "muadamw", "musgd",
-      "cpuadam", "fusedadam", "rmsprop", "adamax", "adadelta", "sparseadam", "nadam", "radam", "lbfgs", "asgd", "rprop"};
-  if (std::find(deepspeed_only.begin(), deepspeed_only.end(), l) != deepspeed_only.end()) {
-    ctx.fail(m.key_pos, "optimizer.type",
-             "optimizer " + jquote(type) + " is not supported by dstrain; supported: " + kSupportedOptimizers);
-  }
-  std::string msg = "unknown optimizer " + jquote(type);
-  const std::string guess = closest(type, {"Adam", "AdamW", "SGD", "Lamb", "Adagrad"});
-  if (!guess.empty()) msg += " (did you mean " + jquote(guess) + "?)";
-  ctx.fail(m.key_pos, "optimizer.type", msg + "; supported: " + kSupportedOptimizers);
-}
-
-void read_betas(Section& s, std::array<double, 2>& betas) {
-  const Member* m = s.get("betas");
+void read_betas(Section& s, const std::string& key, std::array<double, 2>& betas) {
+  const Member* m = s.get(key);
   if (!m) return;
   const std::string expected = "an array of two numbers in [0, 1)";
   if (m->value.kind != K::Array || m->value.items.size() != 2) s.type_error(*m, expected);
   for (size_t i = 0; i < 2; ++i) {
     const JsonNode& b = m->value.items[i];
     if (!b.is_number() || !unit_open().contains(b.as_double())) {
-      s.ctx().fail(b.pos.known() ? b.pos : m->key_pos, s.sub("betas") + "[" + std::to_string(i) + "]",
+      s.ctx().fail(b.pos.known() ? b.pos : m->key_pos, s.sub(key) + "[" + std::to_string(i) + "]",
                    "expected a number in [0, 1), got " + describe(b));
     }
     betas[i] = b.as_double();
   }
 }
 
+// One parameter of a descriptor's schema (ds/config/registry.h), into its field.
+template <class P>
+void read_param(Section& p, const Param<P>& spec, P& out) {
+  std::visit(
+      [&](auto field) {
+        using F = std::remove_reference_t<decltype(out.*field)>;
+        if constexpr (std::is_same_v<F, double>) {
+          p.number(spec.key, out.*field, spec.range);
+        } else if constexpr (std::is_same_v<F, std::optional<double>>) {
+          if (const Member* m = p.get(spec.key)) {
+            if (m->value.kind == K::Null) out.*field = std::nullopt;
+            else out.*field = p.read_number(*m, spec.range);
+          }
+        } else if constexpr (std::is_same_v<F, std::int64_t>) {
+          p.integer(spec.key, out.*field, spec.min);
+        } else if constexpr (std::is_same_v<F, std::optional<std::int64_t>>) {
+          if (const Member* m = p.get(spec.key)) {
+            if (m->value.kind == K::Null) out.*field = std::nullopt;
+            else out.*field = p.read_int(*m, spec.min, kIntMax);
+          }
+        } else if constexpr (std::is_same_v<F, bool>) {
+          if (const Member* m = p.get(spec.key)) {
+            const bool v = p.read_bool(*m);
+            if (spec.fixed_note.empty()) out.*field = v;
+            else if (v != out.*field) p.ctx().warn(m->key_pos, spec.fixed_note);
+          }
+        } else if constexpr (std::is_same_v<F, std::array<double, 2>>) {
+          read_betas(p, spec.key, out.*field);
+        } else {
+          static_assert(std::is_same_v<F, std::string>);
+          if (const Member* m = p.get(spec.key)) {
+            const std::string v = p.read_string(*m);
+            if (std::find(spec.choices.begin(), spec.choices.end(), v) != spec.choices.end()) {
+              out.*field = v;
+            } else {  // DeepSpeed prints a note and uses its default
+              std::vector<std::string> quoted;
+              for (const auto& c : spec.choices) quoted.push_back(jquote(c));
+              std::string expected;
+              for (size_t i = 0; i < quoted.size(); ++i)
+                expected += (i == 0 ? "" : i + 1 == quoted.size() ? " or " : ", ") + quoted[i];
+              p.ctx().warn(m->key_pos, p.sub(spec.key) + ": unknown " + spec.key + " " + jquote(v) + " (expected " +
+                                           expected + "); using " + jquote(out.*field) + " as DeepSpeed does");
+            }
+          }
+        }
+      },
+      spec.field);
+}
+
+// Whether an optional field is unset (required optional keys are checked after reading).
+template <class P>
+bool is_optional_unset(const Param<P>& spec, const P& v) {
+  return std::visit(
+      [&](auto field) {
+        using F = std::remove_cvref_t<decltype(v.*field)>;
+        if constexpr (std::is_same_v<F, std::optional<double>> || std::is_same_v<F, std::optional<std::int64_t>>) {
+          return !(v.*field).has_value();
+        } else {
+          return false;
+        }
+      },
+      spec.field);
+}
+template <class P>
+bool is_optional(const Param<P>& spec) {
+  return spec.field.index() == 1 || spec.field.index() == 3;
+}
+
+std::string supported_optimizers() {
+  std::vector<std::string> names;
+  for (const auto& d : optimizer_registry()) names.push_back(d.display);
+  return join(names);
+}
+
+const OptimizerDescriptor& find_optimizer_descriptor(Ctx& ctx, const Member& m) {
+  const std::string& type = m.value.str;
+  const std::string l = lower(type);
+  const std::string supported = supported_optimizers();
+  // DeepSpeed lower-cases names in its own list; anything else is a case-sensitive
+  // torch.optim lookup, so "SGD" works and "sgd" does not.
+  for (const auto& d : optimizer_registry()) {
+    if (d.torch_name ? type == d.display : l == d.name) return d;
+    if (d.torch_name && l == d.name) {
+      ctx.fail(m.key_pos, "optimizer.type",
+               jquote(type) + " is not a supported optimizer name: DeepSpeed looks " + d.display +
+                   " up in torch.optim, case-sensitively; write " + jquote(d.display));
+    }
+  }
+  static const std::vector<std::string> deepspeed_only = {
+      "onebitadam", "zerooneadam", "onebitlamb", "lion", "muon", "muadam", "muadamw", "musgd",
+      "cpuadam", "fusedadam", "rmsprop", "adamax", "adadelta", "sparseadam", "nadam", "radam", "lbfgs", "asgd", "rprop"};
+  if (std::find(deepspeed_only.begin(), deepspeed_only.end(), l) != deepspeed_only.end()) {
+    ctx.fail(m.key_pos, "optimizer.type",
+             "optimizer " + jquote(type) + " is not supported by dstrain; supported: " + supported);
+  }
+  std::string msg = "unknown optimizer " + jquote(type);
+  std::vector<std::string> displays;
+  for (const auto& d : optimizer_registry()) displays.push_back(d.display);
+  const std::string guess = closest(type, displays);
+  if (!guess.empty()) msg += " (did you mean " + jquote(guess) + "?)";
+  ctx.fail(m.key_pos, "optimizer.type", msg + "; supported: " + supported);
+}
+
 OptimizerConfig parse_optimizer(Ctx& ctx, const Member& section) {
   Section s(ctx, section.value, section.key_pos, "optimizer");
   s.accept({"legacy_fusion"});
+  const std::string supported = supported_optimizers();
   const Member* type = s.get("type");
-  if (!type) ctx.fail(section.key_pos, "optimizer", std::string("missing \"type\" (one of ") + kSupportedOptimizers + ")");
-  if (type->value.kind != K::String) s.type_error(*type, std::string("an optimizer name (") + kSupportedOptimizers + ")");
+  if (!type) ctx.fail(section.key_pos, "optimizer", "missing \"type\" (one of " + supported + ")");
+  if (type->value.kind != K::String) s.type_error(*type, "an optimizer name (" + supported + ")");
 
-  OptimizerConfig o;
-  o.type = canonical_optimizer(ctx, *type);
-  if (o.type == "adagrad") {  // torch.optim.Adagrad's defaults
-    o.lr = 1e-2;
-    o.eps = 1e-10;
-  }
-  if (o.type == "adamw") o.adam_w_mode = true;
-
+  const OptimizerDescriptor& d = find_optimizer_descriptor(ctx, *type);
+  OptimizerConfig o = d.defaults;
   const Member* params = s.get("params");
   if (params && params->value.kind != K::Null) {
     Section p(ctx, params->value, params->key_pos, "optimizer.params");
@@ -404,49 +458,16 @@ OptimizerConfig parse_optimizer(Ctx& ctx, const Member& section) {
       ctx.fail(mg->key_pos, "optimizer.params.max_grad_norm",
                "is not accepted here (DeepSpeed raises ValueError): use the top-level \"gradient_clipping\" instead");
     }
-    p.number("lr", o.lr, at_least(0));
-    p.number("weight_decay", o.weight_decay, at_least(0));
-    const std::string amsgrad_msg = "amsgrad is not supported (DeepSpeed's FusedAdam rejects it too); remove it";
-    if (o.type == "adam" || o.type == "adamw") {
-      read_betas(p, o.betas);
-      p.number("eps", o.eps, at_least(0));
-      p.boolean("bias_correction", o.bias_correction);
-      if (const Member* m = p.get("adam_w_mode")) {
-        const bool v = p.read_bool(*m);
-        if (o.type == "adam") {
-          o.adam_w_mode = v;
-        } else if (!v) {
-          ctx.warn(m->key_pos, "optimizer.params.adam_w_mode false has no effect with type AdamW "
-                               "(DeepSpeed applies decoupled weight decay for AdamW regardless)");
-        }
-      }
-      if (const Member* m = p.get("torch_adam", false)) {
+    for (const auto& spec : d.params) read_param(p, spec, o);
+    for (const auto& key : d.noted) {
+      if (const Member* m = p.get(key, false)) {
         p.read_bool(*m);
-        DS_INFO(ctx.where(m->key_pos) << ": optimizer.params.torch_adam is accepted and ignored: "
-                                         "dstrain has one Adam implementation per device");
+        DS_INFO(ctx.where(m->key_pos) << ": " << p.sub(key) << " is accepted and ignored: "
+                                         "dstrain has one " << d.display << " implementation per device");
       }
-      p.only_default("amsgrad", false, amsgrad_msg);
-    } else if (o.type == "lamb") {
-      read_betas(p, o.betas);
-      p.number("eps", o.eps, at_least(0));
-      p.boolean("bias_correction", o.bias_correction);
-      p.boolean("eps_inside_sqrt", o.eps_inside_sqrt);
-      p.number("max_coeff", o.max_coeff, above(0));
-      p.number("min_coeff", o.min_coeff, at_least(0));
-      p.only_default("amsgrad", false, amsgrad_msg);
-    } else if (o.type == "sgd") {
-      p.number("momentum", o.momentum, at_least(0));
-      p.number("dampening", o.dampening, any_number());
-      p.boolean("nesterov", o.nesterov);
-      p.only_default("maximize", false, "maximize is not supported; remove it");
-      p.accept({"foreach", "differentiable", "fused"});
-    } else {  // adagrad
-      p.number("eps", o.eps, at_least(0));
-      p.number("lr_decay", o.lr_decay, at_least(0));
-      p.number("initial_accumulator_value", o.initial_accumulator_value, at_least(0));
-      p.only_default("maximize", false, "maximize is not supported; remove it");
-      p.accept({"foreach", "differentiable", "fused"});
     }
+    for (const auto& f : d.false_only) p.only_default(f.key, false, f.message);
+    for (const auto& key : d.ignored) p.accept({key.c_str()});
     p.finish();
   }
   s.finish();
@@ -457,47 +478,31 @@ OptimizerConfig parse_optimizer(Ctx& ctx, const Member& section) {
 // scheduler {type, params}  (DeepSpeed runtime/lr_schedules.py constructors)
 // ---------------------------------------------------------------------------------------
 
-const std::vector<std::string>& scheduler_types() {
-  static const std::vector<std::string> t = {"WarmupLR", "WarmupDecayLR", "WarmupCosineLR", "OneCycle", "LRRangeTest"};
-  return t;
-}
-
-void read_warmup_type(Section& p, SchedulerConfig& c) {
-  if (const Member* m = p.get("warmup_type")) {
-    const std::string v = p.read_string(*m);
-    if (v == "log" || v == "linear") {
-      c.warmup_type = v;
-    } else {  // DeepSpeed prints a note and uses log
-      p.ctx().warn(m->key_pos, p.sub("warmup_type") + ": unknown warmup_type " + jquote(v) +
-                                   " (expected \"log\" or \"linear\"); using \"log\" as DeepSpeed does");
-      c.warmup_type = "log";
-    }
-  }
-}
-
 SchedulerConfig parse_scheduler(Ctx& ctx, const Member& section) {
   Section s(ctx, section.value, section.key_pos, "scheduler");
-  const std::string supported = join(scheduler_types());
+  std::vector<std::string> types;
+  for (const auto& d : scheduler_registry()) types.push_back(d.name);
+  const std::string supported = join(types);
   const Member* type = s.get("type");
   if (!type) ctx.fail(section.key_pos, "scheduler", "missing \"type\" (one of " + supported + ")");
   if (type->value.kind != K::String) s.type_error(*type, "a scheduler name (" + supported + ")");
-  SchedulerConfig c;
-  c.type = type->value.str;
-  const auto& types = scheduler_types();
-  if (std::find(types.begin(), types.end(), c.type) == types.end()) {
-    std::string msg = "unknown scheduler " + jquote(c.type);
-    const std::string guess = closest(c.type, types);
+  const SchedulerDescriptor* d = find_scheduler(type->value.str);
+  if (!d) {
+    std::string msg = "unknown scheduler " + jquote(type->value.str);
+    const std::string guess = closest(type->value.str, types);
     if (!guess.empty()) msg += " (did you mean " + jquote(guess) + "?)";
     ctx.fail(type->key_pos, "scheduler.type", msg + "; supported: " + supported);
   }
-  if (c.type == "WarmupDecayLR") c.warmup_max_lr = 1e-3;  // its constructor default, unlike WarmupLR's
+  SchedulerConfig c = d->defaults;
+  auto missing = [&](SourcePos where, const std::string& key, bool have_params) {
+    if (d->required_message.empty()) ctx.fail(where, "scheduler.params." + key, "is required for " + d->name);
+    ctx.fail(where, have_params ? "scheduler.params" : "scheduler.params." + key, d->required_message);
+  };
 
   const Member* params = s.get("params");
-  const bool needs_total = c.type == "WarmupDecayLR" || c.type == "WarmupCosineLR";
-  const bool needs_cycle = c.type == "OneCycle";
   if (!params || params->value.kind == K::Null) {
-    if (needs_total) ctx.fail(section.key_pos, "scheduler.params.total_num_steps", "is required for " + c.type);
-    if (needs_cycle) ctx.fail(section.key_pos, "scheduler.params.cycle_min_lr", "cycle_min_lr and cycle_max_lr are required for OneCycle");
+    for (const auto& spec : d->params)
+      if (spec.required) missing(section.key_pos, spec.key, false);
     s.finish();
     return c;
   }
@@ -508,49 +513,16 @@ SchedulerConfig parse_scheduler(Ctx& ctx, const Member& section) {
                "only -1 (a fresh start) is supported: a resumed run restores the scheduler from its checkpoint");
     }
   }
-  if (c.type == "WarmupLR" || c.type == "WarmupDecayLR") {
-    p.number("warmup_min_lr", c.warmup_min_lr, at_least(0));
-    p.number_opt("warmup_max_lr", c.warmup_max_lr, at_least(0));
-    if (c.type == "WarmupDecayLR" && !c.warmup_max_lr) c.warmup_max_lr = 1e-3;
-    p.integer("warmup_num_steps", c.warmup_num_steps, 1);
-    read_warmup_type(p, c);
-  } else if (c.type == "WarmupCosineLR") {
-    p.number("warmup_min_ratio", c.warmup_min_ratio, at_least(0));
-    p.number("cos_min_ratio", c.cos_min_ratio, at_least(0));
-    p.integer("warmup_num_steps", c.warmup_num_steps, 1);
-    read_warmup_type(p, c);
-  } else if (c.type == "OneCycle") {
-    const Member* lo = p.get("cycle_min_lr");
-    const Member* hi = p.get("cycle_max_lr");
-    if (!lo || !hi) {
-      ctx.fail(params->key_pos, "scheduler.params", "cycle_min_lr and cycle_max_lr are required for OneCycle");
-    }
-    c.cycle_min_lr = p.read_number(*lo, at_least(0));
-    c.cycle_max_lr = p.read_number(*hi, at_least(0));
-    p.number("decay_lr_rate", c.decay_lr_rate, at_least(0));
-    p.integer("cycle_first_step_size", c.cycle_first_step_size, 1);
-    p.integer_opt("cycle_second_step_size", c.cycle_second_step_size, 1);
-    p.integer("cycle_first_stair_count", c.cycle_first_stair_count, 0);
-    p.integer_opt("cycle_second_stair_count", c.cycle_second_stair_count, 0);
-    p.integer("decay_step_size", c.decay_step_size, 0);
-    p.boolean("cycle_momentum", c.cycle_momentum);
-    p.number("cycle_min_mom", c.cycle_min_mom, unit_open());
-    p.number("cycle_max_mom", c.cycle_max_mom, unit_open());
-    p.number("decay_mom_rate", c.decay_mom_rate, any_number());
-  } else {  // LRRangeTest
-    p.number("lr_range_test_min_lr", c.lr_range_test_min_lr, at_least(0));
-    p.integer("lr_range_test_step_size", c.lr_range_test_step_size, 1);
-    p.number("lr_range_test_step_rate", c.lr_range_test_step_rate, any_number());
-    p.boolean("lr_range_test_staircase", c.lr_range_test_staircase);
+  // Required values first (the optional ones, which may be null, once read).
+  for (const auto& spec : d->params) {
+    if (spec.required && !is_optional(spec) && !p.get(spec.key)) missing(params->key_pos, spec.key, true);
   }
-  if (needs_total) {
-    p.integer_opt("total_num_steps", c.total_num_steps, 1);
-    if (!c.total_num_steps) ctx.fail(params->key_pos, "scheduler.params.total_num_steps", "is required for " + c.type);
-    if (*c.total_num_steps < c.warmup_num_steps) {
-      ctx.warn(ctx.pos["scheduler.params.total_num_steps"],
-               "scheduler.params.total_num_steps " + std::to_string(*c.total_num_steps) +
-                   " is less than warmup_num_steps " + std::to_string(c.warmup_num_steps));
-    }
+  for (const auto& spec : d->params) {
+    read_param(p, spec, c);
+    if (spec.required && is_optional(spec) && is_optional_unset(spec, c)) missing(params->key_pos, spec.key, true);
+  }
+  if (d->warn) {
+    if (auto w = d->warn(c)) ctx.warn(ctx.pos["scheduler.params." + w->first], w->second);
   }
   p.finish();
   s.finish();
@@ -755,8 +727,10 @@ void parse_kernels(Ctx& ctx, const Member& section, KernelsConfig& c) {
 // The document
 // ---------------------------------------------------------------------------------------
 
-DsConfig parse_root(const JsonNode& root, const std::string& source, std::vector<std::string>* warnings) {
+DsConfig parse_root(const JsonNode& root, const std::string& source, std::vector<std::string>* warnings,
+                    std::vector<std::string>* keys = nullptr) {
   Ctx ctx;
+  ctx.keys = keys;
   ctx.source = source;
   ctx.warnings = warnings;
   if (root.kind != K::Object) ctx.fail(root.pos, "", "a config must be a JSON object, got " + describe(root));
@@ -921,6 +895,34 @@ DsConfig load_config(const std::string& path_or_json, std::vector<std::string>* 
                      << (path_or_json.find('/') != std::string::npos || path_or_json.ends_with(".json")
                              ? " (no such file)"
                              : ""));
+}
+
+std::vector<std::string> config_keys() {
+  // Each section registers its keys as it is read, given or not: read a document with every
+  // section present, and one optimizer and scheduler section per descriptor.
+  std::vector<std::string> keys;
+  nlohmann::json doc = nlohmann::json::object();
+  for (const char* section : {"fp16", "bf16", "bfloat16", "data_types", "checkpoint", "csv_monitor", "comms_config",
+                              "communication", "kernels", "amp"})
+    doc[section] = nlohmann::json::object();
+  doc["zero_optimization"] = {{"offload_optimizer", nlohmann::json::object()},
+                              {"offload_param", nlohmann::json::object()}};
+  parse_root(from_nlohmann(doc), "<keys>", nullptr, &keys);
+  keys.push_back("elasticity.enabled");  // checked without a section reader (only false)
+  for (const auto& d : optimizer_registry()) {
+    const nlohmann::json o = {{"optimizer", {{"type", d.display}, {"params", nlohmann::json::object()}}}};
+    parse_root(from_nlohmann(o), "<keys>", nullptr, &keys);
+  }
+  for (const auto& d : scheduler_registry()) {
+    nlohmann::json params = nlohmann::json::object();
+    for (const auto& spec : d.params)
+      if (spec.required) params[spec.key] = 1e6;  // any valid value
+    const nlohmann::json o = {{"scheduler", {{"type", d.name}, {"params", params}}}};
+    parse_root(from_nlohmann(o), "<keys>", nullptr, &keys);
+  }
+  std::sort(keys.begin(), keys.end());
+  keys.erase(std::unique(keys.begin(), keys.end()), keys.end());
+  return keys;
 }
 
 }  // namespace ds::config

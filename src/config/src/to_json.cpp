@@ -2,89 +2,58 @@
 // a valid ds_config.json that parses back to the same config (tests check the round trip).
 #include "ds/config/parse.h"
 
+#include <type_traits>
+#include <variant>
+
+#include "ds/config/registry.h"
+
 namespace ds::config {
 
 namespace {
 
 using nlohmann::json;
 
-// The spelling DeepSpeed accepts (its own names are case-insensitive; "SGD" is torch's).
-const char* optimizer_name(const std::string& type) {
-  if (type == "adam") return "Adam";
-  if (type == "adamw") return "AdamW";
-  if (type == "sgd") return "SGD";
-  if (type == "lamb") return "Lamb";
-  if (type == "adagrad") return "Adagrad";
-  return type.c_str();
+// One parameter of a descriptor's schema (ds/config/registry.h), as the parser reads it. A
+// fixed value shows the default; unset optional values show what they mean (another key's
+// value, the optimizer's lr) or null.
+template <class P, class D>
+json params_json(const D& d, const P& v, const std::optional<OptimizerConfig>& opt) {
+  json p = json::object();
+  for (const auto& spec : d.params) {
+    json value = std::visit(
+        [&](auto field) -> json {
+          using F = std::remove_cvref_t<decltype(v.*field)>;
+          if constexpr (std::is_same_v<F, std::optional<double>> || std::is_same_v<F, std::optional<std::int64_t>>) {
+            return v.*field ? json(*(v.*field)) : json(nullptr);
+          } else if constexpr (std::is_same_v<F, std::array<double, 2>>) {
+            return json{(v.*field)[0], (v.*field)[1]};
+          } else if constexpr (std::is_same_v<F, bool>) {
+            return json(spec.fixed_note.empty() ? v.*field : d.defaults.*field);
+          } else {
+            return json(v.*field);
+          }
+        },
+        spec.field);
+    if (value.is_null() && spec.unset_shows == "optimizer.lr") {
+      if (opt) value = opt->lr;
+    } else if (value.is_null() && !spec.unset_shows.empty() && p.contains(spec.unset_shows)) {
+      value = p[spec.unset_shows];
+    }
+    p[spec.key] = value;
+  }
+  return p;
 }
 
 json optimizer_json(const OptimizerConfig& o) {
-  json p = json::object();
-  p["lr"] = o.lr;
-  p["weight_decay"] = o.weight_decay;
-  if (o.type == "adam" || o.type == "adamw") {
-    p["betas"] = {o.betas[0], o.betas[1]};
-    p["eps"] = o.eps;
-    p["bias_correction"] = o.bias_correction;
-    p["adam_w_mode"] = o.type == "adamw" ? true : o.adam_w_mode;
-  } else if (o.type == "lamb") {
-    p["betas"] = {o.betas[0], o.betas[1]};
-    p["eps"] = o.eps;
-    p["bias_correction"] = o.bias_correction;
-    p["eps_inside_sqrt"] = o.eps_inside_sqrt;
-    p["max_coeff"] = o.max_coeff;
-    p["min_coeff"] = o.min_coeff;
-  } else if (o.type == "sgd") {
-    p["momentum"] = o.momentum;
-    p["dampening"] = o.dampening;
-    p["nesterov"] = o.nesterov;
-  } else if (o.type == "adagrad") {
-    p["eps"] = o.eps;
-    p["lr_decay"] = o.lr_decay;
-    p["initial_accumulator_value"] = o.initial_accumulator_value;
-  }
-  return json{{"type", optimizer_name(o.type)}, {"params", p}};
+  const OptimizerDescriptor* d = find_optimizer(o.type);
+  if (!d) return json{{"type", o.type}, {"params", {{"lr", o.lr}, {"weight_decay", o.weight_decay}}}};  // built in code
+  return json{{"type", d->display}, {"params", params_json(*d, o, std::nullopt)}};
 }
 
 json scheduler_json(const SchedulerConfig& s, const std::optional<OptimizerConfig>& opt) {
-  json p = json::object();
-  auto warmup = [&] {
-    p["warmup_num_steps"] = s.warmup_num_steps;
-    p["warmup_type"] = s.warmup_type;
-  };
-  if (s.type == "WarmupLR" || s.type == "WarmupDecayLR") {
-    p["warmup_min_lr"] = s.warmup_min_lr;
-    // None means "the optimizer's lr": show that value when the config names the optimizer.
-    if (s.warmup_max_lr) p["warmup_max_lr"] = *s.warmup_max_lr;
-    else if (opt) p["warmup_max_lr"] = opt->lr;
-    else p["warmup_max_lr"] = nullptr;
-    warmup();
-    if (s.type == "WarmupDecayLR") p["total_num_steps"] = s.total_num_steps ? json(*s.total_num_steps) : json(nullptr);
-  } else if (s.type == "WarmupCosineLR") {
-    p["total_num_steps"] = s.total_num_steps ? json(*s.total_num_steps) : json(nullptr);
-    p["warmup_min_ratio"] = s.warmup_min_ratio;
-    p["cos_min_ratio"] = s.cos_min_ratio;
-    warmup();
-  } else if (s.type == "OneCycle") {
-    p["cycle_min_lr"] = s.cycle_min_lr;
-    p["cycle_max_lr"] = s.cycle_max_lr;
-    p["decay_lr_rate"] = s.decay_lr_rate;
-    p["cycle_first_step_size"] = s.cycle_first_step_size;
-    p["cycle_second_step_size"] = s.cycle_second_step_size.value_or(s.cycle_first_step_size);
-    p["cycle_first_stair_count"] = s.cycle_first_stair_count;
-    p["cycle_second_stair_count"] = s.cycle_second_stair_count.value_or(s.cycle_first_stair_count);
-    p["decay_step_size"] = s.decay_step_size;
-    p["cycle_momentum"] = s.cycle_momentum;
-    p["cycle_min_mom"] = s.cycle_min_mom;
-    p["cycle_max_mom"] = s.cycle_max_mom;
-    p["decay_mom_rate"] = s.decay_mom_rate;
-  } else if (s.type == "LRRangeTest") {
-    p["lr_range_test_min_lr"] = s.lr_range_test_min_lr;
-    p["lr_range_test_step_size"] = s.lr_range_test_step_size;
-    p["lr_range_test_step_rate"] = s.lr_range_test_step_rate;
-    p["lr_range_test_staircase"] = s.lr_range_test_staircase;
-  }
-  return json{{"type", s.type}, {"params", p}};
+  const SchedulerDescriptor* d = find_scheduler(s.type);
+  if (!d) return json{{"type", s.type}, {"params", json::object()}};
+  return json{{"type", s.type}, {"params", params_json(*d, s, opt)}};
 }
 
 json batch_value(std::int64_t v) { return v > 0 ? json(v) : json(nullptr); }

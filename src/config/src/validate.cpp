@@ -11,6 +11,7 @@
 #include <string>
 
 #include "ds/config/parse.h"
+#include "ds/config/registry.h"
 #include "ds/core/error.h"
 #include "validate_parsed.h"
 
@@ -149,33 +150,32 @@ void Rules::batch(int world_size) const {
   resolve_batch_sizes(copy, world_size);
 }
 
+// The optimizer's restrictions, from its descriptor (ds/config/registry.h).
 void Rules::optimizer() const {
   // None: the engine's default, Adam.
   const OptimizerConfig o = c_.optimizer.value_or(OptimizerConfig{});
-  if (o.type == "lamb") {
-    if (c_.fp16.loss_scale != 0) {
-      fail("fp16.loss_scale", "Lamb requires dynamic loss scaling (DeepSpeed asserts it): set fp16.loss_scale to 0",
-           "the Lamb optimizer needs dynamic loss scaling with fp16 (DeepSpeed's FusedLamb); remove "
-           "fp16.loss_scale or set it to 0");
-    }
-    if (o.min_coeff > o.max_coeff)
-      fail_key("optimizer.params.min_coeff", "must be <= max_coeff (" + num(o.max_coeff) + ")");
+  const OptimizerDescriptor* d = find_optimizer(o.type);
+  if (!d) return;  // make_optimizer names an unknown type
+  if (!d->needs_dynamic_loss_scale.empty() && c_.fp16.loss_scale != 0) {
+    fail("fp16.loss_scale",
+         d->display + " requires dynamic loss scaling (DeepSpeed asserts it): set fp16.loss_scale to 0",
+         "the " + d->display + " optimizer needs dynamic loss scaling with fp16 (" + d->needs_dynamic_loss_scale +
+             "); remove fp16.loss_scale or set it to 0");
   }
-  if (o.type == "sgd" && o.nesterov && (o.momentum <= 0 || o.dampening != 0)) {
-    fail_key("optimizer.params.nesterov",
-             "Nesterov momentum requires a momentum > 0 and zero dampening (as torch.optim.SGD)");
+  if (d->check) {
+    if (auto broken = d->check(o)) fail_key("optimizer.params." + broken->first, broken->second);
   }
 }
 
 // What dstrain's engine does not implement, though DeepSpeed's format allows it: checked
 // only when the config is about to be trained with.
 void Rules::engine_limits() const {
-  const std::string type = c_.optimizer ? c_.optimizer->type : "adam";
-  if (type == "lamb" && c_.zero_optimization.stage != 0) {
+  const OptimizerDescriptor* d = find_optimizer(c_.optimizer ? c_.optimizer->type : "adam");
+  if (d && !d->zero_reason.empty() && c_.zero_optimization.stage != 0) {
     fail_same("zero_optimization.stage",
-              "the Lamb optimizer computes per-tensor trust ratios and is not supported with ZeRO "
-              "(zero_optimization.stage " + std::to_string(c_.zero_optimization.stage) +
-                  "); use Adam/AdamW with ZeRO or stage 0 with Lamb");
+              "the " + d->display + " optimizer " + d->zero_reason + " and is not supported with ZeRO " +
+                  "(zero_optimization.stage " + std::to_string(c_.zero_optimization.stage) +
+                  "); use Adam/AdamW with ZeRO or stage 0 with " + d->display);
   }
 }
 

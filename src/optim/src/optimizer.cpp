@@ -1,4 +1,4 @@
-// The Optimizer classes: hyperparameters from the config, state buffers, and the choice of
+// The Optimizer classes: hyperparameters (OptimizerParams), state buffers, and the choice of
 // kernel (fast CPU or reference). The math lives in the kernels (ds/optim/kernels.h).
 #include "ds/optim/optimizer.h"
 
@@ -21,7 +21,7 @@ namespace {
 
 class Base : public Optimizer {
  public:
-  Base(const config::OptimizerConfig& c, Kernel k) : cfg_(c), kernel_(k) {
+  Base(const OptimizerParams& c, Kernel k) : cfg_(c), kernel_(k) {
 #if !DS_OPTIM_HAVE_CUDA
     DS_CHECK(k != Kernel::Cuda, "optimizer " << c.type << ": the CUDA kernels were not built (dstrain "
                                 "was configured without CUDA: DS_WITH_CUDA)");
@@ -90,7 +90,7 @@ class Base : public Optimizer {
   static cudaStream_t stream_of(const StepContext& ctx) { return static_cast<cudaStream_t>(ctx.stream); }
 #endif
 
-  config::OptimizerConfig cfg_;
+  OptimizerParams cfg_;
   Kernel kernel_;
   std::size_t n_ = 0;
   bool initialised_ = false;
@@ -108,7 +108,7 @@ class Base : public Optimizer {
 
 class Adam final : public Base {
  public:
-  Adam(const config::OptimizerConfig& c, Kernel k) : Base(c, k), adamw_(c.type == "adamw" || c.adam_w_mode) {}
+  Adam(const OptimizerParams& c, Kernel k) : Base(c, k), adamw_(c.type == "adamw" || c.adam_w_mode) {}
   std::string_view name() const override { return cfg_.type == "adamw" ? "adamw" : "adam"; }
   void step(std::span<float> master, TensorView grad, TensorView working, std::span<const Segment>,
             const StepContext& ctx) override {
@@ -250,7 +250,7 @@ void check_range(bool ok, const char* key, double v, const char* want) {
 
 }  // namespace
 
-std::unique_ptr<Optimizer> make_optimizer(const config::OptimizerConfig& c, Kernel kernel) {
+std::unique_ptr<Optimizer> make_optimizer(const OptimizerParams& c, Kernel kernel) {
   check_range(std::isfinite(c.lr) && c.lr >= 0, "lr", c.lr, "a finite number >= 0");
   check_range(std::isfinite(c.weight_decay) && c.weight_decay >= 0, "weight_decay", c.weight_decay, "a finite number >= 0");
   check_range(std::isfinite(c.eps) && c.eps >= 0, "eps", c.eps, "a finite number >= 0");

@@ -108,7 +108,7 @@ class WarmupCosineLr final : public Base {
 
 class OneCycle final : public Base {
  public:
-  explicit OneCycle(const config::SchedulerConfig& c) : c_(c) {
+  explicit OneCycle(const SchedulerParams& c) : c_(c) {
     first_ = double(c.cycle_first_step_size);
     second_ = c.cycle_second_step_size ? double(*c.cycle_second_step_size) : first_;
     total_ = first_ + second_;
@@ -160,7 +160,7 @@ class OneCycle final : public Base {
       betas_ = std::array<double, 2>{mom, 0.99};
     }
   }
-  config::SchedulerConfig c_;
+  SchedulerParams c_;
   double first_ = 0, second_ = 0, total_ = 0, ratio_ = 0;
   std::int64_t first_stairs_ = 0, second_stairs_ = 0;  // 0: continuous
   bool skip_lr_decay_ = true, skip_mom_decay_ = true;
@@ -194,7 +194,7 @@ std::unique_ptr<LrScheduler> make_constant_scheduler(double optimizer_lr) {
   return std::make_unique<ConstantLr>(optimizer_lr);
 }
 
-std::unique_ptr<LrScheduler> make_scheduler(const config::SchedulerConfig& c, double optimizer_lr,
+std::unique_ptr<LrScheduler> make_scheduler(const SchedulerParams& c, double optimizer_lr,
                                             std::array<double, 2> /*optimizer_betas*/) {
   const std::string& t = c.type;
   if (t.empty()) return make_constant_scheduler(optimizer_lr);

@@ -13,54 +13,14 @@
 
 #include <nlohmann/json.hpp>
 
+#include "ds/optim/params.h"
+#include "ds/sched/params.h"
+
 namespace ds::config {
 
-struct OptimizerConfig {
-  // Canonical lower-case name: "adam", "adamw", "sgd", "lamb", "adagrad".
-  std::string type = "adam";
-  double lr = 1e-3;
-  std::array<double, 2> betas{0.9, 0.999};
-  double eps = 1e-8;
-  double weight_decay = 0.0;
-  bool bias_correction = true;
-  bool adam_w_mode = true;  // Adam: decoupled decay unless adam_w_mode=false (AdamW: always)
-  // SGD (torch defaults)
-  double momentum = 0.0, dampening = 0.0;
-  bool nesterov = false;
-  // Lamb
-  double max_coeff = 10.0, min_coeff = 0.01;
-  bool eps_inside_sqrt = false;
-  // Adagrad (torch defaults: lr 1e-2, eps 1e-10)
-  double lr_decay = 0.0, initial_accumulator_value = 0.0;
-};
-
-struct SchedulerConfig {
-  // "WarmupLR", "WarmupDecayLR", "WarmupCosineLR", "OneCycle", "LRRangeTest"; empty: none.
-  std::string type;
-  // WarmupLR / WarmupDecayLR
-  double warmup_min_lr = 0.0;
-  std::optional<double> warmup_max_lr;  // None -> the optimizer's lr
-  std::int64_t warmup_num_steps = 1000;
-  std::string warmup_type = "log";  // "log" | "linear"
-  std::optional<std::int64_t> total_num_steps;  // required by WarmupDecayLR, WarmupCosineLR
-  // WarmupCosineLR
-  double warmup_min_ratio = 0.0;
-  double cos_min_ratio = 1e-4;
-  // OneCycle
-  double cycle_min_lr = 0.0, cycle_max_lr = 0.0, decay_lr_rate = 0.0;
-  std::int64_t cycle_first_step_size = 2000;
-  std::optional<std::int64_t> cycle_second_step_size;  // None -> first
-  std::int64_t cycle_first_stair_count = 0;
-  std::optional<std::int64_t> cycle_second_stair_count;  // None -> first
-  std::int64_t decay_step_size = 0;
-  bool cycle_momentum = true;
-  double cycle_min_mom = 0.8, cycle_max_mom = 0.9, decay_mom_rate = 0.0;
-  // LRRangeTest
-  double lr_range_test_min_lr = 1e-3;
-  std::int64_t lr_range_test_step_size = 2000;
-  double lr_range_test_step_rate = 1.0;
-  bool lr_range_test_staircase = false;
-};
+// OptimizerConfig and SchedulerConfig are the optimizer's and the scheduler's own parameter
+// structs (ds::optim::OptimizerParams, ds::sched::SchedulerParams); the descriptors of
+// ds/config/registry.h map their fields to keys.
 
 struct Fp16Config {
   bool enabled = false;

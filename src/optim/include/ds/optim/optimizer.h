@@ -21,8 +21,8 @@
 #include <utility>
 #include <vector>
 
-#include "ds/config/ds_config.h"
 #include "ds/core/buffer.h"
+#include "ds/optim/params.h"
 #include "ds/optim/segment.h"
 
 namespace ds::optim {
@@ -67,6 +67,6 @@ enum class Kernel { Cpu, Ref, Cuda };
 
 // Validates the hyperparameters (errors name optimizer.params.<key>); unknown type names
 // optimizer.type; Kernel::Cuda in a build without CUDA throws.
-std::unique_ptr<Optimizer> make_optimizer(const config::OptimizerConfig& cfg, Kernel kernel = Kernel::Cpu);
+std::unique_ptr<Optimizer> make_optimizer(const OptimizerParams& cfg, Kernel kernel = Kernel::Cpu);
 
 }  // namespace ds::optim

@@ -14,7 +14,7 @@
 #include <optional>
 #include <string_view>
 
-#include "ds/config/ds_config.h"
+#include "ds/sched/params.h"
 
 namespace ds::sched {
 
@@ -43,7 +43,7 @@ std::unique_ptr<LrScheduler> make_constant_scheduler(double optimizer_lr);
 // unused by the formulas (OneCycle forces beta2 = 0.99, as DeepSpeed) but kept for symmetry.
 // Invalid params throw ds::Error naming the key (scheduler.params.warmup_num_steps ...).
 // An empty type gives the constant scheduler.
-std::unique_ptr<LrScheduler> make_scheduler(const config::SchedulerConfig& cfg, double optimizer_lr,
+std::unique_ptr<LrScheduler> make_scheduler(const SchedulerParams& cfg, double optimizer_lr,
                                             std::array<double, 2> optimizer_betas);
 
 }  // namespace ds::sched
