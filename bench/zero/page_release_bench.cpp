@@ -45,7 +45,12 @@ int main(int argc, char** argv) {
   double min_ratio = 0;
   app.add_option("--min_ratio", min_ratio, "fail (exit 3) when memset time / (release + refault) is below this")
       ->check(CLI::NonNegativeNumber);
-  CLI11_PARSE(app, argc, argv);
+  try {
+    app.parse(argc, argv);
+  } catch (const CLI::ParseError& e) {
+    const int code = app.exit(e);  // prints the message (or the help)
+    return code == 0 ? 0 : 2;      // bad arguments: 2, as every benchmark
+  }
   const std::size_t ps = std::size_t(sysconf(_SC_PAGESIZE));
   const std::size_t bytes = (std::size_t(mib * 1048576.0) + ps - 1) / ps * ps;
   const std::size_t chunk = std::max(ps, std::size_t(bucket_mib * 1048576.0) / ps * ps);

@@ -89,7 +89,12 @@ int main(int argc, char** argv) {
   app.add_option("--min_ratio", min_ratio, "fail (exit 3) when stage 0's step time / this stage's is below this")
       ->check(CLI::NonNegativeNumber);
   app.add_flag("--no_reference", no_reference, "skip the stage-0 reference run (no comparison, no headline)");
-  CLI11_PARSE(app, argc, argv);
+  try {
+    app.parse(argc, argv);
+  } catch (const CLI::ParseError& e) {
+    const int code = app.exit(e);  // prints the message (or the help)
+    return code == 0 ? 0 : 2;      // bad arguments: 2, as every benchmark
+  }
   try {
     auto ctx = ds::init_distributed();
     auto comm = ctx.comm;

@@ -55,4 +55,12 @@ expect "bench_checkpoint --min_ratio without --dd" 2 "--min_ratio compares again
 
 expect "page_release_bench" 0 "released pages hold what was written" "$B/zero/page_release_bench" --mib 1 --bucket-mib 0.25 --reps 1
 expect "page_release_bench --min_ratio 1000" 3 "is below --min_ratio 1000" "$B/zero/page_release_bench" --mib 1 --bucket-mib 0.25 --reps 1 --min_ratio 1000
+expect "page_release_bench --reps 0" 2 "--reps" "$B/zero/page_release_bench" --reps 0
+
+if [ -x "$B/zero/zero_bench" ]; then  # built with the engine
+  zero=(--steps 1 --warmup 0 --layers 1 --embd 64 --seq 16 --batch 1)
+  expect "zero_bench --stage 2" 0 "the final parameters equal stage 0's" $MPI -np 2 "$B/zero/zero_bench" --stage 2 "${zero[@]}"
+  expect "zero_bench --stage 1 --min_ratio 1000" 3 "is below --min_ratio 1000" $MPI -np 2 "$B/zero/zero_bench" --stage 1 "${zero[@]}" --min_ratio 1000
+  expect "zero_bench --stage x" 2 "--stage" "$B/zero/zero_bench" --stage x
+fi
 echo "bench_verdicts: OK"
