@@ -1,0 +1,211 @@
+// The other sections of ds_config.json, one function each, following DeepSpeed's
+// runtime/config.py rules (keys, types and defaults) with stricter, located errors.
+#include <vector>
+
+#include "reader.h"
+
+namespace ds::config::detail {
+
+// ---------------------------------------------------------------------------------------
+// fp16 / bf16 / zero_optimization / checkpoint / csv_monitor
+// ---------------------------------------------------------------------------------------
+
+void parse_fp16(Ctx& ctx, const Member& section, Fp16Config& c) {
+  Section s(ctx, section.value, section.key_pos, "fp16");
+  s.boolean("enabled", c.enabled);
+  s.boolean("auto_cast", c.auto_cast);
+  s.number("loss_scale", c.loss_scale, at_least(0));
+  s.integer("initial_scale_power", c.initial_scale_power, 0, 127);
+  s.integer("loss_scale_window", c.loss_scale_window, 0);
+  s.integer("hysteresis", c.hysteresis, 0);
+  s.boolean("consecutive_hysteresis", c.consecutive_hysteresis);
+  s.number("min_loss_scale", c.min_loss_scale, any_number());
+  s.only_default("fp16_master_weights_and_grads", false,
+                 "fp16 master weights are not supported: dstrain keeps fp32 master weights");
+  s.finish();
+}
+
+void parse_bf16(Ctx& ctx, const Member& section, Bf16Config& c) {
+  Section s(ctx, section.value, section.key_pos, section.key);
+  s.boolean("enabled", c.enabled);
+  s.boolean("check_grad_overflow", c.check_grad_overflow);
+  if (const Member* m = s.get("immediate_grad_update", false)) s.read_bool(*m);
+  s.only_default("bf16_master_weights_and_grads", false,
+                 "bf16 master weights are not supported: dstrain keeps fp32 master weights");
+  s.only_default("bf16_optimizer_states", false,
+                 "bf16 optimizer states are not supported: dstrain keeps fp32 optimizer states");
+  s.finish();
+}
+
+namespace {
+
+void check_offload(Section& s, const std::string& key) {
+  const Member* m = s.get(key, false);
+  if (!m || m->value.kind == K::Null) return;
+  Section o(s.ctx(), m->value, m->key_pos, s.sub(key));
+  if (const Member* d = o.get("device")) {
+    const std::string dev = lower(o.read_string(*d));
+    if (dev != "none" && dev != "cpu" && dev != "nvme") o.type_error(*d, "\"none\", \"cpu\" or \"nvme\"");
+    if (dev != "none") {
+      s.ctx().fail(d->key_pos, o.sub("device"),
+                   "offloading is not supported by dstrain; remove " + key + " or set its device to \"none\"");
+    }
+  }
+  o.accept({"nvme_path", "buffer_count", "buffer_size", "max_in_cpu", "pin_memory", "pipeline_read",
+            "pipeline_write", "fast_init", "ratio", "super_offload", "cpuadam_cores_perc", "pipeline"});
+  o.finish();
+}
+
+}  // namespace
+
+void parse_zero(Ctx& ctx, const Member& section, ZeroConfig& c) {
+  if (section.value.kind == K::Bool) {
+    // Deprecated bool form: true is stage 1 with allgather_bucket_size from "allgather_size".
+    c.stage = section.value.boolean ? 1 : 0;
+    ctx.warn(section.key_pos, std::string("\"zero_optimization\": ") + (section.value.boolean ? "true" : "false") +
+                                  " is deprecated; write {\"stage\": " + std::to_string(c.stage) + "}");
+    return;
+  }
+  Section s(ctx, section.value, section.key_pos, "zero_optimization");
+  if (const Member* m = s.get("stage")) {
+    const std::int64_t st = s.read_int(*m, 0, 3);
+    if (st == 3) {
+      ctx.fail(m->key_pos, "zero_optimization.stage",
+               "ZeRO stage 3 is not supported by dstrain; only stages 0, 1 and 2 are supported");
+    }
+    c.stage = static_cast<int>(st);
+  }
+  // Keys whose DeepSpeed alternatives dstrain does not implement: dstrain always does what
+  // the default value means, so the other value is read, kept, and warned about once.
+  auto fixed_behaviour = [&](const char* key, bool& out, bool dstrain_value, const std::string& what) {
+    const Member* m = s.get(key);
+    if (!m) return;
+    out = s.read_bool(*m);
+    if (out != dstrain_value) {
+      ctx.warn(m->key_pos, s.sub(key) + " " + (out ? "true" : "false") + " has no effect: " + what);
+    }
+  };
+  fixed_behaviour("contiguous_gradients", c.contiguous_gradients, true,
+                  "dstrain always keeps gradients in one contiguous flat buffer");
+  // reduce_scatter: both values match what dstrain does (docs/user/config.md); it feeds the
+  // stage-2 cross-key check below.
+  s.boolean("reduce_scatter", c.reduce_scatter);
+  s.integer("reduce_bucket_size", c.reduce_bucket_size, 1);
+  if (const Member* m = s.get("allgather_bucket_size")) {
+    c.allgather_bucket_size = s.read_int(*m, 2, kIntMax);
+    if (c.allgather_bucket_size % 2 != 0) s.type_error(*m, "an even integer (DeepSpeed asserts a multiple of 2)");
+  }
+  fixed_behaviour("allgather_partitions", c.allgather_partitions, true,
+                  "dstrain always all-gathers the updated partitions (no per-rank broadcasts)");
+  if (const Member* m = s.get("overlap_comm")) {
+    if (m->value.kind == K::Null) {
+      c.overlap_comm.reset();
+    } else {
+      c.overlap_comm = s.read_bool(*m);
+      if (!*c.overlap_comm) {
+        ctx.warn(m->key_pos, s.sub("overlap_comm") + " false has no effect: dstrain always overlaps the "
+                             "gradient reduction with the backward pass");
+      }
+    }
+  }
+  check_offload(s, "offload_optimizer");
+  check_offload(s, "offload_param");
+  s.only_default("cpu_offload", false, "offloading is not supported by dstrain; remove cpu_offload");
+  s.only_default("cpu_offload_param", false, "offloading is not supported by dstrain; remove cpu_offload_param");
+  s.only_default("legacy_stage1", false, "legacy_stage1 was removed from DeepSpeed and is not supported");
+  s.accept({"cpu_offload_use_pin_memory", "use_multi_rank_bucket_allreduce", "load_from_fp32_weights",
+            "elastic_checkpoint", "sub_group_size", "ignore_unused_parameters", "round_robin_gradients",
+            "zero_hpz_partition_size", "zero_quantized_weights", "zero_quantized_nontrainable_weights",
+            "zero_quantized_gradients", "memory_efficient_linear", "mics_shard_size",
+            "mics_hierarchical_params_gather", "pipeline_loading_checkpoint", "log_trace_cache_warnings",
+            "leaf_module", "override_module_apply", "zeropp_loco_param",
+            // stage-3 keys, under both their stage3_ and bare names (populate_by_name)
+            "stage3_prefetch_bucket_size", "prefetch_bucket_size", "stage3_param_persistence_threshold",
+            "param_persistence_threshold", "stage3_model_persistence_threshold", "model_persistence_threshold",
+            "stage3_max_live_parameters", "max_live_parameters", "stage3_max_reuse_distance",
+            "max_reuse_distance", "stage3_gather_16bit_weights_on_model_save",
+            "gather_16bit_weights_on_model_save", "stage3_gather_fp16_weights_on_model_save",
+            "stage3_module_granularity_threshold", "module_granularity_threshold",
+            "stage3_use_all_reduce_for_fetch_params", "use_all_reduce_for_fetch_params",
+            "stage3_allgather_sequential", "allgather_sequential"});
+  s.finish();
+}
+
+void parse_data_types(Ctx& ctx, const Member& section, DataTypesConfig& c) {
+  Section s(ctx, section.value, section.key_pos, "data_types");
+  if (const Member* m = s.get("grad_accum_dtype"); m && m->value.kind != K::Null) {
+    const std::string expected = "\"fp32\", \"fp16\" or \"bf16\"";
+    if (m->value.kind != K::String) s.type_error(*m, expected);
+    const std::string v = lower(m->value.str);
+    if (v != "fp32" && v != "fp16" && v != "bf16") s.type_error(*m, expected);
+    c.grad_accum_dtype = v;
+  }
+  // DeepSpeed reads these too; dstrain's parameters follow fp16/bf16.enabled.
+  s.accept({"param_dtype", "buffer_dtype"});
+  s.finish();
+}
+
+void parse_checkpoint(Ctx& ctx, const Member& section, CheckpointConfig& c) {
+  Section s(ctx, section.value, section.key_pos, "checkpoint");
+  if (const Member* m = s.get("tag_validation")) {
+    const std::string v = lower(s.read_string(*m));
+    if (v == "ignore") c.tag_validation = "Ignore";
+    else if (v == "warn") c.tag_validation = "Warn";
+    else if (v == "fail") c.tag_validation = "Fail";
+    else s.type_error(*m, "\"Ignore\", \"Warn\" or \"Fail\"");
+  }
+  s.boolean("async_save", c.async_save);
+  s.integer("io_threads", c.io_threads, 0, 64);
+  s.accept({"load_universal", "use_node_local_storage", "parallel_write", "checkpoint_serialization", "writer"});
+  s.finish();
+}
+
+void parse_csv_monitor(Ctx& ctx, const Member& section, CsvMonitorConfig& c) {
+  Section s(ctx, section.value, section.key_pos, "csv_monitor");
+  s.boolean("enabled", c.enabled);
+  s.string("output_path", c.output_path);
+  s.string("job_name", c.job_name);
+  s.finish();
+}
+
+void parse_comms_config(Ctx& ctx, const Member& section, CommsConfig& c) {
+  Section s(ctx, section.value, section.key_pos, "comms_config");
+  s.number("timeout", c.timeout, Range{0, 1e9});
+  s.finish();
+}
+
+// dstrain extensions: the knobs that were environment variables.
+void parse_communication(Ctx& ctx, const Member& section, CommunicationConfig& c) {
+  Section s(ctx, section.value, section.key_pos, "communication");
+  s.boolean("shared_memory", c.shared_memory);
+  s.boolean("progress_thread", c.progress_thread);
+  s.finish();
+}
+
+namespace {
+
+// One of `choices` (case-insensitive), stored as written in the list.
+void choice(Section& s, const std::string& key, std::string& out, const std::vector<std::string>& choices) {
+  const Member* m = s.get(key);
+  if (!m) return;
+  std::string expected;
+  for (size_t i = 0; i < choices.size(); ++i) {
+    expected += (i == 0 ? "" : i + 1 == choices.size() ? " or " : ", ") + jquote(choices[i]);
+  }
+  if (m->value.kind != K::String) s.type_error(*m, expected);
+  const std::string v = lower(m->value.str);
+  if (std::find(choices.begin(), choices.end(), v) == choices.end()) s.type_error(*m, expected);
+  out = v;
+}
+
+}  // namespace
+
+void parse_kernels(Ctx& ctx, const Member& section, KernelsConfig& c) {
+  Section s(ctx, section.value, section.key_pos, "kernels");
+  choice(s, "attention", c.attention, {"auto", "materialized", "flash"});
+  s.integer("attention_block", c.attention_block, 1);
+  choice(s, "cpu_bf16_gemm", c.cpu_bf16_gemm, {"auto", "on", "off"});
+  s.finish();
+}
+
+}  // namespace ds::config::detail
