@@ -3,7 +3,7 @@
 
 #include <string>
 
-#include "ds/config/json_reader.h"
+#include "json_reader.h"
 #include "ds/core/error.h"
 
 namespace {

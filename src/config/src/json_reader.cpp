@@ -1,4 +1,4 @@
-#include "ds/config/json_reader.h"
+#include "json_reader.h"
 
 #include <cctype>
 #include <charconv>

@@ -7,7 +7,7 @@
 #include <string>
 
 #include "ds/config/ds_config.h"
-#include "ds/config/json_reader.h"
+#include "json_reader.h"
 
 namespace ds::config::detail {
 
