@@ -1,9 +1,11 @@
-// Test fixtures for the engine: a small MLP regression Module (fp32 math, any working dtype),
-// fault injection (inf gradients, NaN loss), a world-size-1 Communicator, and data.
+// Test fixtures for the engine: the small MLP regression Module of tests/common/test_mlp.h
+// (fp32 math, any working dtype, fault injection), a wide linear Module, a world-size-1
+// Communicator, and data.
 #pragma once
 
 #include "../common/elem.h"
 #include "../common/self_comm.h"
+#include "../common/test_mlp.h"
 #include <algorithm>
 #include <cmath>
 #include <cstdint>
@@ -20,124 +22,6 @@
 #include "ds/mpi/communicator.h"
 
 namespace ds::test {
-
-// y = w2 . relu(W1 x + b1) + b2; loss = mean over the batch of (y - t)^2 / 2.
-// Parameters: fc1.weight [H, D], fc1.bias [H], fc2.weight [1, H], fc2.bias [1]
-// (plus `extra` tiny tensors "extra.k" [1] that add to y: tensors smaller than the world).
-class TestMlp : public Module {
- public:
-  enum class ReadyOrder { Reverse, Forward, Never, Twice };
-
-  TestMlp(int d, int h, int extra = 0) : d_(d), h_(h), extra_(extra) {}
-
-  std::set<int> inf_grad_on_backward;  // backward call indices (0-based) that write +inf
-  std::set<int> nan_loss_on_forward;   // forward call indices that return NaN
-  ReadyOrder order = ReadyOrder::Reverse;
-
-  std::vector<ParamInfo> parameters() const override {
-    std::vector<ParamInfo> p{{"fc1.weight", {h_, d_}}, {"fc1.bias", {h_}}, {"fc2.weight", {1, h_}}, {"fc2.bias", {1}}};
-    for (int k = 0; k < extra_; ++k) p.push_back({"extra." + std::to_string(k), {1}});
-    return p;
-  }
-
-  void init_parameters(std::span<const std::span<float>> params, std::uint64_t seed) override {
-    std::uint64_t s = seed * 0x9E3779B97F4A7C15ull + 1;
-    for (std::size_t i = 0; i < params.size(); ++i) {
-      for (float& v : params[i]) {
-        s ^= s << 13; s ^= s >> 7; s ^= s << 17;
-        // multiples of 1/64 in [-0.5, 0.5): exact in fp16 and bf16 too
-        v = float(std::int64_t(s % 64) - 32) / 64.0f;
-      }
-    }
-  }
-
-  void bind(std::span<const TensorView> params, std::span<const TensorView> grads) override {
-    p_.assign(params.begin(), params.end());
-    g_.assign(grads.begin(), grads.end());
-  }
-
-  float forward(const Batch& b) override {
-    const int call = forward_calls_++;
-    load();
-    B_ = int(b.batch);
-    x_.assign(b.features.begin(), b.features.end());
-    t_.resize(std::size_t(B_));
-    for (int i = 0; i < B_; ++i) t_[std::size_t(i)] = float(b.targets[std::size_t(i)]);
-    h_act_.assign(std::size_t(B_) * std::size_t(h_), 0.f);
-    y_.assign(std::size_t(B_), 0.f);
-    double loss = 0;
-    for (int n = 0; n < B_; ++n) {
-      float y = w_[3][0];
-      for (int k = 0; k < extra_; ++k) y += w_[4 + std::size_t(k)][0];
-      for (int j = 0; j < h_; ++j) {
-        float a = w_[1][std::size_t(j)];
-        for (int i = 0; i < d_; ++i) a += w_[0][std::size_t(j * d_ + i)] * x_[std::size_t(n * d_ + i)];
-        a = a > 0 ? a : 0;
-        h_act_[std::size_t(n * h_ + j)] = a;
-        y += w_[2][std::size_t(j)] * a;
-      }
-      y_[std::size_t(n)] = y;
-      const double e = double(y) - t_[std::size_t(n)];
-      loss += 0.5 * e * e;
-    }
-    if (nan_loss_on_forward.count(call)) return std::numeric_limits<float>::quiet_NaN();
-    return float(loss / B_);
-  }
-
-  bool in_backward = false;  // true while backward() runs (overlap test)
-
-  void backward(float scale, const std::function<void(std::size_t)>& ready) override {
-    in_backward = true;
-    struct Reset { bool& b; ~Reset() { b = false; } } reset{in_backward};
-    const int call = backward_calls_++;
-    std::vector<std::vector<float>> g(w_.size());
-    for (std::size_t i = 0; i < w_.size(); ++i) g[i].assign(w_[i].size(), 0.f);
-    for (int n = 0; n < B_; ++n) {
-      const float dy = scale * (y_[std::size_t(n)] - t_[std::size_t(n)]) / float(B_);
-      g[3][0] += dy;
-      for (int k = 0; k < extra_; ++k) g[4 + std::size_t(k)][0] += dy;
-      for (int j = 0; j < h_; ++j) {
-        const float a = h_act_[std::size_t(n * h_ + j)];
-        g[2][std::size_t(j)] += dy * a;
-        if (a <= 0) continue;
-        const float dh = dy * w_[2][std::size_t(j)];
-        g[1][std::size_t(j)] += dh;
-        for (int i = 0; i < d_; ++i) g[0][std::size_t(j * d_ + i)] += dh * x_[std::size_t(n * d_ + i)];
-      }
-    }
-    if (inf_grad_on_backward.count(call)) g[1][0] = std::numeric_limits<float>::infinity();
-    // Accumulate in reverse parameter order (what a real backward does), reporting each.
-    std::vector<std::size_t> idx(w_.size());
-    for (std::size_t i = 0; i < idx.size(); ++i) idx[i] = idx.size() - 1 - i;
-    if (order == ReadyOrder::Forward) std::reverse(idx.begin(), idx.end());
-    for (std::size_t i : idx) {
-      accumulate(i, g[i]);
-      if (order != ReadyOrder::Never) ready(i);
-      if (order == ReadyOrder::Twice) ready(i);
-    }
-  }
-
-  int forward_calls() const { return forward_calls_; }
-
- private:
-  void load() {
-    w_.resize(p_.size());
-    for (std::size_t i = 0; i < p_.size(); ++i) {
-      w_[i].resize(p_[i].count);
-      for (std::size_t k = 0; k < p_[i].count; ++k) w_[i][k] = ds::test::load(p_[i], k);
-    }
-  }
-  void accumulate(std::size_t i, const std::vector<float>& g) {
-    for (std::size_t k = 0; k < g.size(); ++k) ds::test::store(g_[i], k, ds::test::load(g_[i], k) + g[k]);
-  }
-
-  int d_, h_, extra_;
-  std::vector<TensorView> p_, g_;
-  std::vector<std::vector<float>> w_;
-  std::vector<float> x_, t_, h_act_, y_;
-  int B_ = 0;
-  int forward_calls_ = 0, backward_calls_ = 0;
-};
 
 // y = c * sum_l sum_i w_l[i] * x[(l + i) % d], c = 1 / sqrt(L n); loss = mean (y - t)^2 / 2.
 // L parameter tensors "w.l" of n elements each: backward accumulates and reports them one by
