@@ -4,10 +4,10 @@
 # a different format version, a missing tag directory. usage: bad_input_test.sh NP
 set -euo pipefail
 NP=$1
-BIN=$DS_BINARY_DIR/tests/io/ckpt_driver
-D=$(mktemp -d /tmp/ds_ckpt_bad.XXXXXX)
-trap 'rm -rf "$D"' EXIT
-MPI="$DS_MPIEXEC --oversubscribe --bind-to none -np $NP"
+source "$(dirname "$0")/lib.sh"
+BIN=$CKPT_DRIVER
+scratch_dir bad
+MPI="$MPIRUN -np $NP"
 $MPI "$BIN" --dir "$D" --steps 2 --save-at 2 --combos fp16:1 >/dev/null
 CK="$D/fp16_z1/ckpt"
 cp -r "$CK/global_step2" "$D/pristine"
@@ -15,17 +15,7 @@ restore() { rm -rf "$CK/global_step2"; cp -r "$D/pristine" "$CK/global_step2"; }
 run() { $MPI "$BIN" --dir "$D" --combos fp16:1 --load-must-fail "$@"; }
 # 1. flip bytes inside the data of fp32_master of the last rank's shard
 LAST=$((NP - 1))
-$DS_SYSTEM_PYTHON - "$CK/global_step2/zero_rank_$LAST.h5" <<'PY'
-import sys, h5py
-path = sys.argv[1]
-with h5py.File(path, "r") as f:
-    off = f["fp32_master"].id.get_offset()
-with open(path, "r+b") as f:
-    f.seek(off + 4)
-    b = f.read(1)
-    f.seek(off + 4)
-    f.write(bytes([b[0] ^ 0xFF]))
-PY
+flip_byte "$CK/global_step2/zero_rank_$LAST.h5" fp32_master
 run "checksum mismatch in $CK/global_step2/zero_rank_$LAST.h5 dataset 'fp32_master'"
 restore
 # 2. truncated shard

@@ -4,12 +4,10 @@
 # file (exit 1), no OUTPUT and no temporary file are left.
 # usage: export_bad_input_test.sh
 set -euo pipefail
-D=$(mktemp -d /tmp/ds_ckpt_export_bad.XXXXXX)
-trap 'rm -rf "$D"' EXIT
-TOOL=$DS_BINARY_DIR/apps/ds_to_fp32/ds_to_fp32
-$DS_MPIEXEC --oversubscribe --bind-to none -np 1 "$DS_BINARY_DIR/tests/io/ckpt_driver" \
-  --dir "$D" --steps 2 --save-at 2 --combos fp32:0 >/dev/null
-CK="$D/fp32_z0/ckpt"
+source "$(dirname "$0")/lib.sh"
+scratch_dir export_bad
+TOOL=$TO_FP32
+save_small_checkpoint
 M="$CK/global_step2/model_states.h5"
 cp "$M" "$D/pristine.h5"
 fail() { echo "export_bad_input_test: FAIL: $*" >&2; exit 1; }
@@ -28,17 +26,7 @@ $DS_SYSTEM_PYTHON -c "import os,sys; p=sys.argv[1]; os.truncate(p, os.path.getsi
 refused "$M: H5F__super_read: truncated file"
 cp "$D/pristine.h5" "$M"
 # 2. one flipped byte inside a parameter's data
-$DS_SYSTEM_PYTHON - "$M" <<'PY'
-import sys, h5py
-path = sys.argv[1]
-with h5py.File(path, "r") as f:
-    off = f["params/l1.weight"].id.get_offset()
-with open(path, "r+b") as f:
-    f.seek(off + 4)
-    b = f.read(1)
-    f.seek(off + 4)
-    f.write(bytes([b[0] ^ 0xFF]))
-PY
+flip_byte "$M" params/l1.weight
 refused "checksum mismatch in $M dataset 'params/l1.weight'"
 cp "$D/pristine.h5" "$M"
 # 3. the intact checkpoint converts

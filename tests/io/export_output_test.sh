@@ -4,12 +4,10 @@
 # checkpoint still converts afterwards), or an existing file without --force.
 # usage: export_output_test.sh
 set -euo pipefail
-D=$(mktemp -d /tmp/ds_ckpt_outguard.XXXXXX)
-trap 'rm -rf "$D"' EXIT
-TOOL=$DS_BINARY_DIR/apps/ds_to_fp32/ds_to_fp32
-$DS_MPIEXEC --oversubscribe --bind-to none -np 1 "$DS_BINARY_DIR/tests/io/ckpt_driver" \
-  --dir "$D" --steps 2 --save-at 2 --combos fp32:0 >/dev/null
-CK="$D/fp32_z0/ckpt"
+source "$(dirname "$0")/lib.sh"
+scratch_dir outguard
+TOOL=$TO_FP32
+save_small_checkpoint
 fail() { echo "export_output_test: FAIL: $*" >&2; exit 1; }
 # refused EXPECTED_TEXT ARGS...: ds_to_fp32 exits 1 with "ds_to_fp32: error: ...EXPECTED_TEXT..."
 refused() {

@@ -3,13 +3,11 @@
 # ../x or an absolute path, are refused with one error line naming the value, even where
 # that path holds a valid checkpoint.
 set -euo pipefail
-D=$(mktemp -d /tmp/ds_ckpt_escape.XXXXXX)
-trap 'rm -rf "$D"' EXIT
-$DS_MPIEXEC --oversubscribe --bind-to none -np 1 "$DS_BINARY_DIR/tests/io/ckpt_driver" \
-  --dir "$D" --steps 2 --save-at 2 --combos fp32:0 >/dev/null
-CK="$D/fp32_z0/ckpt"
+source "$(dirname "$0")/lib.sh"
+scratch_dir escape
+save_small_checkpoint
 cp -r "$CK/global_step2" "$D/outside"
-EXPORT="$DS_BINARY_DIR/apps/ds_to_fp32/ds_to_fp32"
+EXPORT=$TO_FP32
 expect_refused() {  # WHAT PATTERN args...
   local what=$1 pattern=$2; shift 2
   if "$EXPORT" "$@" "$D/x.h5" 2>"$D/err"; then echo "FAIL: $what: exited 0"; exit 1; fi
