@@ -9,6 +9,7 @@
 #include <sstream>
 #include <vector>
 
+#include "ds/core/env.h"
 #include "ds/core/error.h"
 #include "ds/launch/hostlist.h"
 
@@ -333,6 +334,21 @@ std::string discovery_to_json(const EnvDiscovery& d) {
   os << ",\"master_port\":"; json_int(os, d.master_port);
   os << ",\"source\":\"" << launch_source_name(d.source) << "\"}";
   return os.str();
+}
+
+std::optional<int> launcher_local_rank() {
+  for (const char* name : {"LOCAL_RANK", "OMPI_COMM_WORLD_LOCAL_RANK", "MPI_LOCALRANKID", "SLURM_LOCALID"}) {
+    const std::optional<std::string> v = env::external(name);
+    if (!v) continue;
+    try {
+      std::size_t pos = 0;
+      const int x = std::stoi(*v, &pos);
+      if (pos == v->size()) return x;
+    } catch (const std::exception&) {
+    }
+    DS_THROW(name << " expects an integer, got '" << *v << "'");
+  }
+  return std::nullopt;
 }
 
 }  // namespace ds

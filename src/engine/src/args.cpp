@@ -1,11 +1,11 @@
 #include "ds/engine/args.h"
 
-#include <cstdlib>
 #include <string_view>
 
 #include <CLI/CLI.hpp>
 
 #include "ds/core/error.h"
+#include "ds/mpi/discovery.h"
 
 namespace ds::engine {
 
@@ -60,12 +60,8 @@ DeepSpeedArgs parse_deepspeed_args(int argc, const char* const* argv, std::vecto
 }
 
 int resolve_local_rank(const DeepSpeedArgs& args) {
-  const char* env = std::getenv("LOCAL_RANK");
-  if (!env) env = std::getenv("OMPI_COMM_WORLD_LOCAL_RANK");
-  if (!env) env = std::getenv("MPI_LOCALRANKID");
-  if (!env) env = std::getenv("SLURM_LOCALID");
-  if (env) {
-    int e = parse_int("LOCAL_RANK", env);
+  if (const std::optional<int> env = launcher_local_rank()) {
+    const int e = *env;
     DS_CHECK(args.local_rank < 0 || args.local_rank == e,
              "--local_rank " << args.local_rank << " disagrees with the environment's local rank " << e);
     return e;

@@ -44,6 +44,12 @@ EnvDiscovery discover_environment();
 // A snapshot of environ as a map.
 EnvMap current_environment();
 
+// The local rank a launcher left in this process' environment, for the engine's
+// --local_rank check: the first of LOCAL_RANK, OMPI_COMM_WORLD_LOCAL_RANK, MPI_LOCALRANKID,
+// SLURM_LOCALID that is set (read with ds::env::external); std::nullopt when none is.
+// Throws ds::Error naming the variable when its value is not an integer.
+std::optional<int> launcher_local_rank();
+
 // Throws ds::Error when the environment determined a rank or size that differs from MPI's,
 // e.g. "OMPI_COMM_WORLD_SIZE=4 but MPI_Comm_size=2".
 void check_against_mpi(const EnvDiscovery& d, int mpi_rank, int mpi_size);

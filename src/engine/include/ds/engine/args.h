@@ -27,7 +27,8 @@ void add_deepspeed_args(CLI::App& app, DeepSpeedArgs& out);
 // integer) throw ds::Error naming the flag.
 DeepSpeedArgs parse_deepspeed_args(int argc, const char* const* argv, std::vector<std::string>* rest = nullptr);
 
-// The local rank from --local_rank or the environment (LOCAL_RANK, OMPI_COMM_WORLD_LOCAL_RANK);
+// The local rank from --local_rank or the environment (ds::launcher_local_rank(),
+// ds/mpi/discovery.h: LOCAL_RANK, OMPI_COMM_WORLD_LOCAL_RANK, MPI_LOCALRANKID, SLURM_LOCALID);
 // throws when --local_rank disagrees with the environment (DeepSpeed asserts the same).
 int resolve_local_rank(const DeepSpeedArgs& args);
 
