@@ -1,6 +1,8 @@
-#include "device_store.h"
+// DeviceParamStore: the flat storage on a CUDA device (the GPU path, docs/dev/gpu.md).
+#include "param_store.h"
 
 #include "ds/core/error.h"
+#include "ds/core/half.h"
 
 #if DS_PRECISION_HAVE_CUDA
 #include <cuda_runtime.h>
@@ -21,8 +23,8 @@ struct HostStats {
 };
 }  // namespace
 
-DeviceStore::DeviceStore(std::size_t padded_numel, DType wdtype, std::size_t master_count, void* stream)
-    : n_(padded_numel), master_n_(master_count), wdtype_(wdtype), stream_(stream) {
+DeviceParamStore::DeviceParamStore(const PartitionMap& map, int rank, const StoreOptions& o, void* stream)
+    : ParamStore(map, rank, o), n_(map.padded_numel), master_n_(slice_.count), stream_(stream) {
   int count = 0;
   const cudaError_t rc = cudaGetDeviceCount(&count);
   if (rc != cudaSuccess) cudaGetLastError();
@@ -30,79 +32,89 @@ DeviceStore::DeviceStore(std::size_t padded_numel, DType wdtype, std::size_t mas
                                                << (rc != cudaSuccess ? cudaGetErrorString(rc) : "0 devices")
                                                << "): train it on the CPU, or where a GPU is visible");
   try {
-    const std::size_t wb = std::max<std::size_t>(n_, 1) * dtype_size(wdtype_);
-    DS_CUDA_CHECK(cudaMalloc(&params_, wb));
-    DS_CUDA_CHECK(cudaMalloc(&grads_, wb));
-    DS_CUDA_CHECK(cudaMalloc(&master_, std::max<std::size_t>(master_n_, 1) * sizeof(float)));
+    const std::size_t wb = std::max<std::size_t>(n_, 1) * dtype_size(o_.wdtype);
+    DS_CUDA_CHECK(cudaMalloc(&d_params_, wb));
+    DS_CUDA_CHECK(cudaMalloc(&d_grads_, wb));
+    DS_CUDA_CHECK(cudaMalloc(&d_master_, std::max<std::size_t>(master_n_, 1) * sizeof(float)));
     DS_CUDA_CHECK(cudaMalloc(&d_sumsq_, sizeof(double)));
     DS_CUDA_CHECK(cudaMalloc(&d_found_inf_, sizeof(int)));
     DS_CUDA_CHECK(cudaMallocHost(&h_stats_, sizeof(HostStats)));
-    DS_CUDA_CHECK(cudaMemsetAsync(params_, 0, wb, as_stream(stream_)));
-    DS_CUDA_CHECK(cudaMemsetAsync(grads_, 0, wb, as_stream(stream_)));
+    DS_CUDA_CHECK(cudaMemsetAsync(d_params_, 0, wb, as_stream(stream_)));
+    DS_CUDA_CHECK(cudaMemsetAsync(d_grads_, 0, wb, as_stream(stream_)));
   } catch (...) {
     release();
     throw;
   }
 }
 
-DeviceStore::~DeviceStore() { release(); }
+DeviceParamStore::~DeviceParamStore() { release(); }
 
-void DeviceStore::release() {
+void DeviceParamStore::release() {
   // No checks: also runs while an exception unwinds.
   if (stream_) cudaStreamSynchronize(as_stream(stream_));
-  cudaFree(params_);
-  cudaFree(grads_);
-  cudaFree(master_);
+  cudaFree(d_params_);
+  cudaFree(d_grads_);
+  cudaFree(d_master_);
   cudaFree(d_sumsq_);
   cudaFree(d_found_inf_);
   cudaFreeHost(h_stats_);
-  params_ = grads_ = nullptr;
-  master_ = nullptr;
+  d_params_ = d_grads_ = nullptr;
+  d_master_ = nullptr;
   d_sumsq_ = nullptr;
   d_found_inf_ = nullptr;
   h_stats_ = nullptr;
 }
 
-TensorView DeviceStore::params(std::size_t offset, std::size_t count) const {
-  return TensorView{static_cast<char*>(params_) + offset * dtype_size(wdtype_), count, wdtype_};
+TensorView DeviceParamStore::params(std::size_t offset, std::size_t count) const {
+  return TensorView{static_cast<char*>(d_params_) + offset * dtype_size(o_.wdtype), count, o_.wdtype};
 }
-TensorView DeviceStore::grads(std::size_t offset, std::size_t count) const {
-  return TensorView{static_cast<char*>(grads_) + offset * dtype_size(wdtype_), count, wdtype_};
+TensorView DeviceParamStore::grads(std::size_t offset, std::size_t count) const {
+  return TensorView{static_cast<char*>(d_grads_) + offset * dtype_size(o_.wdtype), count, o_.wdtype};
 }
-std::size_t DeviceStore::bytes() const { return 2 * n_ * dtype_size(wdtype_) + master_n_ * sizeof(float); }
 
-void DeviceStore::upload(const HostBuffer& params, const HostBuffer& master) {
-  DS_CHECK(params.bytes() >= n_ * dtype_size(wdtype_) && master.bytes() >= master_n_ * sizeof(float),
-           "DeviceStore::upload: host buffers smaller than the device storage");
+void DeviceParamStore::upload() {
   // Pageable host memory: the copies are staged, so the host buffers may change afterwards.
-  DS_CUDA_CHECK(cudaMemcpyAsync(params_, params.data(), n_ * dtype_size(wdtype_), cudaMemcpyHostToDevice,
+  DS_CUDA_CHECK(cudaMemcpyAsync(d_params_, params_.data(), n_ * dtype_size(o_.wdtype), cudaMemcpyHostToDevice,
                                 as_stream(stream_)));
-  DS_CUDA_CHECK(cudaMemcpyAsync(master_, master.data(), master_n_ * sizeof(float), cudaMemcpyHostToDevice,
-                                as_stream(stream_)));
-  synchronize();
-}
-
-void DeviceStore::download(HostBuffer& params, HostBuffer& master) const {
-  DS_CHECK(master.bytes() >= master_n_ * sizeof(float),
-           "DeviceStore::download: host master smaller than the device master");
-  DS_CUDA_CHECK(cudaMemcpyAsync(master.data(), master_, master_n_ * sizeof(float), cudaMemcpyDeviceToHost,
-                                as_stream(stream_)));
-  download_params(params);  // synchronises, so the master copy is complete too
-}
-
-void DeviceStore::download_params(HostBuffer& params) const {
-  DS_CHECK(params.bytes() >= n_ * dtype_size(wdtype_),
-           "DeviceStore::download: host params smaller than the device params");
-  DS_CUDA_CHECK(cudaMemcpyAsync(params.data(), params_, n_ * dtype_size(wdtype_), cudaMemcpyDeviceToHost,
+  DS_CUDA_CHECK(cudaMemcpyAsync(d_master_, master_.data(), master_n_ * sizeof(float), cudaMemcpyHostToDevice,
                                 as_stream(stream_)));
   synchronize();
 }
 
-void DeviceStore::zero_grads() {
-  DS_CUDA_CHECK(cudaMemsetAsync(grads_, 0, n_ * dtype_size(wdtype_), as_stream(stream_)));
+void DeviceParamStore::to_host(optim::Optimizer& opt) {
+  DS_CUDA_CHECK(cudaMemcpyAsync(master_.data(), d_master_, master_n_ * sizeof(float), cudaMemcpyDeviceToHost,
+                                as_stream(stream_)));
+  download_params(params_);  // synchronises, so the master copy is complete too
+  opt.download_state();
 }
 
-precision::GradStats DeviceStore::grad_stats(std::size_t offset, std::size_t count) {
+void DeviceParamStore::from_host(optim::Optimizer& opt, bool with_optimizer_state) {
+  upload();
+  if (with_optimizer_state) opt.upload_state();
+}
+
+void DeviceParamStore::download_params(HostBuffer& params) const {
+  DS_CHECK(params.bytes() >= n_ * dtype_size(o_.wdtype),
+           "DeviceParamStore: host params smaller than the device params");
+  DS_CUDA_CHECK(cudaMemcpyAsync(params.data(), d_params_, n_ * dtype_size(o_.wdtype), cudaMemcpyDeviceToHost,
+                                as_stream(stream_)));
+  synchronize();
+}
+
+std::vector<float> DeviceParamStore::params_fp32() const {
+  std::vector<float> out(map_.total_numel);
+  HostBuffer p(map_.padded_numel, o_.wdtype);
+  download_params(p);
+  convert(p.data(), o_.wdtype, out.data(), DType::F32, map_.total_numel);
+  return out;
+}
+
+void DeviceParamStore::zero_grads() {
+  DS_CUDA_CHECK(cudaMemsetAsync(d_grads_, 0, n_ * dtype_size(o_.wdtype), as_stream(stream_)));
+}
+
+precision::GradStats DeviceParamStore::grad_stats() {
+  const std::size_t offset = step_offset(), count = step_count();
   cudaStream_t s = as_stream(stream_);
   DS_CUDA_CHECK(cudaMemsetAsync(d_sumsq_, 0, sizeof(double), s));
   DS_CUDA_CHECK(cudaMemsetAsync(d_found_inf_, 0, sizeof(int), s));
@@ -117,25 +129,49 @@ precision::GradStats DeviceStore::grad_stats(std::size_t offset, std::size_t cou
   return st;
 }
 
-void DeviceStore::synchronize() const { DS_CUDA_CHECK(cudaStreamSynchronize(as_stream(stream_))); }
+void DeviceParamStore::optimizer_step(optim::Optimizer& opt, optim::StepContext ctx) {
+  const std::size_t off = step_offset(), n = step_count();
+  if (n == 0) return;
+  ctx.stream = stream_;
+  opt.step(std::span<float>(d_master_, n), grads(off, n), params(off, n), segments_, ctx);
+}
+
+void DeviceParamStore::gather_params(Communicator& comm) {
+  // NCCL gathers the whole partition in place (send is block `rank` of the receive buffer).
+  const std::size_t S = map_.partition_numel, W = std::size_t(map_.world_size);
+  comm.all_gather(params(slice_.offset, S), TensorView{d_params_, S * W, o_.wdtype});
+}
+
+void DeviceParamStore::add_memory(ModelStateBytes& b) const {
+  b.params = params_.bytes();
+  b.grads = n_ * dtype_size(o_.wdtype);  // on the device, as params and master
+  b.master = master_.bytes();
+}
+
+void DeviceParamStore::synchronize() const { DS_CUDA_CHECK(cudaStreamSynchronize(as_stream(stream_))); }
 
 #else  // built without CUDA
 
-DeviceStore::DeviceStore(std::size_t, DType, std::size_t, void*) {
+DeviceParamStore::DeviceParamStore(const PartitionMap& map, int rank, const StoreOptions& o, void*)
+    : ParamStore(map, rank, o) {
   DS_THROW("the module runs on a CUDA device but dstrain was built without CUDA (DS_WITH_CUDA): "
            "rebuild with the CUDA toolkit, or train on the CPU");
 }
-DeviceStore::~DeviceStore() = default;
-void DeviceStore::release() {}
-TensorView DeviceStore::params(std::size_t, std::size_t) const { return {}; }
-TensorView DeviceStore::grads(std::size_t, std::size_t) const { return {}; }
-std::size_t DeviceStore::bytes() const { return 0; }
-void DeviceStore::upload(const HostBuffer&, const HostBuffer&) {}
-void DeviceStore::download(HostBuffer&, HostBuffer&) const {}
-void DeviceStore::download_params(HostBuffer&) const {}
-void DeviceStore::zero_grads() {}
-precision::GradStats DeviceStore::grad_stats(std::size_t, std::size_t) { return {}; }
-void DeviceStore::synchronize() const {}
+DeviceParamStore::~DeviceParamStore() = default;
+void DeviceParamStore::release() {}
+TensorView DeviceParamStore::params(std::size_t, std::size_t) const { return {}; }
+TensorView DeviceParamStore::grads(std::size_t, std::size_t) const { return {}; }
+void DeviceParamStore::upload() {}
+void DeviceParamStore::to_host(optim::Optimizer&) {}
+void DeviceParamStore::from_host(optim::Optimizer&, bool) {}
+void DeviceParamStore::download_params(HostBuffer&) const {}
+std::vector<float> DeviceParamStore::params_fp32() const { return {}; }
+void DeviceParamStore::zero_grads() {}
+precision::GradStats DeviceParamStore::grad_stats() { return {}; }
+void DeviceParamStore::optimizer_step(optim::Optimizer&, optim::StepContext) {}
+void DeviceParamStore::gather_params(Communicator&) {}
+void DeviceParamStore::add_memory(ModelStateBytes&) const {}
+void DeviceParamStore::synchronize() const {}
 
 #endif
 

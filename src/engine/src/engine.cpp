@@ -1,5 +1,7 @@
 // The training engine (docs/dev/engine.md), following DeepSpeed's runtime/engine.py and
-// runtime/zero/stage_1_and_2.py.
+// runtime/zero/stage_1_and_2.py. The engine orchestrates; the flat storage and everything
+// that depends on where it lives is the ParamStore (param_store.h), the data-parallel
+// gradient reduction the GradReducer (grad_reducer.h).
 #include "ds/engine/engine.h"
 
 #include <algorithm>
@@ -7,69 +9,21 @@
 #include <cstring>
 #include <sstream>
 
+#include "async_save.h"
 #include "ds/config/parse.h"
-#include "ds/core/hash.h"
+#include "ds/config/validate.h"
 #include "ds/core/error.h"
-#include "ds/core/half.h"
+#include "ds/core/hash.h"
 #include "ds/core/log.h"
 #include "ds/engine/monitor.h"
-#include "device_store.h"
 #include "ds/mpi/comm_factory.h"
 #include "ds/mpi/init.h"
 #include "ds/optim/optimizer.h"
-#include "ds/precision/grad_stats.h"
 #include "ds/sched/lr_scheduler.h"
+#include "grad_reducer.h"
+#include "param_store.h"
 
 namespace ds {
-
-namespace {
-
-TensorView sub_view(const HostBuffer& b, DType t, std::size_t offset, std::size_t count) {
-  auto* base = static_cast<char*>(const_cast<void*>(b.data()));
-  return TensorView{base + offset * dtype_size(t), count, t};
-}
-TensorView sub_view(const engine::PagedBuffer& b, DType t, std::size_t offset, std::size_t count) {
-  return TensorView{static_cast<char*>(b.data()) + offset * dtype_size(t), count, t};
-}
-
-// x *= f over a F32 / F16 / BF16 view (prescaled gradient averaging).
-void scale_in_place(TensorView v, float f) {
-  if (f == 1.0f || v.count == 0) return;
-  switch (v.dtype) {
-    case DType::F32: {
-      float* p = v.as<float>();
-#pragma omp parallel for schedule(static) if (v.count > (1u << 16))
-      for (std::int64_t i = 0; i < std::int64_t(v.count); ++i) p[i] *= f;
-      return;
-    }
-    case DType::F16: {
-      f16* p = v.as<f16>();
-#pragma omp parallel for schedule(static) if (v.count > (1u << 16))
-      for (std::int64_t i = 0; i < std::int64_t(v.count); ++i) p[i] = float_to_f16(f16_to_float(p[i]) * f);
-      return;
-    }
-    case DType::BF16: {
-      bf16* p = v.as<bf16>();
-#pragma omp parallel for schedule(static) if (v.count > (1u << 16))
-      for (std::int64_t i = 0; i < std::int64_t(v.count); ++i) p[i] = float_to_bf16(bf16_to_float(p[i]) * f);
-      return;
-    }
-    default:
-      DS_THROW("gradient scaling: unsupported dtype " << dtype_name(v.dtype));
-  }
-}
-
-void zero_range(const engine::PagedBuffer& b, DType t, std::size_t begin, std::size_t end) {
-  if (end <= begin) return;
-  TensorView v = sub_view(b, t, begin, end - begin);
-  std::memset(v.data, 0, v.bytes());
-}
-
-}  // namespace
-
-// ----------------------------------------------------------------------------------------
-// initialize
-// ----------------------------------------------------------------------------------------
 
 InitResult initialize(config::DsConfig cfg, Module& module, std::shared_ptr<Communicator> comm,
                       std::shared_ptr<Communicator> device_comm) {
@@ -95,10 +49,6 @@ InitResult initialize(const std::string& config, Module& module, std::shared_ptr
   return initialize(config::load_config(config, &warnings), module, std::move(comm), std::move(device_comm));
 }
 
-// ----------------------------------------------------------------------------------------
-// construction
-// ----------------------------------------------------------------------------------------
-
 Engine::Engine(config::DsConfig cfg, Module& module, std::shared_ptr<Communicator> comm,
                std::shared_ptr<void> dist_keepalive, std::shared_ptr<Communicator> device_comm)
     : cfg_(std::move(cfg)), module_(&module), comm_(std::move(comm)), dist_keepalive_(std::move(dist_keepalive)),
@@ -107,11 +57,15 @@ Engine::Engine(config::DsConfig cfg, Module& module, std::shared_ptr<Communicato
   rank_ = comm_->rank();
   world_ = comm_->size();
   config::resolve_batch_sizes(cfg_, world_);
-  validate_config();
+  config::validate(cfg_, world_);  // every rule across keys, for the world it trains on
+  wdtype_ = cfg_.fp16.enabled ? DType::F16 : cfg_.bf16.enabled ? DType::BF16 : DType::F32;
+  comm_dtype_ = cfg_.communication_data_type ? parse_dtype(*cfg_.communication_data_type) : wdtype_;
+  accum_fp32_ = cfg_.data_types.grad_accum_dtype == "fp32" && wdtype_ != DType::F32;
   // A peer that never arrives (stopped, dead) ends the job after this long instead of hanging it.
   comm_->set_timeout(cfg_.comms_config.timeout);
   if (device_comm_) device_comm_->set_timeout(cfg_.comms_config.timeout);
-  if (on_device()) {
+  const bool cuda = device_ == Device::Cuda;
+  if (cuda) {
     // The GPU path (docs/dev/gpu.md) offers ZeRO stages 0 and 1: stage 2's gradient partitioning
     // releases host pages of the gradient buffer (PagedBuffer), which device memory has not.
     DS_CHECK(cfg_.zero_optimization.stage <= 1,
@@ -130,42 +84,21 @@ Engine::Engine(config::DsConfig cfg, Module& module, std::shared_ptr<Communicato
     if (device_comm_) device_comm_->set_compute_stream(module_->device_stream());
   }
 
-  // ---- layout ----
+  // ---- layout and storage, allocated once ----
   const auto infos = module_->parameters();
   DS_CHECK(!infos.empty(), "the module has no parameters: nothing to train");
   map_ = engine::make_partition_map(infos, world_, cfg_.zero_optimization.stage);
   DS_CHECK(map_.total_numel > 0, "the module's parameters have zero elements in total");
   check_same_model_on_all_ranks(infos);
-  slice_ = map_.slices[std::size_t(rank_)];
-  segments_ = map_.segments(rank_);
-  for (const auto& sg : segments_) optim_segments_.push_back(optim::Segment{sg.slice_offset, sg.count});
-
-  // ---- storage, allocated once ----
-  params_ = HostBuffer(map_.padded_numel, wdtype_);
-  // Gradients: address space for the whole flat space; the pages that stay resident (all of
-  // them, or at stage 2 this rank's slice) are touched once here (docs/dev/engine.md "Stage 2").
-  // A CUDA module's gradients live on the device only.
-  if (!on_device()) grads_ = engine::PagedBuffer(map_.padded_numel, wdtype_);
-  release_grads_ = map_.stage == 2 && world_ > 1;
-  keep_lo_ = 0;
-  keep_hi_ = grads_.mapped_bytes();
-  if (release_grads_) {
-    const std::size_t ps = engine::PagedBuffer::page_size(), es = dtype_size(wdtype_);
-    keep_lo_ = slice_.offset * es / ps * ps;
-    keep_hi_ = std::min(grads_.mapped_bytes(), ((slice_.offset + slice_.count) * es + ps - 1) / ps * ps);
-    max_in_flight_ = 2;  // DeepSpeed's two ipg buffers: one filling, one reducing
-  }
-  if (!on_device()) grads_.touch(keep_lo_, keep_hi_);
-  master_ = HostBuffer(slice_.count, DType::F32);
-  if (accum_fp32_) accum_ = HostBuffer(slice_.count, DType::F32);
-  if (on_device()) dev_ = std::make_unique<engine::DeviceStore>(map_.padded_numel, wdtype_, slice_.count, module_->device_stream());
-  if (map_.stage >= 1 && world_ > 1 && on_device()) {
-    gather_chunk_ = map_.partition_numel;  // NCCL gathers the whole partition in place
-  } else if (map_.stage >= 1 && world_ > 1) {
+  engine::StoreOptions so;
+  so.wdtype = wdtype_;
+  so.accum_fp32 = accum_fp32_;
+  so.release_grads = map_.stage == 2 && world_ > 1;
+  if (map_.stage >= 1 && world_ > 1) {  // allgather_bucket_size elements per gather (NCCL: the whole slice)
     const std::size_t per_rank = std::size_t(std::max<std::int64_t>(1, cfg_.zero_optimization.allgather_bucket_size / world_));
-    gather_chunk_ = std::min(per_rank, map_.partition_numel);
-    if (gather_chunk_ < map_.partition_numel) gather_recv_ = HostBuffer(gather_chunk_ * std::size_t(world_), wdtype_);
+    so.gather_chunk = cuda ? map_.partition_numel : std::min(per_rank, map_.partition_numel);
   }
+  store_ = engine::ParamStore::make(map_, rank_, so, *module_);
 
   // ---- initial values: module init on fp32 scratch, rank 0's values broadcast ----
   {
@@ -176,77 +109,35 @@ Engine::Engine(config::DsConfig cfg, Module& module, std::shared_ptr<Communicato
     for (const auto& p : map_.params) spans.emplace_back(s + p.offset, p.numel);
     module_->init_parameters(spans, cfg_.seed.value_or(42));
     if (world_ > 1) comm_->broadcast(TensorView{s, map_.padded_numel, DType::F32}, 0);
-    std::memcpy(master_.data(), s + slice_.offset, slice_.count * sizeof(float));
-    convert(s, DType::F32, params_.data(), wdtype_, map_.padded_numel);
+    store_->set_initial(s);
   }
-  if (on_device()) dev_->upload(params_, master_);
-
-  // ---- bind the module's views ----
+  std::vector<TensorView> param_views, grad_views;
   for (const auto& p : map_.params) {
-    param_views_.push_back(param_range(p.offset, p.numel));
-    grad_views_.push_back(grad_range(p.offset, p.numel));
+    param_views.push_back(store_->params(p.offset, p.numel));
+    grad_views.push_back(store_->grads(p.offset, p.numel));
   }
-  module_->bind(param_views_, grad_views_);
+  module_->bind(param_views, grad_views);
 
-  // ---- optimizer, scaler, scheduler ----
+  // ---- optimizer, scaler, scheduler, reducer ----
   const config::OptimizerConfig ocfg = cfg_.optimizer.value_or(config::OptimizerConfig{});
-  optimizer_ = optim::make_optimizer(ocfg, on_device() ? optim::Kernel::Cuda : optim::Kernel::Cpu);
-  optimizer_->init_state(map_.stage >= 1 ? slice_.real_count : map_.total_numel);
-  if (cfg_.fp16.enabled) {
-    precision::LossScalerConfig sc;
-    if (cfg_.fp16.loss_scale > 0) {
-      sc = precision::LossScalerConfig::fixed(cfg_.fp16.loss_scale);
-    } else {
-      sc.dynamic = true;
-      sc.initial_scale_power = cfg_.fp16.initial_scale_power;
-      sc.window = cfg_.fp16.loss_scale_window;
-      sc.hysteresis = cfg_.fp16.hysteresis;
-      sc.consecutive_hysteresis = cfg_.fp16.consecutive_hysteresis;
-      sc.min_scale = cfg_.fp16.min_loss_scale;
-      sc.raise_at_min_scale = true;
-    }
-    scaler_ = precision::LossScaler(sc);
-  }
+  optimizer_ = optim::make_optimizer(ocfg, cuda ? optim::Kernel::Cuda : optim::Kernel::Cpu);
+  optimizer_->init_state(store_->step_count());
+  make_scaler();
   scheduler_ = sched::make_scheduler(cfg_.scheduler.value_or(config::SchedulerConfig{}), ocfg.lr, ocfg.betas);
-
-  // ---- gradient averaging factors (DeepSpeed's allreduce_bucket: data-parallel averaging) ----
-  if (world_ > 1) {
-    const double W = world_, pd = cfg_.gradient_predivide_factor;
-    if (cfg_.prescale_gradients) {
-      pre_factor_ = 1.0 / W;
-      post_factor_ = 1.0;
-    } else {
-      pre_factor_ = pd != 1.0 ? 1.0 / pd : 1.0;
-      post_factor_ = pd / W;
-    }
-    // Stage 2 keeps the accumulated partition inside the reduced buffer, so a pre-scale
-    // would rescale it again every micro-step: apply the whole factor after the reduction.
-    // The GPU path does the same (the optimizer kernel applies it as part of grad_scale).
-    if (map_.stage == 2 || on_device()) {
-      post_factor_ *= pre_factor_;
-      pre_factor_ = 1.0;
-    }
-  }
-
-  build_buckets();
-  if (comm_dtype_ != wdtype_ && world_ > 1) {
-    // Stage 2: a pool of max_in_flight_ bucket-sized slots, reused (bucket k uses slot
-    // k % slots; at most that many reduce at once). Stages 0/1: the whole flat space.
-    std::size_t n = map_.padded_numel;
-    if (release_grads_) {
-      const std::size_t bsz = buckets_[0].end - buckets_[0].begin;  // the largest bucket
-      const std::size_t slots = std::min(max_in_flight_, buckets_.size());
-      for (std::size_t k = 0; k < buckets_.size(); ++k) buckets_[k].wire = (k % slots) * bsz;
-      n = slots * bsz;
-    }
-    comm_buf_ = HostBuffer(n, comm_dtype_);
-  }
-  param_ready_.assign(map_.params.size(), 0);
+  engine::ReducerOptions ro;
+  ro.bucket_size = cfg_.zero_optimization.reduce_bucket_size;
+  ro.comm_dtype = comm_dtype_;
+  ro.prescale_gradients = cfg_.prescale_gradients;
+  ro.predivide_factor = cfg_.gradient_predivide_factor;
+  ro.accum_fp32 = accum_fp32_;
+  ro.release_grads = so.release_grads;
+  reducer_ = std::make_unique<engine::GradReducer>(map_, *store_, cuda && device_comm_ ? *device_comm_ : *comm_, ro, timers_);
+  async_save_ = std::make_unique<engine::AsyncSave>();
 
   if (cfg_.csv_monitor.enabled && rank_ == 0)
     csv_ = std::make_unique<engine::CsvMonitor>(cfg_.csv_monitor.output_path, cfg_.csv_monitor.job_name);
 
-  DS_INFO("dstrain engine: " << (on_device() ? "CUDA device, " : "") << map_.params.size() << " parameter tensors, " << map_.total_numel
+  DS_INFO("dstrain engine: " << (cuda ? "CUDA device, " : "") << map_.params.size() << " parameter tensors, " << map_.total_numel
           << " parameters, ZeRO stage " << map_.stage << ", " << dtype_name(wdtype_) << " working / "
           << dtype_name(comm_dtype_) << " communication, world size " << world_ << ", micro batch "
           << cfg_.train_micro_batch_size_per_gpu << " x gas " << cfg_.gradient_accumulation_steps
@@ -255,16 +146,23 @@ Engine::Engine(config::DsConfig cfg, Module& module, std::shared_ptr<Communicato
   step_clock_.reset();
 }
 
-Engine::~Engine() {
-  // Outstanding non-blocking operations own their buffers until waited.
-  for (auto& b : buckets_) {
-    if (b.work) {
-      try {
-        b.work->wait();
-      } catch (...) {
-      }
-    }
+Engine::~Engine() = default;
+
+void Engine::make_scaler() {
+  if (!cfg_.fp16.enabled) return;
+  precision::LossScalerConfig sc;
+  if (cfg_.fp16.loss_scale > 0) {
+    sc = precision::LossScalerConfig::fixed(cfg_.fp16.loss_scale);
+  } else {
+    sc.dynamic = true;
+    sc.initial_scale_power = cfg_.fp16.initial_scale_power;
+    sc.window = cfg_.fp16.loss_scale_window;
+    sc.hysteresis = cfg_.fp16.hysteresis;
+    sc.consecutive_hysteresis = cfg_.fp16.consecutive_hysteresis;
+    sc.min_scale = cfg_.fp16.min_loss_scale;
+    sc.raise_at_min_scale = true;
   }
+  scaler_ = precision::LossScaler(sc);
 }
 
 // Ranks built with different models would broadcast and reduce mismatched counts, which
@@ -290,92 +188,8 @@ void Engine::check_same_model_on_all_ranks(const std::vector<ParamInfo>& infos) 
            << "). Start every rank with the same model and config.");
 }
 
-void Engine::validate_config() {
-  const auto& c = cfg_;
-  DS_CHECK(!(c.fp16.enabled && c.bf16.enabled),
-           c.source << ": fp16.enabled and bf16.enabled are both true; enable at most one");
-  DS_CHECK(c.zero_optimization.stage >= 0 && c.zero_optimization.stage <= 2,
-           c.source << ": zero_optimization.stage " << c.zero_optimization.stage
-                    << " is not supported (dstrain implements stages 0, 1 and 2)");
-  DS_CHECK(c.gradient_accumulation_steps >= 1 && c.train_micro_batch_size_per_gpu >= 1,
-           c.source << ": batch sizes did not resolve (gradient_accumulation_steps "
-                    << c.gradient_accumulation_steps << ", train_micro_batch_size_per_gpu "
-                    << c.train_micro_batch_size_per_gpu << ")");
-  DS_CHECK(c.gradient_clipping >= 0, c.source << ": gradient_clipping must be >= 0, got " << c.gradient_clipping);
-  DS_CHECK(c.gradient_predivide_factor > 0,
-           c.source << ": gradient_predivide_factor must be > 0, got " << c.gradient_predivide_factor);
-  DS_CHECK(c.zero_optimization.reduce_bucket_size > 0,
-           c.source << ": zero_optimization.reduce_bucket_size must be > 0");
-  DS_CHECK(c.zero_optimization.allgather_bucket_size > 0,
-           c.source << ": zero_optimization.allgather_bucket_size must be > 0");
-  wdtype_ = c.fp16.enabled ? DType::F16 : c.bf16.enabled ? DType::BF16 : DType::F32;
-  comm_dtype_ = wdtype_;
-  if (c.data_types.grad_accum_dtype) {
-    // The parser checks this too; a DsConfig built in code gets the same answer here.
-    const std::string& a = *c.data_types.grad_accum_dtype;
-    DS_CHECK(a == "fp32" || a == dtype_name(wdtype_),
-             c.source << ": data_types.grad_accum_dtype '" << a << "' is not supported with the "
-                      << dtype_name(wdtype_) << " working dtype; supported: fp32 or " << dtype_name(wdtype_));
-    accum_fp32_ = a == "fp32" && wdtype_ != DType::F32;
-  }
-  if (c.communication_data_type) {
-    DType t;
-    try {
-      t = parse_dtype(*c.communication_data_type);
-    } catch (const Error&) {
-      DS_THROW(c.source << ": communication_data_type '" << *c.communication_data_type
-                        << "' is not one of fp32, fp16, bf16");
-    }
-    DS_CHECK(t == DType::F32 || t == DType::F16 || t == DType::BF16,
-             c.source << ": communication_data_type '" << *c.communication_data_type
-                      << "' is not one of fp32, fp16, bf16");
-    comm_dtype_ = t;
-  }
-  const std::string opt = c.optimizer ? c.optimizer->type : "adam";
-  if (opt == "lamb") {
-    DS_CHECK(!(c.fp16.enabled && c.fp16.loss_scale > 0),
-             c.source << ": the Lamb optimizer needs dynamic loss scaling with fp16 (DeepSpeed's "
-                         "FusedLamb); remove fp16.loss_scale or set it to 0");
-    DS_CHECK(c.zero_optimization.stage == 0,
-             c.source << ": the Lamb optimizer computes per-tensor trust ratios and is not supported with "
-                         "ZeRO (zero_optimization.stage " << c.zero_optimization.stage
-                      << "); use Adam/AdamW with ZeRO or stage 0 with Lamb");
-  }
-}
-
-void Engine::build_buckets() {
-  // Buckets cover the padded flat space from its END backwards (backward finishes the last
-  // parameters first); buckets_[0] is the tail. Sizes: reduce_bucket_size elements, at most
-  // the whole space (a small model gets one bucket and allocates nothing extra: buckets are
-  // ranges of grads_, reduced in place).
-  const std::size_t total = map_.padded_numel;
-  const std::size_t bsz = std::size_t(std::min<std::int64_t>(cfg_.zero_optimization.reduce_bucket_size,
-                                                             std::int64_t(total)));
-  buckets_.clear();
-  for (std::size_t end = total; end > 0;) {
-    const std::size_t begin = end > bsz ? end - bsz : 0;
-    Bucket b;
-    b.begin = begin;
-    b.end = end;
-    b.wire = begin;
-    buckets_.push_back(std::move(b));
-    end = begin;
-  }
-  param_buckets_.assign(map_.params.size(), {});
-  for (std::size_t k = 0; k < buckets_.size(); ++k) {
-    for (std::size_t i = 0; i < map_.params.size(); ++i) {
-      const auto& p = map_.params[i];
-      if (p.numel == 0) continue;
-      if (p.offset < buckets_[k].end && p.offset + p.numel > buckets_[k].begin) {
-        buckets_[k].params_total++;
-        param_buckets_[i].push_back(k);
-      }
-    }
-  }
-}
-
 // ----------------------------------------------------------------------------------------
-// forward / backward
+// forward / backward / step
 // ----------------------------------------------------------------------------------------
 
 float Engine::forward(const Batch& batch) {
@@ -396,187 +210,14 @@ float Engine::backward(float loss) {
   timers_.start("backward");
   const double gas = double(cfg_.gradient_accumulation_steps);
   backward_scale_ = scaler_.scale();
-  const float scale = float(backward_scale_ / gas);
-  // fp32 accumulation folds reduced gradients into accum_ after every backward, so every
-  // stage then reduces on every micro-step, as ZeRO-2 always does.
-  reducing_this_backward_ = world_ > 1 && (map_.stage == 2 || accum_fp32_ || is_gradient_accumulation_boundary());
-  if (reducing_this_backward_) {
-    for (auto& b : buckets_) {
-      b.params_ready = 0;
-      b.launched = false;
-    }
-    std::fill(param_ready_.begin(), param_ready_.end(), 0);
-    next_launch_ = 0;
-    next_finish_ = 0;
-    if (release_grads_) populate_bucket(0);  // backward writes the tail first
-  }
-  module_->backward(scale, [this](std::size_t i) { on_grad_ready(i); });
+  // Gradients start reducing, bucket by bucket, as the module reports them final.
+  reducer_->begin_backward(is_gradient_accumulation_boundary());
+  module_->backward(float(backward_scale_ / gas), [this](std::size_t i) { reducer_->grad_ready(i); });
   timers_.stop("backward");
-  if (reducing_this_backward_) {
-    timers_.start("reduce");
-    // Buckets whose parameters never reported (unused parameters, a module without
-    // callbacks) start now, still in index order so every rank issues the same sequence.
-    for (; next_launch_ < buckets_.size(); ++next_launch_) launch_bucket(next_launch_);
-    if (map_.stage == 2) {
-      // ZeRO-2 reduces every micro-step: keep only this rank's slice (which accumulates the
-      // reduced sums across micro-steps: other ranks contribute zeros there), drop the rest:
-      // the pages outside the slice go back to the kernel as their buckets finish (they read
-      // as zero next time); other ranks' elements on the slice's first and last pages are
-      // zeroed here.
-      while (next_finish_ < buckets_.size()) finish_and_release(next_finish_++);
-      const std::size_t es = dtype_size(wdtype_);
-      zero_range(grads_, wdtype_, keep_lo_ / es, slice_.offset);
-      zero_range(grads_, wdtype_, slice_.offset + slice_.count, std::min(keep_hi_ / es, map_.padded_numel));
-    } else if (accum_fp32_) {
-      for (auto& b : buckets_) finish_bucket(b);  // folded below
-    } else {
-      cycle_reduced_ = true;  // waited for in step()
-    }
-    timers_.stop("reduce");
-    reducing_this_backward_ = false;
-  }
-  if (accum_fp32_) fold_into_accum();
+  reducer_->end_backward();
+  store_->after_backward();
   return float(loss / gas);
 }
-
-void Engine::fold_into_accum() {
-  float* acc = accum_.as<float>();
-  const std::int64_t n = std::int64_t(slice_.count);
-  TensorView g = sub_view(grads_, wdtype_, slice_.offset, slice_.count);
-  if (wdtype_ == DType::BF16) {
-    const bf16* p = g.as<bf16>();
-#pragma omp parallel for schedule(static) if (n > (1 << 16))
-    for (std::int64_t j = 0; j < n; ++j) acc[j] += bf16_to_float(p[j]);
-  } else {
-    const f16* p = g.as<f16>();
-#pragma omp parallel for schedule(static) if (n > (1 << 16))
-    for (std::int64_t j = 0; j < n; ++j) acc[j] += f16_to_float(p[j]);
-  }
-  // Stage 2 (world > 1) already zeroed or released everything outside the slice; stages 0/1
-  // hold the whole (reduced) space, which must read zero for the next backward.
-  if (release_grads_) zero_range(grads_, wdtype_, slice_.offset, slice_.offset + slice_.count);
-  else zero_range(grads_, wdtype_, 0, map_.padded_numel);
-}
-
-TensorView Engine::step_grads(std::size_t offset, std::size_t count) const {
-  if (accum_fp32_) return sub_view(accum_, DType::F32, offset - slice_.offset, count);
-  return grad_range(offset, count);
-}
-
-void Engine::on_grad_ready(std::size_t i) {
-  if (!reducing_this_backward_) return;
-  DS_CHECK(i < param_ready_.size(), "Module::backward reported grad_ready(" << i << ") but the module has "
-                                    << param_ready_.size() << " parameters");
-  if (param_ready_[i]) return;  // a repeated call changes nothing
-  param_ready_[i] = 1;
-  for (std::size_t k : param_buckets_[i]) buckets_[k].params_ready++;
-  launch_ready_buckets();
-  if (release_grads_) reap_finished_buckets();
-}
-
-void Engine::launch_ready_buckets() {
-  while (next_launch_ < buckets_.size() &&
-         buckets_[next_launch_].params_ready >= buckets_[next_launch_].params_total) {
-    launch_bucket(next_launch_);
-    ++next_launch_;
-  }
-}
-
-void Engine::launch_bucket(std::size_t k) {
-  Bucket& b = buckets_[k];
-  if (b.launched) return;
-  // Stage 2: at most max_in_flight_ buckets reducing (launches and finishes both go in
-  // index order, so the ones in flight are [next_finish_, k)).
-  if (release_grads_ && k - next_finish_ >= max_in_flight_) {
-    timers_.start("bucket_wait");
-    while (k - next_finish_ >= max_in_flight_) finish_and_release(next_finish_++);
-    timers_.stop("bucket_wait");
-  }
-  const std::size_t n = b.end - b.begin;
-  TensorView g = grad_range(b.begin, n);
-  TensorView wire = g;
-  if (comm_buf_.bytes() > 0) {
-    wire = sub_view(comm_buf_, comm_dtype_, b.wire, n);
-    convert(g.data, wdtype_, wire.data, comm_dtype_, n);
-  }
-  if (!on_device()) scale_in_place(wire, float(pre_factor_));  // the GPU path has pre_factor_ 1
-  b.work = grad_comm().iall_reduce(wire, ReduceOp::Sum);
-  b.launched = true;
-  if (release_grads_) populate_bucket(k + 1);  // the bucket backward is writing now
-}
-
-void Engine::populate_bucket(std::size_t k) {
-  // Batch-faults the released pages of bucket k in one madvise(MADV_POPULATE_WRITE): about
-  // 2.5 us a page here, against 5 us for a fault on first write and 8-10 us for the read
-  // fault + write fault of a `+=` into a released page (bench/zero/page_release_bench).
-  // Pages already present are left alone, so a bucket already (partly) written is fine.
-  if (k >= buckets_.size()) return;
-  const Bucket& b = buckets_[k];
-  const std::size_t ps = engine::PagedBuffer::page_size(), es = dtype_size(wdtype_);
-  const std::size_t lo = b.begin * es / ps * ps;
-  const std::size_t hi = std::min(grads_.mapped_bytes(), (b.end * es + ps - 1) / ps * ps);
-  grads_.populate(lo, std::max(lo, std::min(hi, keep_lo_)));
-  grads_.populate(std::max(lo, keep_hi_), std::max(hi, keep_hi_));
-}
-
-void Engine::finish_bucket(Bucket& b) {
-  if (!b.work) return;
-  b.work->wait();
-  b.work.reset();
-  if (comm_buf_.bytes() > 0) {
-    const std::size_t n = b.end - b.begin;
-    convert(sub_view(comm_buf_, comm_dtype_, b.wire, n).data, comm_dtype_,
-            sub_view(grads_, wdtype_, b.begin, n).data, wdtype_, n);
-  }
-}
-
-void Engine::finish_and_release(std::size_t k) {
-  Bucket& b = buckets_[k];
-  finish_bucket(b);
-  // Bucket k releases bytes [lo, hi): from the first page boundary at or after its first
-  // element to the first page boundary at or after its end. So a page shared with bucket
-  // k + 1 (lower addresses, finishes later) goes with k + 1, and one shared with k - 1
-  // (already finished) goes now; together the buckets cover the whole mapping. The
-  // partition's pages [keep_lo_, keep_hi_) are never released.
-  const std::size_t ps = engine::PagedBuffer::page_size(), es = dtype_size(wdtype_);
-  const std::size_t lo = b.begin == 0 ? 0 : (b.begin * es + ps - 1) / ps * ps;
-  const std::size_t hi = b.end == map_.padded_numel ? grads_.mapped_bytes() : (b.end * es + ps - 1) / ps * ps;
-  if (hi <= lo) return;
-  // Resident pages only grow between releases, so sampling before each release sees the peak.
-  grad_peak_resident_ = std::max(grad_peak_resident_, grads_.resident_bytes());
-  grads_.release(lo, std::max(lo, std::min(hi, keep_lo_)));
-  grads_.release(std::max(lo, keep_hi_), hi);
-}
-
-void Engine::reap_finished_buckets() {
-  while (next_finish_ < next_launch_) {
-    Bucket& b = buckets_[next_finish_];
-    if (b.work && !b.work->test()) return;
-    finish_and_release(next_finish_++);
-  }
-}
-
-void Engine::launch_all_and_wait() {
-  for (std::size_t k = 0; k < buckets_.size(); ++k) {
-    buckets_[k].launched = false;
-    launch_bucket(k);
-  }
-  for (auto& b : buckets_) finish_bucket(b);
-}
-
-void Engine::zero_grads() {
-  if (on_device()) return dev_->zero_grads();
-  if (accum_fp32_) std::memset(accum_.data(), 0, accum_.bytes());
-  if (release_grads_) {  // normally nothing outside the partition is resident here
-    grads_.release(0, keep_lo_);
-    grads_.release(keep_hi_, grads_.mapped_bytes());
-  }
-  grads_.touch(keep_lo_, keep_hi_);
-}
-
-// ----------------------------------------------------------------------------------------
-// step
-// ----------------------------------------------------------------------------------------
 
 void Engine::step() {
   if (is_gradient_accumulation_boundary()) {
@@ -588,46 +229,27 @@ void Engine::step() {
 }
 
 void Engine::boundary_step() {
-  // 1. Finish the gradient reduction (stages 0/1: the buckets the last backward started).
+  // 1. Finish the gradient reduction.
   timers_.start("reduce");
-  if (world_ > 1 && map_.stage < 2 && !accum_fp32_) {  // accum_fp32_: reduced in backward
-    if (cycle_reduced_) {
-      for (auto& b : buckets_) finish_bucket(b);
-    } else {
-      launch_all_and_wait();  // step() without a boundary backward: still reduce
-    }
-  }
-  cycle_reduced_ = false;
+  reducer_->finish();
   timers_.stop("reduce");
 
   timers_.start("step");
-  // 2. One fused pass over this rank's gradients: sum of squares + inf/NaN; agreed across
-  //    ranks together with the loss in ONE small all-reduce.
-  const bool partitioned = map_.stage >= 1;
-  const std::size_t g_off = partitioned ? slice_.offset : 0;
-  const std::size_t g_cnt = partitioned ? slice_.real_count : map_.total_numel;
-  const precision::GradStats st =
-      on_device() ? dev_->grad_stats(g_off, g_cnt) : precision::grad_stats(step_grads(g_off, g_cnt), 1.0);
+  // 2. Overflow and norm: one fused pass over this rank's gradients (sum of squares +
+  //    inf/NaN), agreed across ranks together with the loss in ONE small all-reduce.
+  const precision::GradStats st = store_->grad_stats();
   double red[4] = {st.has_inf_or_nan ? 0.0 : st.sum_of_squares, st.has_inf_or_nan ? 1.0 : 0.0,
                    cycle_loss_nonfinite_ ? 1.0 : 0.0, cycle_losses_ > 0 ? cycle_loss_sum_ / cycle_losses_ : 0.0};
   if (world_ > 1) comm_->all_reduce(TensorView{red, 4, DType::F64}, ReduceOp::Sum);
-  const double sumsq = partitioned ? red[0] : (st.has_inf_or_nan ? 0.0 : st.sum_of_squares);
-  const bool grads_bad = red[1] > 0;
-  const bool loss_bad = red[2] > 0;
+  const double sumsq = store_->partitioned() ? red[0] : (st.has_inf_or_nan ? 0.0 : st.sum_of_squares);
+  const bool grads_bad = red[1] > 0, loss_bad = red[2] > 0;
   const double mean_loss = red[3] / world_;
-
   const double used_scale = backward_scale_;  // the scale backward multiplied by
-  global_grad_norm_ = grads_bad ? -1.0 : std::sqrt(sumsq) * post_factor_ / used_scale;
+  const double post = reducer_->post_factor();
+  global_grad_norm_ = grads_bad ? -1.0 : std::sqrt(sumsq) * post / used_scale;
+  const bool overflow = (grads_bad && (wdtype_ != DType::BF16 || cfg_.bf16.check_grad_overflow)) || loss_bad;
 
-  bool overflow;
-  if (wdtype_ == DType::F16) {
-    overflow = grads_bad || loss_bad;
-  } else if (wdtype_ == DType::BF16) {
-    overflow = (grads_bad && cfg_.bf16.check_grad_overflow) || loss_bad;
-  } else {
-    overflow = grads_bad || loss_bad;
-  }
-
+  // 3. The loss scaler sees every boundary; other dtypes warn about a skipped step.
   const double lr = scheduler_->lr();
   last_lr_ = lr;
   if (wdtype_ == DType::F16) {
@@ -641,9 +263,9 @@ void Engine::boundary_step() {
     skipped_steps_ += 1;
     last_step_applied_ = false;
   } else {
-    // 3. Clip (as DeepSpeed's clip_grad_norm_): coef = 1 / max(1, (norm + 1e-6) / clip) on the unscaled averaged grads;
-    //    1/loss_scale, the averaging post-factor and the clip coefficient fold into one
-    //    grad_scale the optimizer applies in its single pass.
+    // 4. Clip (as DeepSpeed's clip_grad_norm_): coef = 1 / max(1, (norm + 1e-6) / clip) on the
+    //    unscaled averaged grads; 1/loss_scale, the averaging post-factor and the clip
+    //    coefficient fold into one grad_scale the optimizer applies in its single pass.
     double coef = 1.0;
     if (cfg_.gradient_clipping > 0) {
       const double f = (global_grad_norm_ + 1e-6) / cfg_.gradient_clipping;
@@ -652,20 +274,16 @@ void Engine::boundary_step() {
     optim::StepContext ctx;
     ctx.lr = lr;
     ctx.step = ++applied_steps_;
-    ctx.grad_scale = post_factor_ / used_scale * coef;
+    ctx.grad_scale = post / used_scale * coef;
     ctx.betas = scheduler_->betas();
-    const std::size_t n = partitioned ? slice_.real_count : map_.total_numel;
-    if (n > 0) {
-      float* master = on_device() ? dev_->master() : master_.as<float>();
-      if (on_device()) ctx.stream = dev_->stream();
-      optimizer_->step(std::span<float>(master, n), step_grads(g_off, n), param_range(g_off, n), optim_segments_, ctx);
-    }
-    // 4. ZeRO: every rank gets every updated slice.
-    if (partitioned && world_ > 1) allgather_params();
+    // 5. Optimizer, then (ZeRO) every rank gets every updated slice, then the scheduler.
+    store_->optimizer_step(*optimizer_, ctx);
+    if (store_->partitioned() && world_ > 1)
+      store_->gather_params(device_ == Device::Cuda ? *device_comm_ : *comm_);
     scheduler_->step();
     last_step_applied_ = true;
   }
-  zero_grads();
+  store_->zero_grads();
   global_steps_ += 1;
   global_samples_ += cfg_.train_batch_size;
   timers_.stop("step");
@@ -673,30 +291,13 @@ void Engine::boundary_step() {
   const double step_ms = step_clock_.elapsed_ms();
   step_clock_.reset();
   report_progress(overflow, mean_loss, step_ms);
+  reset_cycle();
+}
+
+void Engine::reset_cycle() {
   cycle_loss_sum_ = 0;
   cycle_losses_ = 0;
   cycle_loss_nonfinite_ = false;
-}
-
-void Engine::allgather_params() {
-  // Updated working params of each slice -> every rank, allgather_bucket_size elements per
-  // collective (gather_chunk_ per rank).
-  const std::size_t S = map_.partition_numel, W = std::size_t(world_), es = dtype_size(wdtype_);
-  char* base = static_cast<char*>(param_range(0, 0).data);
-  for (std::size_t c = 0; c < S; c += gather_chunk_) {
-    const std::size_t k = std::min(gather_chunk_, S - c);
-    TensorView send{base + (slice_.offset + c) * es, k, wdtype_};
-    if (gather_chunk_ == S) {  // always on the GPU path
-      grad_comm().all_gather(send, TensorView{base, S * W, wdtype_});  // in place: send is block rank
-    } else {
-      char* rb = static_cast<char*>(gather_recv_.data());
-      comm_->all_gather(send, TensorView{rb, k * W, wdtype_});
-      for (std::size_t r = 0; r < W; ++r) {
-        if (int(r) == rank_) continue;
-        std::memcpy(base + (r * S + c) * es, rb + r * k * es, k * es);
-      }
-    }
-  }
 }
 
 // ----------------------------------------------------------------------------------------
@@ -728,9 +329,7 @@ void Engine::report_progress(bool overflow, double loss, double step_ms) {
        << " samples/s=" << (step_ms > 0 ? double(cfg_.train_batch_size) * 1000.0 / step_ms : 0.0)
        << " step_time_ms=" << step_ms;
     if (cfg_.wall_clock_breakdown) {
-      const auto per_step = [&](const char* n) {
-        return timers_.total_ms(n) / double(every);
-      };
+      const auto per_step = [&](const char* n) { return timers_.total_ms(n) / double(every); };
       os << " | forward_ms=" << per_step("forward") << " backward_ms=" << per_step("backward")
          << " reduce_ms=" << per_step("reduce") << " step_ms=" << per_step("step");
       timers_.reset();
@@ -743,64 +342,30 @@ double Engine::get_lr() const { return scheduler_->lr(); }
 
 engine::ModelStateBytes Engine::memory_report() const {
   engine::ModelStateBytes b;
-  b.params = params_.bytes();
-  if (on_device()) {
-    b.grads = map_.padded_numel * dtype_size(wdtype_);  // on the device, as params and master
-  } else if (release_grads_) {
+  store_->add_memory(b);
+  if (store_->grad_pages() && map_.stage == 2 && world_ > 1) {  // ZeRO-2: measured
     const GradientMemory g = gradient_memory();
-    b.grads = g.partition;
     b.grad_buckets = g.peak_resident > g.partition ? g.peak_resident - g.partition : 0;
-  } else {
-    b.grads = grads_.bytes();
   }
-  b.grads += accum_.bytes();  // the fp32 accumulation buffer (data_types.grad_accum_dtype)
-  b.master = master_.bytes();
   std::size_t opt = 0;
   for (const auto& t : optimizer_->state_tensors()) opt += t.second.size() * sizeof(float);
   b.optimizer_state = opt;
-  b.comm_scratch = comm_buf_.bytes() + gather_recv_.bytes();
+  b.comm_scratch += reducer_->scratch_bytes();
   return b;
 }
 
 Engine::GradientMemory Engine::gradient_memory() const {
   GradientMemory g;
-  g.reserved = grads_.mapped_bytes();
-  g.resident = grads_.resident_bytes();
-  g.partition = grads_.resident_bytes(keep_lo_, keep_hi_);
-  g.peak_resident = std::max(grad_peak_resident_, g.resident);
+  const engine::PagedBuffer* pages = store_->grad_pages();
+  if (!pages) return g;  // gradients on a device
+  const auto [keep_lo, keep_hi] = store_->kept_bytes();
+  g.reserved = pages->mapped_bytes();
+  g.resident = pages->resident_bytes();
+  g.partition = pages->resident_bytes(keep_lo, keep_hi);
+  g.peak_resident = std::max(reducer_->peak_resident(), g.resident);
   return g;
 }
 
-std::vector<float> Engine::gather_params_fp32() const {
-  std::vector<float> out(map_.total_numel);
-  if (on_device()) {
-    HostBuffer p(map_.padded_numel, wdtype_);
-    dev_->download_params(p);
-    convert(p.data(), wdtype_, out.data(), DType::F32, map_.total_numel);
-    return out;
-  }
-  convert(params_.data(), wdtype_, out.data(), DType::F32, map_.total_numel);
-  return out;
-}
-
-TensorView Engine::param_range(std::size_t offset, std::size_t count) const {
-  return on_device() ? dev_->params(offset, count) : sub_view(params_, wdtype_, offset, count);
-}
-
-TensorView Engine::grad_range(std::size_t offset, std::size_t count) const {
-  return on_device() ? dev_->grads(offset, count) : sub_view(grads_, wdtype_, offset, count);
-}
-
-void Engine::device_to_host() {
-  if (!on_device()) return;
-  dev_->download(params_, master_);
-  optimizer_->download_state();
-}
-
-void Engine::host_to_device(bool with_optimizer_state) {
-  if (!on_device()) return;
-  dev_->upload(params_, master_);
-  if (with_optimizer_state) optimizer_->upload_state();
-}
+std::vector<float> Engine::gather_params_fp32() const { return store_->params_fp32(); }
 
 }  // namespace ds

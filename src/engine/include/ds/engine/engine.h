@@ -36,7 +36,8 @@ namespace ds::sched { class LrScheduler; }
 
 namespace ds {
 
-namespace engine { class CsvMonitor; class DeviceStore; }
+namespace engine { class CsvMonitor; class ParamStore; class GradReducer; struct AsyncSave; }
+namespace io { struct CheckpointContent; }
 
 // Engine::load_checkpoint options (DeepSpeed's keyword arguments).
 struct LoadOptions {
@@ -86,6 +87,11 @@ class Engine {
   std::optional<std::pair<std::string, io::StateValue>> load_checkpoint(
       const std::string& load_dir, std::optional<std::string> tag = std::nullopt,
       const LoadOptions& options = LoadOptions());
+  // Collective. With checkpoint.async_save, waits for the background writer of the last
+  // save and commits it (docs/user/checkpoints.md); returns the committed checkpoint
+  // directory, or "" when no async save was pending. Call it on every rank before the job
+  // ends, or the last async save stays uncommitted.
+  std::string wait_for_checkpoint();
 
   // --- counters and state (DeepSpeed's names) ---
   std::int64_t global_steps() const { return global_steps_; }
@@ -137,47 +143,15 @@ class Engine {
   const Timers& timers() const { return timers_; }
 
  private:
-  friend struct EngineCheckpointAccess;
-
-  struct Bucket {
-    std::size_t begin = 0, end = 0;  // global flat range [begin, end)
-    std::size_t wire = 0;            // element offset of its communication copy in comm_buf_
-    int params_total = 0;            // parameters intersecting the range
-    int params_ready = 0;            // grad_ready calls seen for them this backward
-    bool launched = false;
-    CommWork work;
-  };
-
-  void validate_config();
   // Collective: every rank must hold the same parameter names and shapes (else ds::Error on all ranks).
   void check_same_model_on_all_ranks(const std::vector<ParamInfo>& infos);
-  void build_buckets();
-  void on_grad_ready(std::size_t param_index);
-  void launch_ready_buckets();  // launches complete buckets in index order
-  void launch_bucket(std::size_t k);
-  void finish_bucket(Bucket& b);
-  void finish_and_release(std::size_t k);  // ZeRO-2: wait bucket k, drop its non-partition pages
-  void reap_finished_buckets();            // ZeRO-2: finish_and_release what is already done
-  void populate_bucket(std::size_t k);     // ZeRO-2: prefault bucket k's released pages at once
-  void launch_all_and_wait();
-  void zero_grads();
-  void fold_into_accum();  // accum_fp32_: accum_ += grads_ (this rank's slice); grads_ = 0
-  // The gradients the boundary step reads: accum_ (accum_fp32_) or the working-dtype grads.
-  TensorView step_grads(std::size_t offset, std::size_t count) const;
+  void make_scaler();
   void boundary_step();
-  void allgather_params();
   void report_progress(bool overflow, double loss, double step_ms);
-  bool on_device() const { return device_ == Device::Cuda; }
-  // The communicator gradients and parameter gathers use: device_comm_ for a CUDA module.
-  Communicator& grad_comm() const { return on_device() ? *device_comm_ : *comm_; }
-  // Working params / gradients [offset, offset + count) where they live (host or device).
-  TensorView param_range(std::size_t offset, std::size_t count) const;
-  TensorView grad_range(std::size_t offset, std::size_t count) const;
-  // CUDA module: device -> host staging copies (params_, master_, optimizer state) before a
-  // save, and back after a load (the optimizer state only when it was loaded). No-ops on
-  // the CPU path.
-  void device_to_host();
-  void host_to_device(bool with_optimizer_state);
+  void reset_cycle();
+  // Checkpoints (engine_checkpoint.cpp).
+  io::CheckpointContent checkpoint_content(const io::StateValue& client_state);
+  void apply_engine_state(const io::StateValue& es, const LoadOptions& opt, bool load_opt);
 
   // ---- configuration ----
   config::DsConfig cfg_;                    // resolved (batch sizes filled for world_)
@@ -189,46 +163,17 @@ class Engine {
   int rank_ = 0, world_ = 1;
   DType wdtype_ = DType::F32;               // working params and grads: F32 | F16 | BF16
   DType comm_dtype_ = DType::F32;           // communication_data_type (default: wdtype_)
+  bool accum_fp32_ = false;                 // data_types.grad_accum_dtype fp32 with a half wdtype_
 
-  // ---- flat storage (allocated once in the constructor) ----
-  // map_: global layout. Parameter i occupies [map_.params[i].offset, +numel) in params_ and
-  // grads_. Elements [total_numel, padded_numel) are zero padding (ZeRO only).
+  // ---- flat storage and gradient reduction (src/engine/src: param_store.h, grad_reducer.h) ----
+  // map_: global layout. Parameter i occupies [map_.params[i].offset, +numel) of the flat
+  // space. Elements [total_numel, padded_numel) are zero padding (ZeRO only).
   engine::PartitionMap map_;
-  engine::RankSlice slice_;                 // this rank's slice (stage 0: the whole space)
-  std::vector<engine::SliceSegment> segments_;  // parameter pieces inside slice_
-  std::vector<optim::Segment> optim_segments_;  // the same as the optimizer's Segments
-  HostBuffer params_;    // padded_numel x wdtype_: working parameters (full on every rank)
-  engine::PagedBuffer grads_;  // padded_numel x wdtype_: bound gradients (full address space
-                         // on every rank; the Module contract binds one view per parameter).
-                         // Stages 0/1 (and one rank): all pages touched once at initialize and
-                         // kept. Stage 2: only the pages of slice_ stay resident (the
-                         // accumulated, reduced partition gradient); every other page is
-                         // released as soon as the bucket holding it has been reduced, so it
-                         // reads as zero for the next backward (release_grads_).
-  bool release_grads_ = false;      // stage 2 with more than one rank
-  std::size_t keep_lo_ = 0, keep_hi_ = 0;  // byte range of grads_ pages never released
-  std::size_t max_in_flight_ = 0;   // stage 2: buckets reducing at once (waits for the oldest)
-  std::size_t grad_peak_resident_ = 0;  // stage 2: most grads_ bytes resident at a release
-  HostBuffer comm_buf_;  // comm_dtype_ copies, only when comm_dtype_ != wdtype_: padded_numel
-                         // elements (stages 0/1), max_in_flight_ buckets (stage 2, reused)
-  HostBuffer gather_recv_;  // ZeRO all-gather staging, W x gather_chunk_ x wdtype_, only when
-                            // chunks are smaller than a slice (else it gathers in place)
-  std::size_t gather_chunk_ = 0;  // elements per rank per all-gather (allgather_bucket_size / W)
-  // data_types.grad_accum_dtype "fp32" with a half working dtype: after every backward the
-  // micro-step gradients of this rank's slice (reduced first when world > 1) are added into
-  // accum_ and grads_ is zeroed, so the sum over the cycle is rounded once, in fp32; the
-  // boundary step reads accum_. Element j is global flat element slice_.offset + j.
-  bool accum_fp32_ = false;
-  HostBuffer accum_;     // slice_.count x F32 when accum_fp32_, else empty
-  HostBuffer master_;    // slice_.count x F32: fp32 master of this rank's slice; element j
-                         // is global flat element slice_.offset + j
-  // CUDA module: params, grads and master on the device (grads_ is then left empty, and
-  // params_ / master_ are staging copies for initial values and checkpoints).
-  std::unique_ptr<engine::DeviceStore> dev_;
-  std::vector<TensorView> param_views_, grad_views_;  // what the module was bound to
+  std::unique_ptr<engine::ParamStore> store_;     // params, grads, master, where they live
+  std::unique_ptr<engine::GradReducer> reducer_;  // buckets, averaging, ZeRO-2 page release
 
   // ---- optimizer, scaler, scheduler ----
-  std::unique_ptr<optim::Optimizer> optimizer_;  // state sized for slice_.count elements
+  std::unique_ptr<optim::Optimizer> optimizer_;  // state sized for this rank's step range
   std::unique_ptr<sched::LrScheduler> scheduler_;  // null: constant lr from the optimizer config
   precision::LossScaler scaler_;                 // fp16 dynamic/static; scale 1 otherwise
 
@@ -242,18 +187,10 @@ class Engine {
   bool last_step_applied_ = false;
 
   // ---- per accumulation cycle ----
-  std::vector<Bucket> buckets_;                  // buckets_[0] holds the END of the flat space
-  std::vector<std::vector<std::size_t>> param_buckets_;  // param -> buckets it intersects
-  std::vector<std::uint8_t> param_ready_;        // grad_ready seen this backward
-  std::size_t next_launch_ = 0;                  // buckets launch strictly in index order
-  std::size_t next_finish_ = 0;                  // stage 2: ... and finish in index order
-  bool reducing_this_backward_ = false;
-  bool cycle_reduced_ = false;                   // stage 0/1: this cycle's grads were reduced
   double backward_scale_ = 1.0;                  // the loss scale the cycle's backwards used
   double cycle_loss_sum_ = 0.0;                  // sum of forward losses in this cycle
   int cycle_losses_ = 0;
   bool cycle_loss_nonfinite_ = false;
-  double pre_factor_ = 1.0, post_factor_ = 1.0;  // gradient averaging (prescale / predivide)
 
   // ---- reporting ----
   Timers timers_;
@@ -261,6 +198,10 @@ class Engine {
   double last_loss_ = 0.0;
   double last_lr_ = 0.0;           // lr of the last boundary (applied, or would have been)
   std::unique_ptr<engine::CsvMonitor> csv_;
+
+  // The asynchronous save in flight (checkpoint.async_save): its snapshot and writer thread.
+  // Last, so it is joined before anything else goes.
+  std::unique_ptr<engine::AsyncSave> async_save_;
 };
 
 // DeepSpeed's (engine, optimizer, lr_scheduler) tuple, minus the data loader.
@@ -279,5 +220,10 @@ InitResult initialize(const std::string& config, Module& module, std::shared_ptr
                       std::shared_ptr<Communicator> device_comm = nullptr);
 InitResult initialize(config::DsConfig config, Module& module, std::shared_ptr<Communicator> comm = nullptr,
                       std::shared_ptr<Communicator> device_comm = nullptr);
+
+namespace io {
+// engine.wait_for_checkpoint() as a free function (also declared in ds/io/wait_for_checkpoint.h).
+std::string wait_for_checkpoint(Engine& engine);
+}  // namespace io
 
 }  // namespace ds

@@ -1,0 +1,106 @@
+// GradReducer: the data-parallel gradient reduction of one engine (DeepSpeed's
+// allreduce_bucket / the ipg buckets of stage_1_and_2.py; docs/dev/engine.md "The gradient
+// reducer").
+//
+// Buckets are ranges of the flat gradient space, reduce_bucket_size elements each, laid
+// from the END of the space backwards (backward finishes the last parameters first). The
+// engine tells the reducer when a backward starts, which parameters' gradients are ready
+// while it runs (a bucket launches its non-blocking all-reduce once all its parameters
+// reported, in bucket order so every rank issues the same sequence), when it ended, and to
+// finish before the step. The reducer owns the communication-dtype copies, the averaging
+// factors (predivide / prescale, the rest applied by the optimizer as post_factor()) and,
+// under ZeRO-2, the release of the gradient pages outside this rank's slice as soon as
+// their bucket is reduced.
+#pragma once
+
+#include <cstddef>
+#include <cstdint>
+#include <vector>
+
+#include "ds/core/buffer.h"
+#include "ds/core/timer.h"
+#include "ds/engine/partition.h"
+#include "ds/mpi/communicator.h"
+#include "param_store.h"
+
+namespace ds::engine {
+
+struct ReducerOptions {
+  std::int64_t bucket_size = 0;  // zero_optimization.reduce_bucket_size (elements)
+  DType comm_dtype = DType::F32;  // communication_data_type
+  bool prescale_gradients = false;
+  double predivide_factor = 1.0;
+  bool accum_fp32 = false;       // the store folds reduced gradients after every backward
+  bool release_grads = false;    // ZeRO-2 with more than one rank: release reduced pages
+};
+
+class GradReducer {
+ public:
+  // comm: the communicator the gradients travel over (NCCL for a CUDA module).
+  GradReducer(const PartitionMap& map, ParamStore& store, Communicator& comm, const ReducerOptions& o, Timers& timers);
+  ~GradReducer();  // waits for reductions still in flight (they own their buffers)
+  GradReducer(const GradReducer&) = delete;
+  GradReducer& operator=(const GradReducer&) = delete;
+
+  // A backward starts; boundary: it is the last micro-batch of the accumulation cycle.
+  // It reduces under ZeRO-2 and fp32 accumulation on every micro-batch, else at the boundary.
+  void begin_backward(bool boundary);
+  // Module::backward's callback: parameter i's gradient is final for this backward.
+  void grad_ready(std::size_t i);
+  // The backward returned: launch what never reported; ZeRO-2 and fp32 accumulation wait
+  // for everything here (and ZeRO-2 releases), the other stages in finish().
+  void end_backward();
+  // Before the step: every gradient this rank steps is reduced (reduces now if no
+  // boundary backward did).
+  void finish();
+
+  // Multiply the reduced sums by this (the part of the averaging not applied before the
+  // reduction): the optimizer applies it with 1/loss_scale and the clip coefficient.
+  double post_factor() const { return post_factor_; }
+  std::size_t scratch_bytes() const { return comm_buf_.bytes(); }  // communication-dtype copies
+  std::size_t peak_resident() const { return grad_peak_resident_; }  // ZeRO-2: most grad bytes at a release
+
+ private:
+  struct Bucket {
+    std::size_t begin = 0, end = 0;  // global flat range [begin, end)
+    std::size_t wire = 0;            // element offset of its communication copy in comm_buf_
+    int params_total = 0;            // parameters intersecting the range
+    int params_ready = 0;            // grad_ready calls seen for them this backward
+    bool launched = false;
+    CommWork work;
+  };
+
+  void build_buckets(std::int64_t bucket_size);
+  void launch_ready_buckets();  // launches complete buckets in index order
+  void launch_bucket(std::size_t k);
+  void finish_bucket(Bucket& b);
+  void finish_and_release(std::size_t k);  // ZeRO-2: wait bucket k, drop its non-partition pages
+  void reap_finished_buckets();            // ZeRO-2: finish_and_release what is already done
+  void populate_bucket(std::size_t k);     // ZeRO-2: prefault bucket k's released pages at once
+  void launch_all_and_wait();
+
+  const PartitionMap& map_;
+  ParamStore& store_;
+  Communicator& comm_;
+  ReducerOptions o_;
+  Timers& timers_;
+  DType wdtype_;
+  int world_ = 1;
+  PagedBuffer* pages_ = nullptr;           // host gradients (ZeRO-2 release), else nullptr
+  std::size_t keep_lo_ = 0, keep_hi_ = 0;  // byte range of pages_ never released
+  std::size_t max_in_flight_ = 0;          // ZeRO-2: buckets reducing at once (waits for the oldest)
+  std::size_t grad_peak_resident_ = 0;
+  double pre_factor_ = 1.0, post_factor_ = 1.0;
+  HostBuffer comm_buf_;  // comm_dtype copies, only when comm_dtype != wdtype: padded_numel
+                         // elements (stages 0/1), max_in_flight_ buckets (ZeRO-2, reused)
+
+  std::vector<Bucket> buckets_;                          // buckets_[0] holds the END of the flat space
+  std::vector<std::vector<std::size_t>> param_buckets_;  // param -> buckets it intersects
+  std::vector<std::uint8_t> param_ready_;                // grad_ready seen this backward
+  std::size_t next_launch_ = 0;                          // buckets launch strictly in index order
+  std::size_t next_finish_ = 0;                          // ZeRO-2: ... and finish in index order
+  bool reducing_ = false;                                // this backward reduces
+  bool pending_ = false;                                 // stages 0/1: launched, waited in finish()
+};
+
+}  // namespace ds::engine

@@ -1,0 +1,170 @@
+// ParamStore: the engine's flat parameter storage, where it lives (docs/dev/engine.md "The
+// parameter store").
+//
+// One flat space (engine::PartitionMap) holds every parameter end to end. The store owns
+// the working parameters and the bound gradients over that space, the fp32 master (and,
+// with data_types.grad_accum_dtype fp32, the fp32 accumulation buffer) of this rank's
+// slice, and does everything that depends on where those bytes are: views of ranges, the
+// gradient statistics (overflow / norm), the optimizer call, the parameter gather after the
+// step, zeroing the gradients, dtype conversions, and the host staging copies checkpoints
+// read and write. HostParamStore keeps it all in host memory; DeviceParamStore on a CUDA
+// device (the GPU path, docs/dev/gpu.md). The engine holds one and never asks which.
+//
+// Ranges are GLOBAL element offsets into the flat (padded) space, so a later stage that
+// partitions the parameters themselves can ask for one layer group's range at a time.
+#pragma once
+
+#include <cstddef>
+#include <memory>
+#include <span>
+#include <utility>
+#include <vector>
+
+#include "ds/core/buffer.h"
+#include "ds/core/module.h"
+#include "ds/engine/memory.h"
+#include "ds/engine/partition.h"
+#include "ds/mpi/communicator.h"
+#include "ds/optim/optimizer.h"
+#include "ds/precision/grad_stats.h"
+
+namespace ds::engine {
+
+struct StoreOptions {
+  DType wdtype = DType::F32;        // working params and grads
+  bool accum_fp32 = false;          // data_types.grad_accum_dtype fp32 with a half wdtype
+  bool release_grads = false;       // ZeRO-2 with more than one rank (see HostParamStore)
+  std::size_t gather_chunk = 0;     // elements per rank per all-gather (0: no gather)
+};
+
+class ParamStore {
+ public:
+  // A HostParamStore, or a DeviceParamStore for a module on a CUDA device.
+  static std::unique_ptr<ParamStore> make(const PartitionMap& map, int rank, const StoreOptions& o, Module& module);
+  virtual ~ParamStore() = default;
+  ParamStore(const ParamStore&) = delete;
+  ParamStore& operator=(const ParamStore&) = delete;
+
+  const PartitionMap& map() const { return map_; }
+  const RankSlice& slice() const { return slice_; }
+  DType wdtype() const { return o_.wdtype; }
+  bool partitioned() const { return map_.stage >= 1; }
+  // The range this rank steps: its slice's real elements (ZeRO) or the whole model.
+  std::size_t step_offset() const { return partitioned() ? slice_.offset : 0; }
+  std::size_t step_count() const { return partitioned() ? slice_.real_count : map_.total_numel; }
+
+  // Working params / bound gradients [offset, offset + count) where they live.
+  virtual TensorView params(std::size_t offset, std::size_t count) const = 0;
+  virtual TensorView grads(std::size_t offset, std::size_t count) const = 0;
+
+  // Initial values: `full` holds the whole padded flat space in fp32 (the same on every rank).
+  void set_initial(const float* full);
+  // After every backward: fold the micro-step gradients into the fp32 accumulator (accum_fp32).
+  virtual void after_backward() {}
+  // Sum of squares and inf/NaN of the gradients this rank steps (the accumulator with accum_fp32).
+  virtual precision::GradStats grad_stats() = 0;
+  // One optimizer update of this rank's range: master and working params from its gradients.
+  virtual void optimizer_step(optim::Optimizer& opt, optim::StepContext ctx) = 0;
+  // ZeRO: every rank gets every rank's updated slice of the working params.
+  virtual void gather_params(Communicator& comm) = 0;
+  // The gradients read zero for the next backward.
+  virtual void zero_grads() = 0;
+
+  // Host staging copies (checkpoints): working params (padded_numel x wdtype) and the fp32
+  // master of this rank's slice. to_host() refreshes them from where the store lives;
+  // from_host() sends them back (and the optimizer state when it was loaded).
+  HostBuffer& host_params() { return params_; }
+  HostBuffer& host_master() { return master_; }
+  virtual void to_host(optim::Optimizer&) {}
+  virtual void from_host(optim::Optimizer&, bool /*with_optimizer_state*/) {}
+  virtual std::vector<float> params_fp32() const;  // full fp32 copy, unpadded
+
+  // Bytes held for params, grads (and the accumulator), master and gather staging.
+  virtual void add_memory(ModelStateBytes& b) const = 0;
+  // Host gradient pages (ZeRO-2 page release); nullptr when the gradients are on a device.
+  virtual PagedBuffer* grad_pages() { return nullptr; }
+  // Byte range of grad_pages() that is never released (this rank's slice under ZeRO-2).
+  std::pair<std::size_t, std::size_t> kept_bytes() const { return {keep_lo_, keep_hi_}; }
+  // The device stream the store's work is enqueued on (nullptr on the host).
+  virtual void* stream() const { return nullptr; }
+
+ protected:
+  ParamStore(const PartitionMap& map, int rank, const StoreOptions& o);
+  virtual void upload() {}  // after set_initial: host staging -> where the store lives
+
+  const PartitionMap& map_;
+  int rank_ = 0;
+  RankSlice slice_;
+  StoreOptions o_;
+  std::vector<optim::Segment> segments_;  // parameter pieces of slice_, as the optimizer's Segments
+  HostBuffer params_;  // padded_numel x wdtype: the working params (host) / their staging copy (device)
+  HostBuffer master_;  // slice_.count x F32; element j is global flat element slice_.offset + j
+  std::size_t keep_lo_ = 0, keep_hi_ = 0;
+};
+
+// Host memory. Gradients: a PagedBuffer with address space for the whole flat space (the
+// Module contract binds one view per parameter). Stages 0/1 (and one rank): all pages
+// touched once and kept. ZeRO-2 (release_grads): only the pages of this rank's slice stay
+// resident; the GradReducer releases every other page as soon as its bucket is reduced,
+// so it reads as zero for the next backward.
+class HostParamStore final : public ParamStore {
+ public:
+  HostParamStore(const PartitionMap& map, int rank, const StoreOptions& o);
+  TensorView params(std::size_t offset, std::size_t count) const override;
+  TensorView grads(std::size_t offset, std::size_t count) const override;
+  void after_backward() override;
+  precision::GradStats grad_stats() override;
+  void optimizer_step(optim::Optimizer& opt, optim::StepContext ctx) override;
+  void gather_params(Communicator& comm) override;
+  void zero_grads() override;
+  void add_memory(ModelStateBytes& b) const override;
+  PagedBuffer* grad_pages() override { return &grads_; }
+
+ private:
+  TensorView step_grads(std::size_t offset, std::size_t count) const;  // accum_ or grads_
+
+  PagedBuffer grads_;
+  HostBuffer accum_;        // slice_.count x F32 with accum_fp32, else empty
+  HostBuffer gather_recv_;  // all-gather staging, W x gather_chunk x wdtype, when chunks < a slice
+};
+
+// A CUDA device: params, grads and master in device memory, the optimizer state in the
+// optimizer (Kernel::Cuda). Everything is enqueued on the module's stream, so the step
+// follows backward and the next forward follows the step without any event; the calls that
+// return host values (grad_stats, to_host, params_fp32) synchronise that stream. Built
+// without CUDA, the constructor throws a ds::Error saying so (device_param_store.cpp).
+class DeviceParamStore final : public ParamStore {
+ public:
+  DeviceParamStore(const PartitionMap& map, int rank, const StoreOptions& o, void* stream);
+  ~DeviceParamStore() override;
+  TensorView params(std::size_t offset, std::size_t count) const override;
+  TensorView grads(std::size_t offset, std::size_t count) const override;
+  precision::GradStats grad_stats() override;
+  void optimizer_step(optim::Optimizer& opt, optim::StepContext ctx) override;
+  void gather_params(Communicator& comm) override;
+  void zero_grads() override;
+  void to_host(optim::Optimizer& opt) override;
+  void from_host(optim::Optimizer& opt, bool with_optimizer_state) override;
+  std::vector<float> params_fp32() const override;
+  void add_memory(ModelStateBytes& b) const override;
+  void* stream() const override { return stream_; }
+
+ protected:
+  void upload() override;
+
+ private:
+  void download_params(HostBuffer& params) const;
+  void synchronize() const;
+  void release();  // frees everything (destructor, failed constructor)
+
+  std::size_t n_ = 0, master_n_ = 0;
+  void* stream_ = nullptr;
+  void* d_params_ = nullptr;
+  void* d_grads_ = nullptr;
+  float* d_master_ = nullptr;
+  double* d_sumsq_ = nullptr;  // grad_stats results on the device...
+  int* d_found_inf_ = nullptr;
+  void* h_stats_ = nullptr;    // ... and their pinned host copy
+};
+
+}  // namespace ds::engine
