@@ -4,12 +4,7 @@
 # before any other work (the files named on the command line do not exist); ds_report --env
 # lists every registered variable with its current value.
 # usage: tools_env_check.sh
-set -uo pipefail
-B=$DS_BINARY_DIR/apps
-T=$(mktemp -d /tmp/ds_tools_env.XXXXXX)
-trap 'rm -rf "$T"' EXIT
-fails=0
-fail() { echo "FAIL: $*"; fails=$((fails + 1)); }
+source "$(dirname "$0")/tools_lib.sh" env
 
 # bad_env TOOL 'NAME=VALUE' NEEDLE ARGS...
 bad_env() {

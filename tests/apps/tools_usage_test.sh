@@ -3,12 +3,7 @@
 # and one line "<tool>: error: <what> (see <tool> --help)" on stderr, never CLI11's own exit
 # codes (105-109) and two-line message; --help still prints usage and exits 0.
 # usage: tools_usage_test.sh
-set -uo pipefail
-B=$DS_BINARY_DIR/apps
-T=$(mktemp -d /tmp/ds_tools_usage.XXXXXX)
-trap 'rm -rf "$T"' EXIT
-fails=0
-fail() { echo "FAIL: $*"; fails=$((fails + 1)); }
+source "$(dirname "$0")/tools_lib.sh" usage
 
 # usage_error TOOL NEEDLE ARGS...
 usage_error() {
