@@ -98,3 +98,20 @@ TEST(Env, NamesForTheReport) {
   EXPECT_EQ(env::accepted(env::find("DS_CPU_SIMD")), "0 or 1");
   for (const env::Var& v : env::table()) EXPECT_FALSE(env::accepted(v).empty()) << v.name;
 }
+
+// Every non-empty default parses with its row's own type (a default the getter would refuse
+// would fail every read of an unset variable).
+TEST(Env, DefaultsParseWithTheirType) {
+  for (const env::Var& v : env::table()) {
+    if (!*v.default_value) continue;
+    ScopedEnv unset(v.name, "");  // empty counts as unset: the default is parsed
+    switch (v.type) {
+      case env::Type::Bool: EXPECT_NO_THROW(env::get_bool(v.name)) << v.name; break;
+      case env::Type::Int: EXPECT_NO_THROW(env::get_int(v.name)) << v.name; break;
+      case env::Type::Size: EXPECT_NO_THROW(env::get_size(v.name)) << v.name; break;
+      case env::Type::Seconds: EXPECT_NO_THROW(env::get_seconds(v.name)) << v.name; break;
+      case env::Type::String:
+      case env::Type::Choice: EXPECT_NO_THROW(env::get_string(v.name)) << v.name; break;
+    }
+  }
+}
