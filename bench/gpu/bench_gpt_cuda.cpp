@@ -244,16 +244,16 @@ int main(int argc, char** argv) {
     }
     auto prof = model.profile();
     model.set_profiling(false);
-    std::sort(prof.begin(), prof.end(), [](const auto& a, const auto& b) { return a.ms > b.ms; });
+    std::sort(prof.begin(), prof.end(), [](const auto& a, const auto& b) { return a.wall_s > b.wall_s; });
     double prof_total = 0;
-    for (const auto& o : prof) prof_total += o.ms;
+    for (const auto& o : prof) prof_total += 1e3 * o.wall_s;
     if (profile_steps > 0) {
       const double ps = double(profile_steps);
       std::printf("per-op device time, mean of %d profiled steps (model ops only: %.2f ms per step)\n", profile_steps,
                   prof_total / ps);
       std::printf("| op | ms per step | %% | calls per step |\n| --- | --- | --- | --- |\n");
       for (const auto& o : prof)
-        std::printf("| %s | %.3f | %.1f | %lld |\n", o.op.c_str(), o.ms / ps, 100.0 * o.ms / prof_total,
+        std::printf("| %s | %.3f | %.1f | %lld |\n", o.op.c_str(), 1e3 * o.wall_s / ps, 100.0 * 1e3 * o.wall_s / prof_total,
                     static_cast<long long>(o.calls / profile_steps));
     }
 

@@ -54,18 +54,13 @@ struct GptProf {
   }
   ~GptProf() {
     if (!g) return;
-    auto& e = g->prof_[std::size_t(op)];
-    e.cpu_s += clock_s(CLOCK_PROCESS_CPUTIME_ID) - t0;
-    e.wall_s += clock_s(CLOCK_MONOTONIC) - w0;
-    e.calls += 1;
-    e.flops += flops;
+    g->prof_.add(std::size_t(op), clock_s(CLOCK_PROCESS_CPUTIME_ID) - t0, clock_s(CLOCK_MONOTONIC) - w0, flops);
   }
 };
 
 void Gpt::set_profiling(bool on) {
   profiling_ = on;
-  prof_.assign(kNumOps, OpTime{});
-  for (int i = 0; i < kNumOps; ++i) prof_[std::size_t(i)].op = kOpNames[i];
+  prof_.reset(kOpNames);
 }
 
 Gpt::Gpt(const GptConfig& cfg) : cfg_(cfg) {

@@ -164,7 +164,7 @@ struct GptCuda::Impl {
   std::vector<cudaEvent_t> events;             // pool, reused
   std::size_t events_used = 0;
   std::vector<std::pair<const char*, std::size_t>> marks;  // op name, index of its start event
-  std::vector<GptCuda::OpTime> prof;
+  OpProfile prof;
   struct Scope {
     Impl* m;
     std::size_t start = 0;
@@ -193,10 +193,7 @@ struct GptCuda::Impl {
     for (const auto& [name, i] : marks) {
       float ms = 0;
       DS_CUDA_CHECK(cudaEventElapsedTime(&ms, events[i], events[i + 1]));
-      auto it = std::find_if(prof.begin(), prof.end(), [&](const GptCuda::OpTime& o) { return o.op == name; });
-      if (it == prof.end()) it = prof.insert(prof.end(), GptCuda::OpTime{name, 0.0, 0});
-      it->ms += ms;
-      it->calls += 1;
+      prof.add(std::string_view(name), 0.0, 1e-3 * double(ms));
     }
     marks.clear();
     events_used = 0;
@@ -761,12 +758,12 @@ void* GptCuda::device_stream() const { return static_cast<void*>(impl_->stream);
 void GptCuda::set_profiling(bool on) {
   impl_->take_profile();  // drops nothing: folds what is pending into the totals
   impl_->profiling = on;
-  impl_->prof.clear();
+  impl_->prof.reset();
 }
 
 std::vector<GptCuda::OpTime> GptCuda::profile() {
   impl_->take_profile();
-  return impl_->prof;
+  return impl_->prof.rows();
 }
 
 const GptConfig& GptCuda::config() const { return impl_->cfg; }

@@ -24,6 +24,7 @@
 #include "ds/core/buffer.h"
 #include "ds/core/module.h"
 #include "ds/nn/gemm.h"
+#include "ds/nn/op_profile.h"
 #include "ds/nn/params.h"
 
 namespace ds::nn {
@@ -69,17 +70,12 @@ class Gpt : public Module {
   std::vector<std::int32_t> generate(std::span<const std::int32_t> context, int n_new,
                                      float temperature, std::uint64_t seed);
 
-  // Per-op profile of forward/backward (benchmarks): when enabled, every kernel call adds
-  // the process CPU time it took (all threads; run 1 thread for a clean split) to its op.
-  struct OpTime {
-    std::string op;
-    double cpu_s = 0;
-    double wall_s = 0;  // elapsed time: with several threads the CPU time adds them up
-    std::int64_t calls = 0;
-    double flops = 0;  // GEMM FLOPs of the op (0 for the others)
-  };
+  // Per-op profile of forward/backward (benchmarks, op_profile.h): when enabled, every kernel
+  // call adds the process CPU time it took (all threads; run 1 thread for a clean split) and
+  // its elapsed time to its op.
+  using OpTime = ds::nn::OpTime;
   void set_profiling(bool on);
-  const std::vector<OpTime>& profile() const { return prof_; }
+  const std::vector<OpTime>& profile() const { return prof_.rows(); }
 
  private:
   struct LayerIdx { std::size_t ln1w, ln1b, qkvw, qkvb, projw, projb, ln2w, ln2b, fcw, fcb, fcprojw, fcprojb; };
@@ -100,7 +96,7 @@ class Gpt : public Module {
   GptConfig cfg_;
   ParamSet ps_;
   bool profiling_ = false;
-  std::vector<OpTime> prof_;
+  OpProfile prof_;
   std::size_t wte_, wpe_, lnfw_, lnfb_;
   std::vector<LayerIdx> layers_;
 

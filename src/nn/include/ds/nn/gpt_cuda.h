@@ -28,6 +28,7 @@
 
 #include "ds/core/module.h"
 #include "ds/nn/gpt.h"
+#include "ds/nn/op_profile.h"
 
 namespace ds::nn {
 
@@ -67,13 +68,10 @@ class GptCuda : public Module {
   std::vector<std::int32_t> generate(std::span<const std::int32_t> context, int n_new,
                                      float temperature, std::uint64_t seed);
 
-  // Per-op device time (benchmarks): when on, every op of forward/backward is bracketed by
-  // CUDA events; profile() synchronises and returns the accumulated milliseconds per op.
-  struct OpTime {
-    std::string op;
-    double ms = 0;
-    std::int64_t calls = 0;
-  };
+  // Per-op device time (benchmarks, op_profile.h): when on, every op of forward/backward is
+  // bracketed by CUDA events; profile() synchronises and returns the accumulated device time
+  // per op (wall_s; cpu_s and flops stay 0).
+  using OpTime = ds::nn::OpTime;
   void set_profiling(bool on);
   std::vector<OpTime> profile();
 
