@@ -6,7 +6,7 @@
 #include <vector>
 
 #include "ds/core/error.h"
-#include "ds/mpi/check.h"
+#include "check.h"
 #include "ds/mpi/mpi_comm.h"
 
 namespace {

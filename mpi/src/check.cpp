@@ -1,4 +1,4 @@
-#include "ds/mpi/check.h"
+#include "check.h"
 
 #include <sstream>
 

@@ -8,6 +8,7 @@
 #include <cstdio>
 #include <cstdlib>
 
+#include "ds/core/env.h"
 #include "ds/core/error.h"
 
 #include "ds/mpi/init.h"
@@ -21,13 +22,13 @@ std::int64_t CommWatchdog::now_ns() noexcept {
 }
 
 std::optional<double> comm_timeout_from_env() {
-  const char* v = std::getenv("DS_COMM_TIMEOUT");
-  if (!v || !*v) return std::nullopt;
-  char* end = nullptr;
-  const double t = std::strtod(v, &end);
-  if (end == v || *end != '\0' || !(t >= 0) || t > 1e9)
-    DS_THROW("environment variable DS_COMM_TIMEOUT='" << v << "' is not a number of seconds (0 = no timeout)");
-  return t;
+  const auto v = env::raw("DS_COMM_TIMEOUT");
+  if (!v) return std::nullopt;
+  try {
+    return env::get_seconds("DS_COMM_TIMEOUT");
+  } catch (const Error&) {  // this message is the one docs and tests know
+    DS_THROW("environment variable DS_COMM_TIMEOUT='" << *v << "' is not a number of seconds (0 = no timeout)");
+  }
 }
 
 CommWatchdog::CommWatchdog(int rank, std::function<std::string(std::uint64_t)> not_arrived)

@@ -8,7 +8,7 @@
 #include <sstream>
 
 #include "ds/core/log.h"
-#include "ds/mpi/check.h"
+#include "check.h"
 #include "ds/mpi/mpi_comm.h"
 
 namespace ds {

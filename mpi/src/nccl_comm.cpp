@@ -8,7 +8,7 @@
 
 #include "ds/core/cuda_check.h"
 #include "ds/core/error.h"
-#include "ds/mpi/check.h"
+#include "check.h"
 #include "comm_watchdog.h"
 
 // DS_NCCL_CHECK: the check macro for NCCL calls; names the call, device and NCCL's text.

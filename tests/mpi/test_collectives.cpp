@@ -269,6 +269,23 @@ void run_dispatch(const ds::DistributedContext& ctx) {
     EXPECT(!c.shm_all_reduce_for(2048, true), "non-blocking without the progress thread: band applies");
   }
   {
+    // The config's `communication` keys turn the paths off after construction (set_paths).
+    ds::MpiComm c(ctx.mpi_comm, o);
+    const bool threaded = c.uses_progress_thread();
+    c.set_paths({/*shared_memory=*/true, /*progress_thread=*/false});
+    EXPECT(!c.uses_progress_thread() && c.shm_enabled() == (ctx.world_size > 1) &&
+               c.shm_all_reduce_for(4096) == (ctx.world_size > 1),
+           "set_paths: progress thread off, window kept (was threaded %d)", int(threaded));
+    c.set_paths({/*shared_memory=*/false, /*progress_thread=*/true});
+    EXPECT(!c.shm_enabled() && !c.shm_all_reduce_for(4096) && !c.shm_all_gather_for(1 << 20) &&
+               !c.shm_reduce_scatter_for(1 << 20) && !c.uses_progress_thread(),
+           "set_paths: window off, and what was off stays off");
+    std::vector<float> v(3000, float(ctx.rank + 1));
+    c.all_reduce(ds::TensorView{v.data(), v.size(), ds::DType::F32}, ds::ReduceOp::Sum);
+    const float want = float(ctx.world_size * (ctx.world_size + 1) / 2);
+    EXPECT(v[0] == want && v[2999] == want, "all_reduce after set_paths: %g, want %g", double(v[0]), double(want));
+  }
+  {
     ds::MpiCommOptions p = o;
     p.oversubscribed = 1;
     ds::MpiComm c(ctx.mpi_comm, p);
@@ -284,34 +301,36 @@ void run_dispatch(const ds::DistributedContext& ctx) {
                f.shm_reduce_scatter_for(1) == (ctx.world_size > 1),
            "set_shm_min(0) clears the bands");
   }
-  // Environment: FROM:BELOW with K/M suffixes; DS_COMM_SHM_MIN clears the bands first.
+  // Environment: the debug overrides are registry rows (strict values, errors naming them);
+  // the sizes and bands are constants, so a former DS_COMM_PLAIN_* / DS_COMM_SHM_MIN changes nothing.
   setenv("DS_COMM_PLAIN_ALL_REDUCE", "64K:2M", 1);
-  setenv("DS_COMM_PLAIN_ALL_GATHER", "0:0", 1);
-  setenv("DS_COMM_PLAIN_ALL_GATHER_IN_PLACE", "1M:1024M", 1);
   setenv("DS_COMM_SHM_MIN", "16", 1);
   setenv("DS_COMM_OVERSUBSCRIBED", "1", 1);
+  setenv("DS_COMM_RANKS_PER_NODE", "2", 1);
+  setenv("DS_COMM_PROGRESS_THREAD", "0", 1);
   const ds::MpiCommOptions e = ds::MpiCommOptions::from_env();
-  EXPECT(e.plain_all_reduce.from == (64u << 10) && e.plain_all_reduce.below == (2u << 20), "env all_reduce band");
-  EXPECT(!e.plain_all_gather.contains(0) && !e.plain_reduce_scatter.contains(100) && e.shm_min_all_gather == 16,
-         "env all_gather band none, reduce_scatter cleared by DS_COMM_SHM_MIN");
+  const ds::MpiCommOptions d;
+  EXPECT(e.plain_all_reduce.from == d.plain_all_reduce.from && e.plain_all_reduce.below == d.plain_all_reduce.below &&
+             e.shm_min_all_reduce == d.shm_min_all_reduce,
+         "DS_COMM_PLAIN_ALL_REDUCE / DS_COMM_SHM_MIN are no longer read");
   EXPECT(e.oversubscribed == 1, "DS_COMM_OVERSUBSCRIBED=1");
-  EXPECT(e.plain_all_gather_in_place.from == (1u << 20) && e.plain_all_gather_in_place.below == (std::size_t(1) << 30),
-         "env in-place all_gather band");
-  for (const char* bad : {"64K", "x:1M", "1M:", "1Q:2M"}) {
-    setenv("DS_COMM_PLAIN_ALL_REDUCE", bad, 1);
+  EXPECT(e.ranks_per_node == 2, "DS_COMM_RANKS_PER_NODE=2");
+  EXPECT(!e.progress_thread && e.shm, "DS_COMM_PROGRESS_THREAD=0");
+  unsetenv("DS_COMM_PROGRESS_THREAD");
+  for (const char* bad : {"2", "x"}) {
+    setenv("DS_COMM_OVERSUBSCRIBED", bad, 1);
     bool named = false;
     try {
       ds::MpiCommOptions::from_env();
     } catch (const ds::Error& err) {
-      named = std::strstr(err.what(), "DS_COMM_PLAIN_ALL_REDUCE") != nullptr;
+      named = std::strstr(err.what(), "DS_COMM_OVERSUBSCRIBED") != nullptr;
     }
-    EXPECT(named, "DS_COMM_PLAIN_ALL_REDUCE='%s' must be an error naming the variable", bad);
+    EXPECT(named, "DS_COMM_OVERSUBSCRIBED='%s' must be an error naming the variable", bad);
   }
   unsetenv("DS_COMM_PLAIN_ALL_REDUCE");
-  unsetenv("DS_COMM_PLAIN_ALL_GATHER");
-  unsetenv("DS_COMM_PLAIN_ALL_GATHER_IN_PLACE");
   unsetenv("DS_COMM_SHM_MIN");
   unsetenv("DS_COMM_OVERSUBSCRIBED");
+  unsetenv("DS_COMM_RANKS_PER_NODE");
 }
 
 }  // namespace

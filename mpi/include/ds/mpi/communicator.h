@@ -31,6 +31,12 @@ class CommHandle {
 };
 using CommWork = std::unique_ptr<CommHandle>;
 
+// Which host-side paths a backend may use (config `communication`); see set_paths().
+struct CommPaths {
+  bool shared_memory = true;    // shared-memory collectives between the ranks of a node
+  bool progress_thread = true;  // a thread that runs the non-blocking shared-memory collectives
+};
+
 class Communicator {
  public:
   virtual ~Communicator() = default;
@@ -62,6 +68,14 @@ class Communicator {
   // naming the collective (config comms_config.timeout; 0: wait forever). Backends without
   // a deadline ignore it.
   virtual void set_timeout(double /*seconds*/) {}
+  // The deadline in force (seconds; 0: none). Checkpoint collectives wait as long.
+  virtual double timeout() const { return 0; }
+
+  // Host backends (MpiComm): turns the shared-memory path or the progress thread off after
+  // construction (config `communication`, applied by the engine); what the communicator was
+  // built without stays off. Not collective, but every rank must pass the same values before
+  // its next collective. Other backends ignore it.
+  virtual void set_paths(const CommPaths& /*paths*/) {}
 };
 
 }  // namespace ds

@@ -49,11 +49,10 @@ struct SizeBand {
 };
 
 struct MpiCommOptions {
-  bool shm = true;                              // DS_COMM_SHM=0 turns the shm path off
-  std::size_t shm_chunk_bytes = 1u << 20;       // per half-segment (DS_COMM_SHM_CHUNK)
+  bool shm = true;                              // false: plain MPI only (config communication.shared_memory)
+  std::size_t shm_chunk_bytes = 1u << 20;       // per half-segment
   // all_reduce on one node up to this many bytes, while the node's ranks do not outnumber
-  // its CPUs: one barrier, every rank reduces the whole message (DS_COMM_SHM_ONESHOT_MAX; 0
-  // turns it off).
+  // its CPUs: one barrier, every rank reduces the whole message (0 turns it off).
   std::size_t shm_oneshot_max = 32u << 10;
   // Sizes are the full buffer: all_reduce's buffer, reduce_scatter's send, all_gather's recv.
   // Smaller messages than shm_min_* take plain MPI.
@@ -63,8 +62,6 @@ struct MpiCommOptions {
   // Blocking calls inside these bands take plain MPI unless the node is oversubscribed (with
   // more ranks than CPUs the window won at every size measured). Non-blocking calls run by the progress thread
   // keep the window (it overlaps compute; MPI_I* progresses only inside MPI calls).
-  // DS_COMM_PLAIN_ALL_REDUCE / _REDUCE_SCATTER / _ALL_GATHER=FROM:BELOW (e.g. 128K:16M; 0:0
-  // for none) override them.
   // all_reduce: with the caller's buffers on 2 MiB pages the window is slower than MPI up to
   // 16 MiB, while from 32 MiB up it takes half of MPI's time (figures:
   // bench/results/code-comment-history.md).
@@ -74,31 +71,30 @@ struct MpiCommOptions {
   // (CMA); the window copies twice (own block in, peers' blocks out). With the caller's
   // buffers on 2 MiB pages (HostBuffer) MPI's copy is fast enough that at 2 ranks the window
   // wins at no size from 32 KiB; with 4 ranks on 2 CPUs it wins below 1 MiB and at 32 MiB
-  // and ties between (DS_COMM_PLAIN_ALL_GATHER_OVERSUBSCRIBED).
+  // and ties between.
   SizeBand plain_all_gather{32u << 10, SIZE_MAX};
   SizeBand plain_all_gather_oversubscribed{1u << 20, 32u << 20};
   // all_reduce on an oversubscribed node, likewise: the window is no faster than MPI from
-  // 512 KiB below 8 MiB and faster at 8 MiB (DS_COMM_PLAIN_ALL_REDUCE_OVERSUBSCRIBED; figures:
-  // bench/results/code-comment-history.md).
+  // 512 KiB below 8 MiB and faster at 8 MiB (figures: bench/results/code-comment-history.md).
   SizeBand plain_all_reduce_oversubscribed{512u << 10, 8u << 20};
   // In place (send is this rank's block of recv) MPI copies only the peers' blocks while the
-  // window still needs two copies, so no size above 32 KiB gained (DS_COMM_PLAIN_ALL_GATHER_IN_PLACE).
+  // window still needs two copies, so no size above 32 KiB gained.
   SizeBand plain_all_gather_in_place{32u << 10, SIZE_MAX};
   // Whether the node's ranks outnumber the CPUs they may run on (the union of their affinity
   // masks): -1 detects it; 0 / 1 say so (DS_COMM_OVERSUBSCRIBED). Oversubscribed: only the
   // *_oversubscribed bands, no one-shot all_reduce, barriers yield after 4 spins.
   int oversubscribed = -1;
-  // Every message of at least `bytes` takes the window (clears the bands; DS_COMM_SHM_MIN).
+  // Every message of at least `bytes` takes the window (clears the bands).
   void set_shm_min(std::size_t bytes) {
     shm_min_all_reduce = shm_min_reduce_scatter = shm_min_all_gather = bytes;
     plain_all_reduce = plain_reduce_scatter = plain_all_gather = plain_all_gather_in_place =
         plain_all_gather_oversubscribed = plain_all_reduce_oversubscribed = SizeBand{};
   }
-  int ranks_per_node = 0;                       // >0: consecutive groups act as nodes (tests)
+  int ranks_per_node = 0;                       // >0: consecutive groups act as nodes (tests; DS_COMM_RANKS_PER_NODE)
   std::size_t max_count = INT_MAX;              // split limit for MPI counts (tests lower it)
-  bool progress_thread = true;                  // DS_COMM_PROGRESS_THREAD=0 runs shm i*() inline
-  // Pause-spins of a window barrier before it yields the CPU (DS_COMM_BARRIER_SPINS);
-  // -1: 256, or 4 when the node's ranks outnumber its CPUs.
+  bool progress_thread = true;                  // false runs shm i*() inline (config communication.progress_thread)
+  // Pause-spins of a window barrier before it yields the CPU; -1: 256, or 4 when the node's
+  // ranks outnumber its CPUs.
   int barrier_spins = -1;
   // Seconds a rank may wait in one collective (for peers that do not arrive: a stopped or
   // dead rank) before the job ends with one line naming the collective and its sequence
@@ -106,11 +102,10 @@ struct MpiCommOptions {
   // DS_COMM_TIMEOUT=SECONDS sets it and then wins over set_timeout() (the config's value).
   double timeout_s = 1800;
   bool timeout_from_env = false;
-  // Defaults overridden by DS_COMM_SHM, DS_COMM_SHM_CHUNK, DS_COMM_SHM_ONESHOT_MAX, DS_COMM_SHM_MIN,
-  // DS_COMM_PLAIN_ALL_REDUCE(_OVERSUBSCRIBED), DS_COMM_PLAIN_REDUCE_SCATTER,
-  // DS_COMM_PLAIN_ALL_GATHER(_IN_PLACE, _OVERSUBSCRIBED),
-  // DS_COMM_RANKS_PER_NODE, DS_COMM_PROGRESS_THREAD, DS_COMM_OVERSUBSCRIBED, DS_COMM_BARRIER_SPINS,
-  // DS_COMM_TIMEOUT.
+  // The defaults above, overridden by the registry's debug variables DS_COMM_SHM,
+  // DS_COMM_PROGRESS_THREAD, DS_COMM_RANKS_PER_NODE, DS_COMM_OVERSUBSCRIBED and by
+  // DS_COMM_TIMEOUT (ds/core/env.h). The sizes, bands and spins are constants here; benchmarks
+  // set the fields directly.
   static MpiCommOptions from_env();
 };
 
@@ -137,14 +132,17 @@ class MpiComm final : public Communicator {
   void barrier() override;
   // The collective deadline (MpiCommOptions::timeout_s); ignored when DS_COMM_TIMEOUT is set.
   void set_timeout(double seconds) override;
-  double timeout() const;
+  double timeout() const override;
+  // Turns the window path / progress thread off (config `communication`); DS_COMM_SHM and
+  // DS_COMM_PROGRESS_THREAD, when set, win. Waits for the queued non-blocking calls first.
+  void set_paths(const CommPaths& paths) override;
 
   // Plain-MPI versions of the collectives (no shm), for tests and benchmarks.
   void all_reduce_mpi(TensorView buf, ReduceOp op);
   void reduce_scatter_mpi(TensorView send, TensorView recv, ReduceOp op);
   void all_gather_mpi(TensorView send, TensorView recv);
 
-  bool shm_enabled() const;     // a window exists (more than one rank per node)
+  bool shm_enabled() const;     // a window exists (more than one rank per node) and the path is on
   // Whether an all_reduce / reduce_scatter / all_gather of `bytes` (the full buffer, as in the
   // options; the i*() form when nonblocking) takes the window rather than plain MPI. Same
   // answer on every rank.
