@@ -25,19 +25,15 @@ constexpr std::size_t kParallelMin = std::size_t(8) << 20;  // below this, one t
 constexpr std::size_t kWriteChunk = std::size_t(8) << 20;   // pwrite + sync_file_range unit
 }  // namespace
 
-int io_threads() {
-  if (const char* e = std::getenv("DS_IO_THREADS"); e && *e) {
-    char* end = nullptr;
-    long v = std::strtol(e, &end, 10);
-    DS_CHECK(end && *end == '\0' && v >= 1 && v <= 64, "DS_IO_THREADS='" << e << "' is not a number from 1 to 64");
-    return int(v);
-  }
+int io_threads(int requested) {
+  if (requested > 0) return requested;
   static const int hw = int(std::clamp(std::thread::hardware_concurrency(), 1u, 4u));
   return hw;
 }
 
-void parallel_ranges(std::size_t bytes, const std::function<void(std::size_t, std::size_t)>& fn) {
-  const int t = bytes < kParallelMin ? 1 : io_threads();
+void parallel_ranges(std::size_t bytes, const std::function<void(std::size_t, std::size_t)>& fn,
+                     int requested_threads) {
+  const int t = bytes < kParallelMin ? 1 : io_threads(requested_threads);
   if (t == 1) {
     fn(0, bytes);
     return;
@@ -65,7 +61,7 @@ void parallel_ranges(std::size_t bytes, const std::function<void(std::size_t, st
     if (e) std::rethrow_exception(e);
 }
 
-std::uint32_t crc32c_parallel(const void* data, std::size_t bytes) {
+std::uint32_t crc32c_parallel(const void* data, std::size_t bytes, int threads) {
   const auto* p = static_cast<const unsigned char*>(data);
   std::mutex mu;
   std::vector<std::pair<std::size_t, std::pair<std::uint32_t, std::size_t>>> parts;  // begin -> (crc, length)
@@ -73,20 +69,21 @@ std::uint32_t crc32c_parallel(const void* data, std::size_t bytes) {
     std::uint32_t c = crc32c(p + lo, hi - lo);
     std::lock_guard<std::mutex> lock(mu);
     parts.push_back({lo, {c, hi - lo}});
-  });
+  }, threads);
   std::sort(parts.begin(), parts.end());
   std::uint32_t crc = 0;
   for (const auto& [lo, part] : parts) crc = crc32c_combine(crc, part.first, part.second);
   return crc;
 }
 
-void copy_parallel(void* dst, const void* src, std::size_t bytes) {
+void copy_parallel(void* dst, const void* src, std::size_t bytes, int threads) {
   auto* d = static_cast<unsigned char*>(dst);
   const auto* s = static_cast<const unsigned char*>(src);
-  parallel_ranges(bytes, [&](std::size_t lo, std::size_t hi) { std::memcpy(d + lo, s + lo, hi - lo); });
+  parallel_ranges(bytes, [&](std::size_t lo, std::size_t hi) { std::memcpy(d + lo, s + lo, hi - lo); }, threads);
 }
 
-std::vector<std::uint32_t> write_raw(const std::vector<RawWrite>& jobs, const std::function<void(std::size_t)>& after_chunk) {
+std::vector<std::uint32_t> write_raw(const std::vector<RawWrite>& jobs, const std::function<void(std::size_t)>& after_chunk,
+                                     int requested_threads) {
   struct Chunk {
     std::size_t job;
     std::size_t begin, bytes;  // within the job
@@ -126,7 +123,7 @@ std::vector<std::uint32_t> write_raw(const std::vector<RawWrite>& jobs, const st
       if (after_chunk) after_chunk(c.job);
     }
   };
-  const int t = std::min<std::size_t>(std::size_t(io_threads()), std::max<std::size_t>(chunks.size(), 1));
+  const int t = std::min<std::size_t>(std::size_t(io_threads(requested_threads)), std::max<std::size_t>(chunks.size(), 1));
   std::vector<std::thread> threads;
   for (int i = 1; i < t; ++i) threads.emplace_back(worker);
   worker();

@@ -2,13 +2,13 @@
 //
 // HDF5 lays out the files (create_raw / raw_extent give each contiguous dataset's byte range);
 // the elements themselves move here:
-//   - save: write_raw() splits every dataset into chunks written by io_threads() threads with
+//   - save: write_raw() splits every dataset into chunks written by io_threads(n) threads with
 //     pwrite, computes each chunk's CRC-32C just before writing it (the chunk is then in
 //     cache for the copy into the page cache) and starts the chunk's writeback at once
 //     (sync_file_range), so the disk writes while the threads fill the page cache and the
 //     final fsync has little left to do;
 //   - load: MappedFile maps a checkpoint file read-only; crc32c_parallel and copy_parallel
-//     checksum and copy its ranges on io_threads() threads, with no intermediate buffer (the
+//     checksum and copy its ranges on io_threads(n) threads, with no intermediate buffer (the
 //     CRC pass of a verified load reads the page cache in place).
 #pragma once
 
@@ -20,15 +20,16 @@
 
 namespace ds::io::detail {
 
-// Threads for bulk I/O: DS_IO_THREADS when set (1..64), else the hardware threads (at most 4).
-int io_threads();
+// Threads for bulk I/O: `requested` when > 0 (SaveOptions / LoadOptions::io_threads, from the
+// config's checkpoint.io_threads), else automatic: the hardware threads, at most 4.
+int io_threads(int requested);
 
-// Runs fn(begin, end) on [0, bytes) split into io_threads() contiguous parts (64-byte aligned
-// cuts; one part when bytes is small). Exceptions from any part are rethrown.
-void parallel_ranges(std::size_t bytes, const std::function<void(std::size_t, std::size_t)>& fn);
+// Runs fn(begin, end) on [0, bytes) split into io_threads(threads) contiguous parts (64-byte
+// aligned cuts; one part when bytes is small). Exceptions from any part are rethrown.
+void parallel_ranges(std::size_t bytes, const std::function<void(std::size_t, std::size_t)>& fn, int threads);
 
-std::uint32_t crc32c_parallel(const void* data, std::size_t bytes);
-void copy_parallel(void* dst, const void* src, std::size_t bytes);
+std::uint32_t crc32c_parallel(const void* data, std::size_t bytes, int threads);
+void copy_parallel(void* dst, const void* src, std::size_t bytes, int threads);
 
 struct RawWrite {
   int fd = -1;
@@ -39,7 +40,8 @@ struct RawWrite {
 };
 // Writes every job (see above) and returns each job's CRC-32C. after_chunk(job) runs on the
 // writing thread after each chunk (a test hook). ds::Error naming the job on a failed write.
-std::vector<std::uint32_t> write_raw(const std::vector<RawWrite>& jobs, const std::function<void(std::size_t)>& after_chunk);
+std::vector<std::uint32_t> write_raw(const std::vector<RawWrite>& jobs, const std::function<void(std::size_t)>& after_chunk,
+                                     int threads);
 
 // A whole file mapped read-only (MAP_SHARED): the page cache itself, no copy.
 class MappedFile {

@@ -116,14 +116,14 @@ int main() {
 
     // ---- 4: save entered by rank 0 only ----
     if (rank == 0) {
-      ::setenv("DS_CKPT_COLLECTIVE_TIMEOUT_S", "2", 1);
+      io::SaveOptions lonely;
+      lonely.collective_timeout_s = 2;  // instead of the communicator's deadline
       std::string e1;
       try {
-        io::save_checkpoint(comm, dir.string(), "lonely", c);
+        io::save_checkpoint(comm, dir.string(), "lonely", c, lonely);
       } catch (const Error& e) {
         e1 = e.what();
       }
-      ::unsetenv("DS_CKPT_COLLECTIVE_TIMEOUT_S");
       EXPECT(e1.find("every rank must call it") != std::string::npos, "no timeout error: '" << e1 << "'");
       std::cout << "one-rank save -> " << e1 << std::endl;
       int go = 1;
@@ -131,9 +131,9 @@ int main() {
     } else {
       int go = 0;
       MPI_Recv(&go, 1, MPI_INT, 0, 77, MPI_COMM_WORLD, MPI_STATUS_IGNORE);
-      // Complete rank 0's abandoned first collective so MPI can shut down cleanly.
-      std::vector<float> b(15, 0.0f);
-      comm.iall_reduce(TensorView{b.data(), b.size(), DType::F32}, ReduceOp::Max)->wait();
+      // Complete rank 0's abandoned first collective (five int64, max) so MPI can shut down cleanly.
+      std::vector<std::int64_t> b(5, 0);
+      comm.iall_reduce(TensorView{b.data(), b.size(), DType::I64}, ReduceOp::Max)->wait();
     }
     EXPECT(!fs::exists(dir / "lonely"), "a one-rank save committed");
     comm.barrier();

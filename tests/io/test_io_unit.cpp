@@ -365,7 +365,9 @@ TEST(Checkpoint, SaveLoadRoundTripAndLayout) {
 // joined across threads, the verify pass on the mapped file, parallel copies and a parallel
 // bf16 -> fp32 conversion. Corruption deep inside a large dataset is still found.
 TEST(Checkpoint, LargeTensorsRoundTripOnSeveralIoThreads) {
-  ::setenv("DS_IO_THREADS", "3", 1);
+  SaveOptions save_opts;
+  save_opts.io_threads = 3;  // config checkpoint.io_threads
+  const LoadOptions load_opts{3};
   fs::path d = fresh_dir("large");
   const std::size_t n = 5000003;  // fp32 shard: 20 MB; bf16 param: 10 MB
   std::vector<float> master(n), m1(n), m2(n);
@@ -385,9 +387,9 @@ TEST(Checkpoint, LargeTensorsRoundTripOnSeveralIoThreads) {
   c.shard = {{"fp32_master", master.data()}, {"optim/exp_avg", m1.data()}, {"optim/exp_avg_sq", m2.data()}};
   c.engine_state["global_steps"] = std::int64_t(1);
   ds::test::SelfComm comm;
-  save_checkpoint(comm, d.string(), "t", c);
+  save_checkpoint(comm, d.string(), "t", c, save_opts);
   {
-    CheckpointReader r(d.string(), "t");
+    CheckpointReader r(d.string(), "t", load_opts);
     EXPECT_EQ(r.manifest().checksums.at("zero_rank_0.h5").at("fp32_master"), crc32c_ref(master.data(), n * 4));
     EXPECT_EQ(r.manifest().checksums.at("model_states.h5").at("params/w"), crc32c_ref(w.data(), n * 2));
     r.verify_params({"w"});
@@ -414,11 +416,10 @@ TEST(Checkpoint, LargeTensorsRoundTripOnSeveralIoThreads) {
     char ch = char(bytes[pos + 17] ^ 0x20);
     f.write(&ch, 1);
   }
-  CheckpointReader r(d.string(), "t");
+  CheckpointReader r(d.string(), "t", load_opts);
   std::string e = error_of([&] { r.verify_flat_range(0, n); });
   EXPECT_NE(e.find("checksum mismatch"), std::string::npos) << e;
   EXPECT_NE(e.find("optim/exp_avg_sq"), std::string::npos) << e;
-  ::unsetenv("DS_IO_THREADS");
 }
 
 // Replaces dataset `name` of `file` by a chunked, gzip-compressed copy of the same elements

@@ -80,8 +80,12 @@ struct SaveOptions {
   bool overwrite = false;  // replace an existing <tag> (atomically, renameat2 RENAME_EXCHANGE)
   TagValidation tag_validation = TagValidation::Warn;
   // Deadline of the save's first collective: a save entered by only some ranks fails with a
-  // clear error instead of hanging. DS_CKPT_COLLECTIVE_TIMEOUT_S overrides it.
-  double collective_timeout_s = 300.0;
+  // clear error instead of hanging. < 0: the communicator's deadline (Communicator::timeout():
+  // comms_config.timeout or DS_COMM_TIMEOUT); 0: none.
+  double collective_timeout_s = -1;
+  // Threads that write one checkpoint file (config checkpoint.io_threads); 0: automatic, the
+  // hardware threads, at most 4.
+  int io_threads = 0;
 };
 
 // Saving in three steps, so that the file writing can run on a background thread while the
@@ -172,11 +176,17 @@ struct ExpectedParam {
   std::size_t flat_offset = 0;
 };
 
+struct LoadOptions {
+  // Threads that checksum and copy one checkpoint file (config checkpoint.io_threads); 0:
+  // automatic, the hardware threads, at most 4.
+  int io_threads = 0;
+};
+
 class CheckpointReader {
  public:
   // Opens <load_dir>/<tag>: checks the directory, manifest (format version), and that every
   // file it names exists. Errors name the path.
-  CheckpointReader(const std::string& load_dir, const std::string& tag);
+  CheckpointReader(const std::string& load_dir, const std::string& tag, const LoadOptions& options = {});
   ~CheckpointReader();
 
   const Manifest& manifest() const { return manifest_; }
@@ -229,6 +239,7 @@ class CheckpointReader {
   std::unique_ptr<detail::MappedFile> model_map_;
   std::vector<std::unique_ptr<detail::MappedFile>> shard_maps_;
   HostBuffer scratch_;  // reused for conversions and checksum streaming
+  int io_threads_ = 0;  // LoadOptions::io_threads
 };
 
 // Removes the tmp directories ("<tag>.tmp-<12 hex digits>" holding dstrain's marker file) that
@@ -237,10 +248,5 @@ class CheckpointReader {
 // users' files, another job's save in progress, a writer on another host -- is left alone.
 // Returns how many were removed.
 int clean_stale_tmp_dirs(const std::string& save_dir);
-
-// Test hook (docs/user/checkpoints.md): DS_CKPT_TEST_KILL_AT=<phase>[@rank] makes the process
-// raise SIGKILL when it reaches <phase>. Phases: begin, shard_write, before_manifest,
-// before_rename, before_latest, after_latest.
-void test_kill_point(std::string_view phase, int rank);
 
 }  // namespace ds::io

@@ -5,7 +5,7 @@
 // has: crc32c_fold (carry-less multiplication folding on 512-bit registers, AVX-512 +
 // VPCLMULQDQ, for 256 bytes or more: memory speed), else crc32c_streams (the SSE4.2 crc32
 // instruction on three interleaved streams, ~3x the single-stream loop), else the table.
-// The environment variable DS_CRC32C_NO_AVX512 (any value) keeps crc32c off the folding path.
+// The debug variable DS_CRC32C_NO_AVX512=1 (ds/core/env.h) keeps crc32c off the folding path.
 // All give the standard value: crc32c("123456789") == 0xE3069283. Incremental: pass the
 // previous value. crc32c_fold and crc32c_streams are public so that tests compare each
 // with crc32c_ref; each falls back to the next when the CPU lacks its instructions.

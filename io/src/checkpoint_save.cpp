@@ -1,0 +1,410 @@
+// Saving a checkpoint: begin_save (collective), write_local (this rank's files), commit_save
+// (collective; rank 0 writes the manifest and renames the tmp dir into place). The protocol
+// and its crash safety: docs/user/checkpoints.md.
+#include "ds/io/checkpoint.h"
+
+#include <fcntl.h>
+#include <stdio.h>
+#include <unistd.h>
+
+#include <cerrno>
+#include <chrono>
+#include <cstring>
+#include <filesystem>
+#include <random>
+
+#include "checkpoint_internal.h"
+#include "ds/core/error.h"
+#include "ds/core/file_read.h"
+#include "ds/core/hash.h"
+#include "ds/core/log.h"
+#include "ds/io/checksum.h"
+#include "raw_io.h"
+#include "save_claim.h"
+
+namespace fs = std::filesystem;
+
+namespace ds::io {
+
+namespace {
+
+void write_text_file_synced(const std::string& path, const std::string& text) {
+  int fd = ::open(path.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
+  DS_CHECK(fd >= 0, "cannot create " << path << ": " << std::strerror(errno));
+  const char* p = text.data();
+  std::size_t left = text.size();
+  while (left > 0) {
+    ssize_t n = ::write(fd, p, left);
+    if (n < 0 && errno == EINTR) continue;
+    if (n < 0) {
+      int err = errno;
+      ::close(fd);
+      DS_THROW("writing " << path << " failed: " << std::strerror(err));
+    }
+    p += n;
+    left -= std::size_t(n);
+  }
+  int rc = ::fsync(fd);
+  int err = errno;
+  ::close(fd);
+  DS_CHECK(rc == 0, "fsync of " << path << " failed: " << std::strerror(err));
+}
+
+void check_tag(const std::string& tag) {
+  DS_CHECK(!tag.empty(), "checkpoint tag is empty");
+  DS_CHECK(tag != "." && tag != ".." && tag.find('/') == std::string::npos && tag.find('\0') == std::string::npos,
+           "checkpoint tag '" << tag << "' is not a valid directory name");
+  DS_CHECK(tag.find(".tmp-") == std::string::npos && tag != kLatestFile,
+           "checkpoint tag '" << tag << "' is reserved (contains '.tmp-' or is 'latest')");
+}
+
+// Disk space a state tree takes in HDF5 (generous: object headers, attributes, heaps).
+std::size_t state_bytes(const StateValue& v) {
+  std::size_t n = 4096;
+  switch (v.kind()) {
+    case StateValue::Kind::String: n += v.as_string().size(); break;
+    case StateValue::Kind::Tensor: n += v.as_tensor().data.size() * sizeof(float); break;
+    case StateValue::Kind::List: for (const auto& e : v.as_list()) n += state_bytes(e); break;
+    case StateValue::Kind::Map: for (const auto& [k, e] : v.as_map()) n += k.size() + state_bytes(e); break;
+    default: break;
+  }
+  return n;
+}
+
+// With less than twice `bytes` + 1 GiB free, claims `bytes` of disk beside `path` (fallocate on
+// a scratch file, removed again) so that a full disk fails here, cleanly, before HDF5 holds dirty data for the file: HDF5 1.10 cannot
+// close a file whose flush failed, and crashes at exit on it. Filesystems without fallocate
+// get a statvfs check instead.
+void ensure_space(const std::string& path, std::size_t bytes) {
+  {
+    std::error_code ec;
+    auto sp = fs::space(fs::path(path).parent_path(), ec);
+    if (!ec && sp.available / 2 > bytes + (std::size_t(1) << 30)) return;  // plenty: skip the reservation
+  }
+  std::string scratch = path + ".reserve";
+  int fd = ::open(scratch.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
+  DS_CHECK(fd >= 0, "cannot create " << scratch << ": " << std::strerror(errno));
+  int rc = ::fallocate(fd, 0, 0, off_t(bytes));
+  int err = errno;
+  ::close(fd);
+  ::unlink(scratch.c_str());
+  if (rc == 0) return;
+  if (err == EOPNOTSUPP || err == ENOSYS) {
+    std::error_code ec;
+    auto sp = fs::space(fs::path(path).parent_path(), ec);
+    DS_CHECK(ec || sp.available >= bytes, "not enough disk space for " << path << ": needs about " << bytes
+                                                                       << " bytes, " << sp.available << " available");
+    return;
+  }
+  DS_THROW("not enough disk space for " << path << " (about " << bytes << " bytes): " << std::strerror(err));
+}
+
+bool exchange_dirs(const std::string& a, const std::string& b) {
+  return ::renameat2(AT_FDCWD, a.c_str(), AT_FDCWD, b.c_str(), RENAME_EXCHANGE) == 0;
+}
+
+}  // namespace
+
+PendingSave begin_save(Communicator& comm, const std::string& save_dir, const std::string& tag_in,
+                       const SaveOptions& options, const CheckpointContent& content) {
+  DS_CHECK(!save_dir.empty(), "save_checkpoint: save_dir is empty");
+  check_tag(tag_in);
+  const int rank = comm.rank(), size = comm.size();
+  std::string tag = tag_in;
+
+  // First collective, under a deadline (the communicator's unless the options set one): tag
+  // and layout hashes and rank 0's random save id. A rank that is alone in save_checkpoint
+  // times out here.
+  std::uint64_t id = 0;
+  if (rank == 0) {
+    std::random_device rd;
+    id = ((std::uint64_t(rd()) << 32) ^ rd() ^ std::uint64_t(::getpid()) ^
+          std::uint64_t(std::chrono::steady_clock::now().time_since_epoch().count())) & 0xffffffffffffull;
+  }
+  const double timeout = options.collective_timeout_s >= 0 ? options.collective_timeout_s : comm.timeout();
+  const detail::SaveAgreement agreed = detail::agree_on_save(comm, fnv1a64(tag), fnv1a64(layout_signature(content)), id,
+                                                             timeout, save_dir, tag);
+  DS_CHECK(agreed.same_layout,
+           "save_checkpoint: ranks disagree on what they save (ZeRO stage, flat length, dtype or optimizer state); "
+           "this rank: " << layout_signature(content));
+  if (!agreed.same_tag) {
+    DS_CHECK(options.tag_validation != TagValidation::Fail,
+             "[rank=" << rank << "] The checkpoint tag name '" << tag
+                      << "' is not consistent across all ranks (checkpoint.tag_validation = Fail)");
+    // Warn / Ignore: every rank adopts rank 0's tag so the shards land in one directory.
+    const std::string t0 = detail::broadcast_tag(comm, tag);
+    if (options.tag_validation == TagValidation::Warn) {
+      DS_WARN("[rank=" << rank << "] The checkpoint tag name '" << tag
+                       << "' is not consistent across all ranks; saving under rank 0's tag '" << t0 << "'");
+    }
+    tag = t0;
+  }
+
+  PendingSave p;
+  p.save_dir = save_dir;
+  p.tag = tag;
+  p.options = options;
+  p.id = agreed.id;
+  p.world_size = size;
+  p.num_shard_datasets = content.shard.size();
+  p.final_dir = (fs::path(save_dir) / tag).string();
+  char idhex[32];
+  std::snprintf(idhex, sizeof idhex, "%012llx", static_cast<unsigned long long>(p.id));
+  p.tmp_dir = (fs::path(save_dir) / (tag + ".tmp-" + idhex)).string();
+
+  // Rank 0 prepares the directory; the status all-reduce orders it before any rank writes.
+  std::int64_t status = 0;  // 1: tag exists, 2: rank 0 could not prepare the directory
+  std::string rank0_error;
+  if (rank == 0) {
+    try {
+      std::error_code ec;
+      fs::create_directories(save_dir, ec);
+      DS_CHECK(!ec && fs::is_directory(save_dir), "cannot create checkpoint directory " << save_dir << ": " << ec.message());
+      if (fs::exists(p.final_dir) && !options.overwrite) {
+        status = 1;
+      } else {
+        clean_stale_tmp_dirs(save_dir);
+        try {
+          p.claim = detail::create_claimed_dir(p.tmp_dir);  // the marker goes in first, locked
+          fsync_path(save_dir);
+        } catch (...) {
+          p.claim.reset();
+          fs::remove_all(p.tmp_dir, ec);
+          throw;
+        }
+      }
+    } catch (const std::exception& e) {
+      status = 2;
+      rank0_error = e.what();
+    }
+  }
+  status = detail::max_status(comm, status);
+  DS_CHECK(status != 1, "checkpoint tag '" << tag << "' already exists in " << save_dir << " (" << p.final_dir
+                                           << "); an existing tag is never overwritten unless overwrite is set");
+  if (status == 2) {
+    if (rank == 0) throw Error(rank0_error);
+    DS_THROW("save_checkpoint: rank 0 could not prepare " << p.tmp_dir << " (see rank 0's message)");
+  }
+  p.active = true;
+  detail::test_kill_point("begin", rank);
+  return p;
+}
+
+LocalWriteResult write_local(const PendingSave& pending, int rank, const CheckpointContent& c) {
+  LocalWriteResult res;
+  res.working_dtype = c.working_dtype;
+  res.zero_stage = c.zero_stage;
+  res.flat_numel = c.flat_numel;
+  res.has_shard = c.has_shard;
+  res.shard_offset = c.shard_offset;
+  res.shard_count = c.shard_count;
+  for (const auto& s : c.shard) res.shard_names.push_back(s.name);
+  // HDF5 lays out both files (metadata, attributes, state trees, and storage for every
+  // tensor dataset, allocated but not written) and closes them; then the tensors' bytes go
+  // to their extents through detail::write_raw (parallel chunks, CRC per chunk, writeback
+  // started per chunk), and every file is fsynced once, after all writes were issued.
+  struct Out {
+    std::string path;
+    int fd = -1;
+  };
+  std::vector<Out> files;
+  std::vector<detail::RawWrite> jobs;
+  struct JobInfo {
+    std::size_t file;                               // index into files
+    std::map<std::string, std::uint32_t>* crc_map;  // where the job's CRC goes
+    std::string name;
+  };
+  std::vector<JobInfo> job_info;
+  std::size_t first_shard_job = std::size_t(-1);
+  auto close_fds = [&] {
+    for (auto& f : files)
+      if (f.fd >= 0) { ::close(f.fd); f.fd = -1; }
+  };
+  try {
+    DS_CHECK(pending.active, "write_local: no save in progress");
+    if (rank == 0) {
+      std::size_t need = 65536 + state_bytes(c.engine_state) + state_bytes(c.client_state) + c.config_json.size();
+      for (const auto& pr : c.params) need += 4096 + pr.numel() * dtype_size(pr.dtype);
+      const std::string path = (fs::path(pending.tmp_dir) / kModelFile).string();
+      ensure_space(path, need);
+      H5File f(path, H5File::Mode::Create);
+      f.set_attr("/", "format", "dstrain-checkpoint");
+      f.set_attr("/", "format_version", std::int64_t(kFormatVersion));
+      f.set_attr("/", "tag", pending.tag);
+      f.set_attr("/", "world_size", std::int64_t(pending.world_size));
+      f.set_attr("/", "zero_stage", std::int64_t(c.zero_stage));
+      f.set_attr("/", "working_dtype", c.working_dtype);
+      f.set_attr("/", "config", c.config_json);
+      for (const auto& pr : c.params) {
+        DS_CHECK(!pr.name.empty() && pr.name.find('/') == std::string::npos,
+                 "parameter name '" << pr.name << "' cannot be a checkpoint dataset name (empty or contains '/')");
+        std::string ds = "params/" + pr.name;
+        std::size_t bytes = pr.numel() * dtype_size(pr.dtype);
+        auto ext = f.create_raw(ds, pr.dtype, pr.shape);
+        f.set_attr(ds, "flat_offset", std::int64_t(pr.flat_offset));
+        if (ext) {
+          DS_CHECK(ext->bytes == bytes, "HDF5 allocated " << ext->bytes << " bytes for " << path << " dataset " << ds << ", expected " << bytes);
+          jobs.push_back({-1, ext->offset, pr.data, bytes, path + " dataset " + ds});
+          job_info.push_back({files.size(), &res.model_crc, ds});
+        } else {
+          res.model_crc[ds] = crc32c(pr.data, bytes);
+        }
+        ParamRecord meta = pr;
+        meta.data = nullptr;
+        res.params_meta.push_back(std::move(meta));
+      }
+      f.write_state("engine", c.engine_state);
+      f.write_state("client_state", c.client_state);
+      f.close(/*sync=*/false);
+      files.push_back({path});
+    }
+    if (c.has_shard) {
+      const std::string path = (fs::path(pending.tmp_dir) / shard_file_name(rank)).string();
+      ensure_space(path, 65536 + c.shard.size() * (4096 + c.shard_count * sizeof(float)));
+      H5File s(path, H5File::Mode::Create);
+      s.set_attr("/", "format", "dstrain-checkpoint-shard");
+      s.set_attr("/", "format_version", std::int64_t(kFormatVersion));
+      s.set_attr("/", "rank", std::int64_t(rank));
+      s.set_attr("/", "world_size", std::int64_t(pending.world_size));
+      s.set_attr("/", "zero_stage", std::int64_t(c.zero_stage));
+      s.set_attr("/", "offset", std::int64_t(c.shard_offset));
+      s.set_attr("/", "count", std::int64_t(c.shard_count));
+      s.set_attr("/", "flat_numel", std::int64_t(c.flat_numel));
+      const std::size_t bytes = c.shard_count * sizeof(float);
+      const std::int64_t n = std::int64_t(c.shard_count);
+      for (const auto& t : c.shard) {
+        auto ext = s.create_raw(t.name, DType::F32, std::span<const std::int64_t>(&n, 1));
+        if (ext) {
+          if (first_shard_job == std::size_t(-1)) first_shard_job = jobs.size();
+          jobs.push_back({-1, ext->offset, t.data, bytes, path + " dataset " + t.name});
+          job_info.push_back({files.size(), &res.shard_crc, t.name});
+        } else {
+          res.shard_crc[t.name] = crc32c(t.data, bytes);
+        }
+      }
+      s.close(/*sync=*/false);
+      files.push_back({path});
+    }
+    for (auto& f : files) {
+      f.fd = ::open(f.path.c_str(), O_WRONLY | O_CLOEXEC);
+      DS_CHECK(f.fd >= 0, "cannot open " << f.path << " for writing: " << std::strerror(errno));
+    }
+    for (std::size_t i = 0; i < jobs.size(); ++i) jobs[i].fd = files[job_info[i].file].fd;
+    if (first_shard_job == std::size_t(-1) && c.has_shard) detail::test_kill_point("shard_write", rank);
+    std::vector<std::uint32_t> crcs = detail::write_raw(
+        jobs, [&](std::size_t job) {
+          if (job == first_shard_job) detail::test_kill_point("shard_write", rank);
+        },
+        pending.options.io_threads);
+    for (std::size_t i = 0; i < jobs.size(); ++i) (*job_info[i].crc_map)[job_info[i].name] = crcs[i];
+    for (auto& f : files) {
+      int rc = ::fsync(f.fd);
+      int err = errno;
+      DS_CHECK(rc == 0, "fsync of " << f.path << " failed: " << std::strerror(err));
+    }
+    close_fds();
+    res.ok = true;
+  } catch (const std::exception& e) {
+    close_fds();
+    res.ok = false;
+    res.error = e.what();
+  }
+  return res;
+}
+
+std::string commit_save(Communicator& comm, PendingSave& pending, const LocalWriteResult& local) {
+  DS_CHECK(pending.active, "commit_save: no save in progress");
+  pending.active = false;
+  const int rank = comm.rank(), size = comm.size();
+  const std::size_t k = pending.num_shard_datasets;
+  detail::ShardReport mine;
+  mine.ok = local.ok && local.shard_names.size() == k;
+  mine.has_shard = local.has_shard;
+  mine.offset = local.shard_offset;
+  mine.count = local.shard_count;
+  for (std::size_t i = 0; i < k; ++i) {
+    auto it = mine.ok && local.has_shard ? local.shard_crc.find(local.shard_names[i]) : local.shard_crc.end();
+    mine.crcs.push_back(it == local.shard_crc.end() ? 0 : it->second);
+  }
+  const std::vector<detail::ShardReport> reports = detail::gather_reports(comm, mine, k);
+
+  std::vector<int> failed;
+  for (int r = 0; r < size; ++r)
+    if (!reports[std::size_t(r)].ok) failed.push_back(r);
+  if (!failed.empty()) {
+    if (rank == 0) {
+      std::error_code ec;
+      fs::remove_all(pending.tmp_dir, ec);
+      pending.claim.reset();
+    }
+    if (!local.ok) DS_THROW("save_checkpoint to " << pending.final_dir << " failed (nothing committed; the previous "
+                            "checkpoint and 'latest' are untouched): " << local.error);
+    std::ostringstream ranks;
+    for (int r : failed) ranks << (ranks.tellp() ? "," : "") << r;
+    DS_THROW("save_checkpoint to " << pending.final_dir << " failed on rank(s) " << ranks.str()
+                                   << " (see their messages); nothing committed, the previous checkpoint and 'latest' are untouched");
+  }
+  detail::test_kill_point("before_manifest", rank);
+
+  std::int64_t commit_status = 0;
+  std::string commit_error;
+  if (rank == 0) {
+    try {
+      write_text_file_synced((fs::path(pending.tmp_dir) / kManifestFile).string(),
+                             detail::manifest_text(pending, size, local, reports));
+      fsync_path(pending.tmp_dir);
+      detail::test_kill_point("before_rename", rank);
+      if (fs::exists(pending.final_dir)) {
+        // overwrite (begin_save refused otherwise): swap atomically, then drop the old copy,
+        // which now sits under the tmp name; marked and locked first, so that it is cleaned
+        // as an abandoned tmp dir if we die before removing it.
+        detail::SaveClaim old_copy = detail::claim_existing_dir(pending.final_dir);
+        DS_CHECK(exchange_dirs(pending.tmp_dir, pending.final_dir),
+                 "cannot replace " << pending.final_dir << " (renameat2 RENAME_EXCHANGE): " << std::strerror(errno));
+        fsync_path(pending.save_dir);
+        std::error_code ec;
+        fs::remove_all(pending.tmp_dir, ec);
+      } else {
+        DS_CHECK(::rename(pending.tmp_dir.c_str(), pending.final_dir.c_str()) == 0,
+                 "cannot rename " << pending.tmp_dir << " to " << pending.final_dir << ": " << std::strerror(errno));
+      }
+      fsync_path(pending.save_dir);
+      // The committed tag needs no marker (only tmp names are ever cleaned); best effort.
+      ::unlink((fs::path(pending.final_dir) / detail::kSaveMarker).c_str());
+      detail::test_kill_point("before_latest", rank);
+      if (pending.options.save_latest) {
+        std::string latest = (fs::path(pending.save_dir) / kLatestFile).string();
+        // Written inside the committed tag, then renamed over `latest`: a crash in between
+        // leaves a stray file there, never a file in the save directory that a cleaner
+        // would have to recognise.
+        std::string tmp = (fs::path(pending.final_dir) / "latest.new").string();
+        write_text_file_synced(tmp, pending.tag);  // no newline, as DeepSpeed
+        DS_CHECK(::rename(tmp.c_str(), latest.c_str()) == 0,
+                 "cannot rename " << tmp << " to " << latest << ": " << std::strerror(errno));
+        fsync_path(pending.save_dir);
+      }
+      detail::test_kill_point("after_latest", rank);
+    } catch (const std::exception& e) {
+      commit_status = 1;
+      commit_error = e.what();
+      std::error_code ec;
+      if (fs::exists(pending.tmp_dir)) fs::remove_all(pending.tmp_dir, ec);
+    }
+    pending.claim.reset();  // the save is over: committed, or its tmp dir removed
+  }
+  commit_status = detail::max_status(comm, commit_status);
+  if (commit_status != 0) {
+    if (rank == 0) DS_THROW("save_checkpoint: commit of " << pending.final_dir << " failed: " << commit_error);
+    DS_THROW("save_checkpoint: rank 0 failed to commit " << pending.final_dir << " (see rank 0's message)");
+  }
+  return pending.final_dir;
+}
+
+std::string save_checkpoint(Communicator& comm, const std::string& save_dir, const std::string& tag,
+                            const CheckpointContent& content, const SaveOptions& options) {
+  PendingSave p = begin_save(comm, save_dir, tag, options, content);
+  LocalWriteResult local = write_local(p, comm.rank(), content);
+  return commit_save(comm, p, local);
+}
+
+}  // namespace ds::io
