@@ -6,48 +6,19 @@
 
 #include <algorithm>
 #include <cmath>
-#include <cstring>
-#include <sstream>
 
 #include "async_save.h"
 #include "ds/config/parse.h"
 #include "ds/config/validate.h"
 #include "ds/core/error.h"
-#include "ds/core/hash.h"
 #include "ds/core/log.h"
 #include "ds/engine/monitor.h"
-#include "ds/mpi/comm_factory.h"
-#include "ds/mpi/init.h"
 #include "ds/optim/optimizer.h"
 #include "ds/sched/lr_scheduler.h"
 #include "grad_reducer.h"
 #include "param_store.h"
 
 namespace ds {
-
-InitResult initialize(config::DsConfig cfg, Module& module, std::shared_ptr<Communicator> comm,
-                      std::shared_ptr<Communicator> device_comm) {
-  std::shared_ptr<void> keepalive;
-  if (!comm) {
-    auto ctx = std::make_shared<DistributedContext>(init_distributed());
-    comm = ctx->comm;
-    if (!device_comm && module.device() == Device::Cuda && ctx->world_size > 1)
-      device_comm = make_communicator(*ctx, "nccl");
-    keepalive = ctx;
-  }
-  InitResult r;
-  r.engine = std::make_unique<Engine>(std::move(cfg), module, std::move(comm), std::move(keepalive),
-                                      std::move(device_comm));
-  r.optimizer = r.engine->optimizer();
-  r.lr_scheduler = r.engine->lr_scheduler();
-  return r;
-}
-
-InitResult initialize(const std::string& config, Module& module, std::shared_ptr<Communicator> comm,
-                      std::shared_ptr<Communicator> device_comm) {
-  std::vector<std::string> warnings;
-  return initialize(config::load_config(config, &warnings), module, std::move(comm), std::move(device_comm));
-}
 
 Engine::Engine(config::DsConfig cfg, Module& module, std::shared_ptr<Communicator> comm,
                std::shared_ptr<void> dist_keepalive, std::shared_ptr<Communicator> device_comm)
@@ -64,24 +35,9 @@ Engine::Engine(config::DsConfig cfg, Module& module, std::shared_ptr<Communicato
   // A peer that never arrives (stopped, dead) ends the job after this long instead of hanging it.
   comm_->set_timeout(cfg_.comms_config.timeout);
   if (device_comm_) device_comm_->set_timeout(cfg_.comms_config.timeout);
-  comm_->set_paths({cfg_.communication.shared_memory, cfg_.communication.progress_thread});
   const bool cuda = device_ == Device::Cuda;
   if (cuda) {
-    // The GPU path (docs/dev/gpu.md) offers ZeRO stages 0 and 1: stage 2's gradient partitioning
-    // releases host pages of the gradient buffer (PagedBuffer), which device memory has not.
-    DS_CHECK(cfg_.zero_optimization.stage <= 1,
-             cfg_.source << ": zero_optimization.stage " << cfg_.zero_optimization.stage
-                         << " with a model on a CUDA device: the GPU path supports stages 0 and 1; set stage 0 or 1");
-    DS_CHECK(comm_dtype_ == wdtype_,
-             cfg_.source << ": communication_data_type " << dtype_name(comm_dtype_) << " differs from the working dtype "
-                         << dtype_name(wdtype_) << "; the GPU path reduces gradients in the working dtype (remove the key)");
-    DS_CHECK(world_ == 1 || (device_comm_ && device_comm_->size() == world_),
-             "the module runs on a CUDA device and the job has " << world_ << " ranks: gradients need an NCCL "
-             "communicator of the same ranks (ds::initialize(cfg, model, comm, make_communicator(ctx, \"nccl\")))");
-    DS_CHECK(!accum_fp32_,
-             cfg_.source << ": data_types.grad_accum_dtype fp32 with the " << dtype_name(wdtype_)
-                         << " working dtype: the GPU path accumulates gradients in the working dtype; remove the key "
-                            "or set it to " << dtype_name(wdtype_));
+    check_device_limits();
     if (device_comm_) device_comm_->set_compute_stream(module_->device_stream());
   }
 
@@ -148,46 +104,6 @@ Engine::Engine(config::DsConfig cfg, Module& module, std::shared_ptr<Communicato
 }
 
 Engine::~Engine() = default;
-
-void Engine::make_scaler() {
-  if (!cfg_.fp16.enabled) return;
-  precision::LossScalerConfig sc;
-  if (cfg_.fp16.loss_scale > 0) {
-    sc = precision::LossScalerConfig::fixed(cfg_.fp16.loss_scale);
-  } else {
-    sc.dynamic = true;
-    sc.initial_scale_power = cfg_.fp16.initial_scale_power;
-    sc.window = cfg_.fp16.loss_scale_window;
-    sc.hysteresis = cfg_.fp16.hysteresis;
-    sc.consecutive_hysteresis = cfg_.fp16.consecutive_hysteresis;
-    sc.min_scale = cfg_.fp16.min_loss_scale;
-    sc.raise_at_min_scale = true;
-  }
-  scaler_ = precision::LossScaler(sc);
-}
-
-// Ranks built with different models would broadcast and reduce mismatched counts, which
-// corrupts memory instead of failing. Compare a fingerprint of the names and shapes (and the
-// element count) first; every rank sees the same min/max, so every rank throws together.
-void Engine::check_same_model_on_all_ranks(const std::vector<ParamInfo>& infos) {
-  if (world_ <= 1) return;
-  std::uint64_t h = kFnv1aOffset;  // FNV-1a over "name:d0,d1,...;"
-  auto mix = [&h](const void* p, std::size_t n) { h = fnv1a64(p, n, h); };
-  for (const auto& p : infos) {
-    mix(p.name.data(), p.name.size());
-    for (std::int64_t d : p.shape) mix(&d, sizeof d);
-    mix(";", 1);
-  }
-  std::int64_t lo[2] = {std::int64_t(h >> 1), std::int64_t(map_.total_numel)};
-  std::int64_t hi[2] = {lo[0], lo[1]};
-  comm_->all_reduce(TensorView{lo, 2, DType::I64}, ReduceOp::Min);
-  comm_->all_reduce(TensorView{hi, 2, DType::I64}, ReduceOp::Max);
-  DS_CHECK(lo[0] == hi[0] && lo[1] == hi[1],
-           "the ranks hold different models: this rank has " << infos.size() << " parameter tensors, "
-           << map_.total_numel << " elements; across ranks the element count ranges from " << lo[1]
-           << " to " << hi[1] << " (names/shapes " << (lo[0] == hi[0] ? "agree" : "differ")
-           << "). Start every rank with the same model and config.");
-}
 
 // ----------------------------------------------------------------------------------------
 // forward / backward / step
@@ -300,73 +216,5 @@ void Engine::reset_cycle() {
   cycle_losses_ = 0;
   cycle_loss_nonfinite_ = false;
 }
-
-// ----------------------------------------------------------------------------------------
-// reporting and accessors
-// ----------------------------------------------------------------------------------------
-
-void Engine::report_progress(bool overflow, double loss, double step_ms) {
-  if (csv_) {
-    engine::CsvRow row;
-    row.step = global_steps_;
-    row.samples = global_samples_;
-    row.loss = loss;
-    row.lr = last_lr_;
-    row.loss_scale = backward_scale_;
-    row.grad_norm = global_grad_norm_;
-    row.overflow = overflow;
-    row.skipped_steps = skipped_steps_;
-    row.step_time_ms = step_ms;
-    csv_->write(row);
-  }
-  // steps_per_print unset: no progress lines (DeepSpeed >= 0.15.2), except that
-  // wall_clock_breakdown alone reports every step as DeepSpeed's timers do.
-  const std::int64_t every = cfg_.steps_per_print.value_or(cfg_.wall_clock_breakdown ? 1 : 0);
-  if (every > 0 && global_steps_ % every == 0) {
-    std::ostringstream os;
-    os.precision(6);
-    os << "step=" << global_steps_ << " loss=" << loss << " lr=" << last_lr_ << " loss_scale=" << backward_scale_
-       << " grad_norm=" << global_grad_norm_ << " skipped=" << skipped_steps_
-       << " samples/s=" << (step_ms > 0 ? double(cfg_.train_batch_size) * 1000.0 / step_ms : 0.0)
-       << " step_time_ms=" << step_ms;
-    if (cfg_.wall_clock_breakdown) {
-      const auto per_step = [&](const char* n) { return timers_.total_ms(n) / double(every); };
-      os << " | forward_ms=" << per_step("forward") << " backward_ms=" << per_step("backward")
-         << " reduce_ms=" << per_step("reduce") << " step_ms=" << per_step("step");
-      timers_.reset();
-    }
-    DS_INFO(os.str());
-  }
-}
-
-double Engine::get_lr() const { return scheduler_->lr(); }
-
-engine::ModelStateBytes Engine::memory_report() const {
-  engine::ModelStateBytes b;
-  store_->add_memory(b);
-  if (store_->grad_pages() && map_.stage == 2 && world_ > 1) {  // ZeRO-2: measured
-    const GradientMemory g = gradient_memory();
-    b.grad_buckets = g.peak_resident > g.partition ? g.peak_resident - g.partition : 0;
-  }
-  std::size_t opt = 0;
-  for (const auto& t : optimizer_->state_tensors()) opt += t.second.size() * sizeof(float);
-  b.optimizer_state = opt;
-  b.comm_scratch += reducer_->scratch_bytes();
-  return b;
-}
-
-Engine::GradientMemory Engine::gradient_memory() const {
-  GradientMemory g;
-  const engine::PagedBuffer* pages = store_->grad_pages();
-  if (!pages) return g;  // gradients on a device
-  const auto [keep_lo, keep_hi] = store_->kept_bytes();
-  g.reserved = pages->mapped_bytes();
-  g.resident = pages->resident_bytes();
-  g.partition = pages->resident_bytes(keep_lo, keep_hi);
-  g.peak_resident = std::max(reducer_->peak_resident(), g.resident);
-  return g;
-}
-
-std::vector<float> Engine::gather_params_fp32() const { return store_->params_fp32(); }
 
 }  // namespace ds

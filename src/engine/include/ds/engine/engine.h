@@ -145,6 +145,7 @@ class Engine {
  private:
   // Collective: every rank must hold the same parameter names and shapes (else ds::Error on all ranks).
   void check_same_model_on_all_ranks(const std::vector<ParamInfo>& infos);
+  void check_device_limits() const;  // the GPU path's limits (engine_init.cpp)
   void make_scaler();
   void boundary_step();
   void report_progress(bool overflow, double loss, double step_ms);

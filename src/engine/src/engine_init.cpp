@@ -1,0 +1,96 @@
+// ds::initialize and the Engine's setup helpers: the config limits of the GPU path, the
+// same-model check across ranks, the loss scaler.
+#include "ds/engine/engine.h"
+
+#include "ds/config/parse.h"
+#include "ds/core/error.h"
+#include "ds/core/hash.h"
+#include "ds/mpi/comm_factory.h"
+#include "ds/mpi/init.h"
+
+namespace ds {
+
+InitResult initialize(config::DsConfig cfg, Module& module, std::shared_ptr<Communicator> comm,
+                      std::shared_ptr<Communicator> device_comm) {
+  std::shared_ptr<void> keepalive;
+  if (!comm) {
+    auto ctx = std::make_shared<DistributedContext>(init_distributed());
+    comm = ctx->comm;
+    if (!device_comm && module.device() == Device::Cuda && ctx->world_size > 1)
+      device_comm = make_communicator(*ctx, "nccl");
+    keepalive = ctx;
+  }
+  InitResult r;
+  r.engine = std::make_unique<Engine>(std::move(cfg), module, std::move(comm), std::move(keepalive),
+                                      std::move(device_comm));
+  r.optimizer = r.engine->optimizer();
+  r.lr_scheduler = r.engine->lr_scheduler();
+  return r;
+}
+
+InitResult initialize(const std::string& config, Module& module, std::shared_ptr<Communicator> comm,
+                      std::shared_ptr<Communicator> device_comm) {
+  std::vector<std::string> warnings;
+  return initialize(config::load_config(config, &warnings), module, std::move(comm), std::move(device_comm));
+}
+
+// What the GPU path (docs/dev/gpu.md) does not offer, refused at initialize naming the key.
+void Engine::check_device_limits() const {
+  // ZeRO stages 0 and 1 only: stage 2's gradient partitioning
+  // releases host pages of the gradient buffer (PagedBuffer), which device memory has not.
+  DS_CHECK(cfg_.zero_optimization.stage <= 1,
+           cfg_.source << ": zero_optimization.stage " << cfg_.zero_optimization.stage
+                       << " with a model on a CUDA device: the GPU path supports stages 0 and 1; set stage 0 or 1");
+  DS_CHECK(comm_dtype_ == wdtype_,
+           cfg_.source << ": communication_data_type " << dtype_name(comm_dtype_) << " differs from the working dtype "
+                       << dtype_name(wdtype_) << "; the GPU path reduces gradients in the working dtype (remove the key)");
+  DS_CHECK(world_ == 1 || (device_comm_ && device_comm_->size() == world_),
+           "the module runs on a CUDA device and the job has " << world_ << " ranks: gradients need an NCCL "
+           "communicator of the same ranks (ds::initialize(cfg, model, comm, make_communicator(ctx, \"nccl\")))");
+  DS_CHECK(!accum_fp32_,
+           cfg_.source << ": data_types.grad_accum_dtype fp32 with the " << dtype_name(wdtype_)
+                       << " working dtype: the GPU path accumulates gradients in the working dtype; remove the key "
+                          "or set it to " << dtype_name(wdtype_));
+}
+
+void Engine::make_scaler() {
+  if (!cfg_.fp16.enabled) return;
+  precision::LossScalerConfig sc;
+  if (cfg_.fp16.loss_scale > 0) {
+    sc = precision::LossScalerConfig::fixed(cfg_.fp16.loss_scale);
+  } else {
+    sc.dynamic = true;
+    sc.initial_scale_power = cfg_.fp16.initial_scale_power;
+    sc.window = cfg_.fp16.loss_scale_window;
+    sc.hysteresis = cfg_.fp16.hysteresis;
+    sc.consecutive_hysteresis = cfg_.fp16.consecutive_hysteresis;
+    sc.min_scale = cfg_.fp16.min_loss_scale;
+    sc.raise_at_min_scale = true;
+  }
+  scaler_ = precision::LossScaler(sc);
+}
+
+// Ranks built with different models would broadcast and reduce mismatched counts, which
+// corrupts memory instead of failing. Compare a fingerprint of the names and shapes (and the
+// element count) first; every rank sees the same min/max, so every rank throws together.
+void Engine::check_same_model_on_all_ranks(const std::vector<ParamInfo>& infos) {
+  if (world_ <= 1) return;
+  std::uint64_t h = kFnv1aOffset;  // FNV-1a over "name:d0,d1,...;"
+  auto mix = [&h](const void* p, std::size_t n) { h = fnv1a64(p, n, h); };
+  for (const auto& p : infos) {
+    mix(p.name.data(), p.name.size());
+    for (std::int64_t d : p.shape) mix(&d, sizeof d);
+    mix(";", 1);
+  }
+  std::int64_t lo[2] = {std::int64_t(h >> 1), std::int64_t(map_.total_numel)};
+  std::int64_t hi[2] = {lo[0], lo[1]};
+  comm_->all_reduce(TensorView{lo, 2, DType::I64}, ReduceOp::Min);
+  comm_->all_reduce(TensorView{hi, 2, DType::I64}, ReduceOp::Max);
+  DS_CHECK(lo[0] == hi[0] && lo[1] == hi[1],
+           "the ranks hold different models: this rank has " << infos.size() << " parameter tensors, "
+           << map_.total_numel << " elements; across ranks the element count ranges from " << lo[1]
+           << " to " << hi[1] << " (names/shapes " << (lo[0] == hi[0] ? "agree" : "differ")
+           << "). Start every rank with the same model and config.");
+}
+
+}  // namespace ds
