@@ -7,6 +7,10 @@
 
 #include "ds/config/registry.h"
 
+// A Param entry names the members it sets; the others are value-initialized (no choices,
+// no note). GCC warns about each omitted member of such a positional aggregate initializer.
+#pragma GCC diagnostic ignored "-Wmissing-field-initializers"
+
 namespace ds::config {
 
 namespace {
@@ -46,7 +50,7 @@ OptimizerDescriptor adam(const char* name, const char* display) {
   d.params = with({{"betas", &P::betas}, {"eps", &P::eps, Range::at_least(0)},
                    {"bias_correction", &P::bias_correction}, adam_w_mode});
   d.false_only = {kAmsgrad};
-  d.noted = {"torch_adam"};
+  d.noted = {{"torch_adam", "is accepted and ignored: dstrain has one Adam implementation per device"}};
   return d;
 }
 
@@ -112,20 +116,6 @@ const OptimizerDescriptor* find_optimizer(const std::string& name) {
   for (const auto& d : optimizer_registry())
     if (d.name == name) return &d;
   return nullptr;
-}
-
-std::string Range::text() const {
-  auto num = [](double v) {
-    if (std::floor(v) == v && std::abs(v) < 1e15) return std::to_string(static_cast<long long>(v));
-    return nlohmann::json(v).dump();
-  };
-  const bool has_lo = lo != -kInf, has_hi = hi != kInf;
-  if (has_lo && has_hi) {
-    return "in " + std::string(lo_open ? "(" : "[") + num(lo) + ", " + num(hi) + (hi_open ? ")" : "]");
-  }
-  if (has_lo) return std::string(lo_open ? "> " : ">= ") + num(lo);
-  if (has_hi) return std::string(hi_open ? "< " : "<= ") + num(hi);
-  return "";
 }
 
 }  // namespace ds::config

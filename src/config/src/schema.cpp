@@ -59,6 +59,20 @@ std::string section_of(const std::string& key, const std::string& except) {
 
 }  // namespace detail
 
+std::string Range::text() const {
+  auto num = [](double v) {
+    if (std::floor(v) == v && std::abs(v) < 1e15) return std::to_string(static_cast<long long>(v));
+    return nlohmann::json(v).dump();
+  };
+  const bool has_lo = lo != -kInf, has_hi = hi != kInf;
+  if (has_lo && has_hi) {
+    return "in " + std::string(lo_open ? "(" : "[") + num(lo) + ", " + num(hi) + (hi_open ? ")" : "]");
+  }
+  if (has_lo) return std::string(lo_open ? "> " : ">= ") + num(lo);
+  if (has_hi) return std::string(hi_open ? "< " : "<= ") + num(hi);
+  return "";
+}
+
 std::vector<std::string> config_keys() {
   // Each section registers its keys as it is read, given or not: read a document with every
   // section present, and one optimizer and scheduler section per descriptor.

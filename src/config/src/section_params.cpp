@@ -152,11 +152,10 @@ OptimizerConfig parse_optimizer(Ctx& ctx, const Member& section) {
                "is not accepted here (DeepSpeed raises ValueError): use the top-level \"gradient_clipping\" instead");
     }
     for (const auto& spec : d.params) read_param(p, spec, o);
-    for (const auto& key : d.noted) {
+    for (const auto& [key, note] : d.noted) {
       if (const Member* m = p.get(key, false)) {
         p.read_bool(*m);
-        DS_INFO(ctx.where(m->key_pos) << ": " << p.sub(key) << " is accepted and ignored: "
-                                         "dstrain has one " << d.display << " implementation per device");
+        DS_INFO(ctx.where(m->key_pos) << ": " << p.sub(key) << " " << note);
       }
     }
     for (const auto& f : d.false_only) p.only_default(f.key, false, f.message);

@@ -79,7 +79,9 @@ struct OptimizerDescriptor {
   std::vector<Param<optim::OptimizerParams>> params;  // in reading order
   std::vector<FalseOnly> false_only;                  // "amsgrad", "maximize"
   std::vector<std::string> ignored;                   // accepted with no effect
-  std::vector<std::string> noted;                     // bools accepted and ignored with an info line
+  // Bools accepted and ignored with an info line: the key, and the line's text after
+  // "<where>: optimizer.params.<key> ".
+  std::vector<std::pair<std::string, std::string>> noted;
   // Restrictions. needs_dynamic_loss_scale: fp16.loss_scale must be 0 (the reason for the
   // engine's message); zero_reason non-empty: dstrain's engine runs it only at ZeRO stage 0.
   std::string needs_dynamic_loss_scale;
