@@ -35,6 +35,7 @@ Engine::Engine(config::DsConfig cfg, Module& module, std::shared_ptr<Communicato
   // A peer that never arrives (stopped, dead) ends the job after this long instead of hanging it.
   comm_->set_timeout(cfg_.comms_config.timeout);
   if (device_comm_) device_comm_->set_timeout(cfg_.comms_config.timeout);
+  comm_->set_paths({cfg_.communication.shared_memory, cfg_.communication.progress_thread});
   const bool cuda = device_ == Device::Cuda;
   if (cuda) {
     check_device_limits();
