@@ -1,4 +1,4 @@
-// MPI datatypes and ops (mpi_types.h; mpi_datatype / mpi_reduce_op in ds/mpi/mpi_comm.h).
+// MPI datatypes and ops (mpi_types.h).
 #include "mpi_types.h"
 
 #include <algorithm>

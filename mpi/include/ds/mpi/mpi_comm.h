@@ -162,9 +162,4 @@ class MpiComm final : public Communicator {
   std::unique_ptr<Impl> impl_;
 };
 
-// MPI datatype and op for a dtype / reduction (F16/BF16 and their ops are user-defined,
-// created on first use). Throw ds::Error naming op and dtype when unsupported.
-MPI_Datatype mpi_datatype(DType t);
-MPI_Op mpi_reduce_op(ReduceOp op, DType t);
-
 }  // namespace ds
