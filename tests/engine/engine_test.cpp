@@ -19,6 +19,7 @@
 #include "ds/engine/memory.h"
 #include "ds/engine/monitor.h"
 #include "ds/mpi/init.h"
+#include "ds/mpi/mpi_comm.h"
 #include "ds/sched/lr_scheduler.h"
 #include "test_model.h"
 
@@ -361,6 +362,24 @@ TEST(Engine, InitializeWithoutCommunicatorUsesWorld) {
   auto r = ds::initialize(base_config(2, 1).dump(), model);  // JSON text
   EXPECT_EQ(r.engine->comm().size(), W());
   EXPECT_EQ(r.engine->train_batch_size(), 2 * W());
+  ds::test::Data data(64, kD);
+  float l = r.engine->forward(data.batch(2 * g_world->rank(), 2));
+  r.engine->backward(l);
+  r.engine->step();
+  EXPECT_EQ(r.engine->global_steps(), 1);
+}
+
+TEST(Engine, CommunicationSectionTurnsHostPathsOff) {
+  // The config's `communication` section reaches the communicator initialize makes: with
+  // both switches off, no shared-memory window path and no progress thread are used.
+  ds::test::TestMlp model(kD, kH);
+  json cfg = base_config(2, 1);
+  cfg["communication"] = {{"shared_memory", false}, {"progress_thread", false}};
+  auto r = ds::initialize(cfg.dump(), model);
+  auto* mpi = dynamic_cast<ds::MpiComm*>(&r.engine->comm());
+  ASSERT_NE(mpi, nullptr);
+  EXPECT_FALSE(mpi->shm_enabled());
+  EXPECT_FALSE(mpi->uses_progress_thread());
   ds::test::Data data(64, kD);
   float l = r.engine->forward(data.batch(2 * g_world->rank(), 2));
   r.engine->backward(l);

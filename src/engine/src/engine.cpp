@@ -89,7 +89,8 @@ Engine::Engine(config::DsConfig cfg, Module& module, std::shared_ptr<Communicato
   ro.predivide_factor = cfg_.gradient_predivide_factor;
   ro.accum_fp32 = accum_fp32_;
   ro.release_grads = so.release_grads;
-  reducer_ = std::make_unique<engine::GradReducer>(map_, *store_, cuda && device_comm_ ? *device_comm_ : *comm_, ro, timers_);
+  grad_comm_ = cuda && device_comm_ ? device_comm_.get() : comm_.get();
+  reducer_ = std::make_unique<engine::GradReducer>(map_, *store_, *grad_comm_, ro, timers_);
   async_save_ = std::make_unique<engine::AsyncSave>();
 
   if (cfg_.csv_monitor.enabled && rank_ == 0)
@@ -196,8 +197,7 @@ void Engine::boundary_step() {
     ctx.betas = scheduler_->betas();
     // 5. Optimizer, then (ZeRO) every rank gets every updated slice, then the scheduler.
     store_->optimizer_step(*optimizer_, ctx);
-    if (store_->partitioned() && world_ > 1)
-      store_->gather_params(device_ == Device::Cuda ? *device_comm_ : *comm_);
+    if (store_->partitioned() && world_ > 1) store_->gather_params(*grad_comm_);
     scheduler_->step();
     last_step_applied_ = true;
   }

@@ -131,6 +131,7 @@ void Engine::save_checkpoint(const std::string& save_dir, std::optional<std::str
   io::CheckpointContent c = checkpoint_content(client_state);
   io::SaveOptions o;
   o.save_latest = save_latest;
+  o.io_threads = cfg_.checkpoint.io_threads;
   o.tag_validation = io::parse_tag_validation(cfg_.checkpoint.tag_validation);
   if (!cfg_.checkpoint.async_save) {
     std::string dir = io::save_checkpoint(*comm_, save_dir, t, c, o);
@@ -194,7 +195,7 @@ std::optional<std::pair<std::string, io::StateValue>> Engine::load_checkpoint(co
   const std::size_t cnt = store_->step_count();
   auto states = optimizer_->state_tensors();
   try {
-    r = std::make_unique<io::CheckpointReader>(load_dir, t);
+    r = std::make_unique<io::CheckpointReader>(load_dir, t, io::LoadOptions{cfg_.checkpoint.io_threads});
     std::vector<io::ExpectedParam> expected;
     for (const auto& p : map_.params) expected.push_back({p.name, p.shape, p.offset});
     r->check_model(expected, opt.load_module_strict);

@@ -136,7 +136,8 @@ class Engine {
   };
   GradientMemory gradient_memory() const;
 
-  // Full fp32 copy of the current working parameters (flat, unpadded), for tests and export.
+  // The consolidated model for export: an fp32 copy of the current working parameters (flat,
+  // unpadded, in Module::parameters() order; at stages 0-2 every rank holds them whole).
   std::vector<float> gather_params_fp32() const;
   // Accumulated ms per phase ("forward", "backward", "reduce", "step"); reset after each
   // progress line when wall_clock_breakdown is on.
@@ -160,6 +161,7 @@ class Engine {
   std::shared_ptr<Communicator> comm_;      // data-parallel group (all ranks)
   std::shared_ptr<void> dist_keepalive_;    // the distributed context when initialize made it
   std::shared_ptr<Communicator> device_comm_;  // NCCL group for a CUDA module's gradients (world > 1)
+  Communicator* grad_comm_ = nullptr;       // where gradients and ZeRO gathers travel: device_comm_ or comm_
   Device device_ = Device::Cpu;             // module.device()
   int rank_ = 0, world_ = 1;
   DType wdtype_ = DType::F32;               // working params and grads: F32 | F16 | BF16
@@ -223,7 +225,8 @@ InitResult initialize(config::DsConfig config, Module& module, std::shared_ptr<C
                       std::shared_ptr<Communicator> device_comm = nullptr);
 
 namespace io {
-// engine.wait_for_checkpoint() as a free function (also declared in ds/io/wait_for_checkpoint.h).
+// engine.wait_for_checkpoint() as a free function (kept for code written against earlier
+// releases, where it was declared in ds/io).
 std::string wait_for_checkpoint(Engine& engine);
 }  // namespace io
 
