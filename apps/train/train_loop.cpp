@@ -30,7 +30,6 @@
 #include "ds/engine/engine.h"
 #include "ds/optim/optimizer.h"
 #include "ds/io/state_value.h"
-#include "ds/io/wait_for_checkpoint.h"
 #include "ds/mpi/comm_factory.h"
 #include "ds/nn/gemm.h"
 #include "ds/nn/gpt.h"
@@ -607,7 +606,7 @@ void run(Job& j, DistributedContext& dist) {
   // With checkpoint.async_save the last save is still being written: commit it (collective)
   // before reporting success, or `latest` would name the previous tag. It prints the same
   // "saved checkpoint" line as a synchronous save.
-  io::wait_for_checkpoint(engine);
+  engine.wait_for_checkpoint();
 
   if (rank0) {
     const std::int64_t done = rep.steps_done();

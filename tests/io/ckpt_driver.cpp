@@ -27,7 +27,6 @@
 #include "ckpt_model.h"
 #include "ds/core/error.h"
 #include "ds/engine/engine.h"
-#include "ds/io/wait_for_checkpoint.h"
 #include "ds/mpi/init.h"
 
 namespace fs = std::filesystem;
@@ -200,7 +199,7 @@ int main(int argc, char** argv) {
           e.save_checkpoint((cdir / "ckpt").string(), std::nullopt, client);
         }
       }
-      if (async) io::wait_for_checkpoint(e);
+      if (async) e.wait_for_checkpoint();
       std::vector<float> params = e.gather_params_fp32();
       for (std::size_t i = 0; i < params.size(); ++i) lines.emplace_back("param" + std::to_string(i), hexf(params[i]));
       if (rank == 0) {
