@@ -112,7 +112,7 @@ struct GptCuda::Impl {
 
   // Attention: the materialised path (cuBLAS batched GEMMs, block-causal, + causal softmax;
   // the default: on an H200 at the GPT-2 124M shape it ran the step faster than our flash
-  // kernels, docs/user/performance.md) or, with attention.flash, flash attention
+  // kernels, bench/results) or, with attention.flash, flash attention
   // (cuda_flash.h: no [B, NH, T, T] tensor, for long contexts; fp16 / bf16 and the head sizes
   // it supports, else the materialised path).
   GptCudaAttention attention;
