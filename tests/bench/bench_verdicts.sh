@@ -19,16 +19,19 @@ expect() {  # expect NAME CODE PATTERN CMD...: exit CODE, PATTERN in stderr (or 
   if [ -n "$pattern" ]; then
     grep -qF -- "$pattern" "$D/err" "$D/out" || { cat "$D/out" "$D/err"; fail "$name: no '$pattern'"; }
   fi
-  if [ "$code" != 2 ]; then  # a run: the last stdout line is a record whose checks passed
-    tail -1 "$D/out" | grep -q '^JSON: {' || fail "$name: the last line is not a JSON: record"
-    tail -1 "$D/out" | sed 's/^JSON: //' | "$DS_SYSTEM_PYTHON" -c '
+  [ "$code" != 2 ] && record_ok "$name"  # a run
+  echo "ok: $name (exit $rc)"
+}
+
+record_ok() {  # record_ok NAME: the last stdout line of the run is a record whose checks passed
+  local name=$1
+  tail -1 "$D/out" | grep -q '^JSON: {' || fail "$name: the last line is not a JSON: record"
+  tail -1 "$D/out" | sed 's/^JSON: //' | "$DS_SYSTEM_PYTHON" -c '
 import json, sys
 r = json.load(sys.stdin)
 assert r["checks"] and all(c["ok"] for c in r["checks"]), r["checks"]
 print("   record:", r["bench"], "checks", [c["detail"] for c in r["checks"]], "ratio", r["ratio"])' ||
-      fail "$name: a check in the record failed"
-  fi
-  echo "ok: $name (exit $rc)"
+    fail "$name: a check in the record failed"
 }
 
 comm=(--min_size 4K --max_size 64K --warmup 0 --budget 0.001)
@@ -62,5 +65,37 @@ if [ -x "$B/zero/zero_bench" ]; then  # built with the engine
   expect "zero_bench --stage 2" 0 "the final parameters equal stage 0's" $MPI -np 2 "$B/zero/zero_bench" --stage 2 "${zero[@]}"
   expect "zero_bench --stage 1 --min_ratio 1000" 3 "is below --min_ratio 1000" $MPI -np 2 "$B/zero/zero_bench" --stage 1 "${zero[@]}" --min_ratio 1000
   expect "zero_bench --stage x" 2 "--stage" "$B/zero/zero_bench" --stage x
+fi
+# The GPU benchmarks (built with CUDA): a bad flag exits 2 on any machine; without a GPU a
+# run exits 77 after one line; with one, it checks its result and honours --min_ratio.
+gpu_run() {  # gpu_run NAME CMD...: 77 and the skip line without a GPU, else a passing run
+  local name=$1
+  shift
+  "$@" >"$D/out" 2>"$D/err"
+  local rc=$?
+  if [ "$rc" = 77 ]; then
+    [ "$(wc -l <"$D/out")" = 1 ] && grep -q "no CUDA device visible" "$D/out" ||
+      { cat "$D/out" "$D/err"; fail "$name: exit 77 without the one skip line"; }
+    echo "ok: $name (exit 77: no GPU)"
+    return 1
+  fi
+  [ "$rc" = 0 ] || { cat "$D/out" "$D/err"; fail "$name: exit $rc, expected 0 (or 77 without a GPU)"; }
+  record_ok "$name"
+  echo "ok: $name (exit 0)"
+}
+if [ -x "$B/optim/optim_bench_cuda" ]; then
+  expect "optim_bench_cuda --min_ratio x" 2 "optim_bench_cuda: error: --min_ratio: expected a number >= 0, got 'x'" \
+    "$B/optim/optim_bench_cuda" --min_ratio x
+  expect "optim_bench_cuda 12x" 2 "optim_bench_cuda: error: params: expected a positive integer, got '12x'" \
+    "$B/optim/optim_bench_cuda" 12x
+  if gpu_run "optim_bench_cuda 100003 2" "$B/optim/optim_bench_cuda" 100003 2; then
+    expect "optim_bench_cuda --min_ratio 1000" 3 "is below --min_ratio 1000" "$B/optim/optim_bench_cuda" 100003 2 --min_ratio 1000
+  fi
+fi
+if [ -x "$B/gpu/bench_layers_cuda" ]; then
+  expect "bench_layers_cuda --bogus" 2 "bench_layers_cuda: error: unknown argument '--bogus'" "$B/gpu/bench_layers_cuda" --bogus
+  expect "bench_layers_cuda --min_ratio" 2 "bench_layers_cuda: error: a value is needed after '--min_ratio'" \
+    "$B/gpu/bench_layers_cuda" --min_ratio
+  gpu_run "bench_layers_cuda" "$B/gpu/bench_layers_cuda"
 fi
 echo "bench_verdicts: OK"
