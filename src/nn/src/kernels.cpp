@@ -7,6 +7,7 @@
 #include "ds/nn/kernels.h"
 
 #include "ds/nn/gemm.h"
+#include "softmax_rows.h"
 
 #include "ds/core/cpu_features.h"
 #include "ds/core/env.h"
@@ -509,6 +510,20 @@ void add_inplace(float* a, const float* b, std::int64_t n) {
     const std::int64_t i0 = c * kChunk;
     add_block(a + i0, b + i0, std::min(kChunk, n - i0));
   }
+}
+
+void causal_softmax_rows(float* S, std::int64_t T) {
+  const bool avx512 = use_avx512_rows();
+  for (std::int64_t i = 0; i < T; ++i)
+    if (avx512) causal_softmax_row_avx512(S + i * T, i + 1, T);
+    else causal_softmax_row(S + i * T, i + 1, T);
+}
+
+void causal_softmax_bwd_rows(float* dP, const float* P, std::int64_t T) {
+  const bool avx512 = use_avx512_rows();
+  for (std::int64_t i = 0; i < T; ++i)
+    if (avx512) softmax_bwd_row_avx512(dP + i * T, P + i * T, i + 1, T);
+    else softmax_bwd_row(dP + i * T, P + i * T, i + 1, T);
 }
 
 }  // namespace ds::nn::kernels

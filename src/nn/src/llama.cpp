@@ -1,0 +1,246 @@
+#include "ds/nn/llama.h"
+
+#include <omp.h>
+
+#include <algorithm>
+#include <cstring>
+#include <exception>
+
+#include "ds/core/error.h"
+#include "ds/nn/kernels.h"
+#include "ds/nn/llama_kernels.h"
+#include "sampling.h"
+
+namespace ds::nn {
+
+namespace k = kernels;
+
+Llama::Llama(const LlamaConfig& cfg) : cfg_(resolved(cfg)) {
+  const std::vector<LlamaParam> layout = llama_parameters(cfg_);  // validates
+  hd_ = cfg_.n_embd / cfg_.n_head;
+  kv_ = cfg_.n_kv_head * hd_;
+  layers_.assign(std::size_t(cfg_.n_layer), LayerIdx{});
+  for (const LlamaParam& p : layout) {
+    const std::size_t id = ps_.add(p.name, p.shape);
+    LayerIdx* L = p.layer >= 0 ? &layers_[std::size_t(p.layer)] : nullptr;
+    switch (p.role) {
+      case LlamaRole::Embedding: embed_ = id; break;
+      case LlamaRole::FinalNorm: normf_ = id; break;
+      case LlamaRole::LmHead: head_ = id; break;
+      case LlamaRole::QProj: L->q = id; break;
+      case LlamaRole::KProj: L->k = id; break;
+      case LlamaRole::VProj: L->v = id; break;
+      case LlamaRole::OProj: L->o = id; break;
+      case LlamaRole::GateProj: L->gate = id; break;
+      case LlamaRole::UpProj: L->up = id; break;
+      case LlamaRole::DownProj: L->down = id; break;
+      case LlamaRole::InputNorm: L->ln1 = id; break;
+      case LlamaRole::PostAttnNorm: L->ln2 = id; break;
+    }
+  }
+  if (cfg_.tie_embeddings) head_ = embed_;
+  rope_cos_.resize(std::size_t(cfg_.block_size * hd_ / 2));
+  rope_sin_.resize(rope_cos_.size());
+  k::rope_tables(rope_cos_.data(), rope_sin_.data(), cfg_.block_size, hd_, cfg_.rope_theta);
+}
+
+void Llama::init_parameters(std::span<const std::span<float>> params, std::uint64_t seed) {
+  const auto& infos = ps_.infos();
+  DS_CHECK(params.size() == infos.size(),
+           "Llama::init_parameters: expected " << infos.size() << " spans, got " << params.size());
+  for (std::size_t i = 0; i < infos.size(); ++i) {
+    DS_CHECK(params[i].size() == infos[i].numel(),
+             "Llama::init_parameters: '" << infos[i].name << "' needs " << infos[i].numel()
+                                         << " floats, got " << params[i].size());
+    if (infos[i].shape.size() == 1) init_constant(params[i], 1.0f);  // the RMSNorm weights
+    else init_normal(params[i], kLlamaInitStd, seed, i);
+  }
+}
+
+void Llama::bind(std::span<const TensorView> params, std::span<const TensorView> grads) {
+  ps_.bind(params, grads);
+  if (!prec_fixed_) prec_ = layer_precision(ps_.dtype() == DType::BF16);
+  have_cache_ = false;
+}
+
+void Llama::ensure_scratch(std::int64_t B, std::int64_t T) {
+  const std::int64_t BT = B * T;
+  const int slots = std::max(1, omp_get_max_threads());
+  if (BT <= cap_bt_ && T <= cap_t_ && slots <= att_slots_) return;
+  cap_bt_ = std::max(cap_bt_, BT);
+  cap_t_ = std::max(cap_t_, T);
+  att_slots_ = std::max(att_slots_, slots);
+  const std::int64_t N = cap_bt_, C = cfg_.n_embd, L = cfg_.n_layer, V = cfg_.vocab_size;
+  const std::int64_t KV = kv_, I = cfg_.intermediate_size, NH = cfg_.n_head;
+  const std::int64_t att = N * NH * cap_t_;  // B*NH*T*T <= BT*NH*T
+  auto pad = [](std::int64_t n) { return (n + 15) / 16 * 16; };  // 64-byte aligned arrays
+  const std::int64_t per_layer =
+      pad(N * C) * 5 + pad(N) * 2 + pad(N * KV) * 2 + pad(att) + pad(N * I) * 3;
+  const std::int64_t total = per_layer * L + pad(N * C) * (L + 1) + pad(N * C) + pad(N) * 2 + pad(N * V) +
+                             pad(N * C) * 4 + pad(N * KV) * 2 + pad(N * I) * 3 + pad(cap_t_ * cap_t_) * att_slots_;
+  try {
+    arena_ = HostBuffer(std::size_t(total), DType::F32);
+  } catch (const std::exception&) {
+    DS_THROW("Llama: out of host memory allocating the activations of " << B << " sequences x " << T
+             << " tokens (" << double(total) * 4 / double(1ull << 30)
+             << " GiB); lower train_micro_batch_size_per_gpu");
+  }
+  float* p = arena_.as<float>();
+  auto take = [&](std::int64_t n) { float* r = p; p += pad(n); return r; };
+  acts_.assign(std::size_t(L), LayerAct{});
+  for (auto& a : acts_) {
+    a.ln1 = take(N * C); a.rstd1 = take(N); a.q = take(N * C); a.k = take(N * KV); a.v = take(N * KV);
+    a.att = take(att); a.atty = take(N * C); a.x1 = take(N * C); a.ln2 = take(N * C); a.rstd2 = take(N);
+    a.gate = take(N * I); a.up = take(N * I); a.h = take(N * I);
+  }
+  resid_.resize(std::size_t(L + 1));
+  for (auto& r : resid_) r = take(N * C);
+  lnf_ = take(N * C); rstdf_ = take(N); lse_ = take(N); logits_ = take(N * V);
+  dres_ = take(N * C); dln_ = take(N * C); datty_ = take(N * C); dq_ = take(N * C);
+  dk_ = take(N * KV); dv_ = take(N * KV);
+  dgate_ = take(N * I); dup_ = take(N * I); dh_ = take(N * I);
+  datt_scratch_ = take(cap_t_ * cap_t_ * att_slots_);
+}
+
+void Llama::run_forward(const std::int32_t* tokens, std::int64_t B, std::int64_t T) {
+  ps_.prepare_forward();
+  ensure_scratch(B, T);
+  B_ = B;
+  T_ = T;
+  const std::int64_t N = B * T, C = cfg_.n_embd, V = cfg_.vocab_size, KV = kv_, I = cfg_.intermediate_size;
+  const std::int64_t NH = cfg_.n_head, NKV = cfg_.n_kv_head;
+  const float eps = float(cfg_.rms_norm_eps);
+  k::embedding_forward(resid_[0], tokens, ps_.w(embed_), nullptr, B, T, C);
+  for (std::size_t l = 0; l < layers_.size(); ++l) {
+    const LayerIdx& P = layers_[l];
+    const LayerAct& a = acts_[l];
+    const float* x = resid_[l];
+    // x1 = x + o_proj(attn(rope(q_proj(n)), rope(k_proj(n)), v_proj(n))), n = rmsnorm(x)
+    k::rmsnorm_forward(a.ln1, a.rstd1, x, ps_.w(P.ln1), N, C, eps);
+    k::linear_forward(a.q, a.ln1, ps_.w(P.q), nullptr, nullptr, N, C, C, prec_);
+    k::linear_forward(a.k, a.ln1, ps_.w(P.k), nullptr, nullptr, N, C, KV, prec_);
+    k::linear_forward(a.v, a.ln1, ps_.w(P.v), nullptr, nullptr, N, C, KV, prec_);
+    k::rope_forward(a.q, N, T, C, NH, hd_, rope_cos_.data(), rope_sin_.data());
+    k::rope_forward(a.k, N, T, KV, NKV, hd_, rope_cos_.data(), rope_sin_.data());
+    k::gqa_attention_forward(a.atty, a.att, a.q, a.k, a.v, C, KV, B, T, NH, NKV, hd_);
+    k::linear_forward(a.x1, a.atty, ps_.w(P.o), nullptr, x, N, C, C, prec_);
+    // x2 = x1 + down_proj(silu(gate_proj(n)) * up_proj(n)), n = rmsnorm(x1)
+    k::rmsnorm_forward(a.ln2, a.rstd2, a.x1, ps_.w(P.ln2), N, C, eps);
+    k::linear_forward(a.gate, a.ln2, ps_.w(P.gate), nullptr, nullptr, N, C, I, prec_);
+    k::linear_forward(a.up, a.ln2, ps_.w(P.up), nullptr, nullptr, N, C, I, prec_);
+    k::swiglu_forward(a.h, a.gate, a.up, N * I);
+    k::linear_forward(resid_[l + 1], a.h, ps_.w(P.down), nullptr, a.x1, N, I, C, prec_);
+  }
+  k::rmsnorm_forward(lnf_, rstdf_, resid_.back(), ps_.w(normf_), N, C, eps);
+  k::linear_forward(logits_, lnf_, ps_.w(head_), nullptr, nullptr, N, C, V, prec_);
+}
+
+float Llama::loss_forward(const Batch& batch) {
+  const std::int64_t B = batch.batch, T = batch.seq, V = cfg_.vocab_size;
+  DS_CHECK(B > 0 && T > 0, "Llama::forward: batch (" << B << ") and seq (" << T << ") must be > 0");
+  DS_CHECK(T <= cfg_.block_size, "Llama::forward: seq " << T << " exceeds block_size " << cfg_.block_size);
+  const std::size_t N = std::size_t(B * T);
+  DS_CHECK(batch.inputs.size() == N && batch.targets.size() == N,
+           "Llama::forward: inputs/targets must hold batch*seq = " << N << " tokens, got "
+                                                                   << batch.inputs.size() << "/"
+                                                                   << batch.targets.size());
+  tokens_.assign(batch.inputs.begin(), batch.inputs.end());
+  targets_.assign(batch.targets.begin(), batch.targets.end());
+  for (std::size_t i = 0; i < N; ++i)
+    DS_CHECK(tokens_[i] >= 0 && tokens_[i] < V && targets_[i] >= 0 && targets_[i] < V,
+             "Llama::forward: token id out of range [0, " << V << ") at position " << i << " (input "
+                                                          << tokens_[i] << ", target " << targets_[i] << ")");
+  run_forward(tokens_.data(), B, T);
+  return k::crossentropy_forward(lse_, logits_, targets_.data(), std::int64_t(N), V);
+}
+
+float Llama::forward(const Batch& batch) {
+  have_cache_ = false;
+  const float loss = loss_forward(batch);
+  have_cache_ = true;
+  return loss;
+}
+
+float Llama::evaluate(const Batch& batch) {
+  have_cache_ = false;
+  return loss_forward(batch);
+}
+
+void Llama::backward(float scale, const std::function<void(std::size_t)>& grad_ready) {
+  DS_CHECK(have_cache_, "Llama::backward: call forward() first (evaluate() and generation do not "
+                        "keep activations for backward)");
+  have_cache_ = false;
+  ps_.prepare_backward();
+  auto done = [&](std::size_t id) { ps_.finish_grad(id, grad_ready); };
+  auto g = [&](std::size_t id) { return ps_.g(id); };
+  auto w = [&](std::size_t id) { return ps_.w(id); };
+  const std::int64_t B = B_, T = T_, N = B * T, C = cfg_.n_embd, V = cfg_.vocab_size, KV = kv_;
+  const std::int64_t I = cfg_.intermediate_size, NH = cfg_.n_head, NKV = cfg_.n_kv_head;
+  // Softmax + cross-entropy gradient in place over the logits; then the LM head.
+  k::crossentropy_backward(logits_, lse_, targets_.data(), N, V, scale);
+  k::linear_backward(dln_, g(head_), nullptr, logits_, lnf_, w(head_), N, C, V, false, prec_);
+  if (!cfg_.tie_embeddings) done(head_);
+  std::memset(dres_, 0, std::size_t(N * C) * sizeof(float));
+  k::rmsnorm_backward(dres_, g(normf_), dln_, resid_.back(), w(normf_), rstdf_, N, C);
+  done(normf_);
+  for (std::size_t li = layers_.size(); li-- > 0;) {
+    const LayerIdx& P = layers_[li];
+    const LayerAct& a = acts_[li];
+    // MLP; dres holds dL/dx2.
+    k::linear_backward(dh_, g(P.down), nullptr, dres_, a.h, w(P.down), N, I, C, false, prec_);
+    done(P.down);
+    k::swiglu_backward(dgate_, dup_, dh_, a.gate, a.up, N * I);
+    k::linear_backward(dln_, g(P.up), nullptr, dup_, a.ln2, w(P.up), N, C, I, false, prec_);
+    done(P.up);
+    k::linear_backward(dln_, g(P.gate), nullptr, dgate_, a.ln2, w(P.gate), N, C, I, true, prec_);
+    done(P.gate);
+    k::rmsnorm_backward(dres_, g(P.ln2), dln_, a.x1, w(P.ln2), a.rstd2, N, C);
+    done(P.ln2);
+    // Attention; dres holds dL/dx1.
+    k::linear_backward(datty_, g(P.o), nullptr, dres_, a.atty, w(P.o), N, C, C, false, prec_);
+    done(P.o);
+    k::gqa_attention_backward(dq_, dk_, dv_, datty_, a.q, a.k, a.v, C, KV, a.att, B, T, NH, NKV, hd_,
+                              datt_scratch_, att_slots_);
+    k::rope_backward(dq_, N, T, C, NH, hd_, rope_cos_.data(), rope_sin_.data());
+    k::rope_backward(dk_, N, T, KV, NKV, hd_, rope_cos_.data(), rope_sin_.data());
+    k::linear_backward(dln_, g(P.q), nullptr, dq_, a.ln1, w(P.q), N, C, C, false, prec_);
+    done(P.q);
+    k::linear_backward(dln_, g(P.k), nullptr, dk_, a.ln1, w(P.k), N, C, KV, true, prec_);
+    done(P.k);
+    k::linear_backward(dln_, g(P.v), nullptr, dv_, a.ln1, w(P.v), N, C, KV, true, prec_);
+    done(P.v);
+    k::rmsnorm_backward(dres_, g(P.ln1), dln_, resid_[li], w(P.ln1), a.rstd1, N, C);
+    done(P.ln1);
+  }
+  k::embedding_backward(g(embed_), nullptr, dres_, tokens_.data(), B, T, C);
+  done(embed_);
+}
+
+double Llama::flops_per_token(std::int64_t seq) const {
+  const double C = double(cfg_.n_embd), L = double(cfg_.n_layer), V = double(cfg_.vocab_size);
+  const double KV = double(kv_), I = double(cfg_.intermediate_size);
+  const double T = double(seq > 0 ? seq : cfg_.block_size);
+  const double n_matmul = L * (2.0 * C * C + 2.0 * C * KV + 3.0 * C * I) + V * C;
+  return 6.0 * n_matmul + 12.0 * L * C * T;
+}
+
+std::vector<float> Llama::logits_last(std::span<const std::int32_t> context) {
+  DS_CHECK(!context.empty(), "Llama::logits_last: empty context");
+  have_cache_ = false;
+  const std::int64_t V = cfg_.vocab_size;
+  const std::size_t T = std::min<std::size_t>(context.size(), std::size_t(cfg_.block_size));
+  tokens_.assign(context.end() - std::ptrdiff_t(T), context.end());
+  for (std::int32_t t : tokens_)
+    DS_CHECK(t >= 0 && t < V, "Llama::logits_last: token " << t << " outside [0, " << V << ")");
+  run_forward(tokens_.data(), 1, std::int64_t(T));
+  const float* row = logits_ + (std::int64_t(T) - 1) * V;
+  return std::vector<float>(row, row + V);
+}
+
+std::vector<std::int32_t> Llama::generate(std::span<const std::int32_t> context, int n_new,
+                                          float temperature, std::uint64_t seed) {
+  return sample_tokens(context, n_new, temperature, seed,
+                       [this](std::span<const std::int32_t> ctx) { return logits_last(ctx); });
+}
+
+}  // namespace ds::nn
