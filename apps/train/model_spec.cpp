@@ -11,6 +11,10 @@ std::string ModelSpec::describe() const {
   if (type == "gpt") {
     os << "gpt n_layer=" << n_layer << " n_head=" << n_head << " n_embd=" << n_embd
        << " block_size=" << block_size << " vocab_size=" << vocab_size;
+  } else if (type == "llama") {
+    os << "llama n_layer=" << n_layer << " n_head=" << n_head << " n_kv_head=" << n_kv_head << " n_embd=" << n_embd
+       << " intermediate_size=" << intermediate_size << " block_size=" << block_size
+       << " vocab_size=" << vocab_size;
   } else {
     os << "mlp n_layer=" << n_layer << " n_embd=" << n_embd << " block_size=" << block_size
        << " vocab_size=" << vocab_size;
@@ -36,21 +40,25 @@ ModelSpec resolve_model_spec(const nlohmann::json& section, const TrainOptions& 
   ModelSpec m;
   if (!section.is_null()) {
     DS_CHECK(section.is_object(), source << ": \"model\" must be an object, got " << section.dump());
-    static const char* known[] = {"type", "n_layer", "n_head", "n_embd", "block_size", "vocab_size"};
+    static const char* known[] = {"type",       "n_layer",    "n_head",           "n_kv_head",
+                                  "n_embd",     "block_size", "intermediate_size", "vocab_size"};
     for (const auto& [key, value] : section.items()) {
       bool ok = false;
       for (const char* k : known) ok = ok || key == k;
       DS_CHECK(ok, source << ": unknown key model." << key
-                          << " (known: type, n_layer, n_head, n_embd, block_size, vocab_size)");
+                          << " (known: type, n_layer, n_head, n_kv_head, n_embd, intermediate_size, block_size, "
+                             "vocab_size)");
     }
     if (section.contains("type")) {
       const auto& t = section.at("type");
-      DS_CHECK(t.is_string() && (t == "gpt" || t == "mlp"),
-               source << ": model.type must be \"gpt\" or \"mlp\", got " << t.dump());
+      DS_CHECK(t.is_string() && (t == "gpt" || t == "mlp" || t == "llama"),
+               source << ": model.type must be \"gpt\", \"mlp\" or \"llama\", got " << t.dump());
       m.type = t.get<std::string>();
     }
     m.n_layer = positive_int(section, "n_layer", m.n_layer, source);
     m.n_head = positive_int(section, "n_head", m.n_head, source);
+    m.n_kv_head = positive_int(section, "n_kv_head", 0, source);
+    m.intermediate_size = positive_int(section, "intermediate_size", 0, source);
     m.n_embd = positive_int(section, "n_embd", m.n_embd, source);
     m.block_size = positive_int(section, "block_size", m.block_size, source);
     m.vocab_size = positive_int(section, "vocab_size", 0, source);
@@ -58,12 +66,28 @@ ModelSpec resolve_model_spec(const nlohmann::json& section, const TrainOptions& 
   if (opts.model) m.type = *opts.model;
   if (opts.n_layer) m.n_layer = *opts.n_layer;
   if (opts.n_head) m.n_head = *opts.n_head;
+  if (opts.n_kv_head) m.n_kv_head = *opts.n_kv_head;
+  if (opts.intermediate_size) m.intermediate_size = *opts.intermediate_size;
   if (opts.n_embd) m.n_embd = *opts.n_embd;
   if (opts.block_size) m.block_size = *opts.block_size;
-  if (m.type == "gpt") {
+  if (m.type == "gpt" || m.type == "llama") {
     DS_CHECK(m.n_embd % m.n_head == 0, "n_embd (" << m.n_embd << ") must be divisible by n_head ("
                                                   << m.n_head << "); set --n_embd/--n_head or model.n_embd/model.n_head in "
                                                   << source);
+  }
+  if (m.type == "llama") {
+    if (m.n_kv_head == 0) m.n_kv_head = m.n_head;
+    DS_CHECK((m.n_embd / m.n_head) % 2 == 0,
+             "llama: the head dim n_embd / n_head (" << m.n_embd / m.n_head
+                 << ") must be even (rotary embedding); set --n_embd/--n_head or model.n_embd/model.n_head in "
+                 << source);
+    DS_CHECK(m.n_head % m.n_kv_head == 0,
+             "llama: n_head (" << m.n_head << ") must be divisible by n_kv_head (" << m.n_kv_head
+                               << "); set --n_kv_head or model.n_kv_head in " << source);
+  } else {
+    DS_CHECK(m.n_kv_head == 0 && m.intermediate_size == 0,
+             "n_kv_head and intermediate_size are llama settings; --model " << m.type << " takes neither (from "
+                                                                            << source << " or the flags)");
   }
   return m;
 }

@@ -12,9 +12,11 @@
 namespace ds::train {
 
 struct ModelSpec {
-  std::string type = "gpt";       // gpt | mlp
+  std::string type = "gpt";       // gpt | mlp | llama
   std::int64_t n_layer = 4;
   std::int64_t n_head = 4;
+  std::int64_t n_kv_head = 0;          // llama: key/value heads (0: n_head)
+  std::int64_t intermediate_size = 0;  // llama: SwiGLU width (0: llama_default_intermediate)
   std::int64_t n_embd = 128;
   std::int64_t block_size = 64;
   std::int64_t vocab_size = 0;  // 0: from the data (256 for text, the token file's vocab)
@@ -24,7 +26,8 @@ struct ModelSpec {
 
 // `model_section` is the config's top-level "model" object (or null when absent); `source`
 // names the config file in errors. Throws ds::Error naming the key for unknown keys and bad
-// values, and for shapes the model cannot take (n_embd not divisible by n_head).
+// values, and for shapes the model cannot take (n_embd not divisible by n_head; for llama an
+// odd head dim or n_head not divisible by n_kv_head).
 ModelSpec resolve_model_spec(const nlohmann::json& model_section, const TrainOptions& opts,
                              const std::string& source);
 

@@ -31,14 +31,18 @@ ParseResult parse_options(int argc, const char* const* argv) {
   engine::DeepSpeedArgs ds_args;
   engine::add_deepspeed_args(app, ds_args);
 
-  add_optional(app, "--model", o.model, "Model: gpt (default) or mlp")
-      ->check(CLI::IsMember({"gpt", "mlp"}));
+  add_optional(app, "--model", o.model, "Model: gpt (default), mlp or llama (CPU only)")
+      ->check(CLI::IsMember({"gpt", "mlp", "llama"}));
   add_optional(app, "--n_layer", o.n_layer, "Transformer blocks (GPT) / hidden layers (MLP)")
       ->check(CLI::Range(std::int64_t{1}, std::int64_t{1024}));
   add_optional(app, "--n_head", o.n_head, "Attention heads (GPT)")
       ->check(CLI::Range(std::int64_t{1}, std::int64_t{1024}));
   add_optional(app, "--n_embd", o.n_embd, "Embedding / hidden width")
       ->check(CLI::Range(std::int64_t{1}, std::int64_t{1} << 20));
+  add_optional(app, "--n_kv_head", o.n_kv_head, "Key/value heads (llama; default n_head)")
+      ->check(CLI::Range(std::int64_t{1}, std::int64_t{1024}));
+  add_optional(app, "--intermediate_size", o.intermediate_size, "SwiGLU MLP width (llama; default: from n_embd)")
+      ->check(CLI::Range(std::int64_t{1}, std::int64_t{1} << 24));
   add_optional(app, "--block_size", o.block_size, "Context length in tokens (bytes)")
       ->check(CLI::Range(std::int64_t{1}, std::int64_t{1} << 20));
 

@@ -16,8 +16,9 @@ struct TrainOptions {
   std::optional<int> local_rank;    // --local_rank N / --local_rank=N (cross-checked)
 
   // Model: flags override the config's "model" section, which overrides the defaults.
-  std::optional<std::string> model;  // gpt | mlp
+  std::optional<std::string> model;  // gpt | mlp | llama
   std::optional<std::int64_t> n_layer, n_head, n_embd, block_size;
+  std::optional<std::int64_t> n_kv_head, intermediate_size;  // llama
 
   // Data and run length.
   std::string data;                  // empty: the embedded corpus

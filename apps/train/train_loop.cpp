@@ -33,6 +33,7 @@
 #include "ds/mpi/comm_factory.h"
 #include "ds/nn/gemm.h"
 #include "ds/nn/gpt.h"
+#include "ds/nn/llama.h"
 #include "ds/nn/mlp.h"
 #if DS_NN_HAVE_CUDA
 #include <cuda_runtime.h>
@@ -218,6 +219,8 @@ JobPtr prepare(const TrainOptions& opts, const DistributedContext& dist) {
   config::resolve_batch_sizes(j.cfg, dist.world_size);
   j.spec = resolve_model_spec(j.cfg.raw.contains("model") ? j.cfg.raw.at("model") : nlohmann::json(nullptr),
                               opts, opts.config);
+  if (j.spec.type == "llama" && j.spec.intermediate_size == 0)  // shown and checked on resume
+    j.spec.intermediate_size = nn::llama_default_intermediate(j.spec.n_embd);
   j.seed = opts.seed ? *opts.seed : j.cfg.seed.value_or(kDefaultSeed);
   j.cfg.seed = j.seed;  // the engine seeds the model init with it
 
@@ -277,7 +280,8 @@ JobPtr prepare(const TrainOptions& opts, const DistributedContext& dist) {
   // --save_dir that cannot take checkpoints fails now, not at the first save after training.
   if (!opts.save_dir.empty()) check_save_dir(opts.save_dir);
 
-  j.on_gpu = use_gpu(opts.device, dist);
+  // The Llama runs on the CPU only: --device auto picks the CPU for it.
+  j.on_gpu = !(opts.device == "auto" && j.spec.type == "llama") && use_gpu(opts.device, dist);
 
   // What all ranks must share: checked by main() before the first collective, because
   // collectives over differently sized models corrupt memory instead of failing cleanly.
@@ -325,6 +329,20 @@ JobPtr prepare(const TrainOptions& opts, const DistributedContext& dist) {
       j.flops_per_token = gpt->flops_per_token();
       j.model = std::move(gpt);
     }
+  } else if (j.spec.type == "llama") {
+    nn::LlamaConfig c;
+    c.n_layer = j.spec.n_layer;
+    c.n_head = j.spec.n_head;
+    c.n_kv_head = j.spec.n_kv_head;
+    c.n_embd = j.spec.n_embd;
+    c.intermediate_size = j.spec.intermediate_size;
+    c.block_size = j.spec.block_size;
+    c.vocab_size = j.spec.vocab_size;
+    (void)nn::parse_cpu_bf16_gemm(j.cfg.kernels.cpu_bf16_gemm, "kernels.cpu_bf16_gemm");
+    auto llama = std::make_unique<nn::Llama>(c);
+    j.generate = [m = llama.get()](auto ctx, int n, float temp, std::uint64_t seed) { return m->generate(ctx, n, temp, seed); };
+    j.flops_per_token = llama->flops_per_token();
+    j.model = std::move(llama);
   } else {
     nn::MlpConfig m;
     m.in_features = j.spec.block_size * j.spec.vocab_size;
@@ -353,7 +371,7 @@ struct Bf16GemmChoice {
 // same config: the job fingerprints agreed).
 Bf16GemmChoice agree_cpu_bf16_gemm(const Job& j, Communicator& comm) {
   Bf16GemmChoice c;
-  c.applies = !j.on_gpu && j.spec.type == "gpt" && j.cfg.bf16.enabled;
+  c.applies = !j.on_gpu && (j.spec.type == "gpt" || j.spec.type == "llama") && j.cfg.bf16.enabled;
   if (!c.applies) return c;
   const nn::CpuBf16Gemm mode = nn::parse_cpu_bf16_gemm(j.cfg.kernels.cpu_bf16_gemm, "kernels.cpu_bf16_gemm");
   std::int32_t bf16 = nn::cpu_bf16_gemm_choice(mode) ? 1 : 0;
