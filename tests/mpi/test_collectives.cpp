@@ -18,6 +18,7 @@
 #include "ds/core/half.h"
 #include "ds/mpi/init.h"
 #include "ds/mpi/mpi_comm.h"
+#include "mpi_comm_testing.h"
 
 namespace {
 
@@ -113,7 +114,7 @@ void run_variant(ds::MpiComm& c, const char* variant, bool nonblocking, bool com
         for (std::size_t i = 0; i < count; ++i) expected(exp.data(), t, i, i, n, op);
         ds::TensorView v{buf.data(), count, t};
         if (nonblocking) c.iall_reduce(v, op)->wait(); else c.all_reduce(v, op);
-        if (compare_mpi) c.all_reduce_mpi(ds::TensorView{ref.data(), count, t}, op);
+        if (compare_mpi) ds::detail::MpiCommTesting::all_reduce_mpi(c, ds::TensorView{ref.data(), count, t}, op);
         else ref = exp;
         std::size_t bad = mismatches(buf, exp, es), bad_mpi = mismatches(buf, ref, es);
         EXPECT(bad == 0 && bad_mpi == 0, "%s: %zu wrong vs expected, %zu differ from plain MPI",
@@ -125,7 +126,7 @@ void run_variant(ds::MpiComm& c, const char* variant, bool nonblocking, bool com
         for (std::size_t i = 0; i < count; ++i) expected(rexp.data(), t, i, r * count + i, n, op);
         ds::TensorView sv{send.data(), count * n, t}, rv{recv.data(), count, t};
         if (nonblocking) c.ireduce_scatter(sv, rv, op)->wait(); else c.reduce_scatter(sv, rv, op);
-        if (compare_mpi) c.reduce_scatter_mpi(sv, ds::TensorView{rref.data(), count, t}, op);
+        if (compare_mpi) ds::detail::MpiCommTesting::reduce_scatter_mpi(c, sv, ds::TensorView{rref.data(), count, t}, op);
         else rref = rexp;
         bad = mismatches(recv, rexp, es);
         bad_mpi = mismatches(recv, rref, es);

@@ -40,7 +40,10 @@
 
 namespace ds {
 
-namespace detail { struct MpiRuntime; }
+namespace detail {
+struct MpiRuntime;
+struct MpiCommTesting;  // tests' access to the plain-MPI collectives (mpi/src/mpi_comm_testing.h)
+}  // namespace detail
 
 // Message sizes [from, below) in bytes; empty when from >= below.
 struct SizeBand {
@@ -137,11 +140,6 @@ class MpiComm final : public Communicator {
   // DS_COMM_PROGRESS_THREAD, when set, win. Waits for the queued non-blocking calls first.
   void set_paths(const CommPaths& paths) override;
 
-  // Plain-MPI versions of the collectives (no shm), for tests and benchmarks.
-  void all_reduce_mpi(TensorView buf, ReduceOp op);
-  void reduce_scatter_mpi(TensorView send, TensorView recv, ReduceOp op);
-  void all_gather_mpi(TensorView send, TensorView recv);
-
   bool shm_enabled() const;     // a window exists (more than one rank per node) and the path is on
   // Whether an all_reduce / reduce_scatter / all_gather of `bytes` (the full buffer, as in the
   // options; the i*() form when nonblocking) takes the window rather than plain MPI. Same
@@ -159,6 +157,13 @@ class MpiComm final : public Communicator {
   struct Impl;
 
  private:
+  friend struct detail::MpiCommTesting;
+  // The plain-MPI versions of the collectives (no window), which the tests compare the
+  // window path to bit for bit.
+  void all_reduce_mpi(TensorView buf, ReduceOp op);
+  void reduce_scatter_mpi(TensorView send, TensorView recv, ReduceOp op);
+  void all_gather_mpi(TensorView send, TensorView recv);
+
   std::unique_ptr<Impl> impl_;
 };
 
