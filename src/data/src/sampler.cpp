@@ -85,7 +85,7 @@ void DistributedSampler::skip_to_step(std::uint64_t step) {
   state_.step = step % steps_per_epoch_;
 }
 
-Loader::Loader(const TextDataset& data, std::int64_t seq, DistributedSampler sampler)
+Loader::Loader(const WindowSource& data, std::int64_t seq, DistributedSampler sampler)
     : data_(&data), seq_(seq), micro_batch_(sampler.micro_batch()), sampler_(std::move(sampler)) {
   DS_CHECK(seq > 0, "Loader: sequence length must be > 0");
   // An absurd micro-batch (1e8 sequences) must say which allocation failed and why, not

@@ -19,12 +19,14 @@
 #include <utility>
 #include <vector>
 
+#include "ds/data/window_source.h"
+
 namespace ds::data {
 
 // The embedded default corpus (verbatim licence texts, see docs/user/models.md), as bytes.
 std::string_view embedded_corpus();
 
-class TextDataset {
+class TextDataset : public WindowSource {
  public:
   TextDataset() = default;
   TextDataset(std::vector<std::uint16_t> tokens, std::int64_t vocab_size);
@@ -40,7 +42,7 @@ class TextDataset {
   static TextDataset from_bytes(std::string_view bytes);
 
   std::span<const std::uint16_t> tokens() const { return tokens_; }
-  std::size_t size() const { return tokens_.size(); }
+  std::size_t size() const override { return tokens_.size(); }
   std::int64_t vocab_size() const { return vocab_; }
 
   // (train, validation): validation is the last `val_fraction` of the tokens (at least
@@ -49,9 +51,9 @@ class TextDataset {
 
   // Samples are non-overlapping windows of seq+1 tokens: sample i has inputs
   // tokens[i*seq, i*seq+seq) and targets shifted by one.
-  std::size_t num_samples(std::int64_t seq) const;
+  std::size_t num_samples(std::int64_t seq) const override;
   // Writes sample `index` (inputs and targets, seq tokens each).
-  void sample(std::size_t index, std::int64_t seq, std::int32_t* inputs, std::int32_t* targets) const;
+  void sample(std::size_t index, std::int64_t seq, std::int32_t* inputs, std::int32_t* targets) const override;
 
  private:
   std::vector<std::uint16_t> tokens_;

@@ -64,13 +64,13 @@ class DistributedSampler {
   std::vector<std::size_t> perm_, mine_, batch_;
 };
 
-// Yields ds::Batch micro-batches of (B, seq) windows from a TextDataset (which must outlive
-// the loader: it is not copied), through a
+// Yields ds::Batch micro-batches of (B, seq) windows from a WindowSource (a TextDataset or
+// TokenShards, which must outlive the loader: it is not copied), through a
 // DistributedSampler. The token buffers are allocated once and reused: a Batch is valid
 // until the next call. The last micro-batch of an epoch may be smaller (drop_last = false).
 class Loader {
  public:
-  Loader(const TextDataset& data, std::int64_t seq, DistributedSampler sampler);
+  Loader(const WindowSource& data, std::int64_t seq, DistributedSampler sampler);
 
   // Next micro-batch into the loader's own buffers.
   Batch next();
@@ -82,7 +82,7 @@ class Loader {
   std::int64_t seq() const { return seq_; }
 
  private:
-  const TextDataset* data_;
+  const WindowSource* data_;
   std::int64_t seq_;
   std::size_t micro_batch_;
   DistributedSampler sampler_;
