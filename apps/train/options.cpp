@@ -47,8 +47,11 @@ ParseResult parse_options(int argc, const char* const* argv) {
       ->check(CLI::Range(std::int64_t{1}, std::int64_t{1} << 20));
 
   app.add_option("--data", o.data,
-                 "Training data: a text file (bytes are tokens) or a binary token file "
-                 "(.bin/.tok); default: the embedded corpus");
+                 "Training data: a text file (bytes are tokens), a DSTOKENS file, nanoGPT .bin / llm.c "
+                 "shards (one file or a quoted glob such as 'dir/train_*.bin'); default: the embedded corpus");
+  app.add_option("--data_dtype", o.data_dtype,
+                 "Token type of headerless (nanoGPT) token files: uint16 (default) or uint32")
+      ->check(CLI::IsMember({"uint16", "uint32"}));
   auto* steps = add_optional(app, "--steps", o.steps, "Optimizer steps to run")
                     ->check(CLI::Range(std::int64_t{1}, std::int64_t{1} << 40));
   auto* epochs = add_optional(app, "--epochs", o.epochs, "Epochs to run (instead of --steps)")

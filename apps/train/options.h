@@ -22,6 +22,7 @@ struct TrainOptions {
 
   // Data and run length.
   std::string data;                  // empty: the embedded corpus
+  std::string data_dtype;            // --data_dtype uint16|uint32 (raw token files); empty: uint16
   std::optional<std::int64_t> steps, epochs;
   std::optional<std::uint64_t> seed;
   std::optional<std::int64_t> eval_interval, eval_iters;

@@ -26,6 +26,7 @@
 #include "ds/core/file_read.h"
 #include "ds/data/dataset.h"
 #include "ds/data/sampler.h"
+#include "ds/data/token_shards.h"
 #include "ds/engine/args.h"
 #include "ds/engine/engine.h"
 #include "ds/optim/optimizer.h"
@@ -61,6 +62,17 @@ struct Job {
   ModelSpec spec;
   std::uint64_t seed = kDefaultSeed;
   data::TextDataset train_data, val_data;
+  // nanoGPT / llm.c token files (memory-mapped) instead of the TextDatasets above.
+  std::optional<data::TokenShards> train_shards, val_shards;
+  const data::WindowSource& train_src() const {
+    if (train_shards) return *train_shards;
+    return train_data;
+  }
+  const data::WindowSource& val_src() const {
+    if (val_shards) return *val_shards;
+    return val_data;
+  }
+  std::string shards_note;  // "3 llm.c shards, uint16 tokens" (empty for other data)
   std::unique_ptr<Module> model;
   // The GPT's sampler (CPU or GPU model); empty for the MLP, which generates nothing.
   std::function<std::vector<std::int32_t>(std::span<const std::int32_t>, int, float, std::uint64_t)> generate;
@@ -119,7 +131,7 @@ std::uint64_t job_fingerprint(const Job& j) {
 std::string job_summary(const Job& j) {
   std::ostringstream os;
   os << j.spec.describe() << ", steps " << j.total_steps << ", train batch " << j.cfg.train_batch_size << ", "
-     << j.train_data.size() + j.val_data.size() << " data tokens";
+     << j.train_src().size() + j.val_src().size() << " data tokens";
   return os.str();
 }
 
@@ -224,10 +236,15 @@ JobPtr prepare(const TrainOptions& opts, const DistributedContext& dist) {
   j.seed = opts.seed ? *opts.seed : j.cfg.seed.value_or(kDefaultSeed);
   j.cfg.seed = j.seed;  // the engine seeds the model init with it
 
-  // Data: the embedded corpus, a text file, or a token file (by magic).
+  // Data: the embedded corpus, a text file, a DSTOKENS file (by magic), or nanoGPT / llm.c
+  // token files: a glob, an llm.c shard (by magic), a .bin file, or any file with --data_dtype.
   data::TextDataset all;
+  std::optional<data::TokenShards> shards;
+  const int raw_width = opts.data_dtype == "uint32" ? 4 : 2;
   if (opts.data.empty()) {
     all = data::TextDataset::embedded();
+  } else if (opts.data.find_first_of("*?[") != std::string::npos) {
+    shards = data::TokenShards::open(opts.data, raw_width);
   } else {
     DS_CHECK(std::filesystem::exists(opts.data), "--data " << opts.data << ": no such file");
     check_regular_file(opts.data, "--data");  // a FIFO would block the fopen below; /dev/zero never ends
@@ -235,22 +252,41 @@ JobPtr prepare(const TrainOptions& opts, const DistributedContext& dist) {
     if (std::FILE* f = std::fopen(opts.data.c_str(), "rb")) {
       const std::size_t got = std::fread(magic, 1, sizeof magic, f);
       std::fclose(f);
-      all = (got == 8 && std::string_view(magic, 8) == "DSTOKENS") ? data::TextDataset::from_token_file(opts.data)
-                                                                     : data::TextDataset::from_file(opts.data);
+      const bool dstokens = got == 8 && std::string_view(magic, 8) == "DSTOKENS";
+      const bool bin = std::filesystem::path(opts.data).extension() == ".bin";
+      if (dstokens)
+        all = data::TextDataset::from_token_file(opts.data);
+      else if (bin || !opts.data_dtype.empty() || data::TokenShards::has_llmc_magic(opts.data))
+        shards = data::TokenShards::open(opts.data, raw_width);
+      else
+        all = data::TextDataset::from_file(opts.data);
     } else {
       DS_THROW("--data " << opts.data << ": cannot open for reading");
     }
   }
   const std::string data_name = opts.data.empty() ? std::string("the embedded corpus") : opts.data;
-  if (j.spec.vocab_size == 0) j.spec.vocab_size = all.vocab_size();
-  DS_CHECK(all.vocab_size() <= j.spec.vocab_size,
-           data_name << " has vocab size " << all.vocab_size() << " but model.vocab_size is " << j.spec.vocab_size);
   const std::int64_t seq = j.spec.block_size;
   const auto min_val_tokens = std::size_t(seq * dist.world_size + 1);
-  std::tie(j.train_data, j.val_data) = all.split(opts.val_fraction, opts.val_fraction > 0 ? min_val_tokens : 0);
-  const std::size_t train_samples = j.train_data.num_samples(seq);
+  if (shards) {
+    // Token shards carry no vocabulary: the largest id + 1 unless model.vocab_size is set.
+    if (j.spec.vocab_size == 0) j.spec.vocab_size = std::int64_t(shards->max_token()) + 1;
+    shards->check_vocab(j.spec.vocab_size, "model.vocab_size");
+    const auto& ps = shards->pieces();
+    j.shards_note = std::to_string(ps.size()) + (ps[0].header_bytes > 0 ? " llm.c shard" : " raw token file") +
+                    (ps.size() > 1 ? "s" : "") + ", " + (ps[0].width == 2 ? "uint16" : "uint32") +
+                    " tokens, memory-mapped";
+    auto parts = shards->split(opts.val_fraction, opts.val_fraction > 0 ? min_val_tokens : 0);
+    j.train_shards.emplace(std::move(parts.first));
+    j.val_shards.emplace(std::move(parts.second));
+  } else {
+    if (j.spec.vocab_size == 0) j.spec.vocab_size = all.vocab_size();
+    DS_CHECK(all.vocab_size() <= j.spec.vocab_size,
+             data_name << " has vocab size " << all.vocab_size() << " but model.vocab_size is " << j.spec.vocab_size);
+    std::tie(j.train_data, j.val_data) = all.split(opts.val_fraction, opts.val_fraction > 0 ? min_val_tokens : 0);
+  }
+  const std::size_t train_samples = j.train_src().num_samples(seq);
   DS_CHECK(train_samples >= std::size_t(dist.world_size),
-           data_name << " is too small: " << all.size() << " tokens give " << train_samples
+           data_name << " is too small: " << (shards ? shards->size() : all.size()) << " tokens give " << train_samples
                      << " training windows of block_size+1 = " << seq + 1 << " tokens; need at least one per rank ("
                      << dist.world_size << "). Use a smaller --block_size or more data");
 
@@ -288,10 +324,10 @@ JobPtr prepare(const TrainOptions& opts, const DistributedContext& dist) {
   {
     std::ostringstream id;
     id << config::to_json(j.cfg).dump() << '|' << j.spec.describe() << '|' << j.total_steps << '|' << j.eval_interval
-       << '|' << j.eval_iters << '|' << j.train_data.size() << '|' << j.val_data.size() << '|' << opts.load_dir.empty() << '|' << (j.on_gpu ? "cuda" : "cpu");
+       << '|' << j.eval_iters << '|' << j.train_src().size() << '|' << j.val_src().size() << '|' << opts.load_dir.empty() << '|' << (j.on_gpu ? "cuda" : "cpu");
     j.identity = id.str();
     const auto t = all.tokens();
-    j.data_hash = fnv1a64(t.data(), t.size_bytes());
+    j.data_hash = shards ? shards->fingerprint() : fnv1a64(t.data(), t.size_bytes());
   }
 
   // Progress bar only on a terminal (rank 0's stdout; run() shares rank 0's verdict).
@@ -415,13 +451,13 @@ void run(Job& j, DistributedContext& dist) {
   auto init = ds::initialize(j.cfg, *j.model, dist.comm, device_comm);
   Engine& engine = *init.engine;
 
-  data::Loader train_loader(j.train_data, seq,
-                            data::DistributedSampler(j.train_data.num_samples(seq), dist.world_size, dist.rank, mb,
+  data::Loader train_loader(j.train_src(), seq,
+                            data::DistributedSampler(j.train_src().num_samples(seq), dist.world_size, dist.rank, mb,
                                                      true, j.seed, j.cfg.dataloader_drop_last));
-  const std::size_t val_samples = j.val_data.size() > 0 ? j.val_data.num_samples(seq) : 0;
+  const std::size_t val_samples = j.val_src().size() > 0 ? j.val_src().num_samples(seq) : 0;
   std::optional<data::Loader> val_loader;
   if (val_samples >= std::size_t(dist.world_size) && j.eval_iters > 0)
-    val_loader.emplace(j.val_data, seq,
+    val_loader.emplace(j.val_src(), seq,
                        data::DistributedSampler(val_samples, dist.world_size, dist.rank, mb, false, j.seed, false));
   std::mt19937_64 rng(j.seed);
 
@@ -507,8 +543,9 @@ void run(Job& j, DistributedContext& dist) {
                                                                    : "in fp32 on bf16 parameters",
                   j.cfg.kernels.cpu_bf16_gemm.c_str(), bf16_gemm.detail.c_str());
     std::printf("[train] data: %s: %zu training / %zu validation tokens, %lld optimizer steps per epoch\n",
-                j.opts.data.empty() ? "embedded corpus" : j.opts.data.c_str(), j.train_data.size(),
-                j.val_data.size(), static_cast<long long>(j.steps_per_epoch));
+                j.opts.data.empty() ? "embedded corpus" : j.opts.data.c_str(), j.train_src().size(),
+                j.val_src().size(), static_cast<long long>(j.steps_per_epoch));
+    if (!j.shards_note.empty()) std::printf("[train] token data: %s\n", j.shards_note.c_str());
     std::printf("[train] %d rank(s) x micro-batch %zu x %lld accumulation = %lld sequences of %lld tokens per step; "
                 "steps %lld-%lld, seed %llu\n",
                 dist.world_size, mb, static_cast<long long>(gas), static_cast<long long>(engine.train_batch_size()),
@@ -606,7 +643,10 @@ void run(Job& j, DistributedContext& dist) {
   rep.finish_bar();
 
   // A short sample from the trained GPT (rank 0 only; no communication).
-  if (rank0 && j.generate && j.opts.sample_tokens > 0) {
+  // Token shards hold ids of a tokenizer train does not have: no text to show.
+  if (rank0 && j.generate && j.opts.sample_tokens > 0 && j.train_shards)
+    std::printf("[train] no text sample: %s holds token ids, not bytes\n", j.opts.data.c_str());
+  if (rank0 && j.generate && j.opts.sample_tokens > 0 && !j.train_shards) {
     const data::TextDataset& src = j.val_data.size() > 0 ? j.val_data : j.train_data;
     const auto toks = src.tokens();
     const std::size_t plen = std::min<std::size_t>({toks.size(), 32, std::size_t(seq)});

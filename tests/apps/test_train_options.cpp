@@ -44,6 +44,21 @@ TEST(TrainOptions, Device) {
   }
 }
 
+// --data_dtype: the token width of headerless token files; only uint16 and uint32.
+TEST(TrainOptions, DataDtype) {
+  auto def = parse({"--config", "c.json", "--data", "d/train_*.bin"});
+  ASSERT_TRUE(def.options) << def.message;
+  EXPECT_EQ(def.options->data, "d/train_*.bin");
+  EXPECT_EQ(def.options->data_dtype, "");
+  auto r = parse({"--config", "c.json", "--data", "t.bin", "--data_dtype", "uint32"});
+  ASSERT_TRUE(r.options) << r.message;
+  EXPECT_EQ(r.options->data_dtype, "uint32");
+  auto bad = parse({"--config", "c.json", "--data_dtype", "int8"});
+  EXPECT_FALSE(bad.options);
+  EXPECT_EQ(bad.exit_code, 2);
+  EXPECT_NE(bad.message.find("--data_dtype"), std::string::npos) << bad.message;
+}
+
 TEST(TrainOptions, DeepSpeedForms) {
   auto r = parse({"--local_rank=0", "--deepspeed", "--deepspeed_config", "ds.json"});
   ASSERT_TRUE(r.options) << r.message;
