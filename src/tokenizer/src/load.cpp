@@ -1,0 +1,261 @@
+// Loading: GPT-2's vocab.json + merges.txt, or a Hugging Face tokenizer.json (BPE model,
+// ByteLevel pre-tokenizer). Errors name the file, and the line:column and JSON key or the
+// merges.txt line, so a user can find what to fix.
+#include <cstdio>
+#include <filesystem>
+#include <functional>
+#include <limits>
+#include <optional>
+
+#include "byte_unicode.h"
+#include "ds/core/error.h"
+#include "ds/core/file_read.h"
+#include "impl.h"
+#include "json_reader.h"
+
+namespace ds::tokenizer {
+
+namespace {
+
+using config::JsonNode;
+using config::SourcePos;
+using Kind = JsonNode::Kind;
+
+// Tokenizer files are a few MiB (Llama 3's tokenizer.json: 9 MiB); this leaves room.
+constexpr std::uint64_t kMaxTokenizerFileBytes = std::uint64_t(512) << 20;
+
+[[noreturn]] void fail_at(const std::string& source, SourcePos pos, const std::string& message) {
+  if (pos.known()) DS_THROW(source << ":" << pos.line << ":" << pos.column << ": " << message);
+  DS_THROW(source << ": " << message);
+}
+
+std::string quoted(const std::string& s) {
+  JsonNode n;
+  n.kind = Kind::String;
+  n.str = s;
+  return config::describe(n);
+}
+
+std::int32_t token_id(const JsonNode& v, const std::string& source, const std::string& key) {
+  if (v.kind != Kind::Int || v.int_value < 0 || v.int_value >= std::numeric_limits<std::int32_t>::max())
+    fail_at(source, v.pos, "key " + key + ": a token id must be an integer from 0 to 2147483646, got " + config::describe(v));
+  return std::int32_t(v.int_value);
+}
+
+const JsonNode* member(const JsonNode& obj, std::string_view key) {
+  const JsonNode::Member* m = obj.find(key);
+  return m ? &m->value : nullptr;
+}
+
+// Adds the vocabulary object's entries (spelling -> id), skipping entries that are special
+// tokens already added with the same id.
+void add_vocab(BpeTokenizer::Impl& t, const JsonNode& vocab, const std::string& source, const std::string& key_prefix) {
+  if (vocab.kind != Kind::Object)
+    fail_at(source, vocab.pos, (key_prefix.empty() ? std::string("the document") : "key \"" + key_prefix + "\"") +
+                                   " must be an object of token -> id, got " + config::describe(vocab));
+  for (const auto& m : vocab.members) {
+    std::string key = "\"";
+    if (!key_prefix.empty()) key.append(key_prefix).append(".");
+    key.append(m.key).append("\"");
+    const std::int32_t id = token_id(m.value, source, key);
+    bool is_special = false;
+    for (const auto& [content, sid] : t.specials) is_special |= (content == m.key && sid == id);
+    if (is_special) continue;
+    const std::optional<std::string> bytes = detail::spelling_to_bytes(m.key);
+    if (!bytes)
+      fail_at(source, m.key_pos, "key " + key + " is not a byte-level token: it has a character that is not one of "
+                                   "GPT-2's 256 byte characters");
+    if (!t.set_token(id, *bytes))
+      fail_at(source, m.value.pos, "key " + key + ": id " + std::to_string(id) + " is already used by " +
+                                       quoted(detail::bytes_to_spelling(t.bytes[std::size_t(id)])));
+    t.vocab.emplace(*bytes, id);
+  }
+}
+
+// Adds merge (left, right) given by their vocabulary spellings; `where` prefixes errors.
+void add_merge(BpeTokenizer::Impl& t, const std::string& left, const std::string& right, std::int32_t rank,
+               const std::string& vocab_name, const std::function<void(const std::string&)>& fail) {
+  auto lookup = [&](const std::string& spelling) -> std::pair<std::int32_t, std::string> {
+    const std::optional<std::string> b = detail::spelling_to_bytes(spelling);
+    const auto it = b ? t.vocab.find(*b) : t.vocab.end();
+    if (it == t.vocab.end()) fail("token " + quoted(spelling) + " is not in " + vocab_name);
+    return {it->second, *b};
+  };
+  const auto [l, lb] = lookup(left);
+  const auto [r, rb] = lookup(right);
+  const auto it = t.vocab.find(lb + rb);
+  if (it == t.vocab.end())
+    fail("the merge result " + quoted(left + right) + " is not in " + vocab_name);
+  t.merges.add(l, r, it->second, rank);
+}
+
+// Every byte must have a token, or some text could not be encoded.
+void check_bytes(BpeTokenizer::Impl& t, const std::string& source) {
+  for (int b = 0; b < 256; ++b) {
+    const auto it = t.vocab.find(std::string(1, char(b)));
+    if (it == t.vocab.end()) {
+      char hex[8];
+      std::snprintf(hex, sizeof hex, "0x%02X", b);
+      DS_THROW(source << ": the vocabulary has no token for byte " << hex << " (spelled "
+                      << quoted(detail::bytes_to_spelling(std::string(1, char(b))))
+                      << "): a byte-level BPE vocabulary needs all 256");
+    }
+    t.byte_id[std::size_t(b)] = it->second;
+  }
+}
+
+std::string read_file(const std::string& path, std::string_view what) {
+  return read_regular_file(path, what, kMaxTokenizerFileBytes);
+}
+
+}  // namespace
+
+BpeTokenizer BpeTokenizer::from_gpt2_files(std::string_view vocab_json, const std::string& vocab_source,
+                                           std::string_view merges_txt, const std::string& merges_source) {
+  auto t = std::make_shared<Impl>();
+  t->source = vocab_source;
+  add_vocab(*t, config::parse_json(vocab_json, vocab_source), vocab_source, "");
+  check_bytes(*t, vocab_source);
+  // GPT-2's one special token; tiktoken and Hugging Face treat it as special too.
+  if (const auto it = t->vocab.find("<|endoftext|>"); it != t->vocab.end())
+    t->specials.emplace_back("<|endoftext|>", it->second);
+
+  const std::string vocab_name = std::filesystem::path(vocab_source).filename().string();
+  std::size_t pos = 0;
+  int line_no = 0;
+  std::int32_t rank = 0;
+  while (pos < merges_txt.size()) {
+    std::size_t end = merges_txt.find('\n', pos);
+    if (end == std::string_view::npos) end = merges_txt.size();
+    std::string_view line = merges_txt.substr(pos, end - pos);
+    pos = end + 1;
+    ++line_no;
+    if (!line.empty() && line.back() == '\r') line.remove_suffix(1);
+    if (line.empty() || (line_no == 1 && line.starts_with("#version"))) continue;
+    auto fail = [&](const std::string& message) {
+      DS_THROW(merges_source << ":" << line_no << ": " << message);
+    };
+    const std::size_t sp = line.find(' ');
+    if (sp == std::string_view::npos || sp == 0 || sp + 1 == line.size() ||
+        line.find(' ', sp + 1) != std::string_view::npos)
+      fail("expected two tokens separated by one space, got " + quoted(std::string(line)));
+    add_merge(*t, std::string(line.substr(0, sp)), std::string(line.substr(sp + 1)), rank++, vocab_name, fail);
+  }
+  return BpeTokenizer(std::move(t));
+}
+
+BpeTokenizer BpeTokenizer::from_tokenizer_json(std::string_view json, const std::string& source) {
+  auto t = std::make_shared<Impl>();
+  t->source = source;
+  const JsonNode root = config::parse_json(json, source);
+  if (root.kind != Kind::Object) fail_at(source, root.pos, "a tokenizer.json must be a JSON object");
+  auto require = [&](const JsonNode& obj, std::string_view key, const std::string& path) -> const JsonNode& {
+    const JsonNode* v = member(obj, key);
+    if (!v) fail_at(source, obj.pos, "key \"" + path + "\" is missing");
+    return *v;
+  };
+  // A key that must hold one of the values this tokenizer implements.
+  auto only = [&](const JsonNode& v, const std::string& path, const std::string& what) {
+    fail_at(source, v.pos, "key \"" + path + "\" is " + config::describe(v) + ": " + what);
+  };
+
+  const JsonNode& model = require(root, "model", "model");
+  if (model.kind != Kind::Object) only(model, "model", "must be an object");
+  const JsonNode& type = require(model, "type", "model.type");
+  if (type.kind != Kind::String || type.str != "BPE") only(type, "model.type", "only \"BPE\" models are supported");
+  if (const JsonNode* v = member(model, "byte_fallback"); v && !(v->kind == Kind::Bool && !v->boolean))
+    only(*v, "model.byte_fallback", "byte fallback (SentencePiece-style BPE) is not supported; byte-level BPE needs false");
+  for (const char* key : {"continuing_subword_prefix", "end_of_word_suffix"}) {
+    const JsonNode* v = member(model, key);
+    if (v && !(v->kind == Kind::Null || (v->kind == Kind::String && v->str.empty())))
+      only(*v, std::string("model.") + key, "only null or \"\" is supported");
+  }
+  if (const JsonNode* v = member(model, "ignore_merges")) {
+    if (v->kind != Kind::Bool) only(*v, "model.ignore_merges", "must be true or false");
+    t->ignore_merges = v->boolean;
+  }
+
+  if (const JsonNode* v = member(root, "normalizer"); v && v->kind != Kind::Null) {
+    const JsonNode* nt = v->kind == Kind::Object ? member(*v, "type") : nullptr;
+    only(nt ? *nt : *v, nt ? "normalizer.type" : "normalizer", "normalizers are not supported (byte-level BPE needs null)");
+  }
+  const JsonNode& pre = require(root, "pre_tokenizer", "pre_tokenizer");
+  if (pre.kind != Kind::Object) only(pre, "pre_tokenizer", "must be the ByteLevel pre-tokenizer object");
+  const JsonNode& pre_type = require(pre, "type", "pre_tokenizer.type");
+  if (pre_type.kind != Kind::String || pre_type.str != "ByteLevel")
+    only(pre_type, "pre_tokenizer.type", "only \"ByteLevel\" (GPT-2's pattern) is supported");
+  // Hugging Face's defaults when the keys are absent: add_prefix_space true, use_regex true.
+  const JsonNode* aps = member(pre, "add_prefix_space");
+  if (!aps) fail_at(source, pre.pos, "key \"pre_tokenizer.add_prefix_space\" is missing (its default, true, is not supported)");
+  if (!(aps->kind == Kind::Bool && !aps->boolean))
+    only(*aps, "pre_tokenizer.add_prefix_space", "only false is supported");
+  if (const JsonNode* v = member(pre, "use_regex"); v && !(v->kind == Kind::Bool && v->boolean))
+    only(*v, "pre_tokenizer.use_regex", "only true (GPT-2's pattern) is supported");
+
+  // Added tokens first: they are matched before pre-tokenization and may repeat a vocab entry.
+  if (const JsonNode* added = member(root, "added_tokens"); added && added->kind != Kind::Null) {
+    if (added->kind != Kind::Array) only(*added, "added_tokens", "must be an array of token objects");
+    for (std::size_t i = 0; i < added->items.size(); ++i) {
+      const JsonNode& a = added->items[i];
+      const std::string path = "added_tokens[" + std::to_string(i) + "]";
+      if (a.kind != Kind::Object) only(a, path, "must be an object with \"id\" and \"content\"");
+      const std::int32_t id = token_id(require(a, "id", path + ".id"), source, "\"" + path + ".id\"");
+      const JsonNode& content = require(a, "content", path + ".content");
+      if (content.kind != Kind::String || content.str.empty())
+        only(content, path + ".content", "must be a non-empty string");
+      if (!t->set_token(id, content.str))
+        fail_at(source, a.pos, "key \"" + path + "\": id " + std::to_string(id) + " is already used by another token");
+      t->specials.emplace_back(content.str, id);
+    }
+  }
+  add_vocab(*t, require(model, "vocab", "model.vocab"), source, "model.vocab");
+  check_bytes(*t, source);
+
+  const JsonNode& merges = require(model, "merges", "model.merges");
+  if (merges.kind != Kind::Array) only(merges, "model.merges", "must be an array");
+  for (std::size_t i = 0; i < merges.items.size(); ++i) {
+    const JsonNode& m = merges.items[i];
+    const std::string path = "model.merges[" + std::to_string(i) + "]";
+    auto fail = [&](const std::string& message) { fail_at(source, m.pos, "key \"" + path + "\": " + message); };
+    // Two spellings: "left right" (older files) or ["left", "right"] (newer ones).
+    std::string left, right;
+    if (m.kind == Kind::String) {
+      const std::size_t sp = m.str.find(' ');
+      if (sp == std::string::npos || sp == 0 || sp + 1 == m.str.size() || m.str.find(' ', sp + 1) != std::string::npos)
+        fail("expected \"left right\" (two tokens separated by one space), got " + config::describe(m));
+      left = m.str.substr(0, sp);
+      right = m.str.substr(sp + 1);
+    } else if (m.kind == Kind::Array && m.items.size() == 2 && m.items[0].kind == Kind::String &&
+               m.items[1].kind == Kind::String) {
+      left = m.items[0].str;
+      right = m.items[1].str;
+    } else {
+      fail("expected \"left right\" or [\"left\", \"right\"], got " + config::describe(m));
+    }
+    add_merge(*t, left, right, std::int32_t(i), "model.vocab", fail);
+  }
+  return BpeTokenizer(std::move(t));
+}
+
+BpeTokenizer BpeTokenizer::load(const std::string& path) {
+  namespace fs = std::filesystem;
+  std::error_code ec;
+  const fs::file_status st = fs::status(path, ec);
+  DS_CHECK(fs::exists(st), "tokenizer " << path << " does not exist (give a directory with vocab.json and "
+                                                   "merges.txt, or a tokenizer.json)");
+  if (fs::is_directory(st)) {
+    const fs::path dir(path);
+    const fs::path vocab = dir / "vocab.json", merges = dir / "merges.txt", json = dir / "tokenizer.json";
+    if (fs::exists(vocab) || fs::exists(merges) || !fs::exists(json)) {
+      DS_CHECK(fs::exists(vocab) && fs::exists(merges),
+               "tokenizer directory " << path << " has no " << (fs::exists(vocab) ? merges : vocab).filename().string()
+                                      << " (it needs vocab.json and merges.txt, or a tokenizer.json)");
+      return from_gpt2_files(read_file(vocab.string(), "tokenizer vocabulary"), vocab.string(),
+                             read_file(merges.string(), "tokenizer merges"), merges.string());
+    }
+    return from_tokenizer_json(read_file(json.string(), "tokenizer file"), json.string());
+  }
+  return from_tokenizer_json(read_file(path, "tokenizer file"), path);
+}
+
+}  // namespace ds::tokenizer
