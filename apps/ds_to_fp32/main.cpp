@@ -1,4 +1,4 @@
-// ds_to_fp32 CHECKPOINT_DIR [--tag T] OUTPUT [--format hdf5|safetensors] [--force]
+// ds_to_fp32 CHECKPOINT_DIR [--tag T] OUTPUT [--format hdf5|safetensors [--hf_names]] [--force]
 //
 // Consolidates a dstrain checkpoint into one fp32 file, tensor by tensor: each parameter's
 // fp32 master values are gathered from whichever ZeRO shards hold its flat range (hyperslab
@@ -6,9 +6,9 @@
 // weights when the checkpoint has no fp32 master. Memory: one buffer of the largest tensor
 // (plus a 16 MiB checksum scratch). Every dataset read is checksum-verified first.
 //
-// safetensors: 8-byte little-endian header length, a JSON header
-// {name: {dtype: "F32", shape, data_offsets: [begin, end]}, __metadata__: {...}} padded with
-// spaces to a multiple of 8, then the raw little-endian data in header order.
+// safetensors (ds/io/safetensors.h): dstrain's names and layouts, or with --hf_names the
+// Hugging Face ones (ds/io/hf_weights.h), which `train --init_from` and transformers both load.
+// __metadata__ says which ("layout": "dstrain" | "huggingface").
 //
 // OUTPUT must not lie inside CHECKPOINT_DIR and, when it exists, must be a regular file and
 // is replaced only with --force (output_path.h).
@@ -20,7 +20,7 @@
 #include <filesystem>
 #include <fstream>
 #include <iostream>
-#include <nlohmann/json.hpp>
+#include <map>
 #include <string>
 #include <vector>
 
@@ -29,6 +29,8 @@
 #include "ds/core/error.h"
 #include "ds/io/checkpoint.h"
 #include "ds/io/h5file.h"
+#include "ds/io/hf_weights.h"
+#include "ds/io/safetensors.h"
 #include "output_path.h"
 
 namespace fs = std::filesystem;
@@ -45,21 +47,18 @@ void read_fp32(io::CheckpointReader& r, const io::ManifestParam& p, bool from_ma
   }
 }
 
-void write_all(std::FILE* f, const void* data, std::size_t bytes, const std::string& path) {
-  if (bytes && std::fwrite(data, 1, bytes, f) != bytes)
-    DS_THROW("writing " << path << " failed: " << std::strerror(errno));
-}
-
 }  // namespace
 
 int main(int argc, char** argv) {
   CLI::App app{"Consolidate a dstrain checkpoint into one fp32 file (HDF5 or safetensors)"};
   std::string dir, output, tag, format = "hdf5";
-  bool force = false;
+  bool force = false, hf_names = false;
   app.add_option("CHECKPOINT_DIR", dir, "checkpoint directory (holds `latest` and the tag folders)")->required();
   app.add_option("OUTPUT", output, "output file")->required();
   app.add_option("--tag,-t", tag, "checkpoint tag (default: the one in CHECKPOINT_DIR/latest)");
   app.add_option("--format", format, "hdf5 (default) or safetensors")->check(CLI::IsMember({"hdf5", "safetensors"}));
+  app.add_flag("--hf_names", hf_names,
+               "safetensors with Hugging Face names and layouts (GPT-2: transformers' GPT2Model, Conv1D weights [in, out])");
   app.add_flag("--force,-f", force, "replace OUTPUT when it already exists (a regular file)");
   try {
     app.parse(argc, argv);
@@ -68,6 +67,7 @@ int main(int argc, char** argv) {
   }
   try {
     env::check_all();  // a bad DS_* value: one error line before any work
+    DS_CHECK(!hf_names || format == "safetensors", "--hf_names needs --format safetensors");
     tools::check_output_path(output, dir, force);
     if (tag.empty()) {
       auto latest = io::read_latest(dir);
@@ -103,35 +103,38 @@ int main(int argc, char** argv) {
       }
       out.close();
     } else {
-      nlohmann::json header = nlohmann::json::object();
-      std::size_t offset = 0;
-      for (const auto& p : m.params) {
-        header[p.name] = {{"dtype", "F32"}, {"shape", p.shape}, {"data_offsets", {offset, offset + p.numel * 4}}};
-        offset += p.numel * 4;
+      // --hf_names: the Hugging Face table that covers every parameter gives names and layouts.
+      std::vector<ParamInfo> infos;
+      for (const auto& p : m.params) infos.push_back({p.name, p.shape});
+      const io::hf::Architecture* arch = nullptr;
+      std::vector<io::hf::HfTensor> hf;
+      if (hf_names) {
+        arch = io::hf::detect(infos);
+        DS_CHECK(arch, "--hf_names: no Hugging Face name table covers this checkpoint's parameters (first: '"
+                           << (infos.empty() ? std::string() : infos.front().name) << "'); the GPT is supported");
+        hf = io::hf::to_hf(*arch, infos);
       }
-      header["__metadata__"] = {{"format", "pt"}, {"source", r.dir()}, {"tag", tag}, {"producer", "dstrain ds_to_fp32"}};
-      // Tensors must appear in data_offsets order; nlohmann sorts keys, so write data in the
-      // order the offsets were assigned (manifest order) -- the offsets say where each is.
-      std::string h = header.dump();
-      while (h.size() % 8) h += ' ';
-      std::FILE* f = std::fopen(tmp.c_str(), "wb");
-      DS_CHECK(f, "cannot create " << tmp << ": " << std::strerror(errno));
-      std::uint64_t n = h.size();
-      unsigned char len[8];
-      for (int i = 0; i < 8; ++i) len[i] = static_cast<unsigned char>(n >> (8 * i));
-      try {
-        write_all(f, len, 8, tmp);
-        write_all(f, h.data(), h.size(), tmp);
-        for (const auto& p : m.params) {
-          read_fp32(r, p, from_master, buf);
-          write_all(f, buf.data(), p.numel * 4, tmp);
+      std::vector<io::SafetensorsSpec> specs;
+      for (std::size_t i = 0; i < m.params.size(); ++i)
+        specs.push_back({hf_names ? hf[i].name : m.params[i].name, DType::F32, hf_names ? hf[i].shape : m.params[i].shape});
+      std::map<std::string, std::string> meta = {{"format", "pt"}, {"source", r.dir()}, {"tag", tag},
+                                                 {"producer", "dstrain ds_to_fp32"},
+                                                 {"layout", hf_names ? "huggingface" : "dstrain"}};
+      if (arch) meta["architecture"] = std::string(arch->name);
+      io::SafetensorsWriter out(tmp, std::move(specs), meta);
+      std::vector<float> tbuf(hf_names ? largest : 0);
+      for (std::size_t i = 0; i < m.params.size(); ++i) {
+        const auto& p = m.params[i];
+        read_fp32(r, p, from_master, buf);
+        if (hf_names && hf[i].transpose) {
+          // Conv1D layout: ours [rows, cols] -> theirs [cols, rows].
+          io::hf::transpose(buf.data(), tbuf.data(), p.shape[1], p.shape[0]);
+          out.write(std::span<const float>(tbuf.data(), p.numel));
+        } else {
+          out.write(std::span<const float>(buf.data(), p.numel));
         }
-        DS_CHECK(std::fflush(f) == 0 && ::fsync(::fileno(f)) == 0, "flushing " << tmp << " failed: " << std::strerror(errno));
-      } catch (...) {
-        std::fclose(f);
-        throw;
       }
-      DS_CHECK(std::fclose(f) == 0, "closing " << tmp << " failed: " << std::strerror(errno));
+      out.close();
     }
     tools::commit_output(tmp, output, force);
     std::cout << "ds_to_fp32: wrote " << m.params.size() << " fp32 tensors from " << r.dir() << " (world size "

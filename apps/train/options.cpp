@@ -70,6 +70,9 @@ ParseResult parse_options(int argc, const char* const* argv) {
       ->check(CLI::Range(std::int64_t{0}, std::int64_t{1} << 40));
   app.add_option("--load_dir", o.load_dir, "Resume from this checkpoint directory");
   app.add_option("--ckpt_id", o.ckpt_id, "Checkpoint tag to load (default: <load_dir>/latest)");
+  app.add_option("--init_from", o.init_from,
+                 "Start from these weights: a .safetensors file or directory (Hugging Face GPT-2 or "
+                 "ds_to_fp32 names) instead of the random init");
 
   app.add_option("--loss_csv", o.loss_csv, "Rank 0 writes step,loss,lr,grad_norm,loss_scale,val_loss here");
   app.add_option("--sample_tokens", o.sample_tokens, "Bytes of text generated at the end (0: none)")
@@ -117,6 +120,14 @@ ParseResult parse_options(int argc, const char* const* argv) {
   }
   if (app.count("--save_dir") > 0 && o.save_dir.empty()) {
     r.message = "--save_dir is empty: give a checkpoint directory (or leave --save_dir out to save nothing)";
+    r.exit_code = 2;
+    r.message_is_error = true;
+    return r;
+  }
+  // A resume restores the checkpoint's weights, so a start from other weights contradicts it.
+  if (!o.init_from.empty() && !o.load_dir.empty()) {
+    r.message = "--init_from and --load_dir exclude each other: --load_dir resumes a run with its checkpoint's "
+                "weights, --init_from starts a new one from " + o.init_from;
     r.exit_code = 2;
     r.message_is_error = true;
     return r;

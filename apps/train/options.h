@@ -33,6 +33,7 @@ struct TrainOptions {
   std::optional<std::int64_t> save_interval;
   std::string load_dir;
   std::string ckpt_id;               // tag to load (default: <load_dir>/latest) or to save under
+  std::string init_from;             // safetensors file or directory the weights start from
 
   // Output.
   std::string loss_csv;              // rank 0 writes step,loss,lr,... per optimizer step

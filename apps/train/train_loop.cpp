@@ -43,6 +43,7 @@
 #include "ds/nn/gpt_cuda.h"
 #endif
 #include "client_state_check.h"
+#include "init_from.h"
 #include "model_spec.h"
 #include "report.h"
 #include "save_dir_check.h"
@@ -85,6 +86,7 @@ struct Job {
   double flops_per_token = 0;
   std::string identity;  // what ranks must agree on (see job_fingerprint)
   std::uint64_t data_hash = 0;
+  std::string init_from_note;  // --init_from: what rank 0 loaded (empty without the flag)
 
 };
 
@@ -390,6 +392,10 @@ JobPtr prepare(const TrainOptions& opts, const DistributedContext& dist) {
     j.flops_per_token = mlp->flops_per_sample() / double(j.spec.block_size);
     j.model = std::move(mlp);
   }
+  // --init_from: rank 0 checks the file against the model now (an agreed error) and reads it
+  // at initialize; the engine broadcasts rank 0's values.
+  if (!opts.init_from.empty())
+    j.model = init_from_file(std::move(j.model), opts.init_from, dist.rank == 0, &j.init_from_note);
   choose_threads(dist);
   return job;
 }
@@ -537,6 +543,7 @@ void run(Job& j, DistributedContext& dist) {
                   for (const auto& p : j.model->parameters()) n += p.numel();
                   return n;
                 }());
+    if (!j.init_from_note.empty()) std::printf("[train] init: %s\n", j.init_from_note.c_str());
     if (bf16_gemm.applies && engine.working_dtype() == DType::BF16)
       std::printf("[train] bf16: Linear GEMMs %s (kernels.cpu_bf16_gemm %s%s)\n",
                   nn::layer_precision(true) == nn::Precision::BF16 ? "in bf16 (vdpbf16ps, fp32 accumulation)"

@@ -1,0 +1,62 @@
+#include "init_from.h"
+
+#include "ds/core/error.h"
+#include "ds/io/hf_weights.h"
+#include "ds/io/safetensors.h"
+
+namespace ds::train {
+
+namespace {
+
+class InitFromFile final : public Module {
+ public:
+  InitFromFile(std::unique_ptr<Module> inner, std::string path, bool read)
+      : inner_(std::move(inner)), path_(std::move(path)), read_(read) {}
+
+  Device device() const override { return inner_->device(); }
+  void* device_stream() const override { return inner_->device_stream(); }
+  std::vector<ParamInfo> parameters() const override { return inner_->parameters(); }
+  void init_parameters(std::span<const std::span<float>> params, std::uint64_t seed) override {
+    if (!read_) {
+      inner_->init_parameters(params, seed);
+      return;
+    }
+    const io::SafetensorsReader file(path_);
+    const auto infos = inner_->parameters();
+    io::hf::load(file, io::hf::plan_load(file, infos), infos, params);
+  }
+  void bind(std::span<const TensorView> params, std::span<const TensorView> grads) override {
+    inner_->bind(params, grads);
+  }
+  float forward(const Batch& batch) override { return inner_->forward(batch); }
+  void backward(float scale, const std::function<void(std::size_t)>& grad_ready) override {
+    inner_->backward(scale, grad_ready);
+  }
+  float evaluate(const Batch& batch) override { return inner_->evaluate(batch); }
+
+ private:
+  std::unique_ptr<Module> inner_;
+  std::string path_;
+  bool read_;
+};
+
+}  // namespace
+
+std::unique_ptr<Module> init_from_file(std::unique_ptr<Module> model, const std::string& path, bool read,
+                                       std::string* describe) {
+  if (read) {
+    const io::SafetensorsReader file(path);
+    const auto infos = model->parameters();
+    const auto plan = io::hf::plan_load(file, infos);
+    std::size_t n = 0;
+    for (const auto& p : infos) n += p.numel();
+    if (describe) {
+      *describe = "--init_from " + path + ": " + std::to_string(infos.size()) + " tensors (" + std::to_string(n) +
+                  " parameters) by " + plan.naming;
+      if (plan.ignored) describe->append(", " + std::to_string(plan.ignored) + " buffers skipped");
+    }
+  }
+  return std::make_unique<InitFromFile>(std::move(model), path, read);
+}
+
+}  // namespace ds::train
