@@ -77,6 +77,9 @@ ParseResult parse_options(int argc, const char* const* argv) {
   app.add_option("--loss_csv", o.loss_csv, "Rank 0 writes step,loss,lr,grad_norm,loss_scale,val_loss here");
   app.add_option("--sample_tokens", o.sample_tokens, "Bytes of text generated at the end (0: none)")
       ->check(CLI::Range(std::int64_t{0}, std::int64_t{1} << 20));
+  app.add_option("--tokenizer", o.tokenizer,
+                 "BPE tokenizer for the sample (directory with vocab.json + merges.txt, or tokenizer.json)");
+  app.add_option("--prompt", o.prompt, "Text the sample continues (default: the validation split's first tokens)");
   app.add_option("--progress", o.progress, "auto (bar on a terminal), bar, or lines")
       ->check(CLI::IsMember({"auto", "bar", "lines"}));
   app.add_option("--device", o.device,

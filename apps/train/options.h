@@ -38,6 +38,8 @@ struct TrainOptions {
   // Output.
   std::string loss_csv;              // rank 0 writes step,loss,lr,... per optimizer step
   std::int64_t sample_tokens = 200;  // bytes generated at the end (0: no sample)
+  std::string tokenizer;             // BPE tokenizer encoding --prompt and decoding the sample
+  std::string prompt;                // the sample's start (default: the validation split's first tokens)
   std::string progress = "auto";     // auto | bar | lines
 
   // Where the model trains: cpu, cuda (one GPU per rank, from the local rank), or auto (cuda

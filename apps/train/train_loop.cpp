@@ -36,6 +36,7 @@
 #include "ds/nn/gpt.h"
 #include "ds/nn/llama.h"
 #include "ds/nn/mlp.h"
+#include "ds/tokenizer/bpe.h"
 #if DS_NN_HAVE_CUDA
 #include <cuda_runtime.h>
 
@@ -86,6 +87,8 @@ struct Job {
   double flops_per_token = 0;
   std::string identity;  // what ranks must agree on (see job_fingerprint)
   std::uint64_t data_hash = 0;
+  std::optional<tokenizer::BpeTokenizer> tokenizer;  // --tokenizer
+  std::vector<std::int32_t> prompt;                  // --prompt, encoded
   std::string init_from_note;  // --init_from: what rank 0 loaded (empty without the flag)
 
 };
@@ -281,7 +284,21 @@ JobPtr prepare(const TrainOptions& opts, const DistributedContext& dist) {
     j.train_shards.emplace(std::move(parts.first));
     j.val_shards.emplace(std::move(parts.second));
   } else {
-    if (j.spec.vocab_size == 0) j.spec.vocab_size = all.vocab_size();
+    // --tokenizer: the model must have an output for each of its ids (unset: it gets one).
+  if (!opts.tokenizer.empty()) j.tokenizer = tokenizer::BpeTokenizer::load(opts.tokenizer);
+  const std::int64_t tok_vocab = j.tokenizer ? j.tokenizer->vocab_size() : 0;
+  if (j.spec.vocab_size == 0) j.spec.vocab_size = std::max<std::int64_t>(all.vocab_size(), tok_vocab);
+  DS_CHECK(tok_vocab <= j.spec.vocab_size, "--tokenizer " << opts.tokenizer << " has " << tok_vocab
+                                               << " tokens but model.vocab_size is " << j.spec.vocab_size
+                                               << ": the model needs at least the tokenizer's vocab size");
+  if (!opts.prompt.empty()) {
+    if (j.tokenizer) j.prompt = j.tokenizer->encode(opts.prompt);
+    else j.prompt.assign(opts.prompt.begin(), opts.prompt.end());  // bytes are tokens
+    for (auto& t : j.prompt) {
+      if (!j.tokenizer) t &= 0xFF;
+      DS_CHECK(t < j.spec.vocab_size, "--prompt: token " << t << " is not below model.vocab_size " << j.spec.vocab_size);
+    }
+  }
     DS_CHECK(all.vocab_size() <= j.spec.vocab_size,
              data_name << " has vocab size " << all.vocab_size() << " but model.vocab_size is " << j.spec.vocab_size);
     std::tie(j.train_data, j.val_data) = all.split(opts.val_fraction, opts.val_fraction > 0 ? min_val_tokens : 0);
@@ -658,14 +675,29 @@ void run(Job& j, DistributedContext& dist) {
     const auto toks = src.tokens();
     const std::size_t plen = std::min<std::size_t>({toks.size(), 32, std::size_t(seq)});
     std::vector<std::int32_t> prompt(toks.begin(), toks.begin() + std::ptrdiff_t(plen));
+    if (!j.prompt.empty()) prompt = j.prompt;
     const std::uint64_t sample_seed = rng();
     auto out = j.generate(prompt, int(j.opts.sample_tokens), 0.8f, sample_seed);
-    std::string text;
-    for (auto t : prompt) text.push_back(char(t));
-    std::string gen;
-    for (auto t : out) gen.push_back(char(t < 256 ? t : '?'));
-    std::printf("[train] sample (temperature 0.8, prompt = first %zu bytes of the validation split):\n", plen);
-    std::printf("%s%s\n[train] end of sample\n", printable(text).c_str(), printable(gen).c_str());
+    // Bytes are tokens, or the tokenizer's bytes ('?' for ids it does not have); control
+    // bytes print as '?' either way, and UTF-8 survives with a tokenizer.
+    auto text_of = [&](const std::vector<std::int32_t>& ids) {
+      std::string s;
+      for (auto t : ids) {
+        const std::string* b = j.tokenizer ? j.tokenizer->token_bytes(t) : nullptr;
+        if (b) {
+          for (unsigned char c : *b) s.push_back(c < 32 && c != '\n' && c != '\t' ? '?' : char(c));
+        } else {
+          s += printable(std::string(1, char(!j.tokenizer && t < 256 ? t : '?')));
+        }
+      }
+      return s;
+    };
+    const char* unit = j.tokenizer ? "tokens" : "bytes";
+    if (!j.prompt.empty())
+      std::printf("[train] sample (temperature 0.8, prompt = --prompt, %zu %s):\n", prompt.size(), unit);
+    else
+      std::printf("[train] sample (temperature 0.8, prompt = first %zu %s of the validation split):\n", plen, unit);
+    std::printf("%s%s\n[train] end of sample\n", text_of(prompt).c_str(), text_of(out).c_str());
   }
 
   // With checkpoint.async_save the last save is still being written: commit it (collective)

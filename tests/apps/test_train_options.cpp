@@ -136,6 +136,47 @@ TEST(ModelSpec, Errors) {
   EXPECT_NE(msg(nlohmann::json::array()).find("object"), std::string::npos);
 }
 
+TEST(ModelSpec, Llama) {
+  ds::train::TrainOptions o;
+  nlohmann::json section = {{"type", "llama"}, {"n_head", 4}, {"n_kv_head", 2}, {"n_embd", 64}, {"intermediate_size", 96}};
+  auto m = ds::train::resolve_model_spec(section, o, "c.json");
+  EXPECT_EQ(m.type, "llama");
+  EXPECT_EQ(m.n_kv_head, 2);
+  EXPECT_EQ(m.intermediate_size, 96);
+  EXPECT_EQ(m.describe(), "llama n_layer=4 n_head=4 n_kv_head=2 n_embd=64 intermediate_size=96 block_size=64 vocab_size=0");
+  // n_kv_head defaults to n_head; the flags win over the section.
+  o.model = "llama";
+  EXPECT_EQ(ds::train::resolve_model_spec(nullptr, o, "c.json").n_kv_head, 4);
+  o.n_kv_head = 1;
+  EXPECT_EQ(ds::train::resolve_model_spec(section, o, "c.json").n_kv_head, 1);
+  auto msg = [&](const nlohmann::json& s, const ds::train::TrainOptions& opts) {
+    try {
+      ds::train::resolve_model_spec(s, opts, "c.json");
+    } catch (const ds::Error& e) {
+      return std::string(e.what());
+    }
+    return std::string();
+  };
+  ds::train::TrainOptions none;
+  EXPECT_NE(msg({{"type", "llama"}, {"n_head", 4}, {"n_kv_head", 3}}, none)
+                .find("n_head (4) must be divisible by n_kv_head (3); set --n_kv_head or model.n_kv_head in c.json"),
+            std::string::npos);
+  EXPECT_NE(msg({{"type", "llama"}, {"n_head", 4}, {"n_embd", 12}}, none).find("head dim n_embd / n_head (3) must be even"),
+            std::string::npos);
+  EXPECT_NE(msg({{"n_kv_head", 2}}, none).find("n_kv_head and intermediate_size are llama settings; --model gpt"),
+            std::string::npos);
+  EXPECT_NE(msg({{"n_kv_heads", 2}}, none).find("(known: type, n_layer, n_head, n_kv_head, n_embd, intermediate_size"),
+            std::string::npos);
+  EXPECT_NE(msg({{"type", "llama2"}}, none).find("model.type must be \"gpt\", \"mlp\" or \"llama\""), std::string::npos);
+  // The command line takes --model llama and the llama flags.
+  const char* argv[] = {"train", "--config", "c.json", "--model", "llama", "--n_kv_head", "2", "--intermediate_size", "40"};
+  auto r = ds::train::parse_options(9, argv);
+  ASSERT_TRUE(r.options) << r.message;
+  EXPECT_EQ(*r.options->model, "llama");
+  EXPECT_EQ(*r.options->n_kv_head, 2);
+  EXPECT_EQ(*r.options->intermediate_size, 40);
+}
+
 TEST(Report, Formatting) {
   EXPECT_EQ(ds::train::format_duration(65), "1:05");
   EXPECT_EQ(ds::train::format_duration(3723), "1:02:03");

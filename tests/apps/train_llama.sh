@@ -1,8 +1,8 @@
 #!/usr/bin/env bash
 # The Llama-style decoder through the train app: configs/llama_tiny.json (model.type "llama",
 # grouped-query n_kv_head) with a tiny shape, on 1 and 2 ranks: the loss falls from near
-# ln 256, the model line names the shape, a sample is generated. Then --model llama on the
-# default config, and the shape errors as one line naming the flag.
+# ln 256, the model line names the shape, a sample is generated; a checkpoint resumes exactly.
+# Then --model llama on the default config, and the shape errors as one line naming the flag.
 source "$(dirname "$0")/lib.sh"
 
 SMALL=(--n_layer 2 --n_head 4 --n_kv_head 2 --n_embd 32 --block_size 16 --eval_iters 2 --sample_tokens 16)
@@ -25,6 +25,14 @@ PYEOF
   grep -q '^\[train\] sample' r$np.out || fail "no generated sample on $np rank(s)"
   grep -q '^\[train\] done: 40 steps' r$np.out || fail "no summary line on $np rank(s)"
 done
+
+# Checkpoints: a run resumed from step 4 repeats the unbroken run's steps 5-8.
+must_run 2 full --config "$CONFIGS/llama_tiny.json" "${SMALL[@]}" --steps 8 --save_dir ckpt --save_interval 4 \
+  --loss_csv full.csv
+must_run 2 resumed --config "$CONFIGS/llama_tiny.json" "${SMALL[@]}" --steps 8 --load_dir ckpt --ckpt_id global_step4 \
+  --loss_csv resumed.csv
+grep -q 'resumed from' resumed.out || fail "no resume message"
+compare_losses resumed.csv full.csv 1e-6 5
 
 # --model llama over the GPT config's model section; n_kv_head defaults to n_head.
 must_run 1 flag --config "$CONFIGS/default.json" --model llama --n_layer 1 --n_head 2 --n_embd 32 --block_size 16 \
