@@ -39,8 +39,9 @@ class Llama : public Module {
   Precision gemm_precision() const { return prec_; }
   std::size_t num_parameters() const { return ps_.total_numel(); }
 
-  // Training FLOPs per token: 6 * (weights in GEMMs, the LM head included) + 6 * n_layer * T * C
-  // for attention's QK^T and PV (T = seq, default block_size), as Gpt::flops_per_token.
+  // Training FLOPs per token: 6 * (weights in GEMMs, the LM head included) + 12 * n_layer * T * C
+  // for attention's QK^T and PV (2 GEMMs x 2 FLOPs x T x C per layer, x3 for forward and
+  // backward; T = seq, default block_size), as Gpt::flops_per_token.
   double flops_per_token(std::int64_t seq = 0) const;
 
   // Logits (vocab_size floats) for the token after `context` (its last block_size tokens), and

@@ -13,7 +13,9 @@ namespace ds::nn::kernels {
 // rstd[N] saved for backward.
 void rmsnorm_forward(float* out, float* rstd, const float* inp, const float* w, std::int64_t N,
                      std::int64_t C, float eps);
-// dinp += ..., dw += ...
+// dinp += ..., dw += ... (rows split among the threads; each thread's dw sum is kept apart in
+// a small allocation of threads x C floats and added in thread order: the same bits for a
+// given thread count).
 void rmsnorm_backward(float* dinp, float* dw, const float* dout, const float* inp, const float* w,
                       const float* rstd, std::int64_t N, std::int64_t C);
 
