@@ -241,6 +241,16 @@ JobPtr prepare(const TrainOptions& opts, const DistributedContext& dist) {
   j.seed = opts.seed ? *opts.seed : j.cfg.seed.value_or(kDefaultSeed);
   j.cfg.seed = j.seed;  // the engine seeds the model init with it
 
+  // --tokenizer: the model needs an output for each of its ids; an unset model.vocab_size
+  // becomes the tokenizer's (the data's ids are checked against it below).
+  if (!opts.tokenizer.empty()) {
+    j.tokenizer = tokenizer::BpeTokenizer::load(opts.tokenizer);
+    if (j.spec.vocab_size == 0) j.spec.vocab_size = j.tokenizer->vocab_size();
+    DS_CHECK(j.tokenizer->vocab_size() <= j.spec.vocab_size,
+             "--tokenizer " << opts.tokenizer << " has " << j.tokenizer->vocab_size() << " tokens but model.vocab_size is "
+                            << j.spec.vocab_size << ": the model needs at least the tokenizer's vocab size");
+  }
+
   // Data: the embedded corpus, a text file, a DSTOKENS file (by magic), or nanoGPT / llm.c
   // token files: a glob, an llm.c shard (by magic), a .bin file, or any file with --data_dtype.
   data::TextDataset all;
@@ -284,13 +294,11 @@ JobPtr prepare(const TrainOptions& opts, const DistributedContext& dist) {
     j.train_shards.emplace(std::move(parts.first));
     j.val_shards.emplace(std::move(parts.second));
   } else {
-    // --tokenizer: the model must have an output for each of its ids (unset: it gets one).
-  if (!opts.tokenizer.empty()) j.tokenizer = tokenizer::BpeTokenizer::load(opts.tokenizer);
-  const std::int64_t tok_vocab = j.tokenizer ? j.tokenizer->vocab_size() : 0;
-  if (j.spec.vocab_size == 0) j.spec.vocab_size = std::max<std::int64_t>(all.vocab_size(), tok_vocab);
-  DS_CHECK(tok_vocab <= j.spec.vocab_size, "--tokenizer " << opts.tokenizer << " has " << tok_vocab
-                                               << " tokens but model.vocab_size is " << j.spec.vocab_size
-                                               << ": the model needs at least the tokenizer's vocab size");
+    if (j.spec.vocab_size == 0) j.spec.vocab_size = all.vocab_size();
+    DS_CHECK(all.vocab_size() <= j.spec.vocab_size,
+             data_name << " has vocab size " << all.vocab_size() << " but model.vocab_size is " << j.spec.vocab_size);
+    std::tie(j.train_data, j.val_data) = all.split(opts.val_fraction, opts.val_fraction > 0 ? min_val_tokens : 0);
+  }
   if (!opts.prompt.empty()) {
     if (j.tokenizer) j.prompt = j.tokenizer->encode(opts.prompt);
     else j.prompt.assign(opts.prompt.begin(), opts.prompt.end());  // bytes are tokens
@@ -298,10 +306,6 @@ JobPtr prepare(const TrainOptions& opts, const DistributedContext& dist) {
       if (!j.tokenizer) t &= 0xFF;
       DS_CHECK(t < j.spec.vocab_size, "--prompt: token " << t << " is not below model.vocab_size " << j.spec.vocab_size);
     }
-  }
-    DS_CHECK(all.vocab_size() <= j.spec.vocab_size,
-             data_name << " has vocab size " << all.vocab_size() << " but model.vocab_size is " << j.spec.vocab_size);
-    std::tie(j.train_data, j.val_data) = all.split(opts.val_fraction, opts.val_fraction > 0 ? min_val_tokens : 0);
   }
   const std::size_t train_samples = j.train_src().num_samples(seq);
   DS_CHECK(train_samples >= std::size_t(dist.world_size),
@@ -667,14 +671,21 @@ void run(Job& j, DistributedContext& dist) {
   rep.finish_bar();
 
   // A short sample from the trained GPT (rank 0 only; no communication).
-  // Token shards hold ids of a tokenizer train does not have: no text to show.
-  if (rank0 && j.generate && j.opts.sample_tokens > 0 && j.train_shards)
-    std::printf("[train] no text sample: %s holds token ids, not bytes\n", j.opts.data.c_str());
-  if (rank0 && j.generate && j.opts.sample_tokens > 0 && !j.train_shards) {
-    const data::TextDataset& src = j.val_data.size() > 0 ? j.val_data : j.train_data;
-    const auto toks = src.tokens();
-    const std::size_t plen = std::min<std::size_t>({toks.size(), 32, std::size_t(seq)});
-    std::vector<std::int32_t> prompt(toks.begin(), toks.begin() + std::ptrdiff_t(plen));
+  // Token shards hold ids of a tokenizer train does not have (without --tokenizer): no text to show.
+  if (rank0 && j.generate && j.opts.sample_tokens > 0 && j.train_shards && !j.tokenizer)
+    std::printf("[train] no text sample: %s holds token ids, not bytes (--tokenizer decodes them)\n",
+                j.opts.data.c_str());
+  if (rank0 && j.generate && j.opts.sample_tokens > 0 && (!j.train_shards || j.tokenizer)) {
+    std::vector<std::int32_t> prompt;
+    if (j.train_shards) {
+      const data::TokenShards& src = j.val_shards->size() > 0 ? *j.val_shards : *j.train_shards;
+      prompt = src.head(std::min<std::size_t>({src.size(), 32, std::size_t(seq)}));
+    } else {
+      const data::TextDataset& src = j.val_data.size() > 0 ? j.val_data : j.train_data;
+      const auto toks = src.tokens();
+      prompt.assign(toks.begin(), toks.begin() + std::ptrdiff_t(std::min<std::size_t>({toks.size(), 32, std::size_t(seq)})));
+    }
+    const std::size_t plen = prompt.size();
     if (!j.prompt.empty()) prompt = j.prompt;
     const std::uint64_t sample_seed = rng();
     auto out = j.generate(prompt, int(j.opts.sample_tokens), 0.8f, sample_seed);

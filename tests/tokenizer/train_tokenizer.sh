@@ -41,6 +41,16 @@ must_run 1 bytes --config "$CONFIGS/default.json" "${TINY[@]}" --steps 2
 grep -aq -F "[train] sample (temperature 0.8, prompt = first 16 bytes of the validation split):" bytes.out ||
   fail "byte-level sample line changed: $(grep -A2 'sample' bytes.out)"
 
+# llm.c shards written by dstok train with the same tokenizer, and its sample is decoded.
+"$DS_BINARY_DIR/apps/dstok/dstok" encode --tokenizer tok --input "$DS_SOURCE_DIR/src/data/corpus/licenses.txt" \
+  --output shard --shard_tokens 20000 --threads 2 >dstok.out || fail "dstok encode: $(cat dstok.out)"
+must_run 1 shards --config "$CONFIGS/default.json" "${TINY[@]}" --steps 2 --tokenizer tok --data 'shard_*.bin'
+grep -aq -F "[train] sample (temperature 0.8, prompt = first 16 tokens of the validation split):" shards.out ||
+  fail "no decoded sample from token shards: $(grep -a -A2 'sample' shards.out)"
+must_run 1 shards_no_tok --config "$CONFIGS/default.json" "${TINY[@]}" --steps 2 --data 'shard_*.bin'
+grep -aq "no text sample: shard_\*.bin holds token ids, not bytes (--tokenizer decodes them)" shards_no_tok.out ||
+  fail "no hint without --tokenizer: $(grep -a 'sample' shards_no_tok.out)"
+
 write_config small.json "$CONFIGS/default.json" 'c["model"]["vocab_size"] = 256'
 if run_train 1 small --config small.json "${TINY[@]}" --steps 2 --tokenizer tok; then fail "vocab_size 256 < 260 was accepted"; fi
 grep -q "^train: error: --tokenizer tok has 260 tokens but model.vocab_size is 256: the model needs at least the tokenizer's vocab size" \
