@@ -58,7 +58,7 @@ int main(int argc, char** argv) {
   app.add_option("--tag,-t", tag, "checkpoint tag (default: the one in CHECKPOINT_DIR/latest)");
   app.add_option("--format", format, "hdf5 (default) or safetensors")->check(CLI::IsMember({"hdf5", "safetensors"}));
   app.add_flag("--hf_names", hf_names,
-               "safetensors with Hugging Face names and layouts (GPT-2: transformers' GPT2Model, Conv1D weights [in, out])");
+               "safetensors with Hugging Face names and layouts (GPT-2: GPT2Model, Conv1D weights [in, out]; Llama: LlamaForCausalLM)");
   app.add_flag("--force,-f", force, "replace OUTPUT when it already exists (a regular file)");
   try {
     app.parse(argc, argv);
@@ -111,7 +111,7 @@ int main(int argc, char** argv) {
       if (hf_names) {
         arch = io::hf::detect(infos);
         DS_CHECK(arch, "--hf_names: no Hugging Face name table covers this checkpoint's parameters (first: '"
-                           << (infos.empty() ? std::string() : infos.front().name) << "'); the GPT is supported");
+                           << (infos.empty() ? std::string() : infos.front().name) << "'); there are tables for the GPT and the Llama");
         hf = io::hf::to_hf(*arch, infos);
       }
       std::vector<io::SafetensorsSpec> specs;

@@ -71,8 +71,8 @@ ParseResult parse_options(int argc, const char* const* argv) {
   app.add_option("--load_dir", o.load_dir, "Resume from this checkpoint directory");
   app.add_option("--ckpt_id", o.ckpt_id, "Checkpoint tag to load (default: <load_dir>/latest)");
   app.add_option("--init_from", o.init_from,
-                 "Start from these weights: a .safetensors file or directory (Hugging Face GPT-2 or "
-                 "ds_to_fp32 names) instead of the random init");
+                 "Start from these weights: a .safetensors file or directory (Hugging Face GPT-2 / Llama "
+                 "or ds_to_fp32 names) instead of the random init");
 
   app.add_option("--loss_csv", o.loss_csv, "Rank 0 writes step,loss,lr,grad_norm,loss_scale,val_loss here");
   app.add_option("--sample_tokens", o.sample_tokens, "Bytes of text generated at the end (0: none)")

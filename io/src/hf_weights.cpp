@@ -37,7 +37,28 @@ constexpr std::string_view kGpt2Ignored[] = {"h.{l}.attn.bias", "h.{l}.attn.mask
 constexpr Tied kGpt2Tied[] = {{"lm_head.weight", "wte.weight"}};
 const Architecture kGpt2{"gpt2", kGpt2Rules, kGpt2Prefixes, kGpt2Ignored, kGpt2Tied};
 
-const Architecture* const kArchitectures[] = {&kGpt2};
+// Llama (transformers' LlamaForCausalLM): ds::nn::Llama already uses its names and Linear
+// layouts, so every rule is the identity; older transformers saved the rotary inv_freq buffer,
+// and a tied model's file may still carry lm_head.weight.
+constexpr Rule kLlamaRules[] = {
+    {"model.embed_tokens.weight", "model.embed_tokens.weight", false, false},
+    {"model.layers.{l}.self_attn.q_proj.weight", "model.layers.{l}.self_attn.q_proj.weight", false, false},
+    {"model.layers.{l}.self_attn.k_proj.weight", "model.layers.{l}.self_attn.k_proj.weight", false, false},
+    {"model.layers.{l}.self_attn.v_proj.weight", "model.layers.{l}.self_attn.v_proj.weight", false, false},
+    {"model.layers.{l}.self_attn.o_proj.weight", "model.layers.{l}.self_attn.o_proj.weight", false, false},
+    {"model.layers.{l}.mlp.gate_proj.weight", "model.layers.{l}.mlp.gate_proj.weight", false, false},
+    {"model.layers.{l}.mlp.up_proj.weight", "model.layers.{l}.mlp.up_proj.weight", false, false},
+    {"model.layers.{l}.mlp.down_proj.weight", "model.layers.{l}.mlp.down_proj.weight", false, false},
+    {"model.layers.{l}.input_layernorm.weight", "model.layers.{l}.input_layernorm.weight", false, false},
+    {"model.layers.{l}.post_attention_layernorm.weight", "model.layers.{l}.post_attention_layernorm.weight", false, false},
+    {"model.norm.weight", "model.norm.weight", false, false},
+    {"lm_head.weight", "lm_head.weight", false, false},
+};
+constexpr std::string_view kLlamaIgnored[] = {"model.layers.{l}.self_attn.rotary_emb.inv_freq"};
+constexpr Tied kLlamaTied[] = {{"lm_head.weight", "model.embed_tokens.weight"}};
+const Architecture kLlama{"llama", kLlamaRules, {}, kLlamaIgnored, kLlamaTied};
+
+const Architecture* const kArchitectures[] = {&kGpt2, &kLlama};
 
 // Whether `name` matches `pattern` ("{l}" = a layer index, digits without a leading zero);
 // the index goes to *layer.
@@ -97,6 +118,7 @@ bool dstrain_layout(const SafetensorsReader& file) {
 }  // namespace
 
 const Architecture& gpt2() { return kGpt2; }
+const Architecture& llama() { return kLlama; }
 std::span<const Architecture* const> architectures() { return kArchitectures; }
 
 const Architecture* detect(std::span<const ParamInfo> params) {
@@ -182,10 +204,10 @@ LoadPlan plan_load(const SafetensorsReader& file, std::span<const ParamInfo> par
     std::string layer;
     const Rule* r = rule_for(*arch, p.name, &layer);
     auto it = bare.find(hf[i].name);
-    DS_CHECK(it != bare.end(), path << ": no tensor '" << hf[i].name << "' (or with a "
-                                    << (arch->prefixes.empty() ? std::string("prefix") : "'" + std::string(arch->prefixes[0]) + "' prefix")
-                                    << ") for the model's parameter '" << p.name << "' " << shape_text(p.shape)
-                                    << "; the file's model has fewer layers or another architecture?");
+    DS_CHECK(it != bare.end(), path << ": no tensor '" << hf[i].name << "'"
+                                    << (arch->prefixes.empty() ? std::string() : " (or with a '" + std::string(arch->prefixes[0]) + "' prefix)")
+                                    << " for the model's parameter '" << p.name << "' " << shape_text(p.shape)
+                                    << " (the file's model has fewer layers, ties this tensor to another, or is another architecture?)");
     const SafetensorsTensor* t = it->second;
     auto [rows, cols] = as_2d(p.shape);
     bool crop = false;

@@ -307,3 +307,63 @@ TEST(HfGpt2, ToHfAndTranspose) {
   hf::transpose(a.data(), t.data(), 3, 2);  // out 3 x 2
   EXPECT_EQ(t, (std::vector<float>{1, 4, 2, 5, 3, 6}));
 }
+
+// --- Hugging Face Llama names (ours already; the table accounts for buffers and ties) -----
+
+namespace {
+
+std::vector<ParamInfo> tiny_llama(bool tied) {
+  const std::string p = "model.layers.0.";
+  std::vector<ParamInfo> v = {{"model.embed_tokens.weight", {5, 4}},  {p + "self_attn.q_proj.weight", {4, 4}},
+                              {p + "self_attn.k_proj.weight", {2, 4}}, {p + "self_attn.v_proj.weight", {2, 4}},
+                              {p + "self_attn.o_proj.weight", {4, 4}}, {p + "mlp.gate_proj.weight", {6, 4}},
+                              {p + "mlp.up_proj.weight", {6, 4}},      {p + "mlp.down_proj.weight", {4, 6}},
+                              {p + "input_layernorm.weight", {4}},     {p + "post_attention_layernorm.weight", {4}},
+                              {"model.norm.weight", {4}}};
+  if (!tied) v.push_back({"lm_head.weight", {5, 4}});
+  return v;
+}
+
+// The file as transformers writes it: every parameter (value 10 * index + element), the
+// rotary buffer, and lm_head.weight (a copy of the embedding when `tied`).
+void write_llama(const fs::path& path, bool tied) {
+  const auto params = tiny_llama(false);
+  std::vector<SafetensorsSpec> specs;
+  std::vector<std::vector<float>> vals;
+  for (std::size_t i = 0; i < params.size(); ++i) {
+    specs.push_back({params[i].name, DType::BF16, params[i].shape});
+    vals.push_back(iota(params[i].numel(), float(10 * (tied && i + 1 == params.size() ? 0 : i))));
+  }
+  specs.push_back({"model.layers.0.self_attn.rotary_emb.inv_freq", DType::F32, {1}});
+  vals.push_back({1.0f});
+  SafetensorsWriter w(path.string(), specs, {{"format", "pt"}});
+  for (const auto& v : vals) w.write(v);
+  w.close();
+}
+
+}  // namespace
+
+TEST(HfLlama, LoadsByNameSkippingRotaryBufferAndTiedHead) {
+  TempDir d("ds_hf");
+  const fs::path p = d.path / "llama.safetensors";
+  write_llama(p, false);
+  hf::LoadPlan plan;
+  auto w = load_all(p.string(), tiny_llama(false), &plan);
+  EXPECT_EQ(plan.naming, "Hugging Face llama names");
+  EXPECT_EQ(plan.ignored, 1u);
+  EXPECT_EQ(w[5], iota(24, 50.0f));  // gate_proj as stored (bf16-exact values), not transposed
+  EXPECT_EQ(hf::detect(tiny_llama(true)), &hf::llama());
+
+  // A tied model takes a file whose lm_head equals the embedding, and refuses one where it differs.
+  write_llama(p, true);
+  w = load_all(p.string(), tiny_llama(true), &plan);
+  EXPECT_EQ(plan.tied.size(), 1u);
+  write_llama(p, false);
+  EXPECT_HAS(error_of([&] { load_all(p.string(), tiny_llama(true)); }),
+             "tensor 'lm_head.weight' differs from 'model.embed_tokens.weight'");
+  // A parameter the file lacks is named.
+  auto extra = tiny_llama(false);
+  extra.push_back({"model.layers.1.input_layernorm.weight", {4}});
+  EXPECT_HAS(error_of([&] { load_all(p.string(), extra); }),
+             "no tensor 'model.layers.1.input_layernorm.weight' for the model's parameter");
+}

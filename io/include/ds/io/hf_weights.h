@@ -7,7 +7,9 @@
 // that duplicate a tied one. GPT-2: HF's Conv1D stores c_attn / c_proj / c_fc weights as
 // [in, out], ours (PyTorch Linear) are [out, in], so those four are transposed; the names
 // are ours with an optional "transformer." prefix; lm_head.weight is wte.weight (tied);
-// h.N.attn.bias / masked_bias are the causal-mask buffers. Another family is one more table.
+// h.N.attn.bias / masked_bias are the causal-mask buffers. Llama: names and layouts are HF's
+// (ds/nn/llama_layout.h), the table only says which file tensors to skip. Another family is
+// one more table.
 #pragma once
 
 #include <cstdint>
@@ -42,6 +44,9 @@ struct Architecture {
 };
 
 const Architecture& gpt2();
+// Llama (LlamaForCausalLM): our names and layouts are HF's; the table accounts for the
+// rotary inv_freq buffer and a tied model's lm_head.weight.
+const Architecture& llama();
 // Every architecture there is a table for.
 std::span<const Architecture* const> architectures();
 
