@@ -14,6 +14,7 @@
 #include <vector>
 
 #include "cli_usage.h"
+#include "ds/core/env.h"
 #include "ds/core/error.h"
 #include "ds/core/file_read.h"
 #include "ds/tokenizer/bpe.h"
@@ -123,6 +124,7 @@ int main(int argc, char** argv) {
     return tools::usage_exit(app, err, "dstok");
   }
   try {
+    env::check_all();  // a bad DS_* value: one error line before any work, as every tool
     return enc->parsed() ? encode(e) : decode(dec_tokenizer, dec_inputs);
   } catch (const std::exception& err) {
     std::fflush(stdout);

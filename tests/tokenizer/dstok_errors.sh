@@ -32,6 +32,9 @@ expect 2 "dstok: error: --shard_tokens: Value 0 not in range 1 to 2147483647 (se
 expect 2 "dstok: error: --threads: Value many not in range" "${ENC[@]}" --threads many
 expect 2 "dstok: error: The following argument was not expected: --bogus (see dstok --help)" "${ENC[@]}" --bogus
 
+# A bad DS_* value stops it first, as every tool (the tokenizer named does not exist).
+DS_LOG_LEVEL=loud expect 1 "dstok: error: environment variable DS_LOG_LEVEL='loud': expected one of debug|info|warn|error" \
+  encode --tokenizer "$T/nope" --input "$T/in.txt" --output "$T/o"
 expect 1 "dstok: error: tokenizer $T/nope does not exist (give a directory with vocab.json and merges.txt, or a tokenizer.json)" \
   encode --tokenizer "$T/nope" --input "$T/in.txt" --output "$T/o"
 mkdir "$T/half" && cp "$T/gpt2/vocab.json" "$T/half/"

@@ -56,17 +56,17 @@ TEST(Load, FromDisk) {
 }
 
 TEST(Load, VocabErrors) {
-  EXPECT_HAS(gpt2_error("{" + tiny::vocab_members() + ",\"xyz\": -1}", ""),
+  EXPECT_HAS(gpt2_error(std::string("{") + tiny::vocab_members() + ",\"xyz\": -1}", ""),
              "vocab.json:1:");
-  EXPECT_HAS(gpt2_error("{" + tiny::vocab_members() + ",\"xyz\": -1}", ""),
+  EXPECT_HAS(gpt2_error(std::string("{") + tiny::vocab_members() + ",\"xyz\": -1}", ""),
              ": key \"xyz\": a token id must be an integer from 0 to 2147483646, got -1");
-  EXPECT_HAS(gpt2_error("{" + tiny::vocab_members() + ",\n\"xyz\": \"7\"}", ""), "vocab.json:2:8: key \"xyz\"");
-  EXPECT_HAS(gpt2_error("{" + tiny::vocab_members() + ",\n\"xyz\": 5}", ""),
+  EXPECT_HAS(gpt2_error(std::string("{") + tiny::vocab_members() + ",\n\"xyz\": \"7\"}", ""), "vocab.json:2:8: key \"xyz\"");
+  EXPECT_HAS(gpt2_error(std::string("{") + tiny::vocab_members() + ",\n\"xyz\": 5}", ""),
              "vocab.json:2:8: key \"xyz\": id 5 is already used by \"\xC4\x85\"");
   // A space is not a byte character (it is spelled Ġ).
-  EXPECT_HAS(gpt2_error("{" + tiny::vocab_members() + ",\n\"a b\": 300}", ""),
+  EXPECT_HAS(gpt2_error(std::string("{") + tiny::vocab_members() + ",\n\"a b\": 300}", ""),
              "vocab.json:2:1: key \"a b\" is not a byte-level token");
-  EXPECT_HAS(gpt2_error("{" + tiny::vocab_members(true, 'A') + "}", ""),
+  EXPECT_HAS(gpt2_error(std::string("{") + tiny::vocab_members(true, 'A') + "}", ""),
              "vocab.json: the vocabulary has no token for byte 0x41 (spelled \"A\"): a byte-level BPE vocabulary needs all 256");
   EXPECT_HAS(gpt2_error("[1, 2]", ""), "vocab.json:1:1: the document must be an object of token -> id, got an array");
   EXPECT_HAS(gpt2_error("{\"a\": 1", ""), "vocab.json:1:");  // the JSON reader's own errors keep the file

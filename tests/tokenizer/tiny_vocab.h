@@ -81,7 +81,7 @@ inline std::string tokenizer_json(const std::string& type = "\"BPE\"",
     if (r) merges += ",";
     // Both spellings of a merge: "a b" and ["a", "b"].
     merges += r % 2 ? json_string(kMerges[r].first + " " + kMerges[r].second)
-                    : "[" + json_string(kMerges[r].first) + "," + json_string(kMerges[r].second) + "]";
+                    : std::string("[") + json_string(kMerges[r].first) + "," + json_string(kMerges[r].second) + "]";
   }
   std::string t = "{\"version\": \"1.0\",\n";
   return t + "\"added_tokens\": [{\"id\": 269, \"content\": \"<|endoftext|>\", \"special\": true}],\n"
