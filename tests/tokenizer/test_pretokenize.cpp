@@ -88,3 +88,29 @@ TEST(Utf8, DecodesAndRejects) {
 }
 
 }  // namespace
+
+#include "byte_unicode.h"
+
+namespace {
+
+TEST(ByteMap, GPT2Spellings) {
+  using namespace ds::tokenizer::detail;
+  // Printable Latin-1 bytes stand for themselves; the others count up from U+0100 in order.
+  EXPECT_EQ(byte_to_char('A'), U'A');
+  EXPECT_EQ(byte_to_char(0x00), char32_t(0x100));
+  EXPECT_EQ(byte_to_char('\n'), char32_t(0x10A));  // Ċ
+  EXPECT_EQ(byte_to_char(' '), char32_t(0x120));   // Ġ
+  EXPECT_EQ(byte_to_char(0x7F), char32_t(0x121));
+  EXPECT_EQ(byte_to_char(0xA0), char32_t(0x142));
+  EXPECT_EQ(byte_to_char(0xAD), char32_t(0x143));  // Ń
+  EXPECT_EQ(byte_to_char(0xFF), char32_t(0xFF));
+  EXPECT_EQ(bytes_to_spelling(" the"), "\xC4\xA0the");
+  EXPECT_EQ(spelling_to_bytes("\xC4\xA0the"), std::optional<std::string>(" the"));
+  EXPECT_FALSE(spelling_to_bytes("\xC4\xA0 the"));  // a raw space is not a byte character
+  EXPECT_FALSE(spelling_to_bytes("\xE4\xB8\xAD"));  // nor is 中
+  std::string all;
+  for (int b = 0; b < 256; ++b) all.push_back(char(b));
+  EXPECT_EQ(spelling_to_bytes(bytes_to_spelling(all)), std::optional<std::string>(all));
+}
+
+}  // namespace
