@@ -41,6 +41,54 @@ struct Batch {
 // Where a module computes, and so where the engine keeps the storage it binds.
 enum class Device : std::uint8_t { Cpu, Cuda };
 
+// ZeRO stage 3 partitions the parameters themselves: each rank keeps 1/N of every group and
+// the engine gathers a group just before the module uses it and frees it after. A group is a
+// run of consecutive parameters in parameters() order that the module uses together (the
+// GPT: the embeddings, each block, the final norm); groups tile parameters() in order, each
+// non-empty.
+struct ParamGroup {
+  std::string name;       // "h.3" (messages, reports)
+  std::size_t first = 0;  // index of its first parameter in parameters()
+  std::size_t count = 0;  // parameters in the group
+};
+
+enum class Pass : std::uint8_t { Forward, Backward };
+
+// The engine's side of the group protocol (stage 3; set with Module::set_group_hooks). A
+// module that declares groups brackets every use of a group's parameters -- reading them,
+// and in backward also accumulating into their gradients -- with acquire(g) ... release(g)
+// of the pass it is in (forward, evaluate and generation: Forward; backward, including any
+// recomputation there: Backward). Brackets may nest, and a group may be acquired more than
+// once per pass (a tied weight: the GPT's head acquires the embeddings' group again).
+// Outside its brackets a group's parameter and gradient views must not be touched: under
+// stage 3 their memory is released. Both calls come from the thread that runs forward and
+// backward; release() does not throw.
+class GroupHooks {
+ public:
+  virtual ~GroupHooks() = default;
+  virtual void acquire(std::size_t group, Pass pass) = 0;
+  virtual void release(std::size_t group, Pass pass) noexcept = 0;
+};
+
+// acquire() on construction, release() on destruction; does nothing when hooks is null (no
+// stage 3, or a module used without an engine).
+class GroupUse {
+ public:
+  GroupUse(GroupHooks* hooks, std::size_t group, Pass pass) : hooks_(hooks), group_(group), pass_(pass) {
+    if (hooks_) hooks_->acquire(group_, pass_);
+  }
+  ~GroupUse() {
+    if (hooks_) hooks_->release(group_, pass_);
+  }
+  GroupUse(const GroupUse&) = delete;
+  GroupUse& operator=(const GroupUse&) = delete;
+
+ private:
+  GroupHooks* hooks_;
+  std::size_t group_;
+  Pass pass_;
+};
+
 class Module {
  public:
   virtual ~Module() = default;
@@ -78,6 +126,16 @@ class Module {
 
   // Loss without caching for backward (validation). Default: forward().
   virtual float evaluate(const Batch& batch) { return forward(batch); }
+
+  // ZeRO stage 3: the parameter groups in execution order (see ParamGroup). Default: none,
+  // and the engine treats the whole model as one group, gathered around each forward and
+  // backward call -- correct for any module, but without the memory saving of stage 3 while
+  // the module runs.
+  virtual std::vector<ParamGroup> parameter_groups() const { return {}; }
+  // Called once by a stage-3 engine, after bind() and before the first forward, with hooks
+  // that outlive every later forward/backward call; a module that declares groups keeps the
+  // pointer and calls it as GroupHooks says (GroupUse does the bracketing). Default: ignored.
+  virtual void set_group_hooks(GroupHooks* /*hooks*/) {}
 };
 
 }  // namespace ds
