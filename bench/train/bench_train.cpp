@@ -1,15 +1,17 @@
-// Training throughput of the built-in GPT on the CPU, our side:
+// Training throughput of the built-in GPT (or, --model llama, the Llama-style decoder of the
+// same depth, width and context: RMSNorm, rotary, grouped-query attention with --kv_heads,
+// default n_head / 2, SwiGLU of Llama's width rule) on the CPU, our side:
 // tokens/s of forward + backward + the library's fused AdamW step (ds::optim::adam_cpu), and
 // the compute bound (model FLOPs/token over the sgemm rate OpenBLAS reaches here, measured in
-// the same run). --profile adds the per-op CPU-time split of a step (run it on 1 thread).
-// bench/train/run.sh runs this beside the same model in PyTorch and prints the table.
+// the same run). --profile adds the per-op CPU-time split of a GPT step (run it on 1 thread).
+// bench/train/run.sh runs this beside the same GPT in PyTorch and prints the table.
 //
 // Check: the loss is finite and falls (last step's below the first's). Headline: tokens/s of
 // the median step over the compute bound measured here; --min_ratio X fails the run below X.
 // The last stdout line is its JSON: record (bench/README.md), which bench/train/run.sh reads.
 //
-//   bench_train [--dtype fp32|bf16|fp16] [--steps N] [--warmup N] [--layers 4] [--heads 4]
-//               [--embd 256] [--seq 128] [--vocab 256] [--batch 8] [--min_ratio X]
+//   bench_train [--model gpt|llama] [--dtype fp32|bf16|fp16] [--steps N] [--warmup N] [--layers 4]
+//               [--heads 4] [--kv_heads N] [--embd 256] [--seq 128] [--vocab 256] [--batch 8] [--min_ratio X]
 #include <cblas.h>
 #include <omp.h>
 
@@ -19,6 +21,8 @@
 #include <ctime>
 #include <cstdio>
 #include <cstring>
+#include <functional>
+#include <memory>
 #include <string>
 #include <vector>
 
@@ -28,6 +32,7 @@
 #include "ds/data/sampler.h"
 #include "ds/nn/gemm.h"
 #include "ds/nn/gpt.h"
+#include "ds/nn/llama.h"
 #include "ds/optim/kernels.h"
 #include "bench_report.h"
 
@@ -43,7 +48,7 @@ double now() {
   return std::chrono::duration<double>(std::chrono::steady_clock::now().time_since_epoch()).count();
 }
 
-// Median sgemm GFLOP/s at the model's largest GEMM shape (BT x 4C x C) and at n = 1024.
+// Median sgemm GFLOP/s at the model's widest GEMM shape (BT x MLP width x C) and at n = 1024.
 double sgemm_gflops(int M, int N, int K, int reps, double (*clock)() = now) {
   ds::HostBuffer a(std::size_t(M) * K, ds::DType::F32), b(std::size_t(N) * K, ds::DType::F32),
       c(std::size_t(M) * N, ds::DType::F32);
@@ -63,8 +68,8 @@ double sgemm_gflops(int M, int N, int K, int reps, double (*clock)() = now) {
 }  // namespace
 
 int main(int argc, char** argv) {
-  std::string dtype = "fp32";
-  int steps = 20, warmup = 3;
+  std::string dtype = "fp32", model_type = "gpt";
+  int steps = 20, warmup = 3, kv_heads = 0;
   ds::nn::GptConfig cfg{4, 4, 256, 128, 256};
   std::int64_t B = 8;
   bool gemm_bf16 = false, verbose = false, profile = false;
@@ -73,6 +78,8 @@ int main(int argc, char** argv) {
     std::string a = argv[i];
     auto next = [&] { return std::string(i + 1 < argc ? argv[++i] : ""); };
     if (a == "--dtype") dtype = next();
+    else if (a == "--model") model_type = next();
+    else if (a == "--kv_heads") kv_heads = std::stoi(next());
     else if (a == "--steps") steps = std::stoi(next());
     else if (a == "--warmup") warmup = std::stoi(next());
     else if (a == "--layers") cfg.n_layer = std::stoi(next());
@@ -87,13 +94,49 @@ int main(int argc, char** argv) {
     else if (a == "--gemm") gemm_bf16 = next() == "bf16";
     else { std::fprintf(stderr, "bench_train: error: unknown flag %s\n", a.c_str()); return 2; }
   }
+  if (model_type != "gpt" && model_type != "llama") {
+    std::fprintf(stderr, "bench_train: error: --model %s: expected gpt or llama\n", model_type.c_str());
+    return 2;
+  }
+  if (model_type == "llama" && profile) {
+    std::fprintf(stderr, "bench_train: error: --profile times the GPT's ops only (not with --model llama)\n");
+    return 2;
+  }
+  const bool is_llama = model_type == "llama";
   const ds::DType dt = ds::parse_dtype(dtype);
   const std::int64_t T = cfg.block_size;
-  ds::nn::Gpt model(cfg);
-  if (gemm_bf16) model.set_gemm_precision(ds::nn::Precision::BF16);
+  // One of the two models; the loop below sees a ds::Module and these three views of it.
+  std::unique_ptr<ds::nn::Gpt> gpt;
+  std::unique_ptr<ds::nn::Llama> llama;
+  std::function<void(ds::nn::Precision)> set_precision;
+  std::function<ds::nn::Precision()> precision;
+  std::function<double(std::int64_t)> flops_per_token;
+  std::int64_t mlp_width = 4 * cfg.n_embd;  // the widest GEMM's N (the bound's model shape)
+  if (is_llama) {
+    ds::nn::LlamaConfig lc;
+    lc.n_layer = cfg.n_layer;
+    lc.n_head = cfg.n_head;
+    lc.n_kv_head = kv_heads > 0 ? kv_heads : std::max<std::int64_t>(1, cfg.n_head / 2);
+    lc.n_embd = cfg.n_embd;
+    lc.block_size = cfg.block_size;
+    lc.vocab_size = cfg.vocab_size;
+    llama = std::make_unique<ds::nn::Llama>(lc);
+    mlp_width = llama->config().intermediate_size;
+    set_precision = [m = llama.get()](ds::nn::Precision p) { m->set_gemm_precision(p); };
+    precision = [m = llama.get()] { return m->gemm_precision(); };
+    flops_per_token = [m = llama.get()](std::int64_t t) { return m->flops_per_token(t); };
+  } else {
+    gpt = std::make_unique<ds::nn::Gpt>(cfg);
+    set_precision = [m = gpt.get()](ds::nn::Precision p) { m->set_gemm_precision(p); };
+    precision = [m = gpt.get()] { return m->gemm_precision(); };
+    flops_per_token = [m = gpt.get()](std::int64_t t) { return m->flops_per_token(t); };
+  }
+  ds::Module& model = is_llama ? static_cast<ds::Module&>(*llama) : static_cast<ds::Module&>(*gpt);
+  if (gemm_bf16) set_precision(ds::nn::Precision::BF16);
   auto infos = model.parameters();
   // Engine-like flat storage: fp32 master + Adam moments, working params/grads in dt.
-  const std::size_t P = model.num_parameters();
+  std::size_t P = 0;
+  for (const auto& p : infos) P += p.numel();
   ds::HostBuffer master(P, ds::DType::F32), m1(P, ds::DType::F32), m2(P, ds::DType::F32);
   ds::HostBuffer work(P, dt), grad(P, dt);
   std::vector<std::span<float>> spans;
@@ -119,7 +162,7 @@ int main(int argc, char** argv) {
   const float lr = 1e-3f, b1 = 0.9f, b2 = 0.95f, eps = 1e-8f, wd = 0.1f;
   for (int s = 0; s < warmup + steps; ++s) {
     ds::Batch batch = loader.next();
-    if (profile && s == warmup) model.set_profiling(true);
+    if (profile && s == warmup) gpt->set_profiling(true);
     const double c0 = cpu_now();
     const double t0 = now();
     loss = model.forward(batch);
@@ -154,13 +197,13 @@ int main(int argc, char** argv) {
   // Linear forward, input and weight gradients (attention is always the own kernel when the
   // CPU has AVX-512).
   const std::string gemm_name =
-      model.gemm_precision() == ds::nn::Precision::BF16 ? std::string("own-bf16")
+      precision() == ds::nn::Precision::BF16 ? std::string("own-bf16")
                                                         : std::string(ds::nn::own_f32_for_layers() ? "own-f32" : "openblas");
   const double tokens = double(B * T) * steps;
   const double tps = tokens / t_total;
-  const double fpt = model.flops_per_token(T);
+  const double fpt = flops_per_token(T);
   const int threads = omp_get_max_threads();
-  const double gf_model = sgemm_gflops(int(B * T), int(4 * cfg.n_embd), int(cfg.n_embd), 10);
+  const double gf_model = sgemm_gflops(int(B * T), int(mlp_width), int(cfg.n_embd), 10);
   const double gf_1024 = sgemm_gflops(1024, 1024, 1024, 5);
   const double bound = std::max(gf_model, gf_1024) * 1e9 / fpt;
   // The same rate per CPU-second (all threads' CPU time): with cpu_ms_per_step, a comparison
@@ -170,6 +213,7 @@ int main(int argc, char** argv) {
   ds::bench::Report report("bench_train");
   report.min_ratio(min_ratio);
   report["impl"] = "dstrain";
+  report["model"] = model_type;
   report["dtype"] = dtype;
   report["threads"] = threads;
   report["tokens_per_s"] = tps;
@@ -194,8 +238,12 @@ int main(int argc, char** argv) {
                    std::to_string(warmup + steps) + " steps");
   report.headline("tokens/s (median step) / compute bound (sgemm measured here)", tps_median / bound);
   {
-    std::printf("dstrain GPT %lldL %lldH %lld wide, seq %lld, vocab %lld, batch %lld, %s, %d threads, %zu params\n",
-                (long long)cfg.n_layer, (long long)cfg.n_head, (long long)cfg.n_embd, (long long)T,
+    std::printf("dstrain %s %lldL %lldH%s %lld wide, seq %lld, vocab %lld, batch %lld, %s, %d threads, %zu params\n",
+                is_llama ? "Llama" : "GPT", (long long)cfg.n_layer, (long long)cfg.n_head,
+                is_llama ? (" (" + std::to_string(llama->config().n_kv_head) + " kv, MLP " +
+                            std::to_string(mlp_width) + ")").c_str()
+                         : "",
+                (long long)cfg.n_embd, (long long)T,
                 (long long)cfg.vocab_size, (long long)B, dtype.c_str(), threads, P);
     std::printf("  linear GEMMs: %s (OpenBLAS core %s)\n", gemm_name.c_str(), openblas_get_corename());
     std::printf("  tokens/s %.0f  (fwd %.1f ms, bwd %.1f ms, adamw %.1f ms per step)  loss %.3f -> %.3f\n", tps,
@@ -215,7 +263,7 @@ int main(int argc, char** argv) {
     std::printf("| op | ms/step | share | GFLOP/s | wall ms/step | GFLOP/s (wall) |\n"
                 "| --- | --- | --- | --- | --- | --- |\n");
     double gemm_ms = 0, other_ms = 0, acc = 0, wall_acc = 0;
-    for (const auto& e : model.profile()) {
+    for (const auto& e : gpt->profile()) {
       if (e.calls == 0) continue;
       const double ms = 1e3 * e.cpu_s / steps, wms = 1e3 * e.wall_s / steps;
       acc += ms;

@@ -1,4 +1,5 @@
-// Training throughput of the built-in GPT through the engine (ds::initialize, forward /
+// Training throughput of the built-in GPT (or, --model llama, the Llama-style decoder of the
+// same shape with n_head / 2 key/value heads, as bench_train) through the engine (ds::initialize, forward /
 // backward / step with AdamW), on as many ranks as mpirun starts. Rank 0 prints one JSON
 // line (cpu_ms_per_step: rank 0's process CPU time per step; cpu_ms_per_step_ranks: every
 // rank's). bench/train/run.sh drives it beside PyTorch DDP.
@@ -9,7 +10,8 @@
 // FLOPs per token); --min_ratio X fails the run below X. Rank 0's last stdout line is its
 // JSON: record (bench/README.md).
 //
-//   mpirun -np 2 bench_train_engine [--dtype fp32|bf16] [--steps N] [--warmup N] [--batch 8] [--min_ratio X]
+//   mpirun -np 2 bench_train_engine [--model gpt|llama] [--dtype fp32|bf16] [--steps N] [--warmup N] [--batch 8]
+//                                   [--min_ratio X]
 #include <cblas.h>
 #include <mpi.h>
 #include <omp.h>
@@ -19,6 +21,7 @@
 #include <cmath>
 #include <cstdio>
 #include <ctime>
+#include <memory>
 #include <sstream>
 #include <string>
 #include <vector>
@@ -31,6 +34,7 @@
 #include "ds/core/buffer.h"
 #include "ds/core/hash.h"
 #include "ds/nn/gpt.h"
+#include "ds/nn/llama.h"
 #include "bench_report.h"
 
 namespace {
@@ -57,7 +61,7 @@ double sgemm_gflops_1024() {
 
 int main(int argc, char** argv) {
   try {
-    std::string dtype = "fp32";
+    std::string dtype = "fp32", model_type = "gpt";
     int steps = 20, warmup = 3;
     double min_ratio = 0;
     ds::nn::GptConfig cfg{4, 4, 256, 128, 256};
@@ -66,6 +70,7 @@ int main(int argc, char** argv) {
       std::string a = argv[i];
       auto next = [&] { return std::string(i + 1 < argc ? argv[++i] : ""); };
       if (a == "--dtype") dtype = next();
+      else if (a == "--model") model_type = next();
       else if (a == "--steps") steps = std::stoi(next());
       else if (a == "--warmup") warmup = std::stoi(next());
       else if (a == "--batch") B = std::stoi(next());
@@ -74,8 +79,27 @@ int main(int argc, char** argv) {
       else if (a == "--min_ratio") min_ratio = ds::bench::parse_min_ratio("bench_train_engine", next());
       else { std::fprintf(stderr, "bench_train_engine: error: unknown flag %s\n", a.c_str()); return 2; }
     }
+    if (model_type != "gpt" && model_type != "llama") {
+      std::fprintf(stderr, "bench_train_engine: error: --model %s: expected gpt or llama\n", model_type.c_str());
+      return 2;
+    }
+    const bool is_llama = model_type == "llama";
     ds::DistributedContext ctx = ds::init_distributed();
-    ds::nn::Gpt model(cfg);
+    std::unique_ptr<ds::nn::Gpt> gpt;
+    std::unique_ptr<ds::nn::Llama> llama;
+    if (is_llama) {
+      ds::nn::LlamaConfig lc;
+      lc.n_layer = cfg.n_layer;
+      lc.n_head = cfg.n_head;
+      lc.n_kv_head = std::max<std::int64_t>(1, cfg.n_head / 2);
+      lc.n_embd = cfg.n_embd;
+      lc.block_size = cfg.block_size;
+      lc.vocab_size = cfg.vocab_size;
+      llama = std::make_unique<ds::nn::Llama>(lc);
+    } else {
+      gpt = std::make_unique<ds::nn::Gpt>(cfg);
+    }
+    ds::Module& model = is_llama ? static_cast<ds::Module&>(*llama) : static_cast<ds::Module&>(*gpt);
     std::ostringstream js;
     js << R"({"train_micro_batch_size_per_gpu": )" << B
        << R"(, "gradient_accumulation_steps": 1, "steps_per_print": 1000000,)"
@@ -116,12 +140,13 @@ int main(int argc, char** argv) {
     std::vector<double> cpu_ms(std::size_t(ctx.world_size));
     const double my_cpu_ms = 1e3 * dc / steps;
     MPI_Gather(&my_cpu_ms, 1, MPI_DOUBLE, cpu_ms.data(), 1, MPI_DOUBLE, 0, ctx.mpi_comm);
-    const char* gemm = model.gemm_precision() == ds::nn::Precision::BF16 ? "own-bf16"
+    const ds::nn::Precision prec = is_llama ? llama->gemm_precision() : gpt->gemm_precision();
+    const char* gemm = prec == ds::nn::Precision::BF16 ? "own-bf16"
                        : ds::nn::own_f32_for_layers()                     ? "own-f32"
                                                                           : "openblas";
     if (ctx.rank == 0)
-      std::printf("dstrain engine GPT, %s, %d ranks x %d threads: tokens/s %.0f (step %.1f ms), loss %.4f -> %.4f\n",
-                  dtype.c_str(), ctx.world_size, omp_get_max_threads(), tps, 1e3 * dt / steps, first, loss);
+      std::printf("dstrain engine %s, %s, %d ranks x %d threads: tokens/s %.0f (step %.1f ms), loss %.4f -> %.4f\n",
+                  is_llama ? "Llama" : "GPT", dtype.c_str(), ctx.world_size, omp_get_max_threads(), tps, 1e3 * dt / steps, first, loss);
     // The checks: mean loss over ranks falls; every rank holds the same parameters.
     double losses[2] = {first, loss};
     MPI_Allreduce(MPI_IN_PLACE, losses, 2, MPI_DOUBLE, MPI_SUM, ctx.mpi_comm);
@@ -135,10 +160,12 @@ int main(int argc, char** argv) {
     MPI_Barrier(ctx.mpi_comm);
     double gf = sgemm_gflops_1024();
     MPI_Allreduce(MPI_IN_PLACE, &gf, 1, MPI_DOUBLE, MPI_SUM, ctx.mpi_comm);
-    const double fpt = model.flops_per_token(T), bound = gf * 1e9 / fpt;
+    const double fpt = is_llama ? llama->flops_per_token(T) : gpt->flops_per_token(T), bound = gf * 1e9 / fpt;
     ds::bench::Report report("bench_train_engine");
     report.min_ratio(min_ratio);
     report["impl"] = "dstrain-engine";
+    report["model"] = model_type;
+    report["flops_per_token"] = fpt;
     report["dtype"] = dtype;
     report["ranks"] = ctx.world_size;
     report["threads"] = omp_get_max_threads();

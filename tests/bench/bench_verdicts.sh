@@ -60,6 +60,21 @@ expect "page_release_bench" 0 "released pages hold what was written" "$B/zero/pa
 expect "page_release_bench --min_ratio 1000" 3 "is below --min_ratio 1000" "$B/zero/page_release_bench" --mib 1 --bucket-mib 0.25 --reps 1 --min_ratio 1000
 expect "page_release_bench --reps 0" 2 "--reps" "$B/zero/page_release_bench" --reps 0
 
+# The training benchmarks, GPT and Llama, at a tiny shape.
+train=(--steps 3 --warmup 1 --layers 1 --embd 64 --seq 16 --batch 4)
+for m in gpt llama; do
+  expect "bench_train --model $m" 0 "the loss is finite and falls" env OMP_NUM_THREADS=1 "$B/train/bench_train" --model $m "${train[@]}"
+done
+expect "bench_train --model llama --min_ratio 1000" 3 "is below --min_ratio 1000" env OMP_NUM_THREADS=1 \
+  "$B/train/bench_train" --model llama "${train[@]}" --min_ratio 1000
+expect "bench_train --model x" 2 "bench_train: error: --model x: expected gpt or llama" "$B/train/bench_train" --model x
+if [ -x "$B/train/bench_train_engine" ]; then  # built with the engine
+  expect "bench_train_engine --model llama" 0 "every rank holds the same parameters" env OMP_NUM_THREADS=1 \
+    $MPI -np 2 "$B/train/bench_train_engine" --model llama --steps 3 --warmup 1 --layers 1 --embd 64 --batch 2
+  expect "bench_train_engine --model x" 2 "bench_train_engine: error: --model x: expected gpt or llama" \
+    "$B/train/bench_train_engine" --model x
+fi
+
 if [ -x "$B/zero/zero_bench" ]; then  # built with the engine
   zero=(--steps 1 --warmup 0 --layers 1 --embd 64 --seq 16 --batch 1)
   expect "zero_bench --stage 2" 0 "the final parameters equal stage 0's" $MPI -np 2 "$B/zero/zero_bench" --stage 2 "${zero[@]}"
