@@ -43,6 +43,13 @@ ParseResult parse_options(int argc, const char* const* argv) {
       ->check(CLI::Range(std::int64_t{1}, std::int64_t{1024}));
   add_optional(app, "--intermediate_size", o.intermediate_size, "SwiGLU MLP width (llama; default: from n_embd)")
       ->check(CLI::Range(std::int64_t{1}, std::int64_t{1} << 24));
+  // Checked with the model section (model_spec.cpp): one message names the flag and the key.
+  add_optional(app, "--rope_theta", o.rope_theta, "Rotary embedding base (llama; default 10000)");
+  add_optional(app, "--rms_norm_eps", o.rms_norm_eps, "RMSNorm epsilon (llama; default 1e-5)");
+  app.add_option_function<std::string>(
+         "--tie_embeddings", [&o](const std::string& v) { o.tie_embeddings = v == "true"; },
+         "true: the LM head reuses the token embedding (no lm_head.weight); false (default): its own (llama)")
+      ->check(CLI::IsMember({"true", "false"}));
   add_optional(app, "--block_size", o.block_size, "Context length in tokens (bytes)")
       ->check(CLI::Range(std::int64_t{1}, std::int64_t{1} << 20));
 

@@ -19,6 +19,8 @@ struct TrainOptions {
   std::optional<std::string> model;  // gpt | mlp | llama
   std::optional<std::int64_t> n_layer, n_head, n_embd, block_size;
   std::optional<std::int64_t> n_kv_head, intermediate_size;  // llama
+  std::optional<double> rope_theta, rms_norm_eps;             // llama
+  std::optional<bool> tie_embeddings;                         // llama: --tie_embeddings true|false
 
   // Data and run length.
   std::string data;                  // empty: the embedded corpus

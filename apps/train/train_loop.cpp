@@ -397,6 +397,9 @@ JobPtr prepare(const TrainOptions& opts, const DistributedContext& dist) {
     c.intermediate_size = j.spec.intermediate_size;
     c.block_size = j.spec.block_size;
     c.vocab_size = j.spec.vocab_size;
+    c.rope_theta = j.spec.rope_theta;
+    c.rms_norm_eps = j.spec.rms_norm_eps;
+    c.tie_embeddings = j.spec.tie_embeddings;
     (void)nn::parse_cpu_bf16_gemm(j.cfg.kernels.cpu_bf16_gemm, "kernels.cpu_bf16_gemm");
     auto llama = std::make_unique<nn::Llama>(c);
     j.generate = [m = llama.get()](auto ctx, int n, float temp, std::uint64_t seed) { return m->generate(ctx, n, temp, seed); };

@@ -177,6 +177,73 @@ TEST(ModelSpec, Llama) {
   EXPECT_EQ(*r.options->intermediate_size, 40);
 }
 
+TEST(ModelSpec, LlamaSettings) {
+  ds::train::TrainOptions none;
+  nlohmann::json section = {{"type", "llama"}, {"n_embd", 64}, {"rope_theta", 500000}, {"rms_norm_eps", 1e-6},
+                            {"tie_embeddings", true}};
+  auto m = ds::train::resolve_model_spec(section, none, "c.json");
+  EXPECT_EQ(m.rope_theta, 500000.0);
+  EXPECT_EQ(m.rms_norm_eps, 1e-6);
+  EXPECT_TRUE(m.tie_embeddings);
+  EXPECT_EQ(m.describe(), "llama n_layer=4 n_head=4 n_kv_head=4 n_embd=64 intermediate_size=0 block_size=64 "
+                          "vocab_size=0 rope_theta=500000 rms_norm_eps=1e-06 tie_embeddings=true");
+  // The defaults leave the line as it was (a resume compares it).
+  ds::train::TrainOptions llama;
+  llama.model = "llama";
+  auto d = ds::train::resolve_model_spec(nullptr, llama, "c.json");
+  EXPECT_EQ(d.rope_theta, 10000.0);
+  EXPECT_EQ(d.rms_norm_eps, 1e-5);
+  EXPECT_FALSE(d.tie_embeddings);
+  EXPECT_EQ(d.describe().find("rope_theta"), std::string::npos);
+  // Flags win over the section.
+  ds::train::TrainOptions o;
+  o.rope_theta = 20000;
+  o.rms_norm_eps = 1e-5;
+  o.tie_embeddings = false;
+  auto f = ds::train::resolve_model_spec(section, o, "c.json");
+  EXPECT_EQ(f.rope_theta, 20000.0);
+  EXPECT_EQ(f.rms_norm_eps, 1e-5);
+  EXPECT_FALSE(f.tie_embeddings);
+
+  auto msg = [&](const nlohmann::json& s, const ds::train::TrainOptions& opts) {
+    try {
+      ds::train::resolve_model_spec(s, opts, "c.json");
+    } catch (const ds::Error& e) {
+      return std::string(e.what());
+    }
+    return std::string();
+  };
+  EXPECT_NE(msg({{"type", "llama"}, {"rope_theta", 0}}, none).find("c.json: model.rope_theta must be a positive number, got 0"),
+            std::string::npos);
+  EXPECT_NE(msg({{"type", "llama"}, {"rms_norm_eps", "1e-6"}}, none)
+                .find("c.json: model.rms_norm_eps must be a positive number, got \"1e-6\""),
+            std::string::npos);
+  EXPECT_NE(msg({{"type", "llama"}, {"tie_embeddings", 1}}, none).find("c.json: model.tie_embeddings must be true or false, got 1"),
+            std::string::npos);
+  ds::train::TrainOptions bad;
+  bad.rms_norm_eps = -1;
+  EXPECT_NE(msg({{"type", "llama"}}, bad).find("--rms_norm_eps must be a positive number, got -1"), std::string::npos);
+  EXPECT_NE(msg({{"rope_theta", 5}}, none)
+                .find("rope_theta is a llama setting; --model gpt does not take it (model.rope_theta in c.json or --rope_theta)"),
+            std::string::npos);
+  ds::train::TrainOptions tie;
+  tie.tie_embeddings = true;
+  EXPECT_NE(msg(nullptr, tie).find("tie_embeddings is a llama setting; --model gpt does not take it"), std::string::npos);
+
+  // The command line: --tie_embeddings takes true or false.
+  const char* argv[] = {"train", "--config", "c.json", "--rope_theta", "1e6", "--rms_norm_eps", "1e-6", "--tie_embeddings", "true"};
+  auto r = ds::train::parse_options(9, argv);
+  ASSERT_TRUE(r.options) << r.message;
+  EXPECT_EQ(*r.options->rope_theta, 1e6);
+  EXPECT_EQ(*r.options->rms_norm_eps, 1e-6);
+  EXPECT_TRUE(*r.options->tie_embeddings);
+  const char* argv2[] = {"train", "--config", "c.json", "--tie_embeddings", "yes"};
+  auto r2 = ds::train::parse_options(5, argv2);
+  EXPECT_FALSE(r2.options);
+  EXPECT_EQ(r2.exit_code, 2);
+  EXPECT_NE(r2.message.find("--tie_embeddings"), std::string::npos) << r2.message;
+}
+
 TEST(Report, Formatting) {
   EXPECT_EQ(ds::train::format_duration(65), "1:05");
   EXPECT_EQ(ds::train::format_duration(3723), "1:02:03");

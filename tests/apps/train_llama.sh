@@ -2,7 +2,8 @@
 # The Llama-style decoder through the train app: configs/llama_tiny.json (model.type "llama",
 # grouped-query n_kv_head) with a tiny shape, on 1 and 2 ranks: the loss falls from near
 # ln 256, the model line names the shape, a sample is generated; a checkpoint resumes exactly.
-# Then --model llama on the default config, and the shape errors as one line naming the flag.
+# Then --model llama on the default config, and the shape errors as one line naming the flag;
+# rope_theta, rms_norm_eps and tie_embeddings from the config and the flags.
 source "$(dirname "$0")/lib.sh"
 
 SMALL=(--n_layer 2 --n_head 4 --n_kv_head 2 --n_embd 32 --block_size 16 --eval_iters 2 --sample_tokens 16)
@@ -49,4 +50,47 @@ grep -q 'head dim n_embd / n_head (3) must be even' odd.err || { cat odd.err; fa
 if run_train 1 gpt --config "$CONFIGS/default.json" --n_kv_head 2 --steps 1; then fail "--n_kv_head accepted for the GPT"; fi
 grep -q 'n_kv_head and intermediate_size are llama settings; --model gpt takes neither' gpt.err \
   || { cat gpt.err; fail "no gpt/n_kv_head error"; }
+# The Llama settings train did not take before: model.rope_theta / rms_norm_eps /
+# tie_embeddings in the config, or the flags, reach the model (the same losses both ways,
+# other losses than the defaults'); tied means no lm_head.weight; a resume with another
+# rope_theta is refused; bad values are one error line naming the key or flag.
+SHAPE=(--n_layer 2 --n_head 4 --n_kv_head 2 --n_embd 32 --block_size 16 --eval_iters 0 --sample_tokens 0)
+LL=(--config "$CONFIGS/llama_tiny.json" "${SHAPE[@]}" --steps 4)
+must_run 1 base "${LL[@]}" --loss_csv base.csv
+write_config set.json "$CONFIGS/llama_tiny.json" 'c["model"].update(rope_theta=500000, rms_norm_eps=1e-6, tie_embeddings=True)'
+must_run 1 keys --config set.json "${SHAPE[@]}" --steps 4 --loss_csv keys.csv \
+  --save_dir tied
+must_run 1 flags "${LL[@]}" --rope_theta 500000 --rms_norm_eps 1e-6 --tie_embeddings true --loss_csv flags.csv
+grep -q 'vocab_size=256 rope_theta=500000 rms_norm_eps=1e-06 tie_embeddings=true (' keys.out || { cat keys.out; fail "no settings in the model line"; }
+compare_losses flags.csv keys.csv 0
+params() { sed -n 's/.*model: llama .* (\([0-9]*\) parameters).*/\1/p' "$1"; }
+[ "$(params keys.out)" = "$(( $(params base.out) - 256 * 32 ))" ] || fail "tied: $(params keys.out) parameters, untied $(params base.out)"
+must_run 1 theta "${LL[@]}" --rope_theta 500000 --loss_csv theta.csv
+if compare_losses theta.csv base.csv 0 >/dev/null; then fail "--rope_theta 500000 gave the default's losses"; fi
+must_run 1 eps "${LL[@]}" --rms_norm_eps 0.5 --loss_csv eps.csv
+if compare_losses eps.csv base.csv 0 >/dev/null; then fail "--rms_norm_eps 0.5 gave the default's losses"; fi
+"$DS_BINARY_DIR/apps/ds_to_fp32/ds_to_fp32" tied tied.safetensors --format safetensors --hf_names >export.out ||
+  fail "export of the tied model: $(cat export.out)"
+grep -q "wrote 20 fp32 tensors" export.out || fail "tied export: $(cat export.out)"
+if grep -aq "lm_head.weight" tied.safetensors; then fail "the tied export has an lm_head.weight"; fi
+if run_train 1 retheta --config set.json "${SHAPE[@]}" --steps 6 --load_dir tied \
+  --rope_theta 10000; then fail "a resume with another rope_theta was accepted"; fi
+grep -q "was saved from the model 'llama .* rope_theta=500000 rms_norm_eps=1e-06 tie_embeddings=true'" retheta.err ||
+  { cat retheta.err; fail "no resume error naming rope_theta"; }
+
+expect_error() {  # expect_error NAME 'error text' train args...
+  local name=$1 want=$2; shift 2
+  if run_train 1 "$name" "$@"; then fail "$name: accepted"; fi
+  grep -qF -- "$want" "$name.err" || { cat "$name.err"; fail "$name: no '$want'"; }
+}
+expect_error theta0 "train: error: --rope_theta must be a positive number, got 0" "${LL[@]}" --rope_theta 0
+expect_error tieyes "--tie_embeddings: yes not in {true,false}" "${LL[@]}" --tie_embeddings yes
+write_config badeps.json "$CONFIGS/llama_tiny.json" 'c["model"]["rms_norm_eps"] = "1e-6"'
+expect_error badeps "train: error: badeps.json: model.rms_norm_eps must be a positive number, got \"1e-6\"" \
+  --config badeps.json --steps 1
+write_config badtie.json "$CONFIGS/llama_tiny.json" 'c["model"]["tie_embeddings"] = "true"'
+expect_error badtie "train: error: badtie.json: model.tie_embeddings must be true or false, got \"true\"" \
+  --config badtie.json --steps 1
+expect_error gpttheta "train: error: rope_theta is a llama setting; --model gpt does not take it" \
+  --config "$CONFIGS/default.json" --rope_theta 500000 --steps 1
 echo "PASS"
