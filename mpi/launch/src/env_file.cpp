@@ -3,6 +3,7 @@
 
 #include "ds/core/error.h"
 #include "ds/core/file_read.h"
+#include "ds/core/text_lines.h"
 
 namespace ds::launch {
 namespace {
@@ -33,19 +34,13 @@ constexpr std::string_view kNames[] = {
 
 EnvList parse_env_file(std::string_view text, const std::string& source) {
   EnvList out;
-  int lineno = 0;
-  std::size_t pos = 0;
-  while (pos < text.size()) {
-    std::size_t nl = text.find('\n', pos);
-    if (nl == std::string_view::npos) nl = text.size();
-    std::string_view line = text.substr(pos, nl - pos);
-    pos = nl + 1;
-    ++lineno;
-    if (!line.empty() && line.back() == '\r') line.remove_suffix(1);
+  TextLines lines(text, source);
+  while (lines.next()) {
+    const std::string_view line = lines.line();
     std::size_t first = 0;
     while (first < line.size() && is_blank(line[first])) ++first;
     if (first == line.size() || line[first] == '#') continue;
-    std::string where = source + ":" + std::to_string(lineno) + ": ";
+    const std::string where = lines.where();
     DS_CHECK(line.find('\0') == std::string_view::npos, where << "NUL byte in line");
     std::size_t eq = line.find('=');
     DS_CHECK(eq != std::string_view::npos,

@@ -5,6 +5,7 @@
 
 #include "ds/core/error.h"
 #include "ds/core/file_read.h"
+#include "ds/core/text_lines.h"
 
 namespace ds::launch {
 namespace {
@@ -72,20 +73,14 @@ bool valid_host_name(std::string_view host) {
 Pool parse_hostfile(std::string_view text, const std::string& source) {
   Pool pool;
   std::vector<int> first_line;  // line of each pool entry, for duplicate messages
-  int lineno = 0;
-  std::size_t pos = 0;
-  while (pos < text.size()) {
-    std::size_t nl = text.find('\n', pos);
-    if (nl == std::string_view::npos) nl = text.size();
-    std::string_view raw = text.substr(pos, nl - pos);
-    pos = nl + 1;
-    ++lineno;
-    std::string_view line = trim(raw);
+  TextLines lines(text, source);
+  while (lines.next()) {
+    std::string_view line = trim(lines.line());
     // A '#' starts a comment anywhere (Open MPI and DeepSpeed both ignore trailing comments).
     std::size_t hash = line.find('#');
     if (hash != std::string_view::npos) line = trim(line.substr(0, hash));
     if (line.empty()) continue;
-    auto where = [&] { return source + ":" + std::to_string(lineno) + ": "; };
+    auto where = [&] { return lines.where(); };
     DS_CHECK(line.find('\0') == std::string_view::npos,
              where() << "NUL byte in hostfile line");
 
@@ -155,7 +150,7 @@ Pool parse_hostfile(std::string_view text, const std::string& source) {
                        << ")");
     }
     pool.push_back({std::string(host), static_cast<int>(slots)});
-    first_line.push_back(lineno);
+    first_line.push_back(lines.number());
   }
   DS_CHECK(!pool.empty(), source << ": hostfile is empty (no 'host slots=N' lines)");
   return pool;

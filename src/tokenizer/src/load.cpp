@@ -10,6 +10,7 @@
 #include "byte_unicode.h"
 #include "ds/core/error.h"
 #include "ds/core/file_read.h"
+#include "ds/core/text_lines.h"
 #include "impl.h"
 #include "json_reader.h"
 
@@ -121,20 +122,12 @@ BpeTokenizer BpeTokenizer::from_gpt2_files(std::string_view vocab_json, const st
     t->specials.emplace_back("<|endoftext|>", it->second);
 
   const std::string vocab_name = std::filesystem::path(vocab_source).filename().string();
-  std::size_t pos = 0;
-  int line_no = 0;
+  TextLines lines(merges_txt, merges_source);
   std::int32_t rank = 0;
-  while (pos < merges_txt.size()) {
-    std::size_t end = merges_txt.find('\n', pos);
-    if (end == std::string_view::npos) end = merges_txt.size();
-    std::string_view line = merges_txt.substr(pos, end - pos);
-    pos = end + 1;
-    ++line_no;
-    if (!line.empty() && line.back() == '\r') line.remove_suffix(1);
-    if (line.empty() || (line_no == 1 && line.starts_with("#version"))) continue;
-    auto fail = [&](const std::string& message) {
-      DS_THROW(merges_source << ":" << line_no << ": " << message);
-    };
+  while (lines.next()) {
+    const std::string_view line = lines.line();
+    if (line.empty() || (lines.number() == 1 && line.starts_with("#version"))) continue;
+    auto fail = [&](const std::string& message) { DS_THROW(lines.where() << message); };
     const std::size_t sp = line.find(' ');
     if (sp == std::string_view::npos || sp == 0 || sp + 1 == line.size() ||
         line.find(' ', sp + 1) != std::string_view::npos)
