@@ -33,6 +33,8 @@ class InitFromFile final : public Module {
     inner_->backward(scale, grad_ready);
   }
   float evaluate(const Batch& batch) override { return inner_->evaluate(batch); }
+  std::vector<ParamGroup> parameter_groups() const override { return inner_->parameter_groups(); }
+  void set_group_hooks(GroupHooks* hooks) override { inner_->set_group_hooks(hooks); }
 
  private:
   std::unique_ptr<Module> inner_;

@@ -93,6 +93,9 @@ Gpt::Gpt(const GptConfig& cfg) : cfg_(cfg) {
   }
   lnfw_ = ps_.add("ln_f.weight", {C});
   lnfb_ = ps_.add("ln_f.bias", {C});
+  groups_.push_back({"embed", wte_, 2});
+  for (std::size_t l = 0; l < layers_.size(); ++l) groups_.push_back({"h." + std::to_string(l), layers_[l].ln1w, 12});
+  groups_.push_back({"final", lnfw_, 2});
   const auto& infos = ps_.infos();
   gemm_grad_.assign(infos.size(), 0);
   gemm_grad_[wte_] = 1;
@@ -174,8 +177,22 @@ void Gpt::ensure_scratch(std::int64_t B, std::int64_t T) {
   targets_.reserve(std::size_t(N));
 }
 
+// Forward stages: 0 the embeddings, 1 .. n_layer the blocks, n_layer + 1 ln_f, n_layer + 2
+// the tied head (the embeddings' group again). Backward stages: 0 the cross-entropy and the
+// head, 1 ln_f, 2 .. n_layer + 1 the blocks from the last, n_layer + 2 the embeddings.
+std::size_t Gpt::forward_group(int stage) const {
+  const int L = int(layers_.size());
+  return stage == L + 2 ? 0 : std::size_t(stage);
+}
+
+std::size_t Gpt::backward_group(int stage) const {
+  const int L = int(layers_.size());
+  if (stage == 0 || stage == L + 2) return 0;
+  if (stage == 1) return std::size_t(L + 1);
+  return std::size_t(L + 2 - stage);  // stage 2 -> block L-1 (group L)
+}
+
 void Gpt::run_forward(const std::int32_t* tokens, std::int64_t B, std::int64_t T) {
-  { GptProf pf(this, kParamsFwd, 0); ps_.prepare_forward(); }
   ensure_scratch(B, T);
   B_ = B;
   T_ = T;
@@ -183,23 +200,44 @@ void Gpt::run_forward(const std::int32_t* tokens, std::int64_t B, std::int64_t T
   // barrier between ops, and each thread's activations stay in its own caches. The kernels
   // called inside run single-threaded.
   const int threads = int(std::min<std::int64_t>(B, omp_get_max_threads()));
+  auto region = [&](int s0, int s1) {
 #pragma omp parallel num_threads(threads) if (threads > 1)
-  {
-    // threads <= B: every thread has at least one sequence.
-    const int nt = omp_get_num_threads(), t = omp_get_thread_num();
-    const std::int64_t b0 = B * t / nt, b1 = B * (t + 1) / nt;
-    forward_rows(tokens + b0 * T, b0, b1 - b0, T);
+    {
+      // threads <= B: every thread has at least one sequence.
+      const int nt = omp_get_num_threads(), t = omp_get_thread_num();
+      const std::int64_t b0 = B * t / nt, b1 = B * (t + 1) / nt;
+      forward_rows(tokens + b0 * T, b0, b1 - b0, T, s0, s1);
+    }
+  };
+  if (!hooks_) {
+    { GptProf pf(this, kParamsFwd, 0); ps_.prepare_forward(); }
+    region(0, num_stages());
+    return;
+  }
+  // ZeRO-3: a region per stage, inside its group's bracket (half dtypes convert the group's
+  // parameters there; the head reuses the embeddings' fp32 copy). The same rows per thread
+  // and the same kernels: the same bits as one region.
+  for (int st = 0; st < num_stages(); ++st) {
+    const std::size_t grp = forward_group(st);
+    GroupUse use(hooks_, grp, Pass::Forward);
+    if (st != num_stages() - 1) {
+      GptProf pf(this, kParamsFwd, 0);
+      ps_.prepare_forward(groups_[grp].first, groups_[grp].count);
+    }
+    region(st, st + 1);
   }
 }
 
-void Gpt::forward_rows(const std::int32_t* tokens, std::int64_t b0, std::int64_t B, std::int64_t T) {
+void Gpt::forward_rows(const std::int32_t* tokens, std::int64_t b0, std::int64_t B, std::int64_t T, int s0,
+                       int s1) {
   const std::int64_t C = cfg_.n_embd, NH = cfg_.n_head, V = cfg_.vocab_size, N = B * T, r0 = b0 * T;
+  const int L = int(layers_.size());
   auto at = [&](float* p, std::int64_t width) { return p + r0 * width; };
-  {
+  if (s0 == 0) {
     GptProf pf(this, kEmbFwd, 0);
     k::embedding_forward(at(resid_[0], C), tokens, ps_.w(wte_), ps_.w(wpe_), B, T, C);
   }
-  for (std::size_t l = 0; l < layers_.size(); ++l) {
+  for (std::size_t l = std::size_t(std::max(s0, 1) - 1); int(l) < std::min(s1 - 1, L); ++l) {
     const LayerIdx& P = layers_[l];
     const LayerAct& a = acts_[l];
     const float* x = at(resid_[l], C);
@@ -233,11 +271,11 @@ void Gpt::forward_rows(const std::int32_t* tokens, std::int64_t b0, std::int64_t
       k::linear_forward(at(resid_[l + 1], C), at(a.fch_gelu, 4 * C), ps_.w(P.fcprojw), ps_.w(P.fcprojb), at(a.x1, C), N, 4 * C, C, prec_);
     }
   }
-  {
+  if (s0 <= L + 1 && L + 1 < s1) {
     GptProf pf(this, kLnFwd, 0);
     k::layernorm_forward(at(lnf_, C), at(lnf_mean_, 1), at(lnf_rstd_, 1), at(resid_.back(), C), ps_.w(lnfw_), ps_.w(lnfb_), N, C);
   }
-  {
+  if (L + 2 < s1) {
     GptProf pf(this, kLmHeadFwd, 2.0 * double(N) * double(V) * double(C));
     k::linear_forward(at(logits_, V), at(lnf_, C), ps_.w(wte_), nullptr, nullptr, N, C, V, prec_);
   }
@@ -297,11 +335,20 @@ void Gpt::backward(float scale, const std::function<void(std::size_t)>& grad_rea
   for (const LayerIdx& P : layers_)
     for (std::size_t id : {P.qkvw, P.projw, P.fcw, P.fcprojw}) ps_.set_direct_grad(id, direct);
   { GptProf pf(this, kParamsFwd, 0); ps_.prepare_backward(); }
+  const int stages = num_stages();
   if (!split) {
-    backward_rows(0, B_, nullptr, -1, scale, [&](std::size_t id) {
+    auto done = [&](std::size_t id) {
       GptProf pf(this, kGradFold);
       ps_.finish_grad(id, grad_ready);
-    });
+    };
+    if (!hooks_) {
+      backward_rows(0, B_, nullptr, -1, scale, done, 0, stages);
+      return;
+    }
+    for (int st = 0; st < stages; ++st) {
+      GroupUse use(hooks_, backward_group(st), Pass::Backward);
+      backward_rows(0, B_, nullptr, -1, scale, done, st, st + 1);
+    }
     return;
   }
   const std::size_t need = std::size_t(threads - 1) * total;
@@ -348,40 +395,58 @@ void Gpt::backward(float scale, const std::function<void(std::size_t)>& grad_rea
   };
   // Whether every thread has passed parameter id (acquire: their writes to it are visible).
   auto final_grad = [&](std::size_t id, int nt) { return finished_[id].load(std::memory_order_acquire) == nt; };
+  // Stages [s0, s1) in one parallel region; every gradient the region passed is folded and
+  // reported when it returns.
+  auto region = [&](int s0, int s1) {
 #pragma omp parallel num_threads(threads)
-  {
-    // threads <= B_: every thread has at least one sequence.
-    const int nt = omp_get_num_threads(), t = omp_get_thread_num();
-    const std::int64_t b0 = B_ * t / nt, b1 = B_ * (t + 1) / nt;
-    float* part = t == 0 ? nullptr : partial + std::size_t(t - 1) * total;
-    // The parameters this thread passed (thread 0's list is done_order_, which grad_ready
-    // follows) and those it passed first.
-    std::vector<std::size_t> mine, first;
-    std::vector<std::size_t>& passed = t == 0 ? done_order_ : mine;
-    passed.reserve(infos.size());
-    first.reserve(infos.size());
-    std::size_t next_fold = 0;  // into `first`
-    backward_rows(b0, b1 - b0, part, t, scale, [&](std::size_t id) {
-      passed.push_back(id);
-      if (finished_[id].fetch_add(1, std::memory_order_acq_rel) == 0) first.push_back(id);
-      for (; next_fold < first.size() && final_grad(first[next_fold], nt); ++next_fold)
-        if (!claimed_[first[next_fold]].exchange(true, std::memory_order_acq_rel)) fold(first[next_fold], nt);
-      if (t == 0) report_folded();
-    });
-    for (std::size_t id : passed) {
-      spin_then_yield([&] { return final_grad(id, nt); }, 4096);
-      if (!claimed_[id].exchange(true, std::memory_order_acq_rel)) fold(id, nt);
-      if (t == 0) report_folded();
+    {
+      // threads <= B_: every thread has at least one sequence.
+      const int nt = omp_get_num_threads(), t = omp_get_thread_num();
+      const std::int64_t b0 = B_ * t / nt, b1 = B_ * (t + 1) / nt;
+      float* part = t == 0 ? nullptr : partial + std::size_t(t - 1) * total;
+      // The parameters this thread passed (thread 0's list is done_order_, which grad_ready
+      // follows) and those it passed first.
+      std::vector<std::size_t> mine, first;
+      std::vector<std::size_t>& passed = t == 0 ? done_order_ : mine;
+      const std::size_t from = passed.size();  // earlier regions' parameters are all folded
+      passed.reserve(infos.size());
+      first.reserve(infos.size());
+      std::size_t next_fold = 0;  // into `first`
+      backward_rows(b0, b1 - b0, part, t, scale, [&](std::size_t id) {
+        passed.push_back(id);
+        if (finished_[id].fetch_add(1, std::memory_order_acq_rel) == 0) first.push_back(id);
+        for (; next_fold < first.size() && final_grad(first[next_fold], nt); ++next_fold)
+          if (!claimed_[first[next_fold]].exchange(true, std::memory_order_acq_rel)) fold(first[next_fold], nt);
+        if (t == 0) report_folded();
+      }, s0, s1);
+      for (std::size_t i = from; i < passed.size(); ++i) {
+        const std::size_t id = passed[i];
+        spin_then_yield([&] { return final_grad(id, nt); }, 4096);
+        if (!claimed_[id].exchange(true, std::memory_order_acq_rel)) fold(id, nt);
+        if (t == 0) report_folded();
+      }
     }
+    report_folded();  // the region's end: every gradient it passed is folded
+    if (report_error) std::rethrow_exception(report_error);
+  };
+  if (!hooks_) {
+    region(0, stages);
+    return;
   }
-  report_folded();  // the region's end: every gradient is folded
-  if (report_error) std::rethrow_exception(report_error);
+  // ZeRO-3: a region per stage inside its group's bracket; the gradients a stage completes
+  // are folded and reported before its release.
+  for (int st = 0; st < stages; ++st) {
+    GroupUse use(hooks_, backward_group(st), Pass::Backward);
+    region(st, st + 1);
+  }
 }
 
 void Gpt::backward_rows(std::int64_t b0, std::int64_t B, float* part, int att_slot, float scale,
-                        const std::function<void(std::size_t)>& done) {
+                        const std::function<void(std::size_t)>& done, int s0, int s1) {
   const std::int64_t T = T_, C = cfg_.n_embd, NH = cfg_.n_head, V = cfg_.vocab_size;
   const std::int64_t N = B * T, r0 = b0 * T;
+  const int L = int(layers_.size());
+  auto in = [&](int st) { return s0 <= st && st < s1; };
   auto at = [&](auto* p, std::int64_t width) { return p + r0 * width; };
   // Where this pass's gradients go: the ParamSet's, or the thread's partial. A partial's
   // Linear weights are written by their GEMM (overwrite: no zeroing); the other parameters'
@@ -389,37 +454,40 @@ void Gpt::backward_rows(std::int64_t b0, std::int64_t B, float* part, int att_sl
   // written by the LM head's GEMM, then added to by the embedding backward.
   auto g = [&](std::size_t id) { return part ? part + ps_.offset(id) : ps_.g(id); };
   const bool overwrite = part != nullptr;
-  if (part)
+  if (part && s0 == 0)
     for (std::size_t id = 0; id < gemm_grad_.size(); ++id)
       if (!gemm_grad_[id]) std::memset(g(id), 0, ps_.infos()[id].numel() * sizeof(float));
   auto half = [&](std::size_t id) {  // (backward() turns direct gradients off when there are partials)
     if (part || !ps_.direct_grad(id)) return k::HalfGrad{};
     return k::HalfGrad{ps_.bound_grad(id), ps_.dtype() == DType::BF16};
   };
-  // Fused softmax + cross-entropy gradient, in place over the logits (the mean over the batch).
-  {
-    GptProf pf(this, kXentBwd, 0);
-    k::crossentropy_backward(at(logits_, V), at(lse_, 1), targets_.data() + r0, N, V, scale, B_ * T);
-  }
-  // LM head (tied to wte): dwte += dlogits^T lnf ; dlnf = dlogits wte.
-  {
+  float* dres = at(dres_, C);
+  if (in(0)) {
+    // Fused softmax + cross-entropy gradient, in place over the logits (the mean over the batch).
+    {
+      GptProf pf(this, kXentBwd, 0);
+      k::crossentropy_backward(at(logits_, V), at(lse_, 1), targets_.data() + r0, N, V, scale, B_ * T);
+    }
+    // LM head (tied to wte): dwte += dlogits^T lnf ; dlnf = dlogits wte.
     GptProf pf(this, kLmHeadBwd, 2 * 2.0 * double(N) * double(V) * double(C));
     k::linear_backward(at(dln_, C), g(wte_), nullptr, at(logits_, V), at(lnf_, C), ps_.w(wte_), N, C, V, false, prec_,
                        {}, overwrite);
   }
-  float* dres = at(dres_, C);
-  std::memset(dres, 0, std::size_t(N * C) * sizeof(float));
-  {
-    GptProf pf(this, kLnBwd, 0);
-    k::layernorm_backward(dres, g(lnfw_), g(lnfb_), at(dln_, C), at(resid_.back(), C), ps_.w(lnfw_),
-                          at(lnf_mean_, 1), at(lnf_rstd_, 1), N, C);
+  if (in(1)) {
+    std::memset(dres, 0, std::size_t(N * C) * sizeof(float));
+    {
+      GptProf pf(this, kLnBwd, 0);
+      k::layernorm_backward(dres, g(lnfw_), g(lnfb_), at(dln_, C), at(resid_.back(), C), ps_.w(lnfw_),
+                            at(lnf_mean_, 1), at(lnf_rstd_, 1), N, C);
+    }
+    done(lnfw_);
+    done(lnfb_);
   }
-  done(lnfw_);
-  done(lnfb_);
   // The attention's dP scratch: this thread's slot, or a slot for each of the kernel's threads.
   float* att_scratch = datt_scratch_ + std::int64_t(std::max(att_slot, 0)) * T * T;
   const int att_slots = att_slot >= 0 ? 1 : att_slots_;
   for (std::size_t li = layers_.size(); li-- > 0;) {
+    if (!in(L + 1 - int(li))) continue;  // block li is stage n_layer + 1 - li
     const LayerIdx& P = layers_[li];
     const LayerAct& a = acts_[li];
     // MLP: x2 = x1 + c_proj(gelu(c_fc(ln_2(x1)))); dres holds dL/dx2.
@@ -473,12 +541,14 @@ void Gpt::backward_rows(std::int64_t b0, std::int64_t B, float* part, int att_sl
     done(P.ln1w);
     done(P.ln1b);
   }
-  {
-    GptProf pf(this, kEmbBwd, 0);
-    k::embedding_backward(g(wte_), g(wpe_), dres, tokens_.data() + r0, B, T, C);
+  if (in(L + 2)) {
+    {
+      GptProf pf(this, kEmbBwd, 0);
+      k::embedding_backward(g(wte_), g(wpe_), dres, tokens_.data() + r0, B, T, C);
+    }
+    done(wpe_);
+    done(wte_);
   }
-  done(wpe_);
-  done(wte_);
 }
 
 double Gpt::flops_per_token(std::int64_t seq) const {

@@ -39,6 +39,11 @@ Llama::Llama(const LlamaConfig& cfg) : cfg_(resolved(cfg)) {
     }
   }
   if (cfg_.tie_embeddings) head_ = embed_;
+  // llama_parameters() lists the embedding, each layer's 9 matrices and norms, then the final
+  // norm and head: each group is a consecutive run.
+  groups_.push_back({"embed", embed_, 1});
+  for (std::size_t l = 0; l < layers_.size(); ++l) groups_.push_back({"h." + std::to_string(l), layers_[l].q, 9});
+  groups_.push_back({"final", normf_, cfg_.tie_embeddings ? 1u : 2u});
   rope_cos_.resize(std::size_t(cfg_.block_size * hd_ / 2));
   rope_sin_.resize(rope_cos_.size());
   k::rope_tables(rope_cos_.data(), rope_sin_.data(), cfg_.block_size, hd_, cfg_.rope_theta);
@@ -102,16 +107,26 @@ void Llama::ensure_scratch(std::int64_t B, std::int64_t T) {
   datt_scratch_ = take(cap_t_ * cap_t_ * att_slots_);
 }
 
+void Llama::prepare_group(std::size_t g) {
+  if (hooks_) ps_.prepare_forward(groups_[g].first, groups_[g].count);
+}
+
 void Llama::run_forward(const std::int32_t* tokens, std::int64_t B, std::int64_t T) {
-  ps_.prepare_forward();
+  if (!hooks_) ps_.prepare_forward();
   ensure_scratch(B, T);
   B_ = B;
   T_ = T;
   const std::int64_t N = B * T, C = cfg_.n_embd, V = cfg_.vocab_size, KV = kv_, I = cfg_.intermediate_size;
   const std::int64_t NH = cfg_.n_head, NKV = cfg_.n_kv_head;
   const float eps = float(cfg_.rms_norm_eps);
-  k::embedding_forward(resid_[0], tokens, ps_.w(embed_), nullptr, B, T, C);
+  {
+    GroupUse use(hooks_, 0, Pass::Forward);
+    prepare_group(0);
+    k::embedding_forward(resid_[0], tokens, ps_.w(embed_), nullptr, B, T, C);
+  }
   for (std::size_t l = 0; l < layers_.size(); ++l) {
+    GroupUse use(hooks_, l + 1, Pass::Forward);
+    prepare_group(l + 1);
     const LayerIdx& P = layers_[l];
     const LayerAct& a = acts_[l];
     const float* x = resid_[l];
@@ -131,7 +146,10 @@ void Llama::run_forward(const std::int32_t* tokens, std::int64_t B, std::int64_t
     k::swiglu_forward(a.h, a.gate, a.up, N * I);
     k::linear_forward(resid_[l + 1], a.h, ps_.w(P.down), nullptr, a.x1, N, I, C, prec_);
   }
+  GroupUse use(hooks_, final_group(), Pass::Forward);
+  prepare_group(final_group());
   k::rmsnorm_forward(lnf_, rstdf_, resid_.back(), ps_.w(normf_), N, C, eps);
+  GroupUse head(hooks_, head_group(), Pass::Forward);  // the final group again when untied
   k::linear_forward(logits_, lnf_, ps_.w(head_), nullptr, nullptr, N, C, V, prec_);
 }
 
@@ -178,12 +196,19 @@ void Llama::backward(float scale, const std::function<void(std::size_t)>& grad_r
   const std::int64_t I = cfg_.intermediate_size, NH = cfg_.n_head, NKV = cfg_.n_kv_head;
   // Softmax + cross-entropy gradient in place over the logits; then the LM head.
   k::crossentropy_backward(logits_, lse_, targets_.data(), N, V, scale);
-  k::linear_backward(dln_, g(head_), nullptr, logits_, lnf_, w(head_), N, C, V, false, prec_);
-  if (!cfg_.tie_embeddings) done(head_);
-  std::memset(dres_, 0, std::size_t(N * C) * sizeof(float));
-  k::rmsnorm_backward(dres_, g(normf_), dln_, resid_.back(), w(normf_), rstdf_, N, C);
-  done(normf_);
+  {
+    GroupUse use(hooks_, final_group(), Pass::Backward);
+    {
+      GroupUse head(hooks_, head_group(), Pass::Backward);
+      k::linear_backward(dln_, g(head_), nullptr, logits_, lnf_, w(head_), N, C, V, false, prec_);
+      if (!cfg_.tie_embeddings) done(head_);
+    }
+    std::memset(dres_, 0, std::size_t(N * C) * sizeof(float));
+    k::rmsnorm_backward(dres_, g(normf_), dln_, resid_.back(), w(normf_), rstdf_, N, C);
+    done(normf_);
+  }
   for (std::size_t li = layers_.size(); li-- > 0;) {
+    GroupUse use(hooks_, li + 1, Pass::Backward);
     const LayerIdx& P = layers_[li];
     const LayerAct& a = acts_[li];
     // MLP; dres holds dL/dx2.
@@ -212,6 +237,7 @@ void Llama::backward(float scale, const std::function<void(std::size_t)>& grad_r
     k::rmsnorm_backward(dres_, g(P.ln1), dln_, resid_[li], w(P.ln1), a.rstd1, N, C);
     done(P.ln1);
   }
+  GroupUse use(hooks_, 0, Pass::Backward);
   k::embedding_backward(g(embed_), nullptr, dres_, tokens_.data(), B, T, C);
   done(embed_);
 }

@@ -26,6 +26,13 @@ Mlp::Mlp(const MlpConfig& cfg) : cfg_(cfg) {
   }
 }
 
+std::vector<ParamGroup> Mlp::parameter_groups() const {
+  std::vector<ParamGroup> out;
+  for (std::size_t l = 0; l < w_.size(); ++l)
+    out.push_back({l + 1 == w_.size() ? std::string("head") : "fc." + std::to_string(l), w_[l], 2});
+  return out;
+}
+
 void Mlp::init_parameters(std::span<const std::span<float>> params, std::uint64_t seed) {
   DS_CHECK(params.size() == ps_.size(), "Mlp::init_parameters: expected " << ps_.size() << " spans");
   for (std::size_t l = 0; l < w_.size(); ++l) {
@@ -72,7 +79,7 @@ float Mlp::run(const Batch& batch) {
   DS_CHECK(batch.features.size() == std::size_t(B * F) && batch.targets.size() == std::size_t(B),
            "Mlp::forward: features must hold batch*feature_dim = " << B * F << " floats and targets "
                                                                    << B << " ids");
-  ps_.prepare_forward();
+  if (!hooks_) ps_.prepare_forward();
   ensure_scratch(B);
   B_ = B;
   targets_.assign(batch.targets.begin(), batch.targets.end());
@@ -82,13 +89,23 @@ float Mlp::run(const Batch& batch) {
                                      << " outside [0, " << K << ")");
   std::memcpy(input_, batch.features.data(), std::size_t(B * F) * sizeof(float));
   const float* x = input_;
+  // Layer l is group l (its weight and bias); with hooks its parameters are converted inside.
+  auto use = [&](std::size_t l) {
+    if (hooks_) ps_.prepare_forward(w_[l], 2);
+  };
   for (std::size_t l = 0; l < pre_.size(); ++l) {
+    GroupUse g(hooks_, l, Pass::Forward);
+    use(l);
     k::linear_forward(pre_[l], x, ps_.w(w_[l]), ps_.w(b_[l]), nullptr, B, dims_[l], dims_[l + 1]);
     k::gelu_forward(post_[l], pre_[l], B * dims_[l + 1]);
     x = post_[l];
   }
   const std::size_t h = w_.size() - 1;
-  k::linear_forward(logits_, x, ps_.w(w_[h]), ps_.w(b_[h]), nullptr, B, dims_[h], K);
+  {
+    GroupUse g(hooks_, h, Pass::Forward);
+    use(h);
+    k::linear_forward(logits_, x, ps_.w(w_[h]), ps_.w(b_[h]), nullptr, B, dims_[h], K);
+  }
   return k::crossentropy_forward(lse_, logits_, targets_.data(), B, K);
 }
 
@@ -114,10 +131,13 @@ void Mlp::backward(float scale, const std::function<void(std::size_t)>& grad_rea
   for (std::size_t l = w_.size(); l-- > 0;) {
     const float* inp = l == 0 ? input_ : post_[l - 1];
     float* dinp = l == 0 ? nullptr : (dout == dA_ ? dB_ : dA_);
-    k::linear_backward(dinp, ps_.g(w_[l]), ps_.g(b_[l]), dout, inp, ps_.w(w_[l]), B, dims_[l],
-                       dims_[l + 1], false);
-    ps_.finish_grad(w_[l], grad_ready);
-    ps_.finish_grad(b_[l], grad_ready);
+    {
+      GroupUse g(hooks_, l, Pass::Backward);
+      k::linear_backward(dinp, ps_.g(w_[l]), ps_.g(b_[l]), dout, inp, ps_.w(w_[l]), B, dims_[l],
+                         dims_[l + 1], false);
+      ps_.finish_grad(w_[l], grad_ready);
+      ps_.finish_grad(b_[l], grad_ready);
+    }
     if (l > 0) {
       k::gelu_backward(dinp, pre_[l - 1], dinp, B * dims_[l]);
       dout = dinp;

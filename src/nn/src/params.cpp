@@ -63,18 +63,21 @@ void ParamSet::bind(std::span<const TensorView> params, std::span<const TensorVi
   bound_ = true;
 }
 
-void ParamSet::prepare_forward() {
+void ParamSet::prepare_forward(std::size_t first, std::size_t count) {
   DS_CHECK(bound_, "forward() before bind(): the engine must bind parameter storage first");
-  if (dtype_ == DType::F32) return;
-  // All parameters in 64 Ki-element pieces, shared among the threads (a GPT's ~3M
-  // parameters are ~20 MB of memory traffic per forward).
+  if (dtype_ == DType::F32 || count == 0) return;
+  // Parameters [first, first + count) in 64 Ki-element pieces, shared among the threads (a
+  // GPT's ~3M parameters are ~20 MB of memory traffic per forward).
   constexpr std::size_t kPiece = std::size_t(1) << 16;
-  const std::int64_t pieces = std::int64_t((total_ + kPiece - 1) / kPiece);
+  const std::size_t lo_all = offsets_[first];
+  const std::size_t hi_all = first + count < infos_.size() ? offsets_[first + count] : total_;
+  const std::size_t span = hi_all - lo_all;
+  const std::int64_t pieces = std::int64_t((span + kPiece - 1) / kPiece);
   const DType dt = dtype_;
-#pragma omp parallel for schedule(static) if (total_ > 4 * kPiece)
+#pragma omp parallel for schedule(static) if (span > 4 * kPiece)
   for (std::int64_t p = 0; p < pieces; ++p) {
-    // Piece p covers [p * kPiece, ...) of the concatenated parameters.
-    const std::size_t begin = std::size_t(p) * kPiece, end = std::min(total_, begin + kPiece);
+    // Piece p covers [lo_all + p * kPiece, ...) of the concatenated parameters.
+    const std::size_t begin = lo_all + std::size_t(p) * kPiece, end = std::min(hi_all, begin + kPiece);
     std::size_t i = std::size_t(std::upper_bound(offsets_.begin(), offsets_.end(), begin) - offsets_.begin()) - 1;
     for (std::size_t pos = begin; pos < end; ++i) {
       const std::size_t lo = pos - offsets_[i], n = std::min(params_[i].count - lo, end - pos);

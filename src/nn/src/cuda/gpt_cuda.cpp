@@ -109,6 +109,7 @@ struct GptCuda::Impl {
   bool bound = false;
   DType dt = DType::F32;
   std::vector<void*> w, g;
+  GroupHooks* hooks = nullptr;  // ZeRO-3 brackets (GroupUse); groups as twin's
 
   // Attention: the materialised path (cuBLAS batched GEMMs, block-causal, + causal softmax;
   // the default: on an H200 at the GPT-2 124M shape it ran the step faster than our flash
@@ -394,10 +395,12 @@ struct GptCuda::Impl {
     B = Bn;
     T = Tn;
     {
+      GroupUse use(hooks, 0, Pass::Forward);
       Scope op(this, "embedding fwd");
       kc::embedding_forward(resid[0], d_tokens, w[wte], w[wpe], Bn, Tn, C, dt, stream);
     }
     for (std::size_t l = 0; l < layers.size(); ++l) {
+      GroupUse use(hooks, l + 1, Pass::Forward);
       const LayerIdx& P = layers[l];
       const LayerAct& a = acts[l];
       const void* x = resid[l];
@@ -472,10 +475,12 @@ struct GptCuda::Impl {
       }
     }
     {
+      GroupUse use(hooks, layers.size() + 1, Pass::Forward);
       Scope op(this, "layernorm fwd");
       kc::layernorm_forward(lnf, lnf_mean, lnf_rstd, resid.back(), w[lnfw], w[lnfb], N, C, dt, stream);
     }
     {
+      GroupUse use(hooks, 0, Pass::Forward);
       Scope op(this, "lm head fwd (GEMM)");
       linear_fwd(logits, lnf, w[wte], N, C, V);  // tied LM head
     }
@@ -531,19 +536,24 @@ struct GptCuda::Impl {
     }
     {
       // LM head (tied to wte): dlnf = dlogits wte ; dwte += dlogits^T lnf.
+      GroupUse use(hooks, 0, Pass::Backward);
       Scope op(this, "lm head bwd (2 GEMMs)");
       linear_dinp(dln, logits, w[wte], N, C, V);
       linear_dw(g[wte], logits, lnf, N, C, V);
     }
     {
-      Scope op(this, "layernorm bwd");
-      DS_CUDA_CHECK(cudaMemsetAsync(dres, 0, std::size_t(N * C) * dtype_size(dt), stream));
-      kc::layernorm_backward(dres, g[lnfw], g[lnfb], dln, resid.back(), w[lnfw], lnf_mean, lnf_rstd, N, C, scratch,
-                             dt, stream);
+      GroupUse use(hooks, layers.size() + 1, Pass::Backward);
+      {
+        Scope op(this, "layernorm bwd");
+        DS_CUDA_CHECK(cudaMemsetAsync(dres, 0, std::size_t(N * C) * dtype_size(dt), stream));
+        kc::layernorm_backward(dres, g[lnfw], g[lnfb], dln, resid.back(), w[lnfw], lnf_mean, lnf_rstd, N, C, scratch,
+                               dt, stream);
+      }
+      ready(lnfw);
+      ready(lnfb);
     }
-    ready(lnfw);
-    ready(lnfb);
     for (std::size_t li = layers.size(); li-- > 0;) {
+      GroupUse use(hooks, li + 1, Pass::Backward);
       const LayerIdx& P = layers[li];
       const LayerAct& a = acts[li];
       // MLP: x2 = x1 + c_proj(gelu(c_fc(ln_2(x1)))); dres holds dL/dx2.
@@ -652,6 +662,7 @@ struct GptCuda::Impl {
       ready(P.ln1w);
       ready(P.ln1b);
     }
+    GroupUse use(hooks, 0, Pass::Backward);
     {
       Scope op(this, "embedding bwd");
       kc::embedding_backward(g[wte], g[wpe], dres, d_tokens, B, T, C, V, scratch, dt, stream);
@@ -693,6 +704,10 @@ GptCuda::GptCuda(const GptConfig& cfg, bool allow_tf32, const GptCudaAttention& 
 GptCuda::~GptCuda() = default;
 
 std::vector<ParamInfo> GptCuda::parameters() const { return impl_->twin.parameters(); }
+
+std::vector<ParamGroup> GptCuda::parameter_groups() const { return impl_->twin.parameter_groups(); }
+
+void GptCuda::set_group_hooks(GroupHooks* hooks) { impl_->hooks = hooks; }
 
 void GptCuda::init_parameters(std::span<const std::span<float>> params, std::uint64_t seed) {
   impl_->twin.init_parameters(params, seed);

@@ -47,6 +47,10 @@ class Gpt : public Module {
   float forward(const Batch& batch) override;
   void backward(float scale, const std::function<void(std::size_t)>& grad_ready) override;
   float evaluate(const Batch& batch) override;
+  // ZeRO-3 groups in execution order: "embed" (wte, wpe), "h.0" .. "h.{n_layer-1}" (a block
+  // each), "final" (ln_f). The tied LM head acquires "embed" again (forward and backward).
+  std::vector<ParamGroup> parameter_groups() const override { return groups_; }
+  void set_group_hooks(GroupHooks* hooks) override { hooks_ = hooks; }
 
   const GptConfig& config() const { return cfg_; }
   // GEMM precision of the Linear layers (attention GEMMs stay fp32). By default chosen at
@@ -81,16 +85,24 @@ class Gpt : public Module {
   struct LayerIdx { std::size_t ln1w, ln1b, qkvw, qkvb, projw, projb, ln2w, ln2b, fcw, fcb, fcprojw, fcprojb; };
   void ensure_scratch(std::int64_t B, std::int64_t T);
   void run_forward(const std::int32_t* tokens, std::int64_t B, std::int64_t T);
-  // The forward of sequences [b0, b0 + B) of the batch set up by run_forward (one thread's share).
-  void forward_rows(const std::int32_t* tokens, std::int64_t b0, std::int64_t B, std::int64_t T);
+  // The forward and the backward run in stages, one group's use each (gpt.cpp: forward
+  // embed, blocks, ln_f, head; backward head, ln_f, blocks in reverse, embed): all stages
+  // in one parallel region without group hooks, one region per stage, bracketed, with them.
+  int num_stages() const { return int(layers_.size()) + 3; }
+  std::size_t forward_group(int stage) const;
+  std::size_t backward_group(int stage) const;
+  // The forward of sequences [b0, b0 + B) of the batch set up by run_forward (one thread's
+  // share), stages [s0, s1).
+  void forward_rows(const std::int32_t* tokens, std::int64_t b0, std::int64_t B, std::int64_t T, int s0, int s1);
   float loss_forward(const Batch& batch);
   // The backward of sequences [b0, b0 + B) of the batch forward() ran: into the ParamSet's
   // gradients (part null) or into `part`, a thread's fp32 partial of all parameters laid out
   // as ParamSet::offset says (see backward()); done(i) as parameter i's share is complete.
   // att_slot: the attention's dP scratch slot of a thread running its own rows, or -1 when
   // the kernels run their own threads (a slot each).
+  // Backward stages [s0, s1) (see num_stages).
   void backward_rows(std::int64_t b0, std::int64_t B, float* part, int att_slot, float scale,
-                     const std::function<void(std::size_t)>& done);
+                     const std::function<void(std::size_t)>& done, int s0, int s1);
 
   friend struct GptProf;
   GptConfig cfg_;
@@ -99,6 +111,8 @@ class Gpt : public Module {
   OpProfile prof_;
   std::size_t wte_, wpe_, lnfw_, lnfb_;
   std::vector<LayerIdx> layers_;
+  std::vector<ParamGroup> groups_;
+  GroupHooks* hooks_ = nullptr;
 
   // Activations and backward scratch (one arena).
   HostBuffer arena_;

@@ -53,6 +53,11 @@ class GptCuda : public Module {
   float forward(const Batch& batch) override;
   void backward(float scale, const std::function<void(std::size_t)>& grad_ready) override;
   float evaluate(const Batch& batch) override;
+  // ZeRO-3: Gpt's groups ("embed", "h.0" .., "final"; the tied head acquires "embed" again).
+  // The brackets are host calls around enqueueing a group's kernels (release() comes before
+  // they have run on device_stream()).
+  std::vector<ParamGroup> parameter_groups() const override;
+  void set_group_hooks(GroupHooks* hooks) override;
   Device device() const override { return Device::Cuda; }
   void* device_stream() const override;
 

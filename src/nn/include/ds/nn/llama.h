@@ -31,6 +31,11 @@ class Llama : public Module {
   float forward(const Batch& batch) override;
   void backward(float scale, const std::function<void(std::size_t)>& grad_ready) override;
   float evaluate(const Batch& batch) override;
+  // ZeRO-3 groups in execution order: "embed" (model.embed_tokens), "h.0" .. "h.{n_layer-1}"
+  // (a decoder layer each), "final" (model.norm, and lm_head when untied). A tied head
+  // acquires "embed" again (forward and backward).
+  std::vector<ParamGroup> parameter_groups() const override { return groups_; }
+  void set_group_hooks(GroupHooks* hooks) override { hooks_ = hooks; }
 
   // The config with intermediate_size resolved.
   const LlamaConfig& config() const { return cfg_; }
@@ -55,6 +60,10 @@ class Llama : public Module {
   struct LayerAct { float *ln1, *rstd1, *q, *k, *v, *att, *atty, *x1, *ln2, *rstd2, *gate, *up, *h; };
   void ensure_scratch(std::int64_t B, std::int64_t T);
   void run_forward(const std::int32_t* tokens, std::int64_t B, std::int64_t T);
+  // With group hooks (ZeRO-3): half dtypes convert group g's parameters inside its bracket.
+  void prepare_group(std::size_t g);
+  std::size_t final_group() const { return groups_.size() - 1; }
+  std::size_t head_group() const { return cfg_.tie_embeddings ? 0 : final_group(); }
   float loss_forward(const Batch& batch);
 
   LlamaConfig cfg_;
@@ -62,6 +71,8 @@ class Llama : public Module {
   ParamSet ps_;
   std::size_t embed_ = 0, normf_ = 0, head_ = 0;  // head_ == embed_ when tied
   std::vector<LayerIdx> layers_;
+  std::vector<ParamGroup> groups_;
+  GroupHooks* hooks_ = nullptr;
 
   HostBuffer arena_;
   std::int64_t cap_bt_ = 0, cap_t_ = 0;

@@ -33,6 +33,9 @@ class Mlp : public Module {
   float forward(const Batch& batch) override;
   void backward(float scale, const std::function<void(std::size_t)>& grad_ready) override;
   float evaluate(const Batch& batch) override;
+  // ZeRO-3 groups: one per Linear layer ("fc.0", ..., "head"), weight and bias each.
+  std::vector<ParamGroup> parameter_groups() const override;
+  void set_group_hooks(GroupHooks* hooks) override { hooks_ = hooks; }
 
   const MlpConfig& config() const { return cfg_; }
   // Training FLOPs per sample: 6 * (weights in GEMMs).
@@ -46,6 +49,7 @@ class Mlp : public Module {
   ParamSet ps_;
   std::vector<std::size_t> w_, b_;  // per linear layer (hidden layers, then head)
   std::vector<std::int64_t> dims_;  // in, hidden..., classes
+  GroupHooks* hooks_ = nullptr;
   HostBuffer arena_;
   std::int64_t cap_b_ = 0, B_ = 0;
   std::vector<float*> pre_, post_;  // per hidden layer: pre-activation, GELU output

@@ -39,7 +39,9 @@ class ParamSet {
   DType dtype() const { return dtype_; }
 
   // Working dtype half: refresh the fp32 copies of the parameters.
-  void prepare_forward();
+  void prepare_forward() { prepare_forward(0, infos_.size()); }
+  // Only parameters [first, first + count) (one ZeRO-3 group, converted inside its bracket).
+  void prepare_forward(std::size_t first, std::size_t count);
   // Working dtype half: zero the fp32 gradient shadow (of the parameters not direct).
   void prepare_backward();
   // Working dtype half: parameter i's backward kernel accumulates into half_grad(i) itself.
