@@ -132,23 +132,42 @@ void Gpt::bind(std::span<const TensorView> params, std::span<const TensorView> g
   have_cache_ = false;
 }
 
-void Gpt::ensure_scratch(std::int64_t B, std::int64_t T) {
-  const std::int64_t BT = B * T;
-  const int slots = std::max(1, omp_get_max_threads());
-  if (BT <= cap_bt_ && T <= cap_t_ && slots <= att_slots_) return;
-  cap_bt_ = std::max(cap_bt_, BT);
-  cap_t_ = std::max(cap_t_, T);
-  att_slots_ = std::max(att_slots_, slots);
-  const std::int64_t N = cap_bt_, C = cfg_.n_embd, L = cfg_.n_layer, V = cfg_.vocab_size;
-  const std::int64_t NH = cfg_.n_head;
+void Gpt::set_activation_checkpointing(bool on) {
+  ckpt_ = on;
+  have_cache_ = false;  // the arena is laid out again at the next forward
+}
+
+std::int64_t Gpt::arena_floats(std::int64_t N, std::int64_t T, int slots) const {
+  const std::int64_t C = cfg_.n_embd, L = cfg_.n_layer, V = cfg_.vocab_size, NH = cfg_.n_head;
   // Attention probabilities: B*NH*T*T <= (BT/T)*NH*T*T = BT*NH*T <= cap_bt*NH*cap_t.
-  const std::int64_t att = N * NH * cap_t_;
+  const std::int64_t att = N * NH * T;
   auto pad = [](std::int64_t n) { return (n + 15) / 16 * 16; };  // keep every array 64-byte aligned
   const std::int64_t per_layer = pad(N * C) * 4 + pad(N) * 4 + pad(3 * N * C) + pad(att) +
                                  pad(4 * N * C) * 2;
-  const std::int64_t total = per_layer * L + pad(N * C) * (L + 1) + pad(N * C) + pad(N) * 3 +
-                             pad(N * V) + pad(N * C) * 3 + pad(3 * N * C) + pad(4 * N * C) +
-                             pad(cap_t_ * cap_t_) * att_slots_;
+  // Checkpointing keeps one block's activations (the residual streams stay for every block).
+  const std::int64_t kept = ckpt_ ? 1 : L;
+  return per_layer * kept + pad(N * C) * (L + 1) + pad(N * C) + pad(N) * 3 + pad(N * V) + pad(N * C) * 3 +
+         pad(3 * N * C) + pad(4 * N * C) + pad(T * T) * slots;
+}
+
+std::size_t Gpt::activation_bytes(std::int64_t B, std::int64_t T) const {
+  return std::size_t(arena_floats(B * T, T, std::max(1, omp_get_max_threads()))) * sizeof(float);
+}
+
+void Gpt::ensure_scratch(std::int64_t B, std::int64_t T) {
+  const std::int64_t BT = B * T;
+  const int slots = std::max(1, omp_get_max_threads());
+  if (BT <= cap_bt_ && T <= cap_t_ && slots <= att_slots_ && arena_ckpt_ == ckpt_) return;
+  cap_bt_ = std::max(cap_bt_, BT);
+  cap_t_ = std::max(cap_t_, T);
+  att_slots_ = std::max(att_slots_, slots);
+  arena_ckpt_ = ckpt_;
+  const std::int64_t N = cap_bt_, C = cfg_.n_embd, L = cfg_.n_layer, V = cfg_.vocab_size;
+  const std::int64_t NH = cfg_.n_head;
+  const std::int64_t att = N * NH * cap_t_;
+  auto pad = [](std::int64_t n) { return (n + 15) / 16 * 16; };  // keep every array 64-byte aligned
+  const std::int64_t total = arena_floats(N, cap_t_, att_slots_);
+  arena_ = HostBuffer();  // the old arena freed before the new one is taken
   try {
     arena_ = HostBuffer(std::size_t(total), DType::F32);
   } catch (const std::exception&) {
@@ -160,12 +179,14 @@ void Gpt::ensure_scratch(std::int64_t B, std::int64_t T) {
   float* p = arena_.as<float>();
   auto take = [&](std::int64_t n) { float* r = p; p += pad(n); return r; };
   acts_.assign(std::size_t(L), LayerAct{});
-  for (auto& a : acts_) {
+  for (std::size_t l = 0; l < (ckpt_ ? 1 : acts_.size()); ++l) {
+    LayerAct& a = acts_[l];
     a.ln1 = take(N * C); a.ln1_mean = take(N); a.ln1_rstd = take(N);
     a.qkv = take(3 * N * C); a.att = take(att); a.atty = take(N * C); a.x1 = take(N * C);
     a.ln2 = take(N * C); a.ln2_mean = take(N); a.ln2_rstd = take(N);
     a.fch = take(4 * N * C); a.fch_gelu = take(4 * N * C);
   }
+  if (ckpt_) std::fill(acts_.begin() + 1, acts_.end(), acts_[0]);  // every block in one block's space
   resid_.resize(std::size_t(L + 1));
   for (auto& r : resid_) r = take(N * C);
   lnf_ = take(N * C); lnf_mean_ = take(N); lnf_rstd_ = take(N); lse_ = take(N);
@@ -490,6 +511,9 @@ void Gpt::backward_rows(std::int64_t b0, std::int64_t B, float* part, int att_sl
     if (!in(L + 1 - int(li))) continue;  // block li is stage n_layer + 1 - li
     const LayerIdx& P = layers_[li];
     const LayerAct& a = acts_[li];
+    // Checkpointing: block li's activations again from its input (these rows, the forward's
+    // kernels: the same bits); the last block's are still there from the forward.
+    if (ckpt_ && int(li) + 1 < L) forward_rows(tokens_.data() + r0, b0, B, T, int(li) + 1, int(li) + 2);
     // MLP: x2 = x1 + c_proj(gelu(c_fc(ln_2(x1)))); dres holds dL/dx2.
     {
       GptProf pf(this, kFcProjBwd, 2 * 2.0 * double(N) * double(4 * C) * double(C));

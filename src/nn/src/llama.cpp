@@ -68,21 +68,41 @@ void Llama::bind(std::span<const TensorView> params, std::span<const TensorView>
   have_cache_ = false;
 }
 
-void Llama::ensure_scratch(std::int64_t B, std::int64_t T) {
-  const std::int64_t BT = B * T;
-  const int slots = std::max(1, omp_get_max_threads());
-  if (BT <= cap_bt_ && T <= cap_t_ && slots <= att_slots_) return;
-  cap_bt_ = std::max(cap_bt_, BT);
-  cap_t_ = std::max(cap_t_, T);
-  att_slots_ = std::max(att_slots_, slots);
-  const std::int64_t N = cap_bt_, C = cfg_.n_embd, L = cfg_.n_layer, V = cfg_.vocab_size;
+void Llama::set_activation_checkpointing(bool on) {
+  ckpt_ = on;
+  have_cache_ = false;  // the arena is laid out again at the next forward
+}
+
+std::int64_t Llama::arena_floats(std::int64_t N, std::int64_t T, int slots) const {
+  const std::int64_t C = cfg_.n_embd, L = cfg_.n_layer, V = cfg_.vocab_size;
   const std::int64_t KV = kv_, I = cfg_.intermediate_size, NH = cfg_.n_head;
-  const std::int64_t att = N * NH * cap_t_;  // B*NH*T*T <= BT*NH*T
+  const std::int64_t att = N * NH * T;  // B*NH*T*T <= BT*NH*T
   auto pad = [](std::int64_t n) { return (n + 15) / 16 * 16; };  // 64-byte aligned arrays
   const std::int64_t per_layer =
       pad(N * C) * 5 + pad(N) * 2 + pad(N * KV) * 2 + pad(att) + pad(N * I) * 3;
-  const std::int64_t total = per_layer * L + pad(N * C) * (L + 1) + pad(N * C) + pad(N) * 2 + pad(N * V) +
-                             pad(N * C) * 4 + pad(N * KV) * 2 + pad(N * I) * 3 + pad(cap_t_ * cap_t_) * att_slots_;
+  const std::int64_t kept = ckpt_ ? 1 : L;  // checkpointing: one layer's activations
+  return per_layer * kept + pad(N * C) * (L + 1) + pad(N * C) + pad(N) * 2 + pad(N * V) + pad(N * C) * 4 +
+         pad(N * KV) * 2 + pad(N * I) * 3 + pad(T * T) * slots;
+}
+
+std::size_t Llama::activation_bytes(std::int64_t B, std::int64_t T) const {
+  return std::size_t(arena_floats(B * T, T, std::max(1, omp_get_max_threads()))) * sizeof(float);
+}
+
+void Llama::ensure_scratch(std::int64_t B, std::int64_t T) {
+  const std::int64_t BT = B * T;
+  const int slots = std::max(1, omp_get_max_threads());
+  if (BT <= cap_bt_ && T <= cap_t_ && slots <= att_slots_ && arena_ckpt_ == ckpt_) return;
+  cap_bt_ = std::max(cap_bt_, BT);
+  cap_t_ = std::max(cap_t_, T);
+  att_slots_ = std::max(att_slots_, slots);
+  arena_ckpt_ = ckpt_;
+  const std::int64_t N = cap_bt_, C = cfg_.n_embd, L = cfg_.n_layer, V = cfg_.vocab_size;
+  const std::int64_t KV = kv_, I = cfg_.intermediate_size, NH = cfg_.n_head;
+  const std::int64_t att = N * NH * cap_t_;
+  auto pad = [](std::int64_t n) { return (n + 15) / 16 * 16; };  // 64-byte aligned arrays
+  const std::int64_t total = arena_floats(N, cap_t_, att_slots_);
+  arena_ = HostBuffer();  // the old arena freed before the new one is taken
   try {
     arena_ = HostBuffer(std::size_t(total), DType::F32);
   } catch (const std::exception&) {
@@ -93,11 +113,13 @@ void Llama::ensure_scratch(std::int64_t B, std::int64_t T) {
   float* p = arena_.as<float>();
   auto take = [&](std::int64_t n) { float* r = p; p += pad(n); return r; };
   acts_.assign(std::size_t(L), LayerAct{});
-  for (auto& a : acts_) {
+  for (std::size_t l = 0; l < (ckpt_ ? 1 : acts_.size()); ++l) {
+    LayerAct& a = acts_[l];
     a.ln1 = take(N * C); a.rstd1 = take(N); a.q = take(N * C); a.k = take(N * KV); a.v = take(N * KV);
     a.att = take(att); a.atty = take(N * C); a.x1 = take(N * C); a.ln2 = take(N * C); a.rstd2 = take(N);
     a.gate = take(N * I); a.up = take(N * I); a.h = take(N * I);
   }
+  if (ckpt_) std::fill(acts_.begin() + 1, acts_.end(), acts_[0]);  // every layer in one layer's space
   resid_.resize(std::size_t(L + 1));
   for (auto& r : resid_) r = take(N * C);
   lnf_ = take(N * C); rstdf_ = take(N); lse_ = take(N); logits_ = take(N * V);
@@ -111,13 +133,36 @@ void Llama::prepare_group(std::size_t g) {
   if (hooks_) ps_.prepare_forward(groups_[g].first, groups_[g].count);
 }
 
+void Llama::layer_forward(std::size_t l) {
+  const std::int64_t B = B_, T = T_, N = B * T, C = cfg_.n_embd, KV = kv_, I = cfg_.intermediate_size;
+  const std::int64_t NH = cfg_.n_head, NKV = cfg_.n_kv_head;
+  const float eps = float(cfg_.rms_norm_eps);
+  const LayerIdx& P = layers_[l];
+  const LayerAct& a = acts_[l];
+  const float* x = resid_[l];
+  // x1 = x + o_proj(attn(rope(q_proj(n)), rope(k_proj(n)), v_proj(n))), n = rmsnorm(x)
+  k::rmsnorm_forward(a.ln1, a.rstd1, x, ps_.w(P.ln1), N, C, eps);
+  k::linear_forward(a.q, a.ln1, ps_.w(P.q), nullptr, nullptr, N, C, C, prec_);
+  k::linear_forward(a.k, a.ln1, ps_.w(P.k), nullptr, nullptr, N, C, KV, prec_);
+  k::linear_forward(a.v, a.ln1, ps_.w(P.v), nullptr, nullptr, N, C, KV, prec_);
+  k::rope_forward(a.q, N, T, C, NH, hd_, rope_cos_.data(), rope_sin_.data());
+  k::rope_forward(a.k, N, T, KV, NKV, hd_, rope_cos_.data(), rope_sin_.data());
+  k::gqa_attention_forward(a.atty, a.att, a.q, a.k, a.v, C, KV, B, T, NH, NKV, hd_);
+  k::linear_forward(a.x1, a.atty, ps_.w(P.o), nullptr, x, N, C, C, prec_);
+  // x2 = x1 + down_proj(silu(gate_proj(n)) * up_proj(n)), n = rmsnorm(x1)
+  k::rmsnorm_forward(a.ln2, a.rstd2, a.x1, ps_.w(P.ln2), N, C, eps);
+  k::linear_forward(a.gate, a.ln2, ps_.w(P.gate), nullptr, nullptr, N, C, I, prec_);
+  k::linear_forward(a.up, a.ln2, ps_.w(P.up), nullptr, nullptr, N, C, I, prec_);
+  k::swiglu_forward(a.h, a.gate, a.up, N * I);
+  k::linear_forward(resid_[l + 1], a.h, ps_.w(P.down), nullptr, a.x1, N, I, C, prec_);
+}
+
 void Llama::run_forward(const std::int32_t* tokens, std::int64_t B, std::int64_t T) {
   if (!hooks_) ps_.prepare_forward();
   ensure_scratch(B, T);
   B_ = B;
   T_ = T;
-  const std::int64_t N = B * T, C = cfg_.n_embd, V = cfg_.vocab_size, KV = kv_, I = cfg_.intermediate_size;
-  const std::int64_t NH = cfg_.n_head, NKV = cfg_.n_kv_head;
+  const std::int64_t N = B * T, C = cfg_.n_embd, V = cfg_.vocab_size;
   const float eps = float(cfg_.rms_norm_eps);
   {
     GroupUse use(hooks_, 0, Pass::Forward);
@@ -127,24 +172,7 @@ void Llama::run_forward(const std::int32_t* tokens, std::int64_t B, std::int64_t
   for (std::size_t l = 0; l < layers_.size(); ++l) {
     GroupUse use(hooks_, l + 1, Pass::Forward);
     prepare_group(l + 1);
-    const LayerIdx& P = layers_[l];
-    const LayerAct& a = acts_[l];
-    const float* x = resid_[l];
-    // x1 = x + o_proj(attn(rope(q_proj(n)), rope(k_proj(n)), v_proj(n))), n = rmsnorm(x)
-    k::rmsnorm_forward(a.ln1, a.rstd1, x, ps_.w(P.ln1), N, C, eps);
-    k::linear_forward(a.q, a.ln1, ps_.w(P.q), nullptr, nullptr, N, C, C, prec_);
-    k::linear_forward(a.k, a.ln1, ps_.w(P.k), nullptr, nullptr, N, C, KV, prec_);
-    k::linear_forward(a.v, a.ln1, ps_.w(P.v), nullptr, nullptr, N, C, KV, prec_);
-    k::rope_forward(a.q, N, T, C, NH, hd_, rope_cos_.data(), rope_sin_.data());
-    k::rope_forward(a.k, N, T, KV, NKV, hd_, rope_cos_.data(), rope_sin_.data());
-    k::gqa_attention_forward(a.atty, a.att, a.q, a.k, a.v, C, KV, B, T, NH, NKV, hd_);
-    k::linear_forward(a.x1, a.atty, ps_.w(P.o), nullptr, x, N, C, C, prec_);
-    // x2 = x1 + down_proj(silu(gate_proj(n)) * up_proj(n)), n = rmsnorm(x1)
-    k::rmsnorm_forward(a.ln2, a.rstd2, a.x1, ps_.w(P.ln2), N, C, eps);
-    k::linear_forward(a.gate, a.ln2, ps_.w(P.gate), nullptr, nullptr, N, C, I, prec_);
-    k::linear_forward(a.up, a.ln2, ps_.w(P.up), nullptr, nullptr, N, C, I, prec_);
-    k::swiglu_forward(a.h, a.gate, a.up, N * I);
-    k::linear_forward(resid_[l + 1], a.h, ps_.w(P.down), nullptr, a.x1, N, I, C, prec_);
+    layer_forward(l);
   }
   GroupUse use(hooks_, final_group(), Pass::Forward);
   prepare_group(final_group());
@@ -209,6 +237,9 @@ void Llama::backward(float scale, const std::function<void(std::size_t)>& grad_r
   }
   for (std::size_t li = layers_.size(); li-- > 0;) {
     GroupUse use(hooks_, li + 1, Pass::Backward);
+    // Checkpointing: layer li's activations again from its input (the last layer's are still
+    // there from the forward).
+    if (ckpt_ && li + 1 < layers_.size()) layer_forward(li);
     const LayerIdx& P = layers_[li];
     const LayerAct& a = acts_[li];
     // MLP; dres holds dL/dx2.

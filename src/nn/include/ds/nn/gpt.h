@@ -53,6 +53,19 @@ class Gpt : public Module {
   void set_group_hooks(GroupHooks* hooks) override { hooks_ = hooks; }
 
   const GptConfig& config() const { return cfg_; }
+
+  // Activation checkpointing (DeepSpeed's deepspeed.checkpointing.checkpoint around each
+  // block): forward keeps each block's input (the residual stream) and what the loss needs,
+  // and one block's activations, which every block overwrites; backward recomputes a block's
+  // activations from its input just before that block's backward (inside its group bracket).
+  // The same kernels on the same rows: the same loss and gradient bits either way.
+  void set_activation_checkpointing(bool on);
+  bool activation_checkpointing() const { return ckpt_; }
+  // Bytes of the activation arena (activations and backward scratch) a micro-batch of B
+  // sequences x T tokens allocates with the current setting and thread count; arena_bytes():
+  // what is allocated now (the largest micro-batch so far).
+  std::size_t activation_bytes(std::int64_t B, std::int64_t T) const;
+  std::size_t arena_bytes() const { return arena_.count() * sizeof(float); }
   // GEMM precision of the Linear layers (attention GEMMs stay fp32). By default chosen at
   // bind() from the working dtype: layer_precision() (BF16 for bf16 parameters where this CPU
   // runs vdpbf16ps faster than fp32 FMA, else F32). BF16 rounds GEMM inputs to bf16
@@ -84,6 +97,9 @@ class Gpt : public Module {
  private:
   struct LayerIdx { std::size_t ln1w, ln1b, qkvw, qkvb, projw, projb, ln2w, ln2b, fcw, fcb, fcprojw, fcprojb; };
   void ensure_scratch(std::int64_t B, std::int64_t T);
+  // The arena's floats for N rows of sequences of at most T tokens and `slots` attention
+  // scratch slots (ensure_scratch's layout).
+  std::int64_t arena_floats(std::int64_t N, std::int64_t T, int slots) const;
   void run_forward(const std::int32_t* tokens, std::int64_t B, std::int64_t T);
   // The forward and the backward run in stages, one group's use each (gpt.cpp: forward
   // embed, blocks, ln_f, head; backward head, ln_f, blocks in reverse, embed): all stages
@@ -118,6 +134,7 @@ class Gpt : public Module {
   HostBuffer arena_;
   std::int64_t cap_bt_ = 0, cap_t_ = 0;
   int att_slots_ = 0;
+  bool ckpt_ = false, arena_ckpt_ = false;  // activation checkpointing: wanted / how arena_ is laid out
   struct LayerAct { float *ln1, *ln1_mean, *ln1_rstd, *qkv, *att, *atty, *x1, *ln2, *ln2_mean, *ln2_rstd, *fch, *fch_gelu; };
   std::vector<LayerAct> acts_;
   std::vector<float*> resid_;  // n_layer + 1 residual streams [BT, C]

@@ -39,6 +39,13 @@ class Llama : public Module {
 
   // The config with intermediate_size resolved.
   const LlamaConfig& config() const { return cfg_; }
+  // Activation checkpointing and the activation arena's size, as Gpt's: forward keeps each
+  // decoder layer's input and one layer's activations; backward recomputes a layer's
+  // activations just before its backward (inside its group bracket). Same bits either way.
+  void set_activation_checkpointing(bool on);
+  bool activation_checkpointing() const { return ckpt_; }
+  std::size_t activation_bytes(std::int64_t B, std::int64_t T) const;
+  std::size_t arena_bytes() const { return arena_.count() * sizeof(float); }
   // GEMM precision of the Linear layers, chosen at bind() as the GPT's (layer_precision()).
   void set_gemm_precision(Precision p) { prec_ = p; prec_fixed_ = true; }
   Precision gemm_precision() const { return prec_; }
@@ -59,6 +66,9 @@ class Llama : public Module {
   struct LayerIdx { std::size_t q, k, v, o, gate, up, down, ln1, ln2; };
   struct LayerAct { float *ln1, *rstd1, *q, *k, *v, *att, *atty, *x1, *ln2, *rstd2, *gate, *up, *h; };
   void ensure_scratch(std::int64_t B, std::int64_t T);
+  std::int64_t arena_floats(std::int64_t N, std::int64_t T, int slots) const;
+  // Decoder layer l's forward over the batch run_forward set up (B_ x T_).
+  void layer_forward(std::size_t l);
   void run_forward(const std::int32_t* tokens, std::int64_t B, std::int64_t T);
   // With group hooks (ZeRO-3): half dtypes convert group g's parameters inside its bracket.
   void prepare_group(std::size_t g);
@@ -77,6 +87,7 @@ class Llama : public Module {
   HostBuffer arena_;
   std::int64_t cap_bt_ = 0, cap_t_ = 0;
   int att_slots_ = 0;
+  bool ckpt_ = false, arena_ckpt_ = false;  // activation checkpointing: wanted / how arena_ is laid out
   std::vector<LayerAct> acts_;
   std::vector<float*> resid_;  // n_layer + 1 residual streams [BT, C]
   float *lnf_ = nullptr, *rstdf_ = nullptr, *logits_ = nullptr, *lse_ = nullptr;
