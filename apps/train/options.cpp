@@ -52,6 +52,9 @@ ParseResult parse_options(int argc, const char* const* argv) {
       ->check(CLI::IsMember({"true", "false"}));
   add_optional(app, "--block_size", o.block_size, "Context length in tokens (bytes)")
       ->check(CLI::Range(std::int64_t{1}, std::int64_t{1} << 20));
+  app.add_flag("--activation_checkpointing", o.activation_checkpointing,
+               "Recompute each block's activations in backward instead of keeping them (CPU gpt and llama; "
+               "as the config's activation_checkpointing section)");
 
   app.add_option("--data", o.data,
                  "Training data: a text file (bytes are tokens), a DSTOKENS file, nanoGPT .bin / llm.c "

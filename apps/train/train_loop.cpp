@@ -99,6 +99,8 @@ namespace {
 // --device: auto picks cuda when this build has the GPU model and a GPU is visible.
 bool use_gpu(const std::string& device, const DistributedContext& dist) {
   if (device == "cpu") return false;
+  // Activation checkpointing (config section or flag): the line rank 0 prints (empty when off).
+  std::function<std::string()> checkpointing_note;
 #if DS_NN_HAVE_CUDA
   int count = 0;
   const cudaError_t rc = cudaGetDeviceCount(&count);
@@ -367,6 +369,23 @@ JobPtr prepare(const TrainOptions& opts, const DistributedContext& dist) {
     g.vocab_size = j.spec.vocab_size;
 #if DS_NN_HAVE_CUDA
     if (j.on_gpu) {
+  // DeepSpeed recomputes where the model calls checkpoint(); here the built-in CPU decoders do
+  // it for every block when the config's section (or the flag) asks.
+  const bool checkpointing = j.cfg.activation_checkpointing.enabled || opts.activation_checkpointing;
+  const std::string checkpointing_from =
+      opts.activation_checkpointing ? std::string("--activation_checkpointing") : "activation_checkpointing in " + opts.config;
+  if (checkpointing && j.on_gpu)
+    DS_THROW(checkpointing_from << ": the CUDA GPT does not recompute activations; remove it or add --device cpu");
+  auto note_of = [&](auto* m) {
+    m->set_activation_checkpointing(true);
+    j.checkpointing_note = [m, B = std::int64_t(j.cfg.train_micro_batch_size_per_gpu), T = j.spec.block_size] {
+      char line[160];
+      std::snprintf(line, sizeof line, "on: activation arena %.1f MiB per micro-batch of %lld x %lld tokens (%.1f MiB without)",
+                    double(m->activation_bytes(B, T)) / 1048576.0, static_cast<long long>(B), static_cast<long long>(T),
+                    double(m->activation_bytes(B, T, false)) / 1048576.0);
+      return std::string(line);
+    };
+  };
       DS_CUDA_CHECK(cudaSetDevice(dist.device));
       // kernels.attention: "auto" is the materialised path (faster than flash at GPT-2 124M
       // on an H200, docs/dev/gpu.md); "flash" where the dtype and head size allow.
@@ -423,6 +442,8 @@ JobPtr prepare(const TrainOptions& opts, const DistributedContext& dist) {
   choose_threads(dist);
   return job;
 }
+    if (checkpointing)
+      j.checkpointing_note = [] { return std::string("no effect on --model mlp (it has no blocks to recompute)"); };
 
 namespace {
 
@@ -579,6 +600,7 @@ void run(Job& j, DistributedContext& dist) {
     if (!j.shards_note.empty()) std::printf("[train] token data: %s\n", j.shards_note.c_str());
     std::printf("[train] %d rank(s) x micro-batch %zu x %lld accumulation = %lld sequences of %lld tokens per step; "
                 "steps %lld-%lld, seed %llu\n",
+    if (j.checkpointing_note) std::printf("[train] activation checkpointing: %s\n", j.checkpointing_note().c_str());
                 dist.world_size, mb, static_cast<long long>(gas), static_cast<long long>(engine.train_batch_size()),
                 static_cast<long long>(seq), static_cast<long long>(start_step + 1),
                 static_cast<long long>(j.total_steps), static_cast<unsigned long long>(j.seed));

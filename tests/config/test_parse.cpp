@@ -454,3 +454,46 @@ TEST(ConfigLoad, PathJsonTextAndBase64) {
 }
 
 }  // namespace
+
+namespace {
+
+// activation_checkpointing: DeepSpeed's keys and defaults; giving the section turns
+// recomputation on; values the CPU models cannot act on warn once each, naming the key.
+TEST(ConfigParse, ActivationCheckpointingSection) {
+  std::vector<std::string> warnings;
+  EXPECT_FALSE(parse("{}").activation_checkpointing.enabled);
+  EXPECT_FALSE(parse(R"({"activation_checkpointing": null})").activation_checkpointing.enabled);
+  const DsConfig d = parse(R"({"activation_checkpointing": {}})", &warnings);
+  EXPECT_TRUE(warnings.empty());
+  const auto& a = d.activation_checkpointing;
+  EXPECT_TRUE(a.enabled);
+  EXPECT_FALSE(a.partition_activations || a.cpu_checkpointing || a.contiguous_memory_optimization ||
+               a.synchronize_checkpoint_boundary || a.profile);
+  EXPECT_FALSE(a.number_checkpoints);
+  // DeepSpeed's defaults written out: no warnings.
+  parse(R"({"activation_checkpointing": {"partition_activations": false, "cpu_checkpointing": false,
+            "contiguous_memory_optimization": false, "number_checkpoints": null,
+            "synchronize_checkpoint_boundary": false, "profile": false}})", &warnings);
+  EXPECT_TRUE(warnings.empty());
+  const DsConfig e = parse(R"({"activation_checkpointing": {"partition_activations": true, "cpu_checkpointing": true,
+            "contiguous_memory_optimization": true, "number_checkpoints": 4,
+            "synchronize_checkpoint_boundary": true, "profile": true}})", &warnings);
+  ASSERT_EQ(warnings.size(), 6u);
+  EXPECT_HAS(warnings[0], "activation_checkpointing.partition_activations true has no effect: ");
+  EXPECT_HAS(warnings[1], "activation_checkpointing.cpu_checkpointing true has no effect: ");
+  EXPECT_HAS(warnings[3], "activation_checkpointing.number_checkpoints 4 has no effect: ");
+  EXPECT_EQ(e.activation_checkpointing.number_checkpoints, 4);
+  EXPECT_TRUE(e.activation_checkpointing.profile);
+  EXPECT_HAS(error_of(R"({"activation_checkpointing": {"profile": 1}})"),
+             "activation_checkpointing.profile: expected true or false");
+  EXPECT_HAS(error_of(R"({"activation_checkpointing": {"number_checkpoints": 0}})"),
+             "activation_checkpointing.number_checkpoints: expected an integer >= 1");
+  EXPECT_HAS(error_of(R"({"activation_checkpointing": {"partition_activation": true}})"),
+             "activation_checkpointing.partition_activation: unknown key");
+  EXPECT_HAS(error_of(R"({"activation_checkpointing": true})"), "activation_checkpointing: expected an object");
+  // Round trip: the section stays given (and off stays off).
+  EXPECT_TRUE(parse_config_json(to_json(d), "<json>").activation_checkpointing.enabled);
+  EXPECT_FALSE(parse_config_json(to_json(parse("{}")), "<json>").activation_checkpointing.enabled);
+}
+
+}  // namespace

@@ -88,6 +88,8 @@ DsConfig parse_root(const JsonNode& root, const std::string& source, std::vector
   if (const Member* m = top.get("communication"); m && m->value.kind != K::Null)
     parse_communication(ctx, *m, cfg.communication);
   if (const Member* m = top.get("kernels"); m && m->value.kind != K::Null) parse_kernels(ctx, *m, cfg.kernels);
+  if (const Member* m = top.get("activation_checkpointing"); m && m->value.kind != K::Null)
+    parse_activation_checkpointing(ctx, *m, cfg.activation_checkpointing);
   if (const Member* m = top.get("seed"); m && m->value.kind != K::Null) {
     if (m->value.kind == K::UInt) cfg.seed = m->value.uint_value;
     else cfg.seed = static_cast<std::uint64_t>(top.read_int(*m, 0, kIntMax));
@@ -122,7 +124,7 @@ DsConfig parse_root(const JsonNode& root, const std::string& source, std::vector
   }
   // DeepSpeed top-level keys accepted with no effect (docs/user/config.md).
   top.accept({"memory_breakdown", "dump_state", "sparse_gradients", "disable_allgather",
-              "zero_allow_untested_optimizer", "zero_force_ds_cpu_optimizer", "activation_checkpointing",
+              "zero_allow_untested_optimizer", "zero_force_ds_cpu_optimizer",
               "flops_profiler", "tensorboard", "wandb", "comet", "comms_logger", "timers",
               "log_level", "vocabulary_size", "torch_autocast", "autotuning", "compression_training",
               "data_efficiency", "curriculum_learning", "aio", "sparse_attention", "hybrid_engine", "compile",

@@ -247,6 +247,7 @@ void parse_csv_monitor(Ctx& ctx, const Member& section, CsvMonitorConfig& c);
 void parse_comms_config(Ctx& ctx, const Member& section, CommsConfig& c);
 void parse_communication(Ctx& ctx, const Member& section, CommunicationConfig& c);
 void parse_kernels(Ctx& ctx, const Member& section, KernelsConfig& c);
+void parse_activation_checkpointing(Ctx& ctx, const Member& section, ActivationCheckpointingConfig& c);
 
 // The whole document (loaders.cpp). keys: config_keys() collects every key path read.
 DsConfig parse_root(const JsonNode& root, const std::string& source, std::vector<std::string>* warnings,

@@ -42,6 +42,8 @@ const Table& section_keys() {
     };
     t.emplace_back("optimizer.params", params_keys(optimizer_registry()));
     t.emplace_back("scheduler.params", params_keys(scheduler_registry()));
+      {"activation_checkpointing", {"partition_activations", "cpu_checkpointing", "contiguous_memory_optimization",
+                                    "number_checkpoints", "synchronize_checkpoint_boundary", "profile"}},
     return t;
   }();
   return table;
@@ -79,7 +81,7 @@ std::vector<std::string> config_keys() {
   std::vector<std::string> keys;
   nlohmann::json doc = nlohmann::json::object();
   for (const char* section : {"fp16", "bf16", "bfloat16", "data_types", "checkpoint", "csv_monitor", "comms_config",
-                              "communication", "kernels", "amp"})
+                              "communication", "kernels", "amp", "activation_checkpointing"})
     doc[section] = nlohmann::json::object();
   doc["zero_optimization"] = {{"offload_optimizer", nlohmann::json::object()},
                               {"offload_param", nlohmann::json::object()}};

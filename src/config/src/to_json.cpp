@@ -118,3 +118,11 @@ nlohmann::json to_json(const DsConfig& cfg) {
 }
 
 }  // namespace ds::config
+  // Only when given: the section's presence is what turns recomputation on.
+  if (const auto& a = cfg.activation_checkpointing; a.enabled)
+    j["activation_checkpointing"] = {{"partition_activations", a.partition_activations},
+                                     {"cpu_checkpointing", a.cpu_checkpointing},
+                                     {"contiguous_memory_optimization", a.contiguous_memory_optimization},
+                                     {"number_checkpoints", a.number_checkpoints ? json(*a.number_checkpoints) : json(nullptr)},
+                                     {"synchronize_checkpoint_boundary", a.synchronize_checkpoint_boundary},
+                                     {"profile", a.profile}};

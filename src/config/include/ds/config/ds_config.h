@@ -95,6 +95,21 @@ struct DsConfig {
   // Batch sizes as given (0 = not given), then resolved by resolve_batch_sizes().
   std::int64_t train_batch_size = 0;
   std::int64_t train_micro_batch_size_per_gpu = 0;
+// activation_checkpointing: DeepSpeed's deepspeed.checkpointing settings. DeepSpeed recomputes
+// where the model code calls checkpoint(); the train app turns recomputation on in the
+// built-in CPU models when the section is given (docs/user/training.md). The other keys tune
+// DeepSpeed's GPU and model-parallel implementation: read, and warned about as having no
+// effect when not at their defaults.
+struct ActivationCheckpointingConfig {
+  bool enabled = false;  // the section is given (an object)
+  bool partition_activations = false;
+  bool cpu_checkpointing = false;
+  bool contiguous_memory_optimization = false;
+  std::optional<std::int64_t> number_checkpoints;
+  bool synchronize_checkpoint_boundary = false;
+  bool profile = false;
+};
+
   std::int64_t gradient_accumulation_steps = 0;
 
   std::optional<OptimizerConfig> optimizer;   // None: the client supplies one (we default to Adam)
@@ -125,3 +140,4 @@ struct DsConfig {
 };
 
 }  // namespace ds::config
+  ActivationCheckpointingConfig activation_checkpointing;
