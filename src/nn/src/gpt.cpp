@@ -137,7 +137,7 @@ void Gpt::set_activation_checkpointing(bool on) {
   have_cache_ = false;  // the arena is laid out again at the next forward
 }
 
-std::int64_t Gpt::arena_floats(std::int64_t N, std::int64_t T, int slots) const {
+std::int64_t Gpt::arena_floats(std::int64_t N, std::int64_t T, int slots, bool checkpointing) const {
   const std::int64_t C = cfg_.n_embd, L = cfg_.n_layer, V = cfg_.vocab_size, NH = cfg_.n_head;
   // Attention probabilities: B*NH*T*T <= (BT/T)*NH*T*T = BT*NH*T <= cap_bt*NH*cap_t.
   const std::int64_t att = N * NH * T;
@@ -145,13 +145,13 @@ std::int64_t Gpt::arena_floats(std::int64_t N, std::int64_t T, int slots) const 
   const std::int64_t per_layer = pad(N * C) * 4 + pad(N) * 4 + pad(3 * N * C) + pad(att) +
                                  pad(4 * N * C) * 2;
   // Checkpointing keeps one block's activations (the residual streams stay for every block).
-  const std::int64_t kept = ckpt_ ? 1 : L;
+  const std::int64_t kept = checkpointing ? 1 : L;
   return per_layer * kept + pad(N * C) * (L + 1) + pad(N * C) + pad(N) * 3 + pad(N * V) + pad(N * C) * 3 +
          pad(3 * N * C) + pad(4 * N * C) + pad(T * T) * slots;
 }
 
-std::size_t Gpt::activation_bytes(std::int64_t B, std::int64_t T) const {
-  return std::size_t(arena_floats(B * T, T, std::max(1, omp_get_max_threads()))) * sizeof(float);
+std::size_t Gpt::activation_bytes(std::int64_t B, std::int64_t T, bool checkpointing) const {
+  return std::size_t(arena_floats(B * T, T, std::max(1, omp_get_max_threads()), checkpointing)) * sizeof(float);
 }
 
 void Gpt::ensure_scratch(std::int64_t B, std::int64_t T) {
@@ -166,7 +166,7 @@ void Gpt::ensure_scratch(std::int64_t B, std::int64_t T) {
   const std::int64_t NH = cfg_.n_head;
   const std::int64_t att = N * NH * cap_t_;
   auto pad = [](std::int64_t n) { return (n + 15) / 16 * 16; };  // keep every array 64-byte aligned
-  const std::int64_t total = arena_floats(N, cap_t_, att_slots_);
+  const std::int64_t total = arena_floats(N, cap_t_, att_slots_, ckpt_);
   arena_ = HostBuffer();  // the old arena freed before the new one is taken
   try {
     arena_ = HostBuffer(std::size_t(total), DType::F32);

@@ -73,20 +73,20 @@ void Llama::set_activation_checkpointing(bool on) {
   have_cache_ = false;  // the arena is laid out again at the next forward
 }
 
-std::int64_t Llama::arena_floats(std::int64_t N, std::int64_t T, int slots) const {
+std::int64_t Llama::arena_floats(std::int64_t N, std::int64_t T, int slots, bool checkpointing) const {
   const std::int64_t C = cfg_.n_embd, L = cfg_.n_layer, V = cfg_.vocab_size;
   const std::int64_t KV = kv_, I = cfg_.intermediate_size, NH = cfg_.n_head;
   const std::int64_t att = N * NH * T;  // B*NH*T*T <= BT*NH*T
   auto pad = [](std::int64_t n) { return (n + 15) / 16 * 16; };  // 64-byte aligned arrays
   const std::int64_t per_layer =
       pad(N * C) * 5 + pad(N) * 2 + pad(N * KV) * 2 + pad(att) + pad(N * I) * 3;
-  const std::int64_t kept = ckpt_ ? 1 : L;  // checkpointing: one layer's activations
+  const std::int64_t kept = checkpointing ? 1 : L;  // checkpointing: one layer's activations
   return per_layer * kept + pad(N * C) * (L + 1) + pad(N * C) + pad(N) * 2 + pad(N * V) + pad(N * C) * 4 +
          pad(N * KV) * 2 + pad(N * I) * 3 + pad(T * T) * slots;
 }
 
-std::size_t Llama::activation_bytes(std::int64_t B, std::int64_t T) const {
-  return std::size_t(arena_floats(B * T, T, std::max(1, omp_get_max_threads()))) * sizeof(float);
+std::size_t Llama::activation_bytes(std::int64_t B, std::int64_t T, bool checkpointing) const {
+  return std::size_t(arena_floats(B * T, T, std::max(1, omp_get_max_threads()), checkpointing)) * sizeof(float);
 }
 
 void Llama::ensure_scratch(std::int64_t B, std::int64_t T) {
@@ -101,7 +101,7 @@ void Llama::ensure_scratch(std::int64_t B, std::int64_t T) {
   const std::int64_t KV = kv_, I = cfg_.intermediate_size, NH = cfg_.n_head;
   const std::int64_t att = N * NH * cap_t_;
   auto pad = [](std::int64_t n) { return (n + 15) / 16 * 16; };  // 64-byte aligned arrays
-  const std::int64_t total = arena_floats(N, cap_t_, att_slots_);
+  const std::int64_t total = arena_floats(N, cap_t_, att_slots_, ckpt_);
   arena_ = HostBuffer();  // the old arena freed before the new one is taken
   try {
     arena_ = HostBuffer(std::size_t(total), DType::F32);

@@ -64,7 +64,8 @@ class Gpt : public Module {
   // Bytes of the activation arena (activations and backward scratch) a micro-batch of B
   // sequences x T tokens allocates with the current setting and thread count; arena_bytes():
   // what is allocated now (the largest micro-batch so far).
-  std::size_t activation_bytes(std::int64_t B, std::int64_t T) const;
+  std::size_t activation_bytes(std::int64_t B, std::int64_t T) const { return activation_bytes(B, T, ckpt_); }
+  std::size_t activation_bytes(std::int64_t B, std::int64_t T, bool checkpointing) const;
   std::size_t arena_bytes() const { return arena_.count() * sizeof(float); }
   // GEMM precision of the Linear layers (attention GEMMs stay fp32). By default chosen at
   // bind() from the working dtype: layer_precision() (BF16 for bf16 parameters where this CPU
@@ -99,7 +100,7 @@ class Gpt : public Module {
   void ensure_scratch(std::int64_t B, std::int64_t T);
   // The arena's floats for N rows of sequences of at most T tokens and `slots` attention
   // scratch slots (ensure_scratch's layout).
-  std::int64_t arena_floats(std::int64_t N, std::int64_t T, int slots) const;
+  std::int64_t arena_floats(std::int64_t N, std::int64_t T, int slots, bool checkpointing) const;
   void run_forward(const std::int32_t* tokens, std::int64_t B, std::int64_t T);
   // The forward and the backward run in stages, one group's use each (gpt.cpp: forward
   // embed, blocks, ln_f, head; backward head, ln_f, blocks in reverse, embed): all stages

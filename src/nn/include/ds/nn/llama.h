@@ -44,7 +44,8 @@ class Llama : public Module {
   // activations just before its backward (inside its group bracket). Same bits either way.
   void set_activation_checkpointing(bool on);
   bool activation_checkpointing() const { return ckpt_; }
-  std::size_t activation_bytes(std::int64_t B, std::int64_t T) const;
+  std::size_t activation_bytes(std::int64_t B, std::int64_t T) const { return activation_bytes(B, T, ckpt_); }
+  std::size_t activation_bytes(std::int64_t B, std::int64_t T, bool checkpointing) const;
   std::size_t arena_bytes() const { return arena_.count() * sizeof(float); }
   // GEMM precision of the Linear layers, chosen at bind() as the GPT's (layer_precision()).
   void set_gemm_precision(Precision p) { prec_ = p; prec_fixed_ = true; }
@@ -66,7 +67,7 @@ class Llama : public Module {
   struct LayerIdx { std::size_t q, k, v, o, gate, up, down, ln1, ln2; };
   struct LayerAct { float *ln1, *rstd1, *q, *k, *v, *att, *atty, *x1, *ln2, *rstd2, *gate, *up, *h; };
   void ensure_scratch(std::int64_t B, std::int64_t T);
-  std::int64_t arena_floats(std::int64_t N, std::int64_t T, int slots) const;
+  std::int64_t arena_floats(std::int64_t N, std::int64_t T, int slots, bool checkpointing) const;
   // Decoder layer l's forward over the batch run_forward set up (B_ x T_).
   void layer_forward(std::size_t l);
   void run_forward(const std::int32_t* tokens, std::int64_t B, std::int64_t T);
