@@ -36,6 +36,12 @@ shrink "--block_size 64" "--block_size 16"
 shrink "--steps 300" "--steps 3"
 shrink "mpirun -np 2" "$MPIEXEC --oversubscribe --bind-to none -np 2"
 
+# scripts/bpe_train.py's refusals: one line naming the flag.
+"$PY" "$DS_SOURCE_DIR/scripts/bpe_train.py" --input nope.txt --merges 1 --output t 2>err.txt && fail "bpe_train.py read nope.txt"
+grep -qx "bpe_train.py: error: --input nope.txt: No such file or directory" err.txt || fail "bpe_train.py: $(cat err.txt)"
+"$PY" "$DS_SOURCE_DIR/scripts/bpe_train.py" --input tutorial.sh --merges -1 --output t 2>err.txt && fail "bpe_train.py took --merges -1"
+grep -qx "bpe_train.py: error: --merges must be >= 0, got -1" err.txt || fail "bpe_train.py: $(cat err.txt)"
+
 # Without torch: everything up to the PyTorch step, then skip.
 if ! "$PY" -c "import torch" 2>/dev/null; then
   grep -v "^python3 llama_logits.py" tutorial.sh >no_torch.sh
