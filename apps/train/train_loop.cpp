@@ -90,6 +90,8 @@ struct Job {
   std::optional<tokenizer::BpeTokenizer> tokenizer;  // --tokenizer
   std::vector<std::int32_t> prompt;                  // --prompt, encoded
   std::string init_from_note;  // --init_from: what rank 0 loaded (empty without the flag)
+  // Activation checkpointing (config section or flag): the line rank 0 prints (empty when off).
+  std::function<std::string()> checkpointing_note;
 
 };
 
@@ -99,8 +101,6 @@ namespace {
 // --device: auto picks cuda when this build has the GPU model and a GPU is visible.
 bool use_gpu(const std::string& device, const DistributedContext& dist) {
   if (device == "cpu") return false;
-  // Activation checkpointing (config section or flag): the line rank 0 prints (empty when off).
-  std::function<std::string()> checkpointing_note;
 #if DS_NN_HAVE_CUDA
   int count = 0;
   const cudaError_t rc = cudaGetDeviceCount(&count);
@@ -360,15 +360,6 @@ JobPtr prepare(const TrainOptions& opts, const DistributedContext& dist) {
 
   if (j.on_gpu && j.spec.type != "gpt")
     DS_THROW("--model " << j.spec.type << " runs on the CPU only; add --device cpu (the GPU path has the GPT)");
-  if (j.spec.type == "gpt") {
-    nn::GptConfig g;
-    g.n_layer = j.spec.n_layer;
-    g.n_head = j.spec.n_head;
-    g.n_embd = j.spec.n_embd;
-    g.block_size = j.spec.block_size;
-    g.vocab_size = j.spec.vocab_size;
-#if DS_NN_HAVE_CUDA
-    if (j.on_gpu) {
   // DeepSpeed recomputes where the model calls checkpoint(); here the built-in CPU decoders do
   // it for every block when the config's section (or the flag) asks.
   const bool checkpointing = j.cfg.activation_checkpointing.enabled || opts.activation_checkpointing;
@@ -386,6 +377,15 @@ JobPtr prepare(const TrainOptions& opts, const DistributedContext& dist) {
       return std::string(line);
     };
   };
+  if (j.spec.type == "gpt") {
+    nn::GptConfig g;
+    g.n_layer = j.spec.n_layer;
+    g.n_head = j.spec.n_head;
+    g.n_embd = j.spec.n_embd;
+    g.block_size = j.spec.block_size;
+    g.vocab_size = j.spec.vocab_size;
+#if DS_NN_HAVE_CUDA
+    if (j.on_gpu) {
       DS_CUDA_CHECK(cudaSetDevice(dist.device));
       // kernels.attention: "auto" is the materialised path (faster than flash at GPT-2 124M
       // on an H200, docs/dev/gpu.md); "flash" where the dtype and head size allow.
@@ -403,6 +403,7 @@ JobPtr prepare(const TrainOptions& opts, const DistributedContext& dist) {
       // choice itself is agreed between the ranks in run().
       (void)nn::parse_cpu_bf16_gemm(j.cfg.kernels.cpu_bf16_gemm, "kernels.cpu_bf16_gemm");
       auto gpt = std::make_unique<nn::Gpt>(g);
+      if (checkpointing) note_of(gpt.get());
       j.generate = [m = gpt.get()](auto ctx, int n, float temp, std::uint64_t seed) { return m->generate(ctx, n, temp, seed); };
       j.flops_per_token = gpt->flops_per_token();
       j.model = std::move(gpt);
@@ -421,6 +422,7 @@ JobPtr prepare(const TrainOptions& opts, const DistributedContext& dist) {
     c.tie_embeddings = j.spec.tie_embeddings;
     (void)nn::parse_cpu_bf16_gemm(j.cfg.kernels.cpu_bf16_gemm, "kernels.cpu_bf16_gemm");
     auto llama = std::make_unique<nn::Llama>(c);
+    if (checkpointing) note_of(llama.get());
     j.generate = [m = llama.get()](auto ctx, int n, float temp, std::uint64_t seed) { return m->generate(ctx, n, temp, seed); };
     j.flops_per_token = llama->flops_per_token();
     j.model = std::move(llama);
@@ -431,6 +433,8 @@ JobPtr prepare(const TrainOptions& opts, const DistributedContext& dist) {
     m.n_classes = j.spec.vocab_size;
     m.n_hidden_layers = j.spec.n_layer;
     auto mlp = std::make_unique<nn::Mlp>(m);
+    if (checkpointing)
+      j.checkpointing_note = [] { return std::string("no effect on --model mlp (it has no blocks to recompute)"); };
     // FLOPs per sample spread over the block_size tokens a sample reads.
     j.flops_per_token = mlp->flops_per_sample() / double(j.spec.block_size);
     j.model = std::move(mlp);
@@ -442,8 +446,6 @@ JobPtr prepare(const TrainOptions& opts, const DistributedContext& dist) {
   choose_threads(dist);
   return job;
 }
-    if (checkpointing)
-      j.checkpointing_note = [] { return std::string("no effect on --model mlp (it has no blocks to recompute)"); };
 
 namespace {
 
@@ -589,6 +591,7 @@ void run(Job& j, DistributedContext& dist) {
                   return n;
                 }());
     if (!j.init_from_note.empty()) std::printf("[train] init: %s\n", j.init_from_note.c_str());
+    if (j.checkpointing_note) std::printf("[train] activation checkpointing: %s\n", j.checkpointing_note().c_str());
     if (bf16_gemm.applies && engine.working_dtype() == DType::BF16)
       std::printf("[train] bf16: Linear GEMMs %s (kernels.cpu_bf16_gemm %s%s)\n",
                   nn::layer_precision(true) == nn::Precision::BF16 ? "in bf16 (vdpbf16ps, fp32 accumulation)"
@@ -600,7 +603,6 @@ void run(Job& j, DistributedContext& dist) {
     if (!j.shards_note.empty()) std::printf("[train] token data: %s\n", j.shards_note.c_str());
     std::printf("[train] %d rank(s) x micro-batch %zu x %lld accumulation = %lld sequences of %lld tokens per step; "
                 "steps %lld-%lld, seed %llu\n",
-    if (j.checkpointing_note) std::printf("[train] activation checkpointing: %s\n", j.checkpointing_note().c_str());
                 dist.world_size, mb, static_cast<long long>(gas), static_cast<long long>(engine.train_batch_size()),
                 static_cast<long long>(seq), static_cast<long long>(start_step + 1),
                 static_cast<long long>(j.total_steps), static_cast<unsigned long long>(j.seed));

@@ -39,11 +39,11 @@ const Table& section_keys() {
       {"comms_config", {"timeout"}},
       {"communication", {"shared_memory", "progress_thread"}},
       {"kernels", {"attention", "attention_block", "cpu_bf16_gemm"}},
+      {"activation_checkpointing", {"partition_activations", "cpu_checkpointing", "contiguous_memory_optimization",
+                                    "number_checkpoints", "synchronize_checkpoint_boundary", "profile"}},
     };
     t.emplace_back("optimizer.params", params_keys(optimizer_registry()));
     t.emplace_back("scheduler.params", params_keys(scheduler_registry()));
-      {"activation_checkpointing", {"partition_activations", "cpu_checkpointing", "contiguous_memory_optimization",
-                                    "number_checkpoints", "synchronize_checkpoint_boundary", "profile"}},
     return t;
   }();
   return table;

@@ -112,12 +112,6 @@ nlohmann::json to_json(const DsConfig& cfg) {
   j["csv_monitor"] = {{"enabled", cfg.csv_monitor.enabled},
                       {"output_path", cfg.csv_monitor.output_path},
                       {"job_name", cfg.csv_monitor.job_name}};
-  j["seed"] = cfg.seed ? json(*cfg.seed) : json(nullptr);
-  if (cfg.raw.is_object() && cfg.raw.contains("model")) j["model"] = cfg.raw["model"];
-  return j;
-}
-
-}  // namespace ds::config
   // Only when given: the section's presence is what turns recomputation on.
   if (const auto& a = cfg.activation_checkpointing; a.enabled)
     j["activation_checkpointing"] = {{"partition_activations", a.partition_activations},
@@ -126,3 +120,9 @@ nlohmann::json to_json(const DsConfig& cfg) {
                                      {"number_checkpoints", a.number_checkpoints ? json(*a.number_checkpoints) : json(nullptr)},
                                      {"synchronize_checkpoint_boundary", a.synchronize_checkpoint_boundary},
                                      {"profile", a.profile}};
+  j["seed"] = cfg.seed ? json(*cfg.seed) : json(nullptr);
+  if (cfg.raw.is_object() && cfg.raw.contains("model")) j["model"] = cfg.raw["model"];
+  return j;
+}
+
+}  // namespace ds::config

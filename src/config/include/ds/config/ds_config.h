@@ -85,16 +85,6 @@ struct KernelsConfig {
   std::string cpu_bf16_gemm = "auto";   // "auto" | "on" | "off"
 };
 
-struct CsvMonitorConfig {
-  bool enabled = false;
-  std::string output_path;
-  std::string job_name = "DeepSpeedJobName";
-};
-
-struct DsConfig {
-  // Batch sizes as given (0 = not given), then resolved by resolve_batch_sizes().
-  std::int64_t train_batch_size = 0;
-  std::int64_t train_micro_batch_size_per_gpu = 0;
 // activation_checkpointing: DeepSpeed's deepspeed.checkpointing settings. DeepSpeed recomputes
 // where the model code calls checkpoint(); the train app turns recomputation on in the
 // built-in CPU models when the section is given (docs/user/training.md). The other keys tune
@@ -110,6 +100,16 @@ struct ActivationCheckpointingConfig {
   bool profile = false;
 };
 
+struct CsvMonitorConfig {
+  bool enabled = false;
+  std::string output_path;
+  std::string job_name = "DeepSpeedJobName";
+};
+
+struct DsConfig {
+  // Batch sizes as given (0 = not given), then resolved by resolve_batch_sizes().
+  std::int64_t train_batch_size = 0;
+  std::int64_t train_micro_batch_size_per_gpu = 0;
   std::int64_t gradient_accumulation_steps = 0;
 
   std::optional<OptimizerConfig> optimizer;   // None: the client supplies one (we default to Adam)
@@ -131,6 +131,7 @@ struct ActivationCheckpointingConfig {
   CommsConfig comms_config;
   CommunicationConfig communication;
   KernelsConfig kernels;
+  ActivationCheckpointingConfig activation_checkpointing;
   std::optional<std::uint64_t> seed;  // dstrain extension (DeepSpeed has no top-level seed)
 
   // Where it came from ("<json string>" for inline configs), for error messages.
@@ -140,4 +141,3 @@ struct ActivationCheckpointingConfig {
 };
 
 }  // namespace ds::config
-  ActivationCheckpointingConfig activation_checkpointing;
