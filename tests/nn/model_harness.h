@@ -1,9 +1,13 @@
 // Test helper: the engine's side of ds::Module in miniature -- flat per-parameter storage in
-// a chosen working dtype, init, bind, gradient read-back.
+// a chosen working dtype, init, bind, gradient read-back -- and what the model tests share: a
+// random token batch, randomized parameters, the whole-model finite-difference check.
 #pragma once
 
+#include <cmath>
 #include <cstring>
+#include <random>
 #include <span>
+#include <string>
 #include <vector>
 
 #include "ds/core/half.h"
@@ -64,5 +68,65 @@ struct Harness {
     for (auto& g : g16) std::fill(g.begin(), g.end(), 0);
   }
 };
+
+// batch x seq random token ids below vocab (inputs and targets), as a ds::Batch.
+struct TokenBatch {
+  std::vector<std::int32_t> in, tg;
+  ds::Batch batch;
+  TokenBatch(std::int64_t B, std::int64_t T, std::int64_t V, std::uint64_t seed) : in(B * T), tg(B * T) {
+    std::mt19937_64 g(seed);
+    for (auto& x : in) x = std::int32_t(g() % std::uint64_t(V));
+    for (auto& x : tg) x = std::int32_t(g() % std::uint64_t(V));
+    batch.inputs = in;
+    batch.targets = tg;
+    batch.batch = B;
+    batch.seq = T;
+  }
+};
+
+// Every parameter N(0, scale) -- larger than the inits, so every path carries signal -- and
+// the norm weights (LayerNorm "ln_*.weight", RMSNorm "*norm.weight") 1 + N(0, scale).
+inline void randomize(Harness& h, std::uint64_t seed, float scale) {
+  std::mt19937_64 g(seed);
+  std::normal_distribution<float> d(0.0f, scale);
+  for (std::size_t i = 0; i < h.master.size(); ++i) {
+    const std::string& n = h.infos[i].name;
+    const bool norm = (n.find("ln_") != std::string::npos || n.find("norm") != std::string::npos) &&
+                      n.find("weight") != std::string::npos;
+    for (auto& v : h.master[i]) v = norm ? 1.0f + d(g) : d(g);
+  }
+  h.rebind();
+}
+
+// Whole-model gradient check in fp32: central differences (h = 1e-2) of the mean loss on up
+// to `samples` elements of every parameter. Returns per parameter tensor the relative error
+// |g - n| / (|g| + |n|) over the sampled elements (as vectors); the tests want < 2e-2.
+inline std::vector<double> fd_relative_errors(Harness& h, ds::Module& m, const ds::Batch& b, int samples) {
+  h.zero_grads();
+  m.forward(b);
+  m.backward(1.0f, {});
+  std::mt19937_64 g(7);
+  std::vector<double> out;
+  for (std::size_t i = 0; i < h.infos.size(); ++i) {
+    const std::vector<float> an = h.grad(i);
+    double diff = 0, norm = 0;
+    const std::size_t n = h.master[i].size();
+    for (int s = 0; s < samples; ++s) {
+      const std::size_t j = n <= std::size_t(samples) ? std::size_t(s) % n : std::size_t(g() % n);
+      const float keep = h.master[i][j];
+      const float eps = 1e-2f;
+      h.master[i][j] = keep + eps;
+      const double lp = m.evaluate(b);
+      h.master[i][j] = keep - eps;
+      const double lm = m.evaluate(b);
+      h.master[i][j] = keep;
+      const double num = (lp - lm) / (2.0 * eps);
+      diff += (an[j] - num) * (an[j] - num);
+      norm += std::fabs(an[j]) * std::fabs(an[j]) + num * num;
+    }
+    out.push_back(std::sqrt(diff) / (std::sqrt(norm) + 1e-12));
+  }
+  return out;
+}
 
 }  // namespace dstest

@@ -26,57 +26,13 @@ namespace {
 
 using dstest::Harness;
 
-struct TokenBatch {
-  std::vector<std::int32_t> in, tg;
-  ds::Batch batch;
-  TokenBatch(std::int64_t B, std::int64_t T, std::int64_t V, std::uint64_t seed) : in(B * T), tg(B * T) {
-    std::mt19937_64 g(seed);
-    for (auto& x : in) x = std::int32_t(g() % std::uint64_t(V));
-    for (auto& x : tg) x = std::int32_t(g() % std::uint64_t(V));
-    batch.inputs = in;
-    batch.targets = tg;
-    batch.batch = B;
-    batch.seq = T;
-  }
-};
+using dstest::TokenBatch;
+using dstest::randomize;
 
-// Randomizes all parameters (larger than GPT-2 init so every path carries signal).
-void randomize(Harness& h, std::uint64_t seed, float scale) {
-  std::mt19937_64 g(seed);
-  std::normal_distribution<float> d(0.0f, scale);
-  for (std::size_t i = 0; i < h.master.size(); ++i)
-    for (auto& v : h.master[i]) v = (h.infos[i].name.find("ln_") != std::string::npos && h.infos[i].name.find("weight") != std::string::npos) ? 1.0f + d(g) : d(g);
-  h.rebind();
-}
-
-// Whole-model gradient check in fp32: central differences (h = 1e-2) of the mean loss on up
-// to `samples` elements of every parameter; per parameter tensor the relative error
-// |g - n| / (|g| + |n|) over the sampled elements (as vectors) must be < 2e-2.
+// The whole-model gradient check (model_harness.h): relative error < 2e-2 per parameter tensor.
 void model_fd_check(Harness& h, ds::Module& m, const ds::Batch& b, int samples) {
-  h.zero_grads();
-  m.forward(b);
-  m.backward(1.0f, {});
-  std::mt19937_64 g(7);
-  for (std::size_t i = 0; i < h.infos.size(); ++i) {
-    const std::vector<float> an = h.grad(i);
-    double diff = 0, norm = 0;
-    const std::size_t n = h.master[i].size();
-    for (int s = 0; s < samples; ++s) {
-      const std::size_t j = n <= std::size_t(samples) ? std::size_t(s) % n : std::size_t(g() % n);
-      const float keep = h.master[i][j];
-      const float eps = 1e-2f;
-      h.master[i][j] = keep + eps;
-      const double lp = m.evaluate(b);
-      h.master[i][j] = keep - eps;
-      const double lm = m.evaluate(b);
-      h.master[i][j] = keep;
-      const double num = (lp - lm) / (2.0 * eps);
-      diff += (an[j] - num) * (an[j] - num);
-      norm += std::fabs(an[j]) * std::fabs(an[j]) + num * num;
-    }
-    const double rel = std::sqrt(diff) / (std::sqrt(norm) + 1e-12);
-    EXPECT_LT(rel, 2e-2) << "parameter " << h.infos[i].name;
-  }
+  const std::vector<double> rel = dstest::fd_relative_errors(h, m, b, samples);
+  for (std::size_t i = 0; i < rel.size(); ++i) EXPECT_LT(rel[i], 2e-2) << "parameter " << h.infos[i].name;
 }
 
 ds::nn::GptConfig tiny_gpt() { return {2, 3, 12, 7, 11}; }  // awkward: head dim 4, vocab 11

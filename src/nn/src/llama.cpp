@@ -9,6 +9,7 @@
 #include "ds/core/error.h"
 #include "ds/nn/kernels.h"
 #include "ds/nn/llama_kernels.h"
+#include "decoder_io.h"
 #include "sampling.h"
 
 namespace ds::nn {
@@ -77,7 +78,7 @@ std::int64_t Llama::arena_floats(std::int64_t N, std::int64_t T, int slots, bool
   const std::int64_t C = cfg_.n_embd, L = cfg_.n_layer, V = cfg_.vocab_size;
   const std::int64_t KV = kv_, I = cfg_.intermediate_size, NH = cfg_.n_head;
   const std::int64_t att = N * NH * T;  // B*NH*T*T <= BT*NH*T
-  auto pad = [](std::int64_t n) { return (n + 15) / 16 * 16; };  // 64-byte aligned arrays
+  const auto pad = detail::pad16;
   const std::int64_t per_layer =
       pad(N * C) * 5 + pad(N) * 2 + pad(N * KV) * 2 + pad(att) + pad(N * I) * 3;
   const std::int64_t kept = checkpointing ? 1 : L;  // checkpointing: one layer's activations
@@ -100,7 +101,7 @@ void Llama::ensure_scratch(std::int64_t B, std::int64_t T) {
   const std::int64_t N = cap_bt_, C = cfg_.n_embd, L = cfg_.n_layer, V = cfg_.vocab_size;
   const std::int64_t KV = kv_, I = cfg_.intermediate_size, NH = cfg_.n_head;
   const std::int64_t att = N * NH * cap_t_;
-  auto pad = [](std::int64_t n) { return (n + 15) / 16 * 16; };  // 64-byte aligned arrays
+  const auto pad = detail::pad16;
   const std::int64_t total = arena_floats(N, cap_t_, att_slots_, ckpt_);
   arena_ = HostBuffer();  // the old arena freed before the new one is taken
   try {
@@ -183,19 +184,8 @@ void Llama::run_forward(const std::int32_t* tokens, std::int64_t B, std::int64_t
 
 float Llama::loss_forward(const Batch& batch) {
   const std::int64_t B = batch.batch, T = batch.seq, V = cfg_.vocab_size;
-  DS_CHECK(B > 0 && T > 0, "Llama::forward: batch (" << B << ") and seq (" << T << ") must be > 0");
-  DS_CHECK(T <= cfg_.block_size, "Llama::forward: seq " << T << " exceeds block_size " << cfg_.block_size);
   const std::size_t N = std::size_t(B * T);
-  DS_CHECK(batch.inputs.size() == N && batch.targets.size() == N,
-           "Llama::forward: inputs/targets must hold batch*seq = " << N << " tokens, got "
-                                                                   << batch.inputs.size() << "/"
-                                                                   << batch.targets.size());
-  tokens_.assign(batch.inputs.begin(), batch.inputs.end());
-  targets_.assign(batch.targets.begin(), batch.targets.end());
-  for (std::size_t i = 0; i < N; ++i)
-    DS_CHECK(tokens_[i] >= 0 && tokens_[i] < V && targets_[i] >= 0 && targets_[i] < V,
-             "Llama::forward: token id out of range [0, " << V << ") at position " << i << " (input "
-                                                          << tokens_[i] << ", target " << targets_[i] << ")");
+  detail::take_batch(batch, cfg_.block_size, V, "Llama::forward", tokens_, targets_);
   run_forward(tokens_.data(), B, T);
   return k::crossentropy_forward(lse_, logits_, targets_.data(), std::int64_t(N), V);
 }
@@ -282,13 +272,10 @@ double Llama::flops_per_token(std::int64_t seq) const {
 }
 
 std::vector<float> Llama::logits_last(std::span<const std::int32_t> context) {
-  DS_CHECK(!context.empty(), "Llama::logits_last: empty context");
   have_cache_ = false;
   const std::int64_t V = cfg_.vocab_size;
-  const std::size_t T = std::min<std::size_t>(context.size(), std::size_t(cfg_.block_size));
-  tokens_.assign(context.end() - std::ptrdiff_t(T), context.end());
-  for (std::int32_t t : tokens_)
-    DS_CHECK(t >= 0 && t < V, "Llama::logits_last: token " << t << " outside [0, " << V << ")");
+  detail::take_context(context, cfg_.block_size, V, "Llama::logits_last", tokens_);
+  const std::size_t T = tokens_.size();
   run_forward(tokens_.data(), 1, std::int64_t(T));
   const float* row = logits_ + (std::int64_t(T) - 1) * V;
   return std::vector<float>(row, row + V);

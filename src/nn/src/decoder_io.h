@@ -1,0 +1,25 @@
+// What the CPU token decoders (Gpt, Llama) check and keep of a training batch or a sampling
+// context: one set of checks, with the same messages, for both.
+#pragma once
+
+#include <cstdint>
+#include <span>
+#include <vector>
+
+#include "ds/core/module.h"
+
+namespace ds::nn::detail {
+
+// Checks a batch (sizes > 0, seq <= block_size, batch x seq tokens, ids in [0, vocab)) and
+// copies its inputs and targets. Errors start with `who` ("Gpt::forward").
+void take_batch(const Batch& batch, std::int64_t block_size, std::int64_t vocab, const char* who,
+                std::vector<std::int32_t>& tokens, std::vector<std::int32_t>& targets);
+
+// The last block_size tokens of a non-empty context, ids checked, into tokens.
+void take_context(std::span<const std::int32_t> context, std::int64_t block_size, std::int64_t vocab,
+                  const char* who, std::vector<std::int32_t>& tokens);
+
+// Array lengths in the activation arenas: multiples of 16 floats (64-byte aligned).
+constexpr std::int64_t pad16(std::int64_t n) { return (n + 15) / 16 * 16; }
+
+}  // namespace ds::nn::detail
