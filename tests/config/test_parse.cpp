@@ -3,6 +3,7 @@
 
 #include <cstdio>
 #include <fstream>
+#include <limits>
 #include <string>
 #include <vector>
 
@@ -322,8 +323,7 @@ TEST(ConfigParse, ZeroForms) {
   ASSERT_EQ(w.size(), 1u);
   EXPECT_HAS(w[0], "is deprecated; write {\"stage\": 1}");
   EXPECT_EQ(parse(R"({"zero_optimization": false})").zero_optimization.stage, 0);
-  EXPECT_HAS(error_of("{\"zero_optimization\": {\n  \"stage\": 3}}"),
-             "ds.json:2:3: zero_optimization.stage: ZeRO stage 3 is not supported by dstrain; only stages 0, 1 and 2 are supported");
+  EXPECT_EQ(parse("{\"zero_optimization\": {\n  \"stage\": 3}}").zero_optimization.stage, 3);
   EXPECT_HAS(error_of(R"({"zero_optimization": {"stage": 4}})"), "expected an integer in [0, 3], got 4");
   EXPECT_HAS(error_of(R"({"zero_optimization": {"allgather_bucket_size": 3}})"), "expected an even integer");
   EXPECT_HAS(error_of(R"({"zero_optimization": {"offload_optimizer": {"device": "cpu"}}})"),
@@ -360,6 +360,125 @@ TEST(ConfigParse, ZeroKeysWithoutEffectWarnOncePerKey) {
   EXPECT_FALSE(c.zero_optimization.contiguous_gradients);
   EXPECT_FALSE(c.zero_optimization.allgather_partitions);
   EXPECT_FALSE(c.zero_optimization.overlap_comm_effective());
+}
+
+// ZeRO stage 3: DeepSpeed's defaults, each key under its stage3_ name or its bare name.
+TEST(ConfigParse, Stage3KeysDefaultsAndBothNames) {
+  std::vector<std::string> w;
+  const ZeroConfig d = parse(R"({"zero_optimization": {"stage": 3}})", &w).zero_optimization;
+  EXPECT_TRUE(w.empty()) << w.front();
+  EXPECT_EQ(d.stage, 3);
+  EXPECT_EQ(d.prefetch_bucket_size, 50000000);
+  EXPECT_EQ(d.param_persistence_threshold, 100000);
+  EXPECT_EQ(d.model_persistence_threshold, std::numeric_limits<std::int64_t>::max());
+  EXPECT_EQ(d.max_live_parameters, 1000000000);
+  EXPECT_EQ(d.max_reuse_distance, 1000000000);
+  EXPECT_FALSE(d.gather_16bit_weights_on_model_save);
+  EXPECT_EQ(d.sub_group_size, 1000000000);
+  EXPECT_TRUE(d.overlap_comm_effective());  // DeepSpeed: None -> stage == 3
+
+  const ZeroConfig p = parse(R"({"zero_optimization": {"stage": 3, "stage3_prefetch_bucket_size": 5e6,
+      "stage3_param_persistence_threshold": 1e4, "stage3_model_persistence_threshold": 9223372036854775807,
+      "stage3_max_live_parameters": 3e8, "stage3_max_reuse_distance": 0,
+      "stage3_gather_16bit_weights_on_model_save": true}})", &w).zero_optimization;
+  EXPECT_TRUE(w.empty()) << w.front();
+  EXPECT_EQ(p.prefetch_bucket_size, 5000000);
+  EXPECT_EQ(p.param_persistence_threshold, 10000);
+  EXPECT_EQ(p.model_persistence_threshold, std::numeric_limits<std::int64_t>::max());
+  EXPECT_EQ(p.max_live_parameters, 300000000);
+  EXPECT_EQ(p.max_reuse_distance, 0);
+  EXPECT_TRUE(p.gather_16bit_weights_on_model_save);
+
+  const ZeroConfig b = parse(R"({"zero_optimization": {"stage": 3, "prefetch_bucket_size": 7,
+      "param_persistence_threshold": 8, "model_persistence_threshold": 9, "max_live_parameters": 10,
+      "max_reuse_distance": 11, "gather_16bit_weights_on_model_save": true, "sub_group_size": 1e9}})", &w).zero_optimization;
+  EXPECT_TRUE(w.empty()) << w.front();
+  EXPECT_EQ(b.prefetch_bucket_size, 7);
+  EXPECT_EQ(b.param_persistence_threshold, 8);
+  EXPECT_EQ(b.model_persistence_threshold, 9);
+  EXPECT_EQ(b.max_live_parameters, 10);
+  EXPECT_EQ(b.max_reuse_distance, 11);
+  EXPECT_TRUE(b.gather_16bit_weights_on_model_save);
+
+  // "auto" (HF Trainer's zero3 config) means not given: the default applies, and "auto" beside
+  // the other name is not a second value.
+  const ZeroConfig a = parse(R"({"zero_optimization": {"stage": 3, "stage3_prefetch_bucket_size": "auto",
+      "stage3_param_persistence_threshold": "auto", "stage3_max_live_parameters": "auto",
+      "max_reuse_distance": 5, "stage3_max_reuse_distance": "auto", "sub_group_size": "auto",
+      "stage3_gather_16bit_weights_on_model_save": "auto"}})", &w).zero_optimization;
+  EXPECT_TRUE(w.empty()) << w.front();
+  EXPECT_EQ(a.prefetch_bucket_size, 50000000);
+  EXPECT_EQ(a.param_persistence_threshold, 100000);
+  EXPECT_EQ(a.max_live_parameters, 1000000000);
+  EXPECT_EQ(a.max_reuse_distance, 5);
+  EXPECT_FALSE(a.gather_16bit_weights_on_model_save);
+
+  EXPECT_HAS(error_of("{\"zero_optimization\": {\"stage\": 3,\n \"stage3_max_live_parameters\": 1e9,\n"
+                      " \"max_live_parameters\": 1e9}}"),
+             "ds.json:3:2: zero_optimization.max_live_parameters: both zero_optimization.stage3_max_live_parameters "
+             "and zero_optimization.max_live_parameters are given; they are two names of one setting (DeepSpeed "
+             "asserts this): write one of them");
+  EXPECT_HAS(error_of("{\"zero_optimization\": {\"allgather_sequential\": false,\n \"stage3_allgather_sequential\": false}}"),
+             "ds.json:2:2: zero_optimization.stage3_allgather_sequential: both zero_optimization.stage3_allgather_sequential "
+             "and zero_optimization.allgather_sequential are given");
+  EXPECT_HAS(error_of(R"({"zero_optimization": {"stage3_prefetch_bucket_size": -1}})"),
+             "zero_optimization.stage3_prefetch_bucket_size: expected an integer >= 0, got -1");
+  EXPECT_HAS(error_of(R"({"zero_optimization": {"param_persistence_threshold": 1.5}})"),
+             "zero_optimization.param_persistence_threshold: expected an integer >= 0, got 1.5");
+  EXPECT_HAS(error_of(R"({"zero_optimization": {"stage3_gather_16bit_weights_on_model_save": 1}})"),
+             "zero_optimization.stage3_gather_16bit_weights_on_model_save: expected true or false, got 1");
+  EXPECT_HAS(error_of(R"({"zero_optimization": {"stage3_prefetch_bucket_sise": 1}})"),
+             "(did you mean \"stage3_prefetch_bucket_size\"?)");
+  parse(R"({"stage3_max_live_parameters": 1})", &w);  // top level: a warning naming the section
+  ASSERT_EQ(w.size(), 1u);
+  EXPECT_HAS(w[0], "(did you mean \"zero_optimization.stage3_max_live_parameters\"?)");
+}
+
+// stage3_gather_fp16_weights_on_model_save: DeepSpeed's deprecated spelling, remapped with a warning.
+TEST(ConfigParse, Stage3DeprecatedGatherFp16Spelling) {
+  std::vector<std::string> w;
+  const ZeroConfig z = parse("{\"zero_optimization\": {\"stage\": 3,\n"
+                             "  \"stage3_gather_fp16_weights_on_model_save\": true}}", &w).zero_optimization;
+  EXPECT_TRUE(z.gather_16bit_weights_on_model_save);
+  ASSERT_EQ(w.size(), 1u);
+  EXPECT_EQ(w[0], "ds.json:2:3: zero_optimization.stage3_gather_fp16_weights_on_model_save is deprecated; write "
+                  "stage3_gather_16bit_weights_on_model_save (the value is used)");
+  for (const char* other : {"stage3_gather_16bit_weights_on_model_save", "gather_16bit_weights_on_model_save"}) {
+    EXPECT_HAS(error_of(std::string(R"({"zero_optimization": {"stage3_gather_fp16_weights_on_model_save": false, ")") +
+                        other + "\": true}}"),
+               std::string("zero_optimization.stage3_gather_fp16_weights_on_model_save: the deprecated name of "
+                           "zero_optimization.") + other + ", which is also given (DeepSpeed asserts this): remove "
+                           "stage3_gather_fp16_weights_on_model_save");
+  }
+}
+
+// The stage-3 keys dstrain does not act on warn at stage 3 for a value that changes what
+// DeepSpeed does; below stage 3 DeepSpeed ignores all stage-3 keys, and so does dstrain.
+TEST(ConfigParse, Stage3KeysWithoutEffectWarnAtStage3) {
+  const std::string keys = R"("sub_group_size": 1e8, "stage3_module_granularity_threshold": 100,
+      "use_all_reduce_for_fetch_params": true, "stage3_allgather_sequential": true)";
+  std::vector<std::string> w;
+  parse(R"({"zero_optimization": {"stage": 3, "sub_group_size": 1e9, "module_granularity_threshold": 0,
+            "stage3_use_all_reduce_for_fetch_params": false, "allgather_sequential": false, "overlap_comm": true}})", &w);
+  EXPECT_TRUE(w.empty()) << w.front();  // the defaults
+  for (const char* stage : {"0", "1", "2"}) {
+    parse(std::string(R"({"zero_optimization": {"stage": )") + stage + ", " + keys + "}}", &w);
+  }
+  EXPECT_TRUE(w.empty()) << w.front();  // below stage 3
+
+  const DsConfig c = parse("{\"zero_optimization\": {\"stage\": 3, " + keys + ", \"overlap_comm\": false}}", &w);
+  EXPECT_EQ(c.zero_optimization.sub_group_size, 100000000);  // kept as written
+  EXPECT_FALSE(c.zero_optimization.overlap_comm_effective());  // acts at stage 3: no warning
+  ASSERT_EQ(w.size(), 4u) << w.back();
+  EXPECT_HAS(w[0], "zero_optimization.sub_group_size 100000000 is accepted and has no effect: dstrain steps the "
+                   "optimizer over the rank's whole partition at once (sub-groups matter with optimizer offload, "
+                   "which dstrain does not have)");
+  EXPECT_HAS(w[1], "zero_optimization.stage3_module_granularity_threshold 100 has no effect: dstrain gathers the "
+                   "parameter groups the model declares (one group per block), whatever their size");
+  EXPECT_HAS(w[2], "zero_optimization.use_all_reduce_for_fetch_params true has no effect: dstrain fetches "
+                   "parameters with all-gather");
+  EXPECT_HAS(w[3], "zero_optimization.stage3_allgather_sequential true has no effect: dstrain gathers each "
+                   "parameter group with one all-gather");
 }
 
 TEST(ConfigParse, GradAccumDtype) {
@@ -416,7 +535,9 @@ TEST(ConfigParse, ResolvedJsonRoundTrips) {
                "scheduler": {"type": "WarmupCosineLR", "params": {"total_num_steps": 50, "warmup_num_steps": 10}}, "zero_optimization": {"stage": 2}, "model": {"kind": "mlp"}})",
            R"({"train_batch_size": 4, "optimizer": {"type": "Adagrad"}, "scheduler": {"type": "LRRangeTest"}, "steps_per_print": 5,
                "bf16": {"enabled": true}, "data_types": {"grad_accum_dtype": "fp32"}, "zero_optimization": {"overlap_comm": true}})",
-           R"({"train_batch_size": 4, "optimizer": {"type": "AdamW"}, "scheduler": {"type": "WarmupDecayLR", "params": {"total_num_steps": 9, "warmup_num_steps": 3}}})"}) {
+           R"({"train_batch_size": 4, "optimizer": {"type": "AdamW"}, "scheduler": {"type": "WarmupDecayLR", "params": {"total_num_steps": 9, "warmup_num_steps": 3}}})",
+           R"({"train_batch_size": 4, "zero_optimization": {"stage": 3, "overlap_comm": false, "prefetch_bucket_size": 1e6,
+               "stage3_gather_fp16_weights_on_model_save": true, "sub_group_size": 1e9}})"}) {
     DsConfig c = parse(text);
     resolve_batch_sizes(c, 2);
     const nlohmann::json j = to_json(c);

@@ -62,8 +62,13 @@ TEST(ConfigValidate, CodeBuiltConfigsGetOneLineNamingTheKeys) {
   EXPECT_HAS(validate_error(c), "<code>: communication_data_type 'int8' is not one of fp32, fp16, bf16");
 
   c = code_built();
+  c.zero_optimization.stage = 4;
+  EXPECT_HAS(validate_error(c), "<code>: zero_optimization.stage 4 is not supported (dstrain implements stages 0 to 3)");
+  c = code_built();
   c.zero_optimization.stage = 3;
-  EXPECT_HAS(validate_error(c), "<code>: zero_optimization.stage 3 is not supported (dstrain implements stages 0, 1 and 2)");
+  EXPECT_NO_THROW(validate(c));
+  c.zero_optimization.max_live_parameters = -1;
+  EXPECT_HAS(validate_error(c), "<code>: zero_optimization.stage3_max_live_parameters must be >= 0, got -1");
   c = code_built();
   c.gradient_clipping = -1;
   EXPECT_HAS(validate_error(c), "<code>: gradient_clipping must be >= 0, got -1");

@@ -1,5 +1,6 @@
 // The other sections of ds_config.json, one function each, following DeepSpeed's
 // runtime/config.py rules (keys, types and defaults) with stricter, located errors.
+#include <utility>
 #include <vector>
 
 #include "reader.h"
@@ -56,6 +57,83 @@ void check_offload(Section& s, const std::string& key) {
   o.finish();
 }
 
+// A stage-3 key read under its stage3_ name or its bare name (DeepSpeed's populate_by_name):
+// the member written (nullptr when neither is, or "auto"); both written is an error naming both.
+const Member* stage3_key(Section& s, const std::string& bare, bool supported = true) {
+  const std::string prefixed = "stage3_" + bare;
+  const Member* a = s.get(prefixed, supported);
+  const Member* b = s.get(bare, false);
+  if (a && b) {
+    const bool b_later = std::pair(b->key_pos.line, b->key_pos.column) > std::pair(a->key_pos.line, a->key_pos.column);
+    const Member* later = b_later ? b : a;
+    s.ctx().fail(later->key_pos, s.sub(later->key),
+                 "both " + s.sub(prefixed) + " and " + s.sub(bare) + " are given; they are two names of one "
+                 "setting (DeepSpeed asserts this): write one of them");
+  }
+  return a ? a : b;
+}
+
+// The stage-3 keys (DeepSpeed's defaults are ZeroConfig's). The keys dstrain does not act on
+// warn only at stage 3, and only for a value that would change what DeepSpeed does; below
+// stage 3 DeepSpeed ignores every one of them, and so does dstrain, silently.
+void parse_stage3_keys(Section& s, ZeroConfig& c) {
+  Ctx& ctx = s.ctx();
+  const bool stage3 = c.stage == 3;
+  auto size = [&](const char* bare, std::int64_t& out) {
+    if (const Member* m = stage3_key(s, bare)) out = s.read_int(*m, 0, kIntMax);
+  };
+  size("prefetch_bucket_size", c.prefetch_bucket_size);
+  size("param_persistence_threshold", c.param_persistence_threshold);
+  size("model_persistence_threshold", c.model_persistence_threshold);
+  size("max_live_parameters", c.max_live_parameters);
+  size("max_reuse_distance", c.max_reuse_distance);
+
+  // gather_16bit_weights_on_model_save, also under its deprecated fp16 spelling (DeepSpeed
+  // remaps it with a warning and asserts when the old and the new name are both given).
+  const Member* g = stage3_key(s, "gather_16bit_weights_on_model_save");
+  const std::string old_key = "stage3_gather_fp16_weights_on_model_save";
+  if (const Member* d = s.get(old_key, false)) {
+    if (g) {
+      ctx.fail(d->key_pos, s.sub(old_key),
+               "the deprecated name of " + s.sub(g->key) + ", which is also given (DeepSpeed asserts this): "
+               "remove " + old_key);
+    }
+    ctx.warn(d->key_pos, s.sub(old_key) + " is deprecated; write stage3_gather_16bit_weights_on_model_save "
+                         "(the value is used)");
+    g = d;
+  }
+  if (g) c.gather_16bit_weights_on_model_save = s.read_bool(*g);
+
+  if (const Member* m = s.get("sub_group_size", false)) {
+    c.sub_group_size = s.read_int(*m, 0, kIntMax);
+    if (stage3 && c.sub_group_size != ZeroConfig{}.sub_group_size) {
+      ctx.warn(m->key_pos, s.sub("sub_group_size") + " " + std::to_string(c.sub_group_size) +
+                               " is accepted and has no effect: dstrain steps the optimizer over the rank's "
+                               "whole partition at once (sub-groups matter with optimizer offload, which "
+                               "dstrain does not have)");
+    }
+  }
+  // Read for their types only: dstrain has one way of doing what each selects.
+  if (const Member* m = stage3_key(s, "module_granularity_threshold", false)) {
+    const std::int64_t v = s.read_int(*m, 0, kIntMax);
+    if (stage3 && v != 0) {
+      ctx.warn(m->key_pos, s.sub(m->key) + " " + std::to_string(v) + " has no effect: dstrain gathers the "
+                           "parameter groups the model declares (one group per block), whatever their size");
+    }
+  }
+  if (const Member* m = stage3_key(s, "use_all_reduce_for_fetch_params", false)) {
+    if (s.read_bool(*m) && stage3) {
+      ctx.warn(m->key_pos, s.sub(m->key) + " true has no effect: dstrain fetches parameters with all-gather");
+    }
+  }
+  if (const Member* m = stage3_key(s, "allgather_sequential", false)) {
+    if (s.read_bool(*m) && stage3) {
+      ctx.warn(m->key_pos, s.sub(m->key) + " true has no effect: dstrain gathers each parameter group with "
+                           "one all-gather");
+    }
+  }
+}
+
 }  // namespace
 
 void parse_zero(Ctx& ctx, const Member& section, ZeroConfig& c) {
@@ -69,10 +147,6 @@ void parse_zero(Ctx& ctx, const Member& section, ZeroConfig& c) {
   Section s(ctx, section.value, section.key_pos, "zero_optimization");
   if (const Member* m = s.get("stage")) {
     const std::int64_t st = s.read_int(*m, 0, 3);
-    if (st == 3) {
-      ctx.fail(m->key_pos, "zero_optimization.stage",
-               "ZeRO stage 3 is not supported by dstrain; only stages 0, 1 and 2 are supported");
-    }
     c.stage = static_cast<int>(st);
   }
   // Keys whose DeepSpeed alternatives dstrain does not implement: dstrain always does what
@@ -102,7 +176,8 @@ void parse_zero(Ctx& ctx, const Member& section, ZeroConfig& c) {
       c.overlap_comm.reset();
     } else {
       c.overlap_comm = s.read_bool(*m);
-      if (!*c.overlap_comm) {
+      // At stage 3 false has an effect: no prefetching, each reduce-scatter waited at once.
+      if (!*c.overlap_comm && c.stage != 3) {
         ctx.warn(m->key_pos, s.sub("overlap_comm") + " false has no effect: dstrain always overlaps the "
                              "gradient reduction with the backward pass");
       }
@@ -114,20 +189,12 @@ void parse_zero(Ctx& ctx, const Member& section, ZeroConfig& c) {
   s.only_default("cpu_offload_param", false, "offloading is not supported by dstrain; remove cpu_offload_param");
   s.only_default("legacy_stage1", false, "legacy_stage1 was removed from DeepSpeed and is not supported");
   s.accept({"cpu_offload_use_pin_memory", "use_multi_rank_bucket_allreduce", "load_from_fp32_weights",
-            "elastic_checkpoint", "sub_group_size", "ignore_unused_parameters", "round_robin_gradients",
+            "elastic_checkpoint", "ignore_unused_parameters", "round_robin_gradients",
             "zero_hpz_partition_size", "zero_quantized_weights", "zero_quantized_nontrainable_weights",
             "zero_quantized_gradients", "memory_efficient_linear", "mics_shard_size",
             "mics_hierarchical_params_gather", "pipeline_loading_checkpoint", "log_trace_cache_warnings",
-            "leaf_module", "override_module_apply", "zeropp_loco_param",
-            // stage-3 keys, under both their stage3_ and bare names (populate_by_name)
-            "stage3_prefetch_bucket_size", "prefetch_bucket_size", "stage3_param_persistence_threshold",
-            "param_persistence_threshold", "stage3_model_persistence_threshold", "model_persistence_threshold",
-            "stage3_max_live_parameters", "max_live_parameters", "stage3_max_reuse_distance",
-            "max_reuse_distance", "stage3_gather_16bit_weights_on_model_save",
-            "gather_16bit_weights_on_model_save", "stage3_gather_fp16_weights_on_model_save",
-            "stage3_module_granularity_threshold", "module_granularity_threshold",
-            "stage3_use_all_reduce_for_fetch_params", "use_all_reduce_for_fetch_params",
-            "stage3_allgather_sequential", "allgather_sequential"});
+            "leaf_module", "override_module_apply", "zeropp_loco_param"});
+  parse_stage3_keys(s, c);
   s.finish();
 }
 

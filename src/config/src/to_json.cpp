@@ -87,7 +87,15 @@ nlohmann::json to_json(const DsConfig& cfg) {
                             {"allgather_partitions", z.allgather_partitions},
                             // As given (null: DeepSpeed's stage == 3), so that re-reading the
                             // resolved file does not warn about a false nobody wrote.
-                            {"overlap_comm", z.overlap_comm ? json(*z.overlap_comm) : json(nullptr)}};
+                            {"overlap_comm", z.overlap_comm ? json(*z.overlap_comm) : json(nullptr)},
+                            // Stage 3, under DeepSpeed's documented stage3_ names.
+                            {"stage3_prefetch_bucket_size", z.prefetch_bucket_size},
+                            {"stage3_param_persistence_threshold", z.param_persistence_threshold},
+                            {"stage3_model_persistence_threshold", z.model_persistence_threshold},
+                            {"stage3_max_live_parameters", z.max_live_parameters},
+                            {"stage3_max_reuse_distance", z.max_reuse_distance},
+                            {"stage3_gather_16bit_weights_on_model_save", z.gather_16bit_weights_on_model_save},
+                            {"sub_group_size", z.sub_group_size}};
   j["gradient_clipping"] = cfg.gradient_clipping;
   j["steps_per_print"] = cfg.steps_per_print ? json(*cfg.steps_per_print) : json(nullptr);
   j["wall_clock_breakdown"] = cfg.wall_clock_breakdown;

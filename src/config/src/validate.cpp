@@ -9,6 +9,7 @@
 
 #include <cstdint>
 #include <string>
+#include <utility>
 
 #include "ds/config/parse.h"
 #include "ds/config/registry.h"
@@ -108,14 +109,28 @@ void Rules::precision() const {
 
 void Rules::zero() const {
   const auto& z = c_.zero_optimization;
-  if (z.stage < 0 || z.stage > 2) {
+  if (z.stage < 0 || z.stage > 3) {
     fail_same("zero_optimization.stage", "zero_optimization.stage " + std::to_string(z.stage) +
-                                             " is not supported (dstrain implements stages 0, 1 and 2)");
+                                             " is not supported (dstrain implements stages 0 to 3)");
   }
   if (z.reduce_bucket_size <= 0)
     fail_same("zero_optimization.reduce_bucket_size", "zero_optimization.reduce_bucket_size must be > 0");
   if (z.allgather_bucket_size <= 0)
     fail_same("zero_optimization.allgather_bucket_size", "zero_optimization.allgather_bucket_size must be > 0");
+  // The stage-3 sizes (DeepSpeed: ge=0); the parser reads them in range, a config built in
+  // code may not be.
+  using Size = std::pair<const char*, std::int64_t>;
+  for (const auto& [key, v] : {Size{"stage3_prefetch_bucket_size", z.prefetch_bucket_size},
+                               Size{"stage3_param_persistence_threshold", z.param_persistence_threshold},
+                               Size{"stage3_model_persistence_threshold", z.model_persistence_threshold},
+                               Size{"stage3_max_live_parameters", z.max_live_parameters},
+                               Size{"stage3_max_reuse_distance", z.max_reuse_distance},
+                               Size{"sub_group_size", z.sub_group_size}}) {
+    if (v < 0) {
+      const std::string path = std::string("zero_optimization.") + key;
+      fail_same(path, path + " must be >= 0, got " + std::to_string(v));
+    }
+  }
   if (!(c_.gradient_clipping >= 0))
     fail_same("gradient_clipping", "gradient_clipping must be >= 0, got " + num(c_.gradient_clipping));
   if (!(c_.gradient_predivide_factor > 0))

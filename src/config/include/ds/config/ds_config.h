@@ -47,6 +47,16 @@ struct ZeroConfig {
   bool allgather_partitions = true;
   std::optional<bool> overlap_comm;  // None -> stage == 3
   bool overlap_comm_effective() const { return overlap_comm.value_or(stage == 3); }
+  // Stage 3 (DeepSpeed's defaults; sizes in elements, all >= 0). Read under the stage3_ name
+  // or the bare one; only stage 3 uses them (docs/user/config.md "ZeRO stage 3").
+  std::int64_t prefetch_bucket_size = 50000000;
+  std::int64_t param_persistence_threshold = 100000;
+  std::int64_t model_persistence_threshold = INT64_MAX;  // DeepSpeed: sys.maxsize
+  std::int64_t max_live_parameters = 1000000000;
+  std::int64_t max_reuse_distance = 1000000000;
+  // Also read under the deprecated stage3_gather_fp16_weights_on_model_save (a warning).
+  bool gather_16bit_weights_on_model_save = false;
+  std::int64_t sub_group_size = 1000000000;  // read and kept; no effect (no optimizer offload)
 };
 
 // data_types: the dtype micro-step gradients are summed in over gradient_accumulation_steps.
