@@ -246,6 +246,7 @@ while IFS='|' read -r name verdict tsec; do
     cuda.flash_attention) detail="flash attention fwd/bwd vs a double reference, fp16/bf16" ;;
     cuda.engine) detail="the Engine on the GPU vs on the CPU; checkpoints GPU <-> CPU; fp16 overflow skips" ;;
     cuda.engine_np2) detail="the Engine on 2 GPUs over NCCL (ZeRO 0/1) vs one process with the whole batch" ;;
+    cuda.staged_comm_np*) detail="StagedComm (pinned host staging over MPI) vs MpiComm, ranks sharing the GPU" ;;
     cuda.*) detail="kernels vs the CPU references (tests/cuda)" ;;
     *) detail="NcclComm all_reduce/reduce_scatter/all_gather on device buffers vs exact sums" ;;
   esac

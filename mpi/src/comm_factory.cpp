@@ -3,6 +3,7 @@
 
 #include "ds/core/error.h"
 #include "ds/mpi/mpi_comm.h"
+#include "ds/mpi/staged_comm.h"
 
 #if DS_HAVE_NCCL
 #include <cuda_runtime.h>
@@ -43,8 +44,10 @@ BackendInfo backend_info() {
 
 std::shared_ptr<Communicator> make_communicator(DistributedContext& ctx, std::string_view backend) {
   if (ctx.mpi_comm == MPI_COMM_NULL) DS_THROW("make_communicator: the distributed context is not initialized (or was finalized)");
-  if (backend != "auto" && backend != "mpi" && backend != "nccl")
-    DS_THROW("make_communicator: unknown backend '" << backend << "' (expected auto, mpi or nccl)");
+  if (backend != "auto" && backend != "mpi" && backend != "nccl" && backend != "staged")
+    DS_THROW("make_communicator: unknown backend '" << backend << "' (expected auto, mpi, nccl or staged)");
+  // StagedComm throws ds::Error itself in a build without CUDA or on a rank without a device.
+  if (backend == "staged") return std::make_shared<StagedComm>(ctx.mpi_comm, ctx.device, ctx.runtime);
   bool want_nccl = backend == "nccl";
 #if DS_HAVE_NCCL
   if (backend == "auto") {

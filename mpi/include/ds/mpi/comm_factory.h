@@ -14,6 +14,9 @@ namespace ds {
 // backend "mpi": MpiComm over ctx.mpi_comm (host memory; ctx.comm is one already).
 // backend "nccl": NcclComm on device ctx.device (device memory); ds::Error when NCCL was not
 //   compiled in or no GPU is visible.
+// backend "staged": StagedComm on device ctx.device (device memory staged through pinned host
+//   memory over MPI; ranks may share a GPU); ds::Error when the build has no CUDA or a rank
+//   has no usable device.
 // backend "auto": nccl when compiled in and a GPU is visible, else mpi.
 // Collective over ctx.mpi_comm. Anything else throws ds::Error naming the backend.
 std::shared_ptr<Communicator> make_communicator(DistributedContext& ctx, std::string_view backend = "auto");
