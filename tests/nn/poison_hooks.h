@@ -5,6 +5,7 @@
 
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <cmath>
 #include <cstring>
 #include <limits>
@@ -40,6 +41,9 @@ class PoisonHooks : public ds::GroupHooks {
     if (pass != pass_) errors_ += "group " + groups_[g].name + " acquired in the wrong pass\n";
     seen_.insert({g, pass});
     if (open_[g]++ == 0) restore(g);
+    int held = 0;
+    for (int n : open_) held += n > 0;
+    max_held_ = std::max(max_held_, held);
   }
   void release(std::size_t g, Pass pass) noexcept override {
     if (g >= groups_.size() || open_[g] == 0) { errors_ += "release without acquire\n"; return; }
@@ -65,6 +69,8 @@ class PoisonHooks : public ds::GroupHooks {
     if (i >= group_of_.size() || open_[group_of_[i]] == 0)
       errors_ += "grad_ready(" + std::to_string(i) + ") outside its group's bracket\n";
   }
+  // The most groups acquired at once so far.
+  int max_held() const { return max_held_; }
   void restore_all() {
     for (std::size_t g = 0; g < groups_.size(); ++g) restore(g);
   }
@@ -112,6 +118,7 @@ class PoisonHooks : public ds::GroupHooks {
   std::set<std::pair<std::size_t, Pass>> seen_;
   Pass pass_ = Pass::Forward;
   std::string errors_;
+  int max_held_ = 0;
 };
 
 struct Data {
@@ -154,6 +161,8 @@ struct Result {
   std::vector<std::vector<float>> grads;
   std::vector<std::size_t> ready;
   std::vector<std::int32_t> sampled;
+  int max_held = 0;              // hooked: the most groups acquired at once
+  std::size_t shadow_bytes = 0;  // the model's fp32 shadows at the end (hooks still set)
 };
 
 // Two accumulating forward/backward micro-batches, an evaluate, and for token models
@@ -194,7 +203,9 @@ Result run(M& m, Harness& h, bool hooked, const Data& a, const Data& b, bool tok
       check("generate");
     }
   }
+  if constexpr (requires { m.shadow_bytes(); }) r.shadow_bytes = m.shadow_bytes();
   if (hooks) {
+    r.max_held = hooks->max_held();
     hooks->restore_all();
     m.set_group_hooks(nullptr);
   }

@@ -41,31 +41,57 @@ void ParamSet::bind(std::span<const TensorView> params, std::span<const TensorVi
   dtype_ = dt;
   params_.assign(params.begin(), params.end());
   grads_.assign(grads.begin(), grads.end());
-  w_.resize(infos_.size());
-  g_.resize(infos_.size());
+  w_.assign(infos_.size(), nullptr);
+  g_.assign(infos_.size(), nullptr);
+  whole_bound_ = false;
   if (dt == DType::F32) {
     shadow_w_ = HostBuffer();
     shadow_g_ = HostBuffer();
+    slots_.clear();
     for (std::size_t i = 0; i < infos_.size(); ++i) {
       w_[i] = params_[i].as<float>();
       g_[i] = grads_[i].as<float>();
     }
-  } else {
-    if (shadow_w_.count() != total_) {
-      shadow_w_ = HostBuffer(total_, DType::F32);
-      shadow_g_ = HostBuffer(total_, DType::F32);
-    }
-    for (std::size_t i = 0; i < infos_.size(); ++i) {
-      w_[i] = shadow_w_.as<float>() + offsets_[i];
-      g_[i] = shadow_g_.as<float>() + offsets_[i];
-    }
   }
+  // Half dtypes: whole-model shadows at the first prepare_forward / prepare_backward; with
+  // group hooks, a group's slot at its acquire (every group is released at a rebind).
+  for (GroupState& s : groups_) {
+    s.held = 0;
+    s.slot = -1;
+  }
+  for (Slot& s : slots_) s.busy = false;
+  std::fill(grad_state_.begin(), grad_state_.end(), kUnzeroed);
   bound_ = true;
+}
+
+void ParamSet::ensure_whole() {
+  if (whole_bound_) return;
+  if (shadow_w_.count() != total_) {
+    shadow_w_ = HostBuffer(total_, DType::F32);
+    shadow_g_ = HostBuffer(total_, DType::F32);
+  }
+  for (std::size_t i = 0; i < infos_.size(); ++i) {
+    w_[i] = shadow_w_.as<float>() + offsets_[i];
+    g_[i] = shadow_g_.as<float>() + offsets_[i];
+  }
+  whole_bound_ = true;
 }
 
 void ParamSet::prepare_forward(std::size_t first, std::size_t count) {
   DS_CHECK(bound_, "forward() before bind(): the engine must bind parameter storage first");
   if (dtype_ == DType::F32 || count == 0) return;
+  if (outer_) {
+    // The group's acquire converted it into its slot.
+    for (std::size_t i = first; i < first + count; ++i)
+      DS_CHECK(w_[i] != nullptr, "ParamSet::prepare_forward: parameter '"
+                                     << infos_[i].name << "' is outside an acquired group's bracket");
+    return;
+  }
+  ensure_whole();
+  convert_range(first, count);
+}
+
+void ParamSet::convert_range(std::size_t first, std::size_t count) {
   // Parameters [first, first + count) in 64 Ki-element pieces, shared among the threads (a
   // GPT's ~3M parameters are ~20 MB of memory traffic per forward).
   constexpr std::size_t kPiece = std::size_t(1) << 16;
@@ -90,7 +116,25 @@ void ParamSet::prepare_forward(std::size_t first, std::size_t count) {
 void ParamSet::set_direct_grad(std::size_t i, bool on) { direct_.at(i) = on ? 1 : 0; }
 
 void ParamSet::prepare_backward() {
+  DS_CHECK(bound_, "backward() before bind(): the engine must bind parameter storage first");
   if (dtype_ == DType::F32) return;
+  if (outer_) {
+    std::fill(grad_state_.begin(), grad_state_.end(), kUnzeroed);
+    for (std::size_t grp = 0; grp < groups_.size(); ++grp) {
+      const GroupState& s = groups_[grp];
+      if (s.held == 0) {
+        drop_slot(grp);  // kept for a gradient of an earlier backward that never got folded
+        continue;
+      }
+      for (std::size_t i = s.group.first; i < s.group.first + s.group.count; ++i)
+        if (!direct_[i]) {
+          std::memset(g_[i], 0, infos_[i].numel() * sizeof(float));
+          grad_state_[i] = kOpen;
+        }
+    }
+    return;
+  }
+  ensure_whole();
   // Zero the shadow ranges of the non-direct parameters, merging neighbours into one memset.
   float* g = shadow_g_.as<float>();
   std::size_t i = 0;
@@ -127,6 +171,121 @@ void ParamSet::fold_grad(std::size_t i) {
       convert(tmp, DType::F32, dst, dt, m);
     }
   }
+  if (outer_) grad_state_[i] = kFolded;  // (its slot may go back to the pool at the release)
+}
+
+GroupHooks* ParamSet::set_group_hooks(GroupHooks* hooks, const std::vector<ParamGroup>& groups) {
+  bracket_.rebind(this);
+  slots_.clear();
+  groups_.clear();
+  group_of_.clear();
+  grad_state_.clear();
+  whole_bound_ = false;
+  if (bound_ && dtype_ != DType::F32) {
+    std::fill(w_.begin(), w_.end(), nullptr);
+    std::fill(g_.begin(), g_.end(), nullptr);
+  }
+  if (!hooks) {
+    outer_ = nullptr;  // whole-model shadows again, at the next prepare_forward
+    return nullptr;
+  }
+  std::size_t next = 0;
+  for (const ParamGroup& grp : groups) {
+    DS_CHECK(grp.first == next && grp.count > 0 && grp.first + grp.count <= infos_.size(),
+             "set_group_hooks: group '" << grp.name << "' covers parameters [" << grp.first << ", "
+                                        << grp.first + grp.count << "), expected a non-empty run from "
+                                        << next << " of " << infos_.size());
+    const std::size_t end = grp.first + grp.count;
+    groups_.push_back({grp, (end < infos_.size() ? offsets_[end] : total_) - offsets_[grp.first], 0, -1});
+    group_of_.insert(group_of_.end(), grp.count, groups_.size() - 1);
+    next = end;
+  }
+  DS_CHECK(next == infos_.size(),
+           "set_group_hooks: the groups cover " << next << " of " << infos_.size() << " parameters");
+  grad_state_.assign(infos_.size(), kUnzeroed);
+  shadow_w_ = HostBuffer();  // a rank under stage 3 never holds the whole model
+  shadow_g_ = HostBuffer();
+  outer_ = hooks;
+  return &bracket_;
+}
+
+std::size_t ParamSet::shadow_bytes() const {
+  std::size_t n = shadow_w_.bytes() + shadow_g_.bytes();
+  for (const Slot& s : slots_) n += s.buf.bytes();
+  return n;
+}
+
+std::size_t ParamSet::take_slot(std::size_t numel) {
+  // The smallest free slot that fits; else the largest free one grows (or a new one): the
+  // pool settles at one slot per group held at once, each as large as the groups it takes.
+  std::size_t best = slots_.size(), largest = slots_.size();
+  for (std::size_t k = 0; k < slots_.size(); ++k) {
+    if (slots_[k].busy) continue;
+    if (slots_[k].capacity >= numel && (best == slots_.size() || slots_[k].capacity < slots_[best].capacity)) best = k;
+    if (largest == slots_.size() || slots_[k].capacity > slots_[largest].capacity) largest = k;
+  }
+  if (best == slots_.size()) {
+    if (largest == slots_.size()) slots_.emplace_back();
+    best = largest == slots_.size() ? slots_.size() - 1 : largest;
+    Slot& s = slots_[best];
+    s.buf = HostBuffer();  // the old one first: never both at once
+    s.buf = HostBuffer(2 * numel, DType::F32);
+    s.capacity = numel;
+  }
+  slots_[best].busy = true;
+  return best;
+}
+
+void ParamSet::drop_slot(std::size_t group) {
+  GroupState& s = groups_[group];
+  if (s.slot < 0) return;
+  slots_[std::size_t(s.slot)].busy = false;
+  s.slot = -1;
+  for (std::size_t i = s.group.first; i < s.group.first + s.group.count; ++i) w_[i] = g_[i] = nullptr;
+}
+
+void ParamSet::acquire_group(std::size_t group, Pass pass) {
+  DS_CHECK(group < groups_.size(), "acquire of group " << group << " (the model has " << groups_.size() << ")");
+  outer_->acquire(group, pass);
+  if (dtype_ == DType::F32) return;
+  GroupState& s = groups_[group];
+  if (s.held++ > 0) return;  // nested: already converted (and zeroed, in backward)
+  try {
+    const std::size_t first = s.group.first, count = s.group.count;
+    if (s.slot < 0) {
+      s.slot = int(take_slot(s.numel));
+      Slot& slot = slots_[std::size_t(s.slot)];
+      float* base = slot.buf.as<float>();
+      for (std::size_t i = first; i < first + count; ++i) {
+        w_[i] = base + (offsets_[i] - offsets_[first]);
+        g_[i] = w_[i] + slot.capacity;
+      }
+    }
+    // Again when the slot was kept for an unfolded gradient: the engine gathered the group
+    // anew (the same values).
+    convert_range(first, count);
+    if (pass == Pass::Backward)
+      for (std::size_t i = first; i < first + count; ++i)
+        if (!direct_[i] && grad_state_[i] == kUnzeroed) {
+          std::memset(g_[i], 0, infos_[i].numel() * sizeof(float));
+          grad_state_[i] = kOpen;
+        }
+  } catch (...) {
+    release_group(group, pass);
+    throw;
+  }
+}
+
+void ParamSet::release_group(std::size_t group, Pass pass) noexcept {
+  if (group < groups_.size() && dtype_ != DType::F32) {
+    GroupState& s = groups_[group];
+    if (s.held > 0 && --s.held == 0) {
+      bool open = false;  // a gradient still to be folded keeps the slot (see the header)
+      for (std::size_t i = s.group.first; i < s.group.first + s.group.count; ++i) open = open || grad_state_[i] == kOpen;
+      if (!open) drop_slot(group);
+    }
+  }
+  outer_->release(group, pass);
 }
 
 namespace {

@@ -35,7 +35,11 @@ class Llama : public Module {
   // (a decoder layer each), "final" (model.norm, and lm_head when untied). A tied head
   // acquires "embed" again (forward and backward).
   std::vector<ParamGroup> parameter_groups() const override { return groups_; }
-  void set_group_hooks(GroupHooks* hooks) override { hooks_ = hooks; }
+  // The model brackets with the ParamSet's hooks: they wrap these and keep the fp32 shadows
+  // of half dtypes to the groups in use (ParamSet::set_group_hooks).
+  void set_group_hooks(GroupHooks* hooks) override { hooks_ = ps_.set_group_hooks(hooks, groups_); }
+  // Host bytes of the fp32 parameter/gradient shadows (half dtypes; ParamSet::shadow_bytes).
+  std::size_t shadow_bytes() const { return ps_.shadow_bytes(); }
 
   // The config with intermediate_size resolved.
   const LlamaConfig& config() const { return cfg_; }

@@ -35,7 +35,9 @@ class Mlp : public Module {
   float evaluate(const Batch& batch) override;
   // ZeRO-3 groups: one per Linear layer ("fc.0", ..., "head"), weight and bias each.
   std::vector<ParamGroup> parameter_groups() const override;
-  void set_group_hooks(GroupHooks* hooks) override { hooks_ = hooks; }
+  // The model brackets with the ParamSet's hooks: they wrap these and keep the fp32 shadows
+  // of half dtypes to the groups in use (ParamSet::set_group_hooks).
+  void set_group_hooks(GroupHooks* hooks) override { hooks_ = ps_.set_group_hooks(hooks, parameter_groups()); }
 
   const MlpConfig& config() const { return cfg_; }
   // Training FLOPs per sample: 6 * (weights in GEMMs).

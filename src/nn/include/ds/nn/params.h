@@ -8,6 +8,19 @@
 // the engine the gradient is ready. A parameter marked set_direct_grad(i, true) skips the
 // shadow gradient: its kernel adds into the bound half gradient itself (the same single
 // rounding), so it is neither zeroed nor folded (the Linear weights: ~98% of a GPT's).
+//
+// Without group hooks (ZeRO stages 0-2, a model used alone) the shadows cover the whole model
+// (allocated at the first prepare_forward / prepare_backward). With hooks (stage 3, see
+// set_group_hooks) a rank must never hold the whole model, so the shadows hold only the groups
+// in use: the model brackets with the hooks set_group_hooks returns, which wrap the engine's.
+// A group's first acquire takes a slot from a small pool (slots grow to the largest group they
+// have held and are reused), points w(i) / g(i) into it and converts the group's parameters;
+// a Backward acquire also zeroes the shadow gradients not yet zeroed in this backward. The
+// last release gives the slot back, unless a gradient of the group is still unfolded (the
+// tied embedding: the LM head accumulates into it at the start of backward, the embedding
+// at the end) -- then the slot stays until that gradient is folded, so every gradient is
+// still summed in fp32 and rounded once: the same bits as the whole-model shadows. The
+// shadows then take about 2 x 8 bytes x the largest group (shadow_bytes()), not 8 x the model.
 #pragma once
 
 #include <cstddef>
@@ -24,6 +37,7 @@ namespace ds::nn {
 
 class ParamSet {
  public:
+
   // Registers a parameter; returns its index.
   std::size_t add(std::string name, std::vector<std::int64_t> shape);
   const std::vector<ParamInfo>& infos() const { return infos_; }
@@ -40,10 +54,23 @@ class ParamSet {
 
   // Working dtype half: refresh the fp32 copies of the parameters.
   void prepare_forward() { prepare_forward(0, infos_.size()); }
-  // Only parameters [first, first + count) (one ZeRO-3 group, converted inside its bracket).
+  // Only parameters [first, first + count) (one ZeRO-3 group, inside its bracket). With group
+  // hooks the bracket's acquire has converted them already: this only checks they are held.
   void prepare_forward(std::size_t first, std::size_t count);
-  // Working dtype half: zero the fp32 gradient shadow (of the parameters not direct).
+  // Working dtype half: zero the fp32 gradient shadow (of the parameters not direct). With
+  // group hooks: a new backward starts (each group's shadow gradient is zeroed at its first
+  // Backward acquire from here on; a slot still kept from an earlier backward is dropped).
   void prepare_backward();
+
+  // ZeRO stage 3: `hooks` non-null switches to per-group shadows for `groups` (they tile the
+  // parameters in order) and returns the hooks the model must bracket with (they call
+  // `hooks` and then manage the shadows; valid while this ParamSet lives). Null switches back
+  // to whole-model shadows and returns null. Either way the results keep the same bits.
+  // (Call it again after moving the ParamSet: the returned hooks point back at it.)
+  GroupHooks* set_group_hooks(GroupHooks* hooks, const std::vector<ParamGroup>& groups);
+  // Host bytes the fp32 shadows hold now (whole-model shadows, or the slot pool, which only
+  // grows); 0 for fp32.
+  std::size_t shadow_bytes() const;
   // Working dtype half: parameter i's backward kernel accumulates into half_grad(i) itself.
   // Ignored for fp32. Set before prepare_backward().
   void set_direct_grad(std::size_t i, bool on);
@@ -57,7 +84,9 @@ class ParamSet {
   // folds on one thread and reports on another.
   void fold_grad(std::size_t i);
 
-  // fp32 view of parameter i / of its gradient accumulator (valid after bind()).
+  // fp32 view of parameter i / of its gradient accumulator (valid after bind() for fp32,
+  // after prepare_forward() for half dtypes, and with group hooks only while i's group is
+  // acquired; null otherwise).
   float* w(std::size_t i) const { return w_[i]; }
   float* g(std::size_t i) const { return g_[i]; }
 
@@ -71,6 +100,51 @@ class ParamSet {
   std::vector<float*> w_, g_;
   std::vector<char> direct_;  // per parameter: see set_direct_grad
   HostBuffer shadow_w_, shadow_g_;
+
+  // Whole-model shadows (no hooks, half dtype): allocate them once and point w_/g_ there
+  // (not at bind(): a stage-3 engine binds before it sets the hooks, and the whole-model
+  // shadows must never be touched there).
+  void ensure_whole();
+  bool whole_bound_ = false;  // w_/g_ point into shadow_w_/shadow_g_
+  // Parameters [first, first + count) from the bound half storage into w_.
+  void convert_range(std::size_t first, std::size_t count);
+  bool staged() const { return outer_ != nullptr && dtype_ != DType::F32; }
+  void acquire_group(std::size_t group, Pass pass);
+  void release_group(std::size_t group, Pass pass) noexcept;
+  std::size_t take_slot(std::size_t numel);
+  void drop_slot(std::size_t group);  // w_/g_ of its parameters to null, slot back to the pool
+
+  // The hooks handed to the model (set_group_hooks): forward to outer_, then manage slots.
+  class Bracket : public GroupHooks {
+   public:
+    explicit Bracket(ParamSet* ps) : ps_(ps) {}
+    void rebind(ParamSet* ps) { ps_ = ps; }
+    void acquire(std::size_t group, Pass pass) override { ps_->acquire_group(group, pass); }
+    void release(std::size_t group, Pass pass) noexcept override { ps_->release_group(group, pass); }
+
+   private:
+    ParamSet* ps_;
+  };
+  struct Slot {
+    HostBuffer buf;  // capacity floats of parameters, then capacity floats of gradients
+    std::size_t capacity = 0;
+    bool busy = false;
+  };
+  struct GroupState {
+    ParamGroup group;
+    std::size_t numel = 0;
+    int held = 0;   // open brackets
+    int slot = -1;  // into slots_, or none
+  };
+  // Per parameter, within one backward: gradient shadow not yet zeroed / zeroed and open /
+  // folded.
+  enum GradState : char { kUnzeroed = 0, kOpen = 1, kFolded = 2 };
+  GroupHooks* outer_ = nullptr;
+  Bracket bracket_{this};
+  std::vector<GroupState> groups_;
+  std::vector<std::size_t> group_of_;  // per parameter
+  std::vector<char> grad_state_;      // per parameter: GradState
+  std::vector<Slot> slots_;
 };
 
 // Deterministic initializers (same values on every platform: own RNG, own normal sampler).
