@@ -2,6 +2,7 @@
 // (checkpoint_internal.h lists the other files).
 #include "ds/io/checkpoint.h"
 
+#include <algorithm>
 #include <cctype>
 #include <csignal>
 #include <cstdio>
@@ -40,6 +41,66 @@ void test_kill_point(std::string_view phase, int rank) {
   if (want_phase == phase && (want_rank < 0 || want_rank == rank)) std::raise(SIGKILL);
 }
 
+std::string tiling_problem(std::vector<RankRange> ranges, std::size_t flat_numel) {
+  std::erase_if(ranges, [](const RankRange& r) { return r.count == 0; });
+  std::sort(ranges.begin(), ranges.end(), [](const RankRange& a, const RankRange& b) {
+    return a.offset != b.offset ? a.offset < b.offset : a.rank < b.rank;
+  });
+  auto str = [](const RankRange& r) {
+    std::ostringstream os;
+    os << "rank " << r.rank << "'s range [" << r.offset << ", " << r.offset + r.count << ")";
+    return os.str();
+  };
+  std::ostringstream os;
+  std::size_t pos = 0;
+  for (std::size_t i = 0; i < ranges.size(); ++i) {
+    const RankRange& r = ranges[i];
+    if (r.offset > pos) {
+      os << "flat elements [" << pos << ", " << r.offset << ") are in no rank's range";
+      return os.str();
+    }
+    if (r.offset < pos) {
+      os << str(r) << " overlaps " << str(ranges[i - 1]);
+      return os.str();
+    }
+    if (r.offset + r.count > flat_numel) {
+      os << str(r) << " ends past flat_numel " << flat_numel;
+      return os.str();
+    }
+    pos = r.offset + r.count;
+  }
+  if (pos < flat_numel) {
+    os << "flat elements [" << pos << ", " << flat_numel << ") are in no rank's range";
+    return os.str();
+  }
+  return "";
+}
+
+std::string local_ranges_problem(const std::vector<ShardRange>& ranges, std::size_t shard_count, std::size_t flat_numel) {
+  std::ostringstream os;
+  std::size_t sum = 0, end = 0;
+  for (std::size_t i = 0; i < ranges.size(); ++i) {
+    const ShardRange& r = ranges[i];
+    if (i > 0 && r.offset < end) {
+      os << "shard_ranges[" << i << "] = [" << r.offset << ", " << r.offset + r.count << ") starts before the end "
+         << end << " of the range before it (ranges must be in increasing order, without overlap)";
+      return os.str();
+    }
+    if (r.offset + r.count > flat_numel) {
+      os << "shard_ranges[" << i << "] = [" << r.offset << ", " << r.offset + r.count << ") ends past flat_numel "
+         << flat_numel;
+      return os.str();
+    }
+    end = r.offset + r.count;
+    sum += r.count;
+  }
+  if (sum != shard_count) {
+    os << "shard_ranges hold " << sum << " elements, shard_count says " << shard_count;
+    return os.str();
+  }
+  return "";
+}
+
 }  // namespace detail
 
 std::string shard_file_name(int rank) { return "zero_rank_" + std::to_string(rank) + ".h5"; }
@@ -63,6 +124,7 @@ std::string layout_signature(const CheckpointContent& c) {
   std::ostringstream os;
   os << "stage=" << c.zero_stage << ";flat=" << c.flat_numel << ";dtype=" << c.working_dtype << ";shard=";
   for (const auto& s : c.shard) os << s.name << ",";
+  if (c.params_in_master) os << ";params_in_master";
   return os.str();
 }
 

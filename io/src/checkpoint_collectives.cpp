@@ -1,6 +1,7 @@
 // The collectives of a checkpoint save, over the data-parallel communicator: 64-bit integers
 // (DType::I64) and bytes (DType::U8) as they are, so hashes, offsets and checksums need no
 // packing.
+#include <algorithm>
 #include <chrono>
 #include <thread>
 
@@ -65,14 +66,24 @@ std::int64_t max_status(Communicator& comm, std::int64_t status) {
 }
 
 std::vector<ShardReport> gather_reports(Communicator& comm, const ShardReport& mine, std::size_t k) {
-  const std::size_t L = 4 + k;  // ok, has_shard, offset, count, crc...
+  // Every report is as long as the longest range list (found first) so one all-gather of
+  // equal blocks carries them: ok, has_shard, offset, count, #ranges, crc..., (offset, count)...
   const std::size_t size = std::size_t(comm.size());
+  std::int64_t nr = std::int64_t(mine.ranges.size());
+  if (size > 1) comm.all_reduce(i64_view(&nr, 1), ReduceOp::Max);
+  const std::size_t R = std::size_t(nr);
+  const std::size_t L = 5 + k + 2 * R;
   std::vector<std::int64_t> send(L, 0), recv(L * size, 0);
   send[0] = mine.ok ? 1 : 0;
   send[1] = mine.has_shard ? 1 : 0;
   send[2] = std::int64_t(mine.offset);
   send[3] = std::int64_t(mine.count);
-  for (std::size_t i = 0; i < k && i < mine.crcs.size(); ++i) send[4 + i] = mine.crcs[i];
+  send[4] = std::int64_t(mine.ranges.size());
+  for (std::size_t i = 0; i < k && i < mine.crcs.size(); ++i) send[5 + i] = mine.crcs[i];
+  for (std::size_t i = 0; i < mine.ranges.size(); ++i) {
+    send[5 + k + 2 * i] = std::int64_t(mine.ranges[i].offset);
+    send[5 + k + 2 * i + 1] = std::int64_t(mine.ranges[i].count);
+  }
   if (size > 1) comm.all_gather(i64_view(send.data(), send.size()), i64_view(recv.data(), recv.size()));
   else recv = send;
   std::vector<ShardReport> out(size);
@@ -82,7 +93,10 @@ std::vector<ShardReport> gather_reports(Communicator& comm, const ShardReport& m
     out[r].has_shard = p[1] == 1;
     out[r].offset = std::uint64_t(p[2]);
     out[r].count = std::uint64_t(p[3]);
-    for (std::size_t i = 0; i < k; ++i) out[r].crcs.push_back(std::uint32_t(p[4 + i]));
+    const std::size_t n = std::min(std::size_t(p[4]), R);
+    for (std::size_t i = 0; i < k; ++i) out[r].crcs.push_back(std::uint32_t(p[5 + i]));
+    for (std::size_t i = 0; i < n; ++i)
+      out[r].ranges.push_back({std::size_t(p[5 + k + 2 * i]), std::size_t(p[5 + k + 2 * i + 1])});
   }
   return out;
 }

@@ -49,10 +49,27 @@ struct ShardReport {
   bool ok = false;          // its files are written and fsynced, with every shard dataset
   bool has_shard = false;
   std::uint64_t offset = 0, count = 0;
+  std::vector<ShardRange> ranges;   // multi-range shard (empty: the slice offset/count)
   std::vector<std::uint32_t> crcs;  // per shard dataset, in PendingSave's order
 };
-// Every rank's report, by rank; `k` shard datasets each.
+// Every rank's report, by rank; `k` shard datasets each (one more collective finds the
+// longest range list, so a report's length is the same on every rank).
 std::vector<ShardReport> gather_reports(Communicator& comm, const ShardReport& mine, std::size_t k);
+
+// ---- shard ranges (checkpoint.cpp) ----
+
+// One rank's range of the flat space, for the tiling check.
+struct RankRange {
+  int rank = 0;
+  std::size_t offset = 0, count = 0;
+};
+// Empty when the ranges (zero-length ones ignored) tile [0, flat_numel) exactly; otherwise
+// one phrase naming the first overlap, gap or range past the end ("rank 1's range [10, 20)
+// overlaps rank 0's range [0, 12)").
+std::string tiling_problem(std::vector<RankRange> ranges, std::size_t flat_numel);
+// Empty when one rank's ranges are valid (increasing, non-overlapping, inside
+// [0, flat_numel), counts summing to shard_count); otherwise what is wrong.
+std::string local_ranges_problem(const std::vector<ShardRange>& ranges, std::size_t shard_count, std::size_t flat_numel);
 
 // ---- manifest.json (checkpoint_manifest.cpp) ----
 

@@ -2,6 +2,9 @@
 // docs/user/checkpoints.md).
 #include <nlohmann/json.hpp>
 
+#include <algorithm>
+#include <map>
+
 #include "checkpoint_internal.h"
 #include "ds/core/error.h"
 #include "ds/core/file_read.h"
@@ -27,6 +30,11 @@ std::string manifest_text(const PendingSave& pending, int size, const LocalWrite
   }
   m["params"] = params;
   m["shard_datasets"] = local.shard_names;
+  m["params_in_master"] = local.params_in_master;
+  // Multi-range shards (stage 3): one partition per range, each with its position inside the
+  // rank's datasets; written only then, so a contiguous checkpoint's manifest is unchanged.
+  bool ranged = false;
+  for (const auto& rr : reports) ranged |= rr.has_shard && !rr.ranges.empty();
   nlohmann::json parts = nlohmann::json::array();
   nlohmann::json sums = nlohmann::json::object();
   nlohmann::json model_sums = nlohmann::json::object();
@@ -36,7 +44,16 @@ std::string manifest_text(const PendingSave& pending, int size, const LocalWrite
     const ShardReport& rr = reports[std::size_t(r)];
     if (!rr.has_shard) continue;
     std::string file = shard_file_name(r);
-    parts.push_back({{"rank", r}, {"file", file}, {"offset", rr.offset}, {"count", rr.count}});
+    if (rr.ranges.empty()) {
+      nlohmann::json e = {{"rank", r}, {"file", file}, {"offset", rr.offset}, {"count", rr.count}};
+      if (ranged) e["position"] = 0;
+      parts.push_back(e);
+    }
+    std::size_t position = 0;
+    for (const auto& rg : rr.ranges) {
+      parts.push_back({{"rank", r}, {"file", file}, {"offset", rg.offset}, {"count", rg.count}, {"position", position}});
+      position += rg.count;
+    }
     nlohmann::json fsums = nlohmann::json::object();
     for (std::size_t i = 0; i < k; ++i) fsums[local.shard_names[i]] = "crc32c:" + hex32(rr.crcs[i]);
     sums[file] = fsums;
@@ -59,6 +76,41 @@ std::uint32_t parse_crc(const nlohmann::json& v, const std::string& where) {
 // 64 MiB holds hundreds of thousands of either and still bounds memory when the path is
 // something like a FIFO or a huge file.
 constexpr std::uint64_t kMaxManifestBytes = std::uint64_t(64) << 20;
+
+// What a reader relies on: each file's partitions lie end to end from position 0 (so no
+// element of a dataset serves two ranges), and a multi-range or params_in_master checkpoint's
+// ranges tile the flat space, so every element -- every parameter -- is read from exactly one
+// shard.
+void check_partitions(const Manifest& m, const std::string& path) {
+  std::map<std::string, std::vector<const ManifestPartition*>> by_file;
+  for (const auto& p : m.partitions) by_file[p.file].push_back(&p);
+  for (auto& [file, parts] : by_file) {
+    std::sort(parts.begin(), parts.end(), [](auto* a, auto* b) { return a->position < b->position; });
+    std::size_t pos = 0;
+    for (const auto* p : parts) {
+      DS_CHECK(p->position == pos, path << ": partitions of " << file << " do not lie end to end: the range at flat "
+                                        << p->offset << " has position " << p->position << ", expected " << pos);
+      DS_CHECK(p->rank == parts.front()->rank, path << ": " << file << " is named by partitions of ranks "
+                                                    << parts.front()->rank << " and " << p->rank);
+      pos += p->count;
+    }
+  }
+  if (m.params_in_master) {
+    DS_CHECK(std::find(m.shard_datasets.begin(), m.shard_datasets.end(), "fp32_master") != m.shard_datasets.end(),
+             path << ": params_in_master is set but shard_datasets has no fp32_master");
+    for (const auto& p : m.params)
+      DS_CHECK(p.flat_offset + p.numel <= m.flat_numel, path << ": parameter '" << p.name << "' at flat ["
+                                                             << p.flat_offset << ", " << p.flat_offset + p.numel
+                                                             << ") ends past flat_numel " << m.flat_numel);
+  }
+  if (m.shard_ranges || m.params_in_master) {
+    std::vector<RankRange> ranges;
+    for (const auto& p : m.partitions) ranges.push_back({p.rank, p.offset, p.count});
+    const std::string problem = tiling_problem(ranges, m.flat_numel);
+    DS_CHECK(problem.empty(), path << ": the partitions do not cover the flat space [0, " << m.flat_numel
+                                   << ") exactly once: " << problem);
+  }
+}
 
 }  // namespace
 
@@ -89,11 +141,13 @@ Manifest parse_manifest(const std::string& path) {
     m.shard_datasets = j.at("shard_datasets").get<std::vector<std::string>>();
     for (const auto& p : j.at("partitions")) {
       m.partitions.push_back({p.at("rank").get<int>(), p.at("file").get<std::string>(), p.at("offset").get<std::size_t>(),
-                              p.at("count").get<std::size_t>()});
+                              p.at("count").get<std::size_t>(), p.value("position", std::size_t(0))});
+      m.shard_ranges |= p.contains("position");
       const std::string& f = m.partitions.back().file;
       DS_CHECK(is_plain_name(f), path << ": partitions[" << m.partitions.size() - 1 << "].file '" << f
                                       << "' is not a plain file name inside the checkpoint directory");
     }
+    m.params_in_master = j.value("params_in_master", false);
     for (const auto& [file, sums] : j.at("checksums").items()) {
       for (const auto& [ds, v] : sums.items()) m.checksums[file][ds] = parse_crc(v, path + " checksums." + file + "." + ds);
     }
@@ -102,6 +156,7 @@ Manifest parse_manifest(const std::string& path) {
   } catch (const std::exception& e) {
     DS_THROW(path << ": missing or malformed field: " << e.what());
   }
+  check_partitions(m, path);
   return m;
 }
 

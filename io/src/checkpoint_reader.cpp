@@ -60,8 +60,19 @@ CheckpointReader::CheckpointReader(const std::string& load_dir, const std::strin
   for (const auto& p : manifest_.partitions)
     DS_CHECK(fs::exists(fs::path(dir_) / p.file), "checkpoint " << dir_ << ": shard " << p.file << " (rank " << p.rank
                                                                 << " of " << manifest_.world_size << ") is missing");
-  shards_.resize(manifest_.partitions.size());
-  shard_maps_.resize(manifest_.partitions.size());
+  // A rank that saved several ranges has one file named by several partitions.
+  for (const auto& p : manifest_.partitions) {
+    auto it = std::find(files_.begin(), files_.end(), p.file);
+    const std::size_t fi = std::size_t(it - files_.begin());
+    if (it == files_.end()) {
+      files_.push_back(p.file);
+      file_numel_.push_back(0);
+    }
+    part_file_.push_back(fi);
+    file_numel_[fi] = std::max(file_numel_[fi], p.position + p.count);
+  }
+  shards_.resize(files_.size());
+  shard_maps_.resize(files_.size());
 }
 
 CheckpointReader::~CheckpointReader() = default;
@@ -71,10 +82,15 @@ H5File& CheckpointReader::model_file() {
   return *model_;
 }
 
-H5File& CheckpointReader::shard_file(std::size_t i) {
-  if (!shards_[i])
-    shards_[i] = std::make_unique<H5File>((fs::path(dir_) / manifest_.partitions[i].file).string(), H5File::Mode::Read);
-  return *shards_[i];
+H5File& CheckpointReader::shard_file(std::size_t fi) {
+  if (!shards_[fi]) shards_[fi] = std::make_unique<H5File>((fs::path(dir_) / files_[fi]).string(), H5File::Mode::Read);
+  return *shards_[fi];
+}
+
+const ManifestParam& CheckpointReader::manifest_param(const std::string& name) const {
+  for (const auto& p : manifest_.params)
+    if (p.name == name) return p;
+  DS_THROW("checkpoint " << dir_ << " (" << kManifestFile << ") has no parameter '" << name << "'");
 }
 
 const unsigned char* CheckpointReader::raw_bytes(H5File& f, std::unique_ptr<detail::MappedFile>& map, const std::string& ds,
@@ -145,6 +161,20 @@ bool CheckpointReader::same_flat_layout(const std::vector<ExpectedParam>& expect
 }
 
 void CheckpointReader::verify_params(const std::vector<std::string>& names) {
+  if (manifest_.params_in_master) {
+    // The weights are fp32_master: checksum that dataset of every file holding part of them.
+    std::vector<bool> need(files_.size(), false);
+    for (const auto& n : names) {
+      const ManifestParam& mp = manifest_param(n);
+      for (std::size_t i = 0; i < manifest_.partitions.size(); ++i) {
+        const auto& p = manifest_.partitions[i];
+        if (p.offset < mp.flat_offset + mp.numel && mp.flat_offset < p.offset + p.count) need[part_file_[i]] = true;
+      }
+    }
+    for (std::size_t fi = 0; fi < files_.size(); ++fi)
+      if (need[fi]) verify_shard_file(fi, {"fp32_master"});
+    return;
+  }
   H5File& f = model_file();
   for (const auto& n : names) {
     std::string ds = "params/" + n;
@@ -165,35 +195,64 @@ void CheckpointReader::verify_params(const std::vector<std::string>& names) {
 }
 
 void CheckpointReader::verify_flat_range(std::size_t offset, std::size_t count) {
-  constexpr std::size_t kChunk = std::size_t(4) << 20;  // floats per read (16 MiB)
+  if (count == 0) return;
+  std::vector<bool> need(files_.size(), false);
   for (std::size_t i = 0; i < manifest_.partitions.size(); ++i) {
     const auto& p = manifest_.partitions[i];
-    if (p.offset >= offset + count || p.offset + p.count <= offset || count == 0) continue;
-    H5File& f = shard_file(i);
-    for (const auto& ds : manifest_.shard_datasets) {
-      DatasetInfo di = f.info(ds);
-      DS_CHECK(di.dtype == DType::F32 && di.numel() == p.count,
-               f.path() << " dataset '" << ds << "' has " << di.numel() << " " << dtype_name(di.dtype)
-                        << " elements; the manifest says " << p.count << " fp32");
-      std::uint32_t crc = 0;
-      if (const unsigned char* raw = raw_bytes(f, shard_maps_[i], ds, p.count * sizeof(float))) {
-        crc = detail::crc32c_parallel(raw, p.count * sizeof(float), io_threads_);
-      } else {
-        if (scratch_.bytes() < kChunk * sizeof(float)) scratch_ = HostBuffer(kChunk * sizeof(float));
-        for (std::size_t o = 0; o < p.count; o += kChunk) {
-          std::size_t n = std::min(kChunk, p.count - o);
-          f.read_range(ds, scratch_.data(), DType::F32, o, n);
-          crc = crc32c(scratch_.data(), n * sizeof(float), crc);
-        }
+    if (p.offset < offset + count && offset < p.offset + p.count) need[part_file_[i]] = true;
+  }
+  for (std::size_t fi = 0; fi < files_.size(); ++fi)
+    if (need[fi]) verify_shard_file(fi, manifest_.shard_datasets);
+}
+
+void CheckpointReader::verify_shard_file(std::size_t fi, const std::vector<std::string>& datasets) {
+  constexpr std::size_t kChunk = std::size_t(4) << 20;  // floats per read (16 MiB)
+  const std::size_t n_el = file_numel_[fi];
+  for (const auto& ds : datasets) {
+    if (verified_.count({fi, ds})) continue;
+    H5File& f = shard_file(fi);
+    DatasetInfo di = f.info(ds);
+    DS_CHECK(di.dtype == DType::F32 && di.numel() == n_el,
+             f.path() << " dataset '" << ds << "' has " << di.numel() << " " << dtype_name(di.dtype)
+                      << " elements; the manifest says " << n_el << " fp32");
+    std::uint32_t crc = 0;
+    if (const unsigned char* raw = raw_bytes(f, shard_maps_[fi], ds, n_el * sizeof(float))) {
+      crc = detail::crc32c_parallel(raw, n_el * sizeof(float), io_threads_);
+    } else {
+      if (scratch_.bytes() < kChunk * sizeof(float)) scratch_ = HostBuffer(kChunk * sizeof(float));
+      for (std::size_t o = 0; o < n_el; o += kChunk) {
+        std::size_t n = std::min(kChunk, n_el - o);
+        f.read_range(ds, scratch_.data(), DType::F32, o, n);
+        crc = crc32c(scratch_.data(), n * sizeof(float), crc);
       }
-      std::uint32_t want = expected_crc(p.file, ds);
-      DS_CHECK(want == crc, "checksum mismatch in " << f.path() << " dataset '" << ds << "' (manifest crc32c:" << hex32(want)
-                                                    << ", data crc32c:" << hex32(crc) << "): the file is corrupt");
     }
+    std::uint32_t want = expected_crc(files_[fi], ds);
+    DS_CHECK(want == crc, "checksum mismatch in " << f.path() << " dataset '" << ds << "' (manifest crc32c:" << hex32(want)
+                                                  << ", data crc32c:" << hex32(crc) << "): the file is corrupt");
+    verified_.insert({fi, ds});
   }
 }
 
 void CheckpointReader::read_param(const std::string& name, void* dst, DType dst_dtype, std::size_t numel) {
+  if (manifest_.params_in_master) {
+    // The working weights are the fp32 master rounded to the working dtype; so is this.
+    const ManifestParam& mp = manifest_param(name);
+    DS_CHECK(mp.numel == numel, dir_ << "/" << kManifestFile << ": parameter '" << name << "' has " << mp.numel
+                                     << " elements, the model " << numel);
+    if (dst_dtype == DType::F32) {
+      read_flat("fp32_master", mp.flat_offset, numel, static_cast<float*>(dst));
+      return;
+    }
+    if (scratch_.bytes() < numel * sizeof(float)) scratch_ = HostBuffer(numel * sizeof(float));
+    float* tmp = scratch_.as<float>();
+    read_flat("fp32_master", mp.flat_offset, numel, tmp);
+    auto* d = static_cast<unsigned char*>(dst);
+    const std::size_t dsz = dtype_size(dst_dtype);
+    detail::parallel_ranges(numel, [&](std::size_t lo, std::size_t hi) {
+      convert(tmp + lo, DType::F32, d + lo * dsz, dst_dtype, hi - lo);
+    }, io_threads_);
+    return;
+  }
   H5File& f = model_file();
   std::string ds = "params/" + name;
   DatasetInfo di = f.info(ds);
@@ -231,16 +290,17 @@ void CheckpointReader::read_flat(const std::string& dataset, std::size_t offset,
     const auto& p = manifest_.partitions[i];
     std::size_t lo = std::max(offset, p.offset), hi = std::min(offset + count, p.offset + p.count);
     if (lo >= hi) continue;
-    H5File& f = shard_file(i);
+    const std::size_t fi = part_file_[i], n_el = file_numel_[fi];
+    H5File& f = shard_file(fi);
     DatasetInfo di = f.info(dataset);
-    DS_CHECK(di.dtype == DType::F32 && di.numel() == p.count,
+    DS_CHECK(di.dtype == DType::F32 && di.numel() == n_el,
              f.path() << " dataset '" << dataset << "' has " << di.numel() << " " << dtype_name(di.dtype)
-                      << " elements; the manifest says " << p.count << " fp32");
-    if (const unsigned char* raw = raw_bytes(f, shard_maps_[i], dataset, p.count * sizeof(float)))
-      detail::copy_parallel(dst + (lo - offset), raw + (lo - p.offset) * sizeof(float), (hi - lo) * sizeof(float),
-                            io_threads_);
+                      << " elements; the manifest says " << n_el << " fp32");
+    const std::size_t at = p.position + (lo - p.offset);  // element inside the file's dataset
+    if (const unsigned char* raw = raw_bytes(f, shard_maps_[fi], dataset, n_el * sizeof(float)))
+      detail::copy_parallel(dst + (lo - offset), raw + at * sizeof(float), (hi - lo) * sizeof(float), io_threads_);
     else
-      f.read_range(dataset, dst + (lo - offset), DType::F32, lo - p.offset, hi - lo);
+      f.read_range(dataset, dst + (lo - offset), DType::F32, at, hi - lo);
     covered.emplace_back(lo, hi);
   }
   std::sort(covered.begin(), covered.end());

@@ -12,6 +12,7 @@
 #include <cstring>
 #include <filesystem>
 #include <random>
+#include <sstream>
 
 #include "checkpoint_internal.h"
 #include "ds/core/error.h"
@@ -198,6 +199,10 @@ LocalWriteResult write_local(const PendingSave& pending, int rank, const Checkpo
   res.has_shard = c.has_shard;
   res.shard_offset = c.shard_offset;
   res.shard_count = c.shard_count;
+  for (const auto& r : c.shard_ranges)
+    if (r.count > 0) res.shard_ranges.push_back(r);
+  if (!res.shard_ranges.empty()) res.shard_offset = res.shard_ranges.front().offset;
+  res.params_in_master = c.params_in_master;
   for (const auto& s : c.shard) res.shard_names.push_back(s.name);
   // HDF5 lays out both files (metadata, attributes, state trees, and storage for every
   // tensor dataset, allocated but not written) and closes them; then the tensors' bytes go
@@ -222,9 +227,19 @@ LocalWriteResult write_local(const PendingSave& pending, int rank, const Checkpo
   };
   try {
     DS_CHECK(pending.active, "write_local: no save in progress");
+    if (c.has_shard && !res.shard_ranges.empty()) {
+      const std::string problem = detail::local_ranges_problem(res.shard_ranges, c.shard_count, c.flat_numel);
+      DS_CHECK(problem.empty(), "save_checkpoint to " << pending.final_dir << ": rank " << rank << ": " << problem);
+    }
+    if (c.params_in_master) {
+      bool master = false;
+      for (const auto& t : c.shard) master |= t.name == "fp32_master";
+      DS_CHECK(master, "save_checkpoint to " << pending.final_dir
+                                             << ": params_in_master needs an fp32_master shard dataset");
+    }
     if (rank == 0) {
       std::size_t need = 65536 + state_bytes(c.engine_state) + state_bytes(c.client_state) + c.config_json.size();
-      for (const auto& pr : c.params) need += 4096 + pr.numel() * dtype_size(pr.dtype);
+      for (const auto& pr : c.params) need += 4096 + (c.params_in_master ? 0 : pr.numel() * dtype_size(pr.dtype));
       const std::string path = (fs::path(pending.tmp_dir) / kModelFile).string();
       ensure_space(path, need);
       H5File f(path, H5File::Mode::Create);
@@ -235,9 +250,14 @@ LocalWriteResult write_local(const PendingSave& pending, int rank, const Checkpo
       f.set_attr("/", "zero_stage", std::int64_t(c.zero_stage));
       f.set_attr("/", "working_dtype", c.working_dtype);
       f.set_attr("/", "config", c.config_json);
+      f.set_attr("/", "params_in_master", std::int64_t(c.params_in_master ? 1 : 0));
       for (const auto& pr : c.params) {
         DS_CHECK(!pr.name.empty() && pr.name.find('/') == std::string::npos,
                  "parameter name '" << pr.name << "' cannot be a checkpoint dataset name (empty or contains '/')");
+        ParamRecord meta = pr;
+        meta.data = nullptr;
+        res.params_meta.push_back(std::move(meta));
+        if (c.params_in_master) continue;  // the manifest lists it; the weights are in fp32_master
         std::string ds = "params/" + pr.name;
         std::size_t bytes = pr.numel() * dtype_size(pr.dtype);
         auto ext = f.create_raw(ds, pr.dtype, pr.shape);
@@ -249,9 +269,6 @@ LocalWriteResult write_local(const PendingSave& pending, int rank, const Checkpo
         } else {
           res.model_crc[ds] = crc32c(pr.data, bytes);
         }
-        ParamRecord meta = pr;
-        meta.data = nullptr;
-        res.params_meta.push_back(std::move(meta));
       }
       f.write_state("engine", c.engine_state);
       f.write_state("client_state", c.client_state);
@@ -267,9 +284,16 @@ LocalWriteResult write_local(const PendingSave& pending, int rank, const Checkpo
       s.set_attr("/", "rank", std::int64_t(rank));
       s.set_attr("/", "world_size", std::int64_t(pending.world_size));
       s.set_attr("/", "zero_stage", std::int64_t(c.zero_stage));
-      s.set_attr("/", "offset", std::int64_t(c.shard_offset));
+      s.set_attr("/", "offset", std::int64_t(res.shard_offset));
       s.set_attr("/", "count", std::int64_t(c.shard_count));
       s.set_attr("/", "flat_numel", std::int64_t(c.flat_numel));
+      if (!res.shard_ranges.empty()) {  // for a reader without the manifest: [[offset, count], ...]
+        std::ostringstream rs;
+        for (std::size_t i = 0; i < res.shard_ranges.size(); ++i)
+          rs << (i ? ", [" : "[[") << res.shard_ranges[i].offset << ", " << res.shard_ranges[i].count << "]";
+        rs << "]";
+        s.set_attr("/", "ranges", rs.str());
+      }
       const std::size_t bytes = c.shard_count * sizeof(float);
       const std::int64_t n = std::int64_t(c.shard_count);
       for (const auto& t : c.shard) {
@@ -322,6 +346,7 @@ std::string commit_save(Communicator& comm, PendingSave& pending, const LocalWri
   mine.has_shard = local.has_shard;
   mine.offset = local.shard_offset;
   mine.count = local.shard_count;
+  mine.ranges = local.shard_ranges;
   for (std::size_t i = 0; i < k; ++i) {
     auto it = mine.ok && local.has_shard ? local.shard_crc.find(local.shard_names[i]) : local.shard_crc.end();
     mine.crcs.push_back(it == local.shard_crc.end() ? 0 : it->second);
@@ -331,6 +356,31 @@ std::string commit_save(Communicator& comm, PendingSave& pending, const LocalWri
   std::vector<int> failed;
   for (int r = 0; r < size; ++r)
     if (!reports[std::size_t(r)].ok) failed.push_back(r);
+  // Multi-range shards: every rank sees every report, so all reach the same verdict on the
+  // tiling without another collective.
+  std::string tiling;
+  if (failed.empty()) {
+    bool ranged = local.params_in_master;
+    std::vector<detail::RankRange> ranges;
+    for (int r = 0; r < size; ++r) {
+      const detail::ShardReport& rr = reports[std::size_t(r)];
+      if (!rr.has_shard) continue;
+      ranged |= !rr.ranges.empty();
+      if (rr.ranges.empty()) ranges.push_back({r, rr.offset, rr.count});
+      for (const auto& g : rr.ranges) ranges.push_back({r, g.offset, g.count});
+    }
+    if (ranged) tiling = detail::tiling_problem(ranges, local.flat_numel);
+  }
+  if (!tiling.empty()) {
+    if (rank == 0) {
+      std::error_code ec;
+      fs::remove_all(pending.tmp_dir, ec);
+      pending.claim.reset();
+    }
+    DS_THROW("save_checkpoint to " << pending.final_dir << ": the ranks' shard ranges do not cover the flat space [0, "
+                                   << local.flat_numel << ") exactly once: " << tiling
+                                   << "; nothing committed, the previous checkpoint and 'latest' are untouched");
+  }
   if (!failed.empty()) {
     if (rank == 0) {
       std::error_code ec;

@@ -4,10 +4,17 @@
 //   save_dir/latest                    the newest complete tag (text, no newline)
 //   save_dir/<tag>/model_states.h5     params/<name> (full tensors, working dtype), engine/
 //                                      (counters, scheduler, scaler, ...), client_state/, config
-//   save_dir/<tag>/zero_rank_<r>.h5    this rank's slice of the flat fp32 master and of every
-//                                      optimizer state tensor, with its global offset
+//   save_dir/<tag>/zero_rank_<r>.h5    this rank's part of the flat fp32 master and of every
+//                                      optimizer state tensor: one contiguous slice (stages
+//                                      0-2) or several ranges end to end (stage 3)
 //   save_dir/<tag>/manifest.json       format version, world size, ZeRO stage, dtypes, shapes,
-//                                      partition map, CRC-32C of every tensor dataset
+//                                      partition map (one entry per range), CRC-32C of every
+//                                      tensor dataset
+//
+// Stage 3 (no rank holds the working parameters whole): CheckpointContent::shard_ranges gives
+// each rank's ranges of the dense flat space and params_in_master says that no params/<name>
+// datasets are written; the manifest still lists every parameter, and read_param rebuilds it
+// from the fp32 master rounded to the working dtype. Any stage reads any other's checkpoint.
 //
 // This layer knows nothing about the engine: the engine (src/engine/src/engine_checkpoint.cpp)
 // describes what it saves with CheckpointContent and reads back through CheckpointReader.
@@ -19,6 +26,7 @@
 #include <map>
 #include <memory>
 #include <optional>
+#include <set>
 #include <string>
 #include <string_view>
 #include <vector>
@@ -55,10 +63,17 @@ struct ParamRecord {
   std::size_t numel() const;
 };
 
-// One partitioned flat fp32 tensor: this rank's slice [shard_offset, shard_offset + count).
+// One partitioned flat fp32 tensor: this rank's slice [shard_offset, shard_offset + count), or
+// its shard_ranges end to end.
 struct ShardTensor {
   std::string name;  // "fp32_master", "optim/exp_avg", ... (same names on every rank)
   const float* data = nullptr;
+};
+
+// A range of the dense flat space (every parameter end to end, no padding).
+struct ShardRange {
+  std::size_t offset = 0;
+  std::size_t count = 0;
 };
 
 struct CheckpointContent {
@@ -69,6 +84,18 @@ struct CheckpointContent {
   bool has_shard = true;          // false: this rank writes no shard (stage 0: only rank 0)
   std::size_t shard_offset = 0;   // global element offset of this rank's slice
   std::size_t shard_count = 0;    // elements in the slice
+  // Several ranges (ZeRO stage 3: one piece of every parameter group): when non-empty, this
+  // rank's shard datasets hold these ranges end to end, shard_count elements in all (the sum
+  // of the counts), and shard_offset is not used. Ranges are in increasing offset order and
+  // do not overlap; a rank with nothing to save leaves them empty with shard_count 0. When
+  // any rank gives ranges, the ranks' ranges together must tile [0, flat_numel) exactly
+  // (commit_save fails otherwise, naming the checkpoint and the overlap or gap).
+  std::vector<ShardRange> shard_ranges;
+  // No rank holds the working parameters whole (stage 3): params carry names, shapes, dtype
+  // and offsets only (data is not read), no params/<name> datasets are written, and the
+  // weights are the fp32 master rounded to the working dtype (the shards must hold
+  // "fp32_master"). Every rank passes the same value.
+  bool params_in_master = false;
   std::vector<ShardTensor> shard;
   StateValue engine_state;        // counters, scheduler, scaler, optimizer scalars (replicated)
   StateValue client_state;        // the user's tree
@@ -119,6 +146,8 @@ struct LocalWriteResult {
   std::size_t flat_numel = 0;
   bool has_shard = false;
   std::size_t shard_offset = 0, shard_count = 0;
+  std::vector<ShardRange> shard_ranges;  // CheckpointContent::shard_ranges (empty: one slice)
+  bool params_in_master = false;
   std::vector<std::string> shard_names;
 };
 
@@ -133,7 +162,8 @@ std::string commit_save(Communicator& comm, PendingSave& pending, const LocalWri
 std::string save_checkpoint(Communicator& comm, const std::string& save_dir, const std::string& tag,
                             const CheckpointContent& content, const SaveOptions& options = SaveOptions());
 
-// A signature of what every rank must agree on (zero stage, flat length, shard names);
+// A signature of what every rank must agree on (zero stage, flat length, shard names,
+// params_in_master);
 // begin_save fails when ranks disagree.
 std::string layout_signature(const CheckpointContent& content);
 
@@ -151,10 +181,14 @@ struct ManifestParam {
   std::string dtype;
   std::size_t flat_offset = 0, numel = 0;
 };
+// One range of the flat space held by one rank's file: flat elements [offset, offset + count)
+// are elements [position, position + count) of the file's shard datasets. One entry per rank
+// for a contiguous slice (position 0), one per range for a multi-range (stage 3) shard.
 struct ManifestPartition {
   int rank = 0;
   std::string file;
   std::size_t offset = 0, count = 0;
+  std::size_t position = 0;  // manifest "position"; absent (older checkpoints): 0
 };
 struct Manifest {
   int format_version = 0;
@@ -167,6 +201,11 @@ struct Manifest {
   std::vector<std::string> shard_datasets;
   std::vector<ManifestPartition> partitions;
   std::map<std::string, std::map<std::string, std::uint32_t>> checksums;  // file -> dataset -> crc
+  // Partitions carry "position" (multi-range shards): they were checked to tile
+  // [0, flat_numel) exactly when the manifest was read.
+  bool shard_ranges = false;
+  // No params/<name> datasets: the weights are "fp32_master" rounded to working_dtype.
+  bool params_in_master = false;
 };
 
 // Expected parameter (name + shape) for model checks.
@@ -200,8 +239,9 @@ class CheckpointReader {
   // optimizer) state can be re-cut into the new partitioning.
   bool same_flat_layout(const std::vector<ExpectedParam>& expected) const;
 
-  // Checksums: the model file's params, and every shard dataset overlapping [offset, offset +
-  // count) of the flat space. ds::Error naming file and dataset on mismatch. Contiguous
+  // Checksums: the model file's params (params_in_master: the fp32_master datasets of the
+  // shard files holding the parameters' ranges), and every shard dataset of the files holding
+  // part of [offset, offset + count) of the flat space. A file is checksummed once per reader. ds::Error naming file and dataset on mismatch. Contiguous
   // datasets (all that dstrain writes) are checksummed in place in the read-only mapped file
   // (no copy, io threads in parallel); others are streamed through a bounded scratch buffer.
   // Nothing outside the reader is written, so a caller can verify everything first and only
@@ -210,7 +250,8 @@ class CheckpointReader {
   void verify_flat_range(std::size_t offset, std::size_t count);
 
   // Reads parameter `name` into dst (numel elements of dst_dtype, converting from the saved
-  // dtype when they differ). Contiguous datasets are copied (or converted) straight from the
+  // dtype when they differ; params_in_master: its range of "fp32_master" via read_flat,
+  // rounded to dst_dtype to nearest even as ds::convert does). Contiguous datasets are copied (or converted) straight from the
   // mapped file on the io threads; others go through HDF5 and a reused scratch buffer.
   void read_param(const std::string& name, void* dst, DType dst_dtype, std::size_t numel);
   // Elastic read of the flat fp32 tensor `dataset` ("fp32_master", ...): elements
@@ -226,7 +267,10 @@ class CheckpointReader {
 
  private:
   H5File& model_file();
-  H5File& shard_file(std::size_t partition_index);
+  H5File& shard_file(std::size_t file_index);
+  // Checksums `datasets` of shard file fi (each once per reader).
+  void verify_shard_file(std::size_t fi, const std::vector<std::string>& datasets);
+  const ManifestParam& manifest_param(const std::string& name) const;
   std::uint32_t expected_crc(const std::string& file, const std::string& dataset) const;
   // The bytes of dataset `ds` of f straight from the mapped file (mapping it on first use), or
   // nullptr when the dataset is not one contiguous run in the file (HDF5 reads it then).
@@ -235,6 +279,12 @@ class CheckpointReader {
   std::string dir_;
   Manifest manifest_;
   std::unique_ptr<H5File> model_;
+  // The distinct shard files (several partitions name one file when a rank saved ranges),
+  // each partition's index into them, and each file's dataset length.
+  std::vector<std::string> files_;
+  std::vector<std::size_t> part_file_;
+  std::vector<std::size_t> file_numel_;
+  std::set<std::pair<std::size_t, std::string>> verified_;  // (file, dataset) checksummed
   std::vector<std::unique_ptr<H5File>> shards_;
   std::unique_ptr<detail::MappedFile> model_map_;
   std::vector<std::unique_ptr<detail::MappedFile>> shard_maps_;
