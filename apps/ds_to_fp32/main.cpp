@@ -2,7 +2,8 @@
 //
 // Consolidates a dstrain checkpoint into one fp32 file, tensor by tensor: each parameter's
 // fp32 master values are gathered from whichever ZeRO shards hold its flat range (hyperslab
-// reads; any saved world size and stage), or converted from the module file's working-dtype
+// reads; any saved world size and stage, stage 3's multi-range shards included -- a stage 3
+// checkpoint keeps its weights only there), or converted from the module file's working-dtype
 // weights when the checkpoint has no fp32 master. Memory: one buffer of the largest tensor
 // (plus a 16 MiB checksum scratch). Every dataset read is checksum-verified first.
 //

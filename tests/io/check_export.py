@@ -19,7 +19,8 @@ man = json.load(open(os.path.join(ckpt, "manifest.json")))
 flat = np.zeros(man["flat_numel"], dtype=np.float32)
 for part in man["partitions"]:
     with h5py.File(os.path.join(ckpt, part["file"]), "r") as s:
-        flat[part["offset"]:part["offset"] + part["count"]] = s["fp32_master"][()]
+        pos = part.get("position", 0)  # multi-range shards: where the range sits in the file
+        flat[part["offset"]:part["offset"] + part["count"]] = s["fp32_master"][pos:pos + part["count"]]
 
 raw = open(out_st, "rb").read()
 (hlen,) = struct.unpack("<Q", raw[:8])

@@ -83,7 +83,10 @@ def main():
     with h5py.File(os.path.join(ckpt, "model_states.h5"), "r") as model:
         assert model.attrs["format_version"] == 1
         params = {}
-        for p in man["params"]:
+        # params_in_master (ZeRO stage 3): no params/<name>; the weights are the fp32 master
+        in_master = man.get("params_in_master", False)
+        assert in_master == ("params" not in model), in_master
+        for p in ([] if in_master else man["params"]):
             ds = model["params"][p["name"]]
             assert list(ds.shape) == p["shape"], (p["name"], ds.shape, p["shape"])
             want = int(sums["model_states.h5"]["params/" + p["name"]].split(":")[1], 16)
@@ -95,18 +98,26 @@ def main():
         client = decode(model["client_state"])
         config = json.loads(model.attrs["config"])
     flat = np.zeros(man["flat_numel"], dtype=np.float32)
+    # A file holds one range (position 0), or several end to end (multi-range: "position").
+    length = {}
+    for part in man["partitions"]:
+        length[part["file"]] = max(length.get(part["file"], 0), part.get("position", 0) + part["count"])
+    seen = set()
     for part in man["partitions"]:
         with h5py.File(os.path.join(ckpt, part["file"]), "r") as shard:
-            assert shard.attrs["offset"] == part["offset"] and shard.attrs["count"] == part["count"]
-            for name in man["shard_datasets"]:
+            if "position" not in part:
+                assert shard.attrs["offset"] == part["offset"] and shard.attrs["count"] == part["count"]
+            for name in ([] if part["file"] in seen else man["shard_datasets"]):
                 a = shard[name][()]
-                assert a.dtype == np.float32 and a.shape == (part["count"],)
+                assert a.dtype == np.float32 and a.shape == (length[part["file"]],)
                 want = int(sums[part["file"]][name].split(":")[1], 16)
                 assert crc32c(a.tobytes()) == want, f"{part['file']}:{name} checksum"
                 checked += 1
-            flat[part["offset"]:part["offset"] + part["count"]] = shard["fp32_master"][()]
+            seen.add(part["file"])
+            pos = part.get("position", 0)
+            flat[part["offset"]:part["offset"] + part["count"]] = shard["fp32_master"][pos:pos + part["count"]]
     # The working weights are the fp32 master rounded to the working dtype.
-    for p in man["params"]:
+    for p in ([] if in_master else man["params"]):
         master = flat[p["flat_offset"]:p["flat_offset"] + p["numel"]].reshape(p["shape"])
         w = params[p["name"]]
         if man["working_dtype"] == "fp32":
