@@ -14,6 +14,7 @@
 #include <cstdint>
 #include <functional>
 #include <limits>
+#include <memory>
 #include <set>
 #include <span>
 #include <string>
@@ -44,6 +45,16 @@ class TestMlp : public Module {
   std::set<int> inf_grad_on_backward;  // backward call indices (0-based) that write +inf
   std::set<int> nan_loss_on_forward;   // forward call indices that return NaN
   ReadyOrder order = ReadyOrder::Reverse;
+  // ZeRO-3: declare two parameter groups ("l1": fc1.*, "l2": fc2.* and the extras) and
+  // bracket their uses; false: no groups (the engine brackets the whole model).
+  bool grouped = false;
+  GroupHooks* hooks = nullptr;
+
+  std::vector<ParamGroup> parameter_groups() const override {
+    if (!grouped) return {};
+    return {ParamGroup{style_.l1, 0, 2}, ParamGroup{style_.l2, 2, 2 + std::size_t(extra_)}};
+  }
+  void set_group_hooks(GroupHooks* h) override { hooks = h; }
 
   std::vector<ParamInfo> parameters() const override {
     const std::string l1 = style_.l1, l2 = style_.l2;
@@ -127,7 +138,15 @@ class TestMlp : public Module {
     std::vector<std::size_t> idx(w_.size());
     for (std::size_t i = 0; i < idx.size(); ++i) idx[i] = idx.size() - 1 - i;
     if (order == ReadyOrder::Forward) std::reverse(idx.begin(), idx.end());
+    std::unique_ptr<GroupUse> use;
+    std::size_t held = SIZE_MAX;
     for (std::size_t i : idx) {
+      const std::size_t group = i < 2 ? 0 : 1;
+      if (grouped && group != held) {
+        use.reset();
+        use = std::make_unique<GroupUse>(hooks, group, Pass::Backward);
+        held = group;
+      }
       accumulate(i, g[i]);
       if (order != ReadyOrder::Never) ready(i);
       if (order == ReadyOrder::Twice) ready(i);
@@ -139,7 +158,12 @@ class TestMlp : public Module {
  private:
   void load() {
     w_.resize(p_.size());
+    std::unique_ptr<GroupUse> use;
     for (std::size_t i = 0; i < p_.size(); ++i) {
+      if (grouped && (i == 0 || i == 2)) {
+        use.reset();
+        use = std::make_unique<GroupUse>(hooks, i == 0 ? 0 : 1, Pass::Forward);
+      }
       w_[i].resize(p_[i].count);
       for (std::size_t k = 0; k < p_[i].count; ++k) w_[i][k] = ds::test::load(p_[i], k);
     }

@@ -48,7 +48,20 @@ struct RunOptions {
   int steps = 6;
   int extra_params = 0;
   ds::test::TestMlp::ReadyOrder order = ds::test::TestMlp::ReadyOrder::Reverse;
+  bool grouped = false;  // the module declares ZeRO-3 parameter groups
 };
+
+// ZeRO-3 settings that make the fetcher work on the tiny test model: nothing persistent (so
+// groups are gathered and released), prefetch smaller than the model, and either no reuse
+// (every release frees) or DeepSpeed's default reuse distance (groups kept from forward to
+// backward).
+json zero3(bool reuse = false, int bucket = 9) {
+  return json{{"stage", 3},
+              {"reduce_bucket_size", bucket},
+              {"stage3_param_persistence_threshold", 0},
+              {"stage3_prefetch_bucket_size", 12},
+              {"stage3_max_reuse_distance", reuse ? 1000000000 : 0}};
+}
 
 // Trains on the shared data: step s uses samples [s*TB, (s+1)*TB); micro-step k of it uses
 // [s*TB + k*micro*W, +micro*W) and rank r the r-th block of `micro` samples of that.
@@ -56,6 +69,7 @@ std::vector<float> train(const json& cfg, std::shared_ptr<ds::Communicator> comm
                          std::unique_ptr<ds::Engine>* keep = nullptr) {
   ds::test::TestMlp model(kD, kH, o.extra_params);
   model.order = o.order;
+  model.grouped = o.grouped;
   auto r = ds::initialize(parse(cfg), model, comm);
   auto& e = *r.engine;
   const int W = comm->size(), micro = int(e.train_micro_batch_size_per_gpu()), gas = int(e.gradient_accumulation_steps());
@@ -115,7 +129,45 @@ TEST(Partition, PadsToTwoWAndSplitsContiguously) {
   EXPECT_EQ(big.slices[0].real_count, 1u);
   EXPECT_EQ(big.slices[5].real_count, 0u);
   EXPECT_TRUE(big.segments(5).empty());
-  EXPECT_THROW(ds::engine::make_partition_map(ps, 2, 3), ds::Error);
+  EXPECT_THROW(ds::engine::make_partition_map(ps, 2, 4), ds::Error);
+}
+
+TEST(Partition, Stage3PiecesOfEveryGroup) {
+  // Groups {a, b} (20 elements) and {c} (1): padded to multiples of W = 4 (20, 4), pieces 5
+  // and 1, each group on its own 2 MiB of the flat space; rank r keeps piece r of each.
+  std::vector<ds::ParamInfo> ps{{"a", {3, 5}}, {"b", {5}}, {"c", {1}}};
+  std::vector<ds::ParamGroup> gs{{"ab", 0, 2}, {"c", 2, 1}};
+  auto m = ds::engine::make_partition_map(ps, 4, 3, gs, 4);
+  const std::size_t page = ds::engine::PagedBuffer::kHugePage / 4;
+  ASSERT_EQ(m.groups.size(), 2u);
+  EXPECT_EQ(m.total_numel, 21u);
+  EXPECT_EQ(m.groups[0].offset, 0u);
+  EXPECT_EQ(m.groups[0].piece, 5u);
+  EXPECT_EQ(m.groups[1].offset, page);
+  EXPECT_EQ(m.groups[1].padded, 4u);
+  EXPECT_EQ(m.groups[1].dense_offset, 20u);
+  EXPECT_EQ(m.params[2].offset, page);
+  EXPECT_EQ(m.params[2].dense_offset, 20u);
+  EXPECT_EQ(m.partition_numel, 6u);
+  EXPECT_EQ(m.groups[1].piece_real(0), 1u);
+  EXPECT_EQ(m.groups[1].piece_real(1), 0u);
+  EXPECT_EQ(m.group_of(1), 0u);
+  EXPECT_EQ(m.group_of(2), 1u);
+  // Rank 2: a[10..15) at partition 0, nothing of c (padding) -> one segment.
+  auto seg = m.segments(2);
+  ASSERT_EQ(seg.size(), 1u);
+  EXPECT_EQ(seg[0].param_offset, 10u);
+  EXPECT_EQ(seg[0].count, 5u);
+  // Rank 0: a[0..5), and c at partition offset 5.
+  seg = m.segments(0);
+  ASSERT_EQ(seg.size(), 2u);
+  EXPECT_EQ(seg[1].param_index, 2u);
+  EXPECT_EQ(seg[1].slice_offset, 5u);
+  // No groups declared: one group of everything.
+  EXPECT_EQ(ds::engine::make_partition_map(ps, 2, 3).groups.size(), 1u);
+  // Groups must tile the parameters in order.
+  EXPECT_THROW(ds::engine::make_partition_map(ps, 2, 3, {{"x", 0, 1}, {"y", 2, 1}}), ds::Error);
+  EXPECT_THROW(ds::engine::make_partition_map(ps, 2, 3, {{"x", 0, 2}}), ds::Error);
 }
 
 TEST(Memory, EstimateMatchesZeroPaper) {
@@ -126,6 +178,9 @@ TEST(Memory, EstimateMatchesZeroPaper) {
   EXPECT_EQ(s2.total(), 2 * P + 14 * P / 4);
   auto s0 = ds::engine::estimate_model_states_bytes(P, 4, 0, ds::DType::F16, 8);
   EXPECT_EQ(s0.total(), 16 * P);
+  auto s3 = ds::engine::estimate_model_states_bytes(P, 4, 3, ds::DType::F16, 8);
+  EXPECT_EQ(s3.total(), 18 * P / 4);  // DeepSpeed's 18 bytes per parameter
+  EXPECT_EQ(ds::engine::deepspeed_zero3_estimate_bytes(P, 1000, 4), 4000 + 18 * P / 4);
   EXPECT_EQ(ds::engine::optimizer_state_bytes_per_param("adamw"), 8u);
   EXPECT_THROW(ds::engine::optimizer_state_bytes_per_param("rmsprop"), ds::Error);
 }
@@ -199,6 +254,15 @@ TEST(Engine, DataParallelEquivalence) {
         EXPECT_LT(max_abs_diff(p, ref), 2e-6) << "sgd " << sgd << " stage " << stage << " bucket " << bucket;
       }
     }
+    // Stage 3: the whole model as one group, and two declared groups with and without reuse.
+    for (auto [grouped, reuse] : {std::pair{false, false}, std::pair{true, false}, std::pair{true, true}}) {
+      auto cfg = base_config(8 / W(), 1, sgd);
+      cfg["zero_optimization"] = zero3(reuse);
+      RunOptions g = o;
+      g.grouped = grouped;
+      EXPECT_LT(max_abs_diff(train(cfg, g_world, g), ref), 2e-6) << "sgd " << sgd << " stage 3 grouped " << grouped
+                                                                  << " reuse " << reuse;
+    }
   }
 }
 
@@ -214,6 +278,13 @@ TEST(Engine, DataParallelEquivalenceWithAccumulation) {
       cfg["zero_optimization"] = {{"stage", stage}, {"reduce_bucket_size", 9}};
       auto p = train(cfg, g_world, o);
       EXPECT_LT(max_abs_diff(p, ref), 2e-6) << "sgd " << sgd << " stage " << stage;
+    }
+    for (bool grouped : {false, true}) {
+      auto cfg = base_config(8 / (2 * W()), 2, sgd);
+      cfg["zero_optimization"] = zero3(grouped);
+      RunOptions g = o;
+      g.grouped = grouped;
+      EXPECT_LT(max_abs_diff(train(cfg, g_world, g), ref), 2e-6) << "sgd " << sgd << " stage 3 grouped " << grouped;
     }
   }
 }
@@ -276,6 +347,10 @@ TEST(Engine, ZeroStagesMatchStage0MixedPrecision) {
       cfg["zero_optimization"] = {{"stage", stage}, {"reduce_bucket_size", 11}};
       EXPECT_LT(max_abs_diff(train(cfg, g_world, o), ref), tol) << prec << " stage " << stage;
     }
+    cfg["zero_optimization"] = zero3();
+    RunOptions g = o;
+    g.grouped = true;
+    EXPECT_LT(max_abs_diff(train(cfg, g_world, g), ref), tol) << prec << " stage 3";
   }
 }
 
@@ -300,6 +375,10 @@ TEST(Engine, Fp32ZeroMatchesStage0EveryOptimizer) {
       cfg["zero_optimization"] = {{"stage", stage}, {"reduce_bucket_size", 10}};
       EXPECT_LT(max_abs_diff(train(cfg, g_world, o), ref), 1e-6) << "stage " << stage << " " << opt.dump();
     }
+    cfg["zero_optimization"] = zero3();
+    RunOptions g = o;
+    g.grouped = true;
+    EXPECT_LT(max_abs_diff(train(cfg, g_world, g), ref), 1e-6) << "stage 3 " << opt.dump();
   }
 }
 
@@ -566,6 +645,39 @@ TEST(Engine, MemoryReportMatchesFormula) {
       EXPECT_GE(rep.grads, est.grads);
       EXPECT_LE(rep.grads, 2 * ds::engine::PagedBuffer::page_size());
     }
+  }
+}
+
+TEST(Engine, Stage3KeepsOnlyThePartition) {
+  // Stage 3, fp16 Adam, nothing persistent: between steps a rank holds its partition of the
+  // working params (2 bytes), of the reduced gradients (4) and of the master (4) and Adam's
+  // state (8): the formula's 18P/N up to the padding; no page of the flat space stays
+  // resident once a step is done. Parameters equal stage 0's within fp16 precision.
+  for (bool grouped : {false, true}) {
+    auto cfg = base_config(2, 2);
+    cfg["fp16"] = {{"enabled", true}, {"initial_scale_power", 8}};
+    cfg["zero_optimization"] = zero3();
+    std::unique_ptr<ds::Engine> e;
+    RunOptions o;
+    o.steps = 3;
+    o.extra_params = 7;
+    o.grouped = grouped;
+    train(cfg, g_world, o, &e);
+    const auto& m = e->partition_map();
+    const std::size_t P = m.total_numel, part = m.partition_numel;
+    const auto rep = e->memory_report();
+    EXPECT_EQ(rep.params, 2 * part) << grouped;
+    EXPECT_EQ(rep.grads, 4 * part) << grouped;
+    EXPECT_EQ(rep.master, 4 * part) << grouped;
+    EXPECT_EQ(rep.optimizer_state, 8 * part) << grouped;
+    const auto est = ds::engine::estimate_model_states_bytes(P, W(), 3, ds::DType::F16, 8);
+    const std::size_t states = rep.total() - rep.comm_scratch;
+    EXPECT_LE(est.total(), states);
+    EXPECT_LE(states, est.total() + 18 * (part * std::size_t(W()) - P) + 18);
+    // Reduce-scatter staging: two slots of the largest piece (fp16), only with other ranks.
+    std::size_t piece = 0;
+    for (const auto& g : m.groups) piece = std::max(piece, g.piece);
+    EXPECT_EQ(rep.comm_scratch, W() > 1 ? 2 * piece * 2 : 0u);
   }
 }
 

@@ -17,6 +17,8 @@
 #include "ds/sched/lr_scheduler.h"
 #include "grad_reducer.h"
 #include "param_store.h"
+#include "zero3_fetcher.h"
+#include "zero3_store.h"
 
 namespace ds {
 
@@ -45,7 +47,8 @@ Engine::Engine(config::DsConfig cfg, Module& module, std::shared_ptr<Communicato
   // ---- layout and storage, allocated once ----
   const auto infos = module_->parameters();
   DS_CHECK(!infos.empty(), "the module has no parameters: nothing to train");
-  map_ = engine::make_partition_map(infos, world_, cfg_.zero_optimization.stage);
+  map_ = engine::make_partition_map(infos, world_, cfg_.zero_optimization.stage, module_->parameter_groups(),
+                                    dtype_size(wdtype_));
   DS_CHECK(map_.total_numel > 0, "the module's parameters have zero elements in total");
   check_same_model_on_all_ranks(infos);
   engine::StoreOptions so;
@@ -59,15 +62,31 @@ Engine::Engine(config::DsConfig cfg, Module& module, std::shared_ptr<Communicato
   store_ = engine::ParamStore::make(map_, rank_, so, *module_);
 
   // ---- initial values: module init on fp32 scratch, rank 0's values broadcast ----
+  // Stage 3 with other ranks: only rank 0 runs the init, and the values go out one group at
+  // a time, so no other rank ever holds the whole model (each keeps its pieces).
+  const bool init_by_groups = map_.stage == 3 && world_ > 1;
   {
-    HostBuffer scratch(map_.padded_numel, DType::F32);
+    std::size_t largest = 0;
+    for (const auto& g : map_.groups) largest = std::max(largest, g.padded);
+    HostBuffer scratch(init_by_groups && rank_ != 0 ? largest : map_.padded_numel, DType::F32);
     float* s = scratch.as<float>();
-    std::vector<std::span<float>> spans;
-    spans.reserve(map_.params.size());
-    for (const auto& p : map_.params) spans.emplace_back(s + p.offset, p.numel);
-    module_->init_parameters(spans, cfg_.seed.value_or(42));
-    if (world_ > 1) comm_->broadcast(TensorView{s, map_.padded_numel, DType::F32}, 0);
-    store_->set_initial(s);
+    if (!init_by_groups || rank_ == 0) {
+      std::vector<std::span<float>> spans;
+      spans.reserve(map_.params.size());
+      for (const auto& p : map_.params) spans.emplace_back(s + p.offset, p.numel);
+      module_->init_parameters(spans, cfg_.seed.value_or(42));
+    }
+    if (init_by_groups) {
+      auto& st = static_cast<engine::PartitionedParamStore&>(*store_);
+      for (std::size_t g = 0; g < map_.groups.size(); ++g) {
+        float* v = rank_ == 0 ? s + map_.groups[g].offset : s;
+        comm_->broadcast(TensorView{v, map_.groups[g].padded, DType::F32}, 0);
+        st.set_initial_group(g, v);
+      }
+    } else {
+      if (world_ > 1) comm_->broadcast(TensorView{s, map_.padded_numel, DType::F32}, 0);
+      store_->set_initial(s);
+    }
   }
   std::vector<TensorView> param_views, grad_views;
   for (const auto& p : map_.params) {
@@ -82,15 +101,23 @@ Engine::Engine(config::DsConfig cfg, Module& module, std::shared_ptr<Communicato
   optimizer_->init_state(store_->step_count());
   make_scaler();
   scheduler_ = sched::make_scheduler(cfg_.scheduler.value_or(config::SchedulerConfig{}), ocfg.lr, ocfg.betas);
-  engine::ReducerOptions ro;
-  ro.bucket_size = cfg_.zero_optimization.reduce_bucket_size;
-  ro.comm_dtype = comm_dtype_;
-  ro.prescale_gradients = cfg_.prescale_gradients;
-  ro.predivide_factor = cfg_.gradient_predivide_factor;
-  ro.accum_fp32 = accum_fp32_;
-  ro.release_grads = so.release_grads;
   grad_comm_ = cuda && device_comm_ ? device_comm_.get() : comm_.get();
-  reducer_ = std::make_unique<engine::GradReducer>(map_, *store_, *grad_comm_, ro, timers_);
+  if (map_.stage == 3) {
+    auto fetcher = std::make_unique<engine::GroupFetcher>(
+        map_, static_cast<engine::PartitionedParamStore&>(*store_), *grad_comm_, fetch_options(), timers_);
+    fetcher_ = fetcher.get();
+    module_->set_group_hooks(fetcher_);
+    sync_ = std::move(fetcher);
+  } else {
+    engine::ReducerOptions ro;
+    ro.bucket_size = cfg_.zero_optimization.reduce_bucket_size;
+    ro.comm_dtype = comm_dtype_;
+    ro.prescale_gradients = cfg_.prescale_gradients;
+    ro.predivide_factor = cfg_.gradient_predivide_factor;
+    ro.accum_fp32 = accum_fp32_;
+    ro.release_grads = so.release_grads;
+    sync_ = std::make_unique<engine::GradReducer>(map_, *store_, *grad_comm_, ro, timers_);
+  }
   async_save_ = std::make_unique<engine::AsyncSave>();
 
   if (cfg_.csv_monitor.enabled && rank_ == 0)
@@ -111,9 +138,34 @@ Engine::~Engine() = default;
 // forward / backward / step
 // ----------------------------------------------------------------------------------------
 
+namespace {
+// Brackets a module call with the sync's begin/end (stage 3 gathers around it), also when it throws.
+template <class F>
+auto bracketed(engine::GradSync& sync, F&& call) {
+  sync.begin_forward();
+  struct End {
+    engine::GradSync& s;
+    bool ok = false;
+    ~End() {
+      if (!ok) {
+        try { s.end_forward(); } catch (...) {}
+      }
+    }
+  } end{sync};
+  auto r = call();
+  end.ok = true;
+  sync.end_forward();
+  return r;
+}
+}  // namespace
+
+float Engine::evaluate(const Batch& batch) {
+  return bracketed(*sync_, [&] { return module_->evaluate(batch); });
+}
+
 float Engine::forward(const Batch& batch) {
   timers_.start("forward");
-  const float loss = module_->forward(batch);
+  const float loss = bracketed(*sync_, [&] { return module_->forward(batch); });
   timers_.stop("forward");
   if (std::isfinite(loss)) {
     cycle_loss_sum_ += loss;
@@ -130,10 +182,10 @@ float Engine::backward(float loss) {
   const double gas = double(cfg_.gradient_accumulation_steps);
   backward_scale_ = scaler_.scale();
   // Gradients start reducing, bucket by bucket, as the module reports them final.
-  reducer_->begin_backward(is_gradient_accumulation_boundary());
-  module_->backward(float(backward_scale_ / gas), [this](std::size_t i) { reducer_->grad_ready(i); });
+  sync_->begin_backward(is_gradient_accumulation_boundary());
+  module_->backward(float(backward_scale_ / gas), [this](std::size_t i) { sync_->grad_ready(i); });
   timers_.stop("backward");
-  reducer_->end_backward();
+  sync_->end_backward();
   store_->after_backward();
   return float(loss / gas);
 }
@@ -150,7 +202,7 @@ void Engine::step() {
 void Engine::boundary_step() {
   // 1. Finish the gradient reduction.
   timers_.start("reduce");
-  reducer_->finish();
+  sync_->finish();
   timers_.stop("reduce");
 
   timers_.start("step");
@@ -164,7 +216,7 @@ void Engine::boundary_step() {
   const bool grads_bad = red[1] > 0, loss_bad = red[2] > 0;
   const double mean_loss = red[3] / world_;
   const double used_scale = backward_scale_;  // the scale backward multiplied by
-  const double post = reducer_->post_factor();
+  const double post = sync_->post_factor();
   global_grad_norm_ = grads_bad ? -1.0 : std::sqrt(sumsq) * post / used_scale;
   const bool overflow = (grads_bad && (wdtype_ != DType::BF16 || cfg_.bf16.check_grad_overflow)) || loss_bad;
 
@@ -198,6 +250,7 @@ void Engine::boundary_step() {
     // 5. Optimizer, then (ZeRO) every rank gets every updated slice, then the scheduler.
     store_->optimizer_step(*optimizer_, ctx);
     if (store_->partitioned() && world_ > 1) store_->gather_params(*grad_comm_);
+    sync_->params_changed();
     scheduler_->step();
     last_step_applied_ = true;
   }

@@ -13,6 +13,7 @@
 #include "ds/io/checkpoint.h"
 #include "ds/optim/optimizer.h"
 #include "ds/sched/lr_scheduler.h"
+#include "grad_sync.h"
 #include "param_store.h"
 
 namespace ds {
@@ -67,24 +68,60 @@ void check_engine_state(const io::StateValue& es, const std::string& where, bool
 
 }  // namespace
 
-// What save_checkpoint writes, pointing at the store's host copies.
-io::CheckpointContent Engine::checkpoint_content(const io::StateValue& client_state) {
+// Stage 3: this rank's pieces as dense ranges (the real elements of each group's piece: the
+// padding sits at the end of a group's last pieces).
+std::vector<io::ShardRange> Engine::stage3_ranges() const {
+  std::vector<io::ShardRange> out;
+  for (const auto& g : map_.groups) {
+    const std::size_t n = g.piece_real(rank_);
+    if (n > 0) out.push_back({g.dense_offset + std::size_t(rank_) * g.piece, n});
+  }
+  return out;
+}
+
+// What save_checkpoint writes, pointing at the store's host copies (stage 3 with padding:
+// at compact copies in `scratch`, which must outlive the content).
+io::CheckpointContent Engine::checkpoint_content(const io::StateValue& client_state, std::vector<std::vector<float>>& scratch) {
   io::CheckpointContent c;
   const std::size_t wsz = dtype_size(wdtype_);
-  const char* params = static_cast<const char*>(store_->host_params().data());
-  for (const auto& p : map_.params) c.params.push_back({p.name, p.shape, wdtype_, params + p.offset * wsz, p.offset});
+  const bool s3 = map_.stage == 3;
+  const char* params = s3 ? nullptr : static_cast<const char*>(store_->host_params().data());
+  for (const auto& p : map_.params)
+    c.params.push_back({p.name, p.shape, wdtype_, s3 ? nullptr : params + p.offset * wsz, p.dense_offset});
   c.working_dtype = std::string(dtype_name(wdtype_));
   c.zero_stage = map_.stage;
   c.flat_numel = map_.total_numel;
   c.has_shard = store_->partitioned() || rank_ == 0;
   c.shard_offset = store_->step_offset();
   c.shard_count = store_->step_count();
-  c.shard.push_back({"fp32_master", store_->host_master().as<float>()});
+  std::vector<std::pair<std::string, const float*>> tensors{{"fp32_master", store_->host_master().as<float>()}};
   for (auto& [name, span] : optimizer_->state_tensors()) {
     DS_CHECK(span.size() == c.shard_count, "optimizer state '" << name << "' holds " << span.size()
                                                                << " elements, the partition " << c.shard_count);
-    c.shard.push_back({"optim/" + name, span.data()});
+    tensors.push_back({"optim/" + name, span.data()});
   }
+  if (s3) {
+    // No rank holds the working parameters whole: they are the fp32 master rounded to the
+    // working dtype, which every rank writes its pieces of (the reader rebuilds them).
+    c.params_in_master = true;
+    c.shard_ranges = stage3_ranges();
+    std::size_t real = 0;
+    for (const auto& r : c.shard_ranges) real += r.count;
+    if (real != map_.partition_numel) {  // padding inside the partition: copy the real elements
+      scratch.assign(tensors.size(), std::vector<float>(real));
+      for (std::size_t t = 0; t < tensors.size(); ++t) {
+        std::size_t at = 0;
+        for (const auto& g : map_.groups) {
+          const std::size_t n = g.piece_real(rank_);
+          std::copy_n(tensors[t].second + g.part_offset, n, scratch[t].data() + at);
+          at += n;
+        }
+        tensors[t].second = scratch[t].data();
+      }
+    }
+    c.shard_count = real;
+  }
+  for (auto& [name, data] : tensors) c.shard.push_back({name, data});
   io::StateValue& s = c.engine_state;
   s["global_steps"] = global_steps_;
   s["global_samples"] = global_samples_;
@@ -128,7 +165,8 @@ void Engine::save_checkpoint(const std::string& save_dir, std::optional<std::str
     DS_WARN("save_checkpoint in the middle of a gradient accumulation cycle: the partial gradients are not saved");
   }
   store_->to_host(*optimizer_);  // GPU path: the host staging copies are what gets written
-  io::CheckpointContent c = checkpoint_content(client_state);
+  std::vector<std::vector<float>> scratch;
+  io::CheckpointContent c = checkpoint_content(client_state, scratch);
   io::SaveOptions o;
   o.save_latest = save_latest;
   o.io_threads = cfg_.checkpoint.io_threads;
@@ -143,7 +181,7 @@ void Engine::save_checkpoint(const std::string& save_dir, std::optional<std::str
   a.pending = io::begin_save(*comm_, save_dir, t, o, c);
   std::size_t bytes = 0;
   const bool rank0 = rank_ == 0;
-  if (rank0) for (const auto& p : c.params) bytes += p.numel() * dtype_size(p.dtype);
+  if (rank0 && !c.params_in_master) for (const auto& p : c.params) bytes += p.numel() * dtype_size(p.dtype);
   if (c.has_shard) bytes += c.shard.size() * c.shard_count * sizeof(float);
   bytes += 64 * (c.params.size() + c.shard.size());  // alignment slack
   if (a.snapshot.bytes() < bytes) a.snapshot = HostBuffer(bytes);
@@ -155,7 +193,8 @@ void Engine::save_checkpoint(const std::string& save_dir, std::optional<std::str
     return out;
   };
   if (rank0) {
-    for (auto& p : c.params) p.data = copy(p.data, p.numel() * dtype_size(p.dtype));
+    if (!c.params_in_master)
+      for (auto& p : c.params) p.data = copy(p.data, p.numel() * dtype_size(p.dtype));
   } else {
     c.params.clear();
   }
@@ -191,13 +230,17 @@ std::optional<std::pair<std::string, io::StateValue>> Engine::load_checkpoint(co
   io::StateValue es, client;
   std::vector<std::size_t> present;  // indices of map_.params found in the checkpoint
   const bool load_opt = opt.load_optimizer_states && !opt.load_module_only;
+  const bool s3 = map_.stage == 3;
   const std::size_t off = store_->step_offset();
   const std::size_t cnt = store_->step_count();
+  // The dense ranges this rank steps: its slice (stages 1-2), everything (stage 0), or its
+  // pieces (stage 3).
+  const std::vector<io::ShardRange> ranges = s3 ? stage3_ranges() : std::vector<io::ShardRange>{{off, cnt}};
   auto states = optimizer_->state_tensors();
   try {
     r = std::make_unique<io::CheckpointReader>(load_dir, t, io::LoadOptions{cfg_.checkpoint.io_threads});
     std::vector<io::ExpectedParam> expected;
-    for (const auto& p : map_.params) expected.push_back({p.name, p.shape, p.offset});
+    for (const auto& p : map_.params) expected.push_back({p.name, p.shape, p.dense_offset});
     r->check_model(expected, opt.load_module_strict);
     std::vector<std::string> names;
     for (std::size_t i = 0; i < map_.params.size(); ++i) {
@@ -223,7 +266,7 @@ std::optional<std::pair<std::string, io::StateValue>> Engine::load_checkpoint(co
       DS_CHECK(r->has_shard_dataset("fp32_master"), "checkpoint " << r->dir() << " has no fp32_master");
       for (auto& [name, span] : states)
         DS_CHECK(r->has_shard_dataset("optim/" + name), "checkpoint " << r->dir() << " has no optimizer state 'optim/" << name << "'");
-      r->verify_flat_range(off, cnt);
+      for (const auto& rg : ranges) r->verify_flat_range(rg.offset, rg.count);
     }
     r->verify_params(names);
   } catch (const std::exception& ex) {
@@ -238,21 +281,52 @@ std::optional<std::pair<std::string, io::StateValue>> Engine::load_checkpoint(co
 
   // ---- apply ----
   const std::size_t wsz = dtype_size(wdtype_);
-  char* params = static_cast<char*>(store_->host_params().data());
-  for (std::size_t i : present) {
-    const auto& p = map_.params[i];
-    r->read_param(p.name, params + p.offset * wsz, wdtype_, p.numel);
-  }
   float* master = store_->host_master().as<float>();
-  if (load_opt) {
-    r->read_flat("fp32_master", off, cnt, master);
-    for (auto& [name, span] : states) r->read_flat("optim/" + name, off, cnt, span.data());
+  if (s3) {
+    // This rank's pieces only. With the optimizer state: the master's dense ranges; without:
+    // each parameter's weights (DeepSpeed's _restore_from_bit16_weights), cut to the pieces.
+    if (load_opt) {
+      for (std::size_t gi = 0; gi < map_.groups.size(); ++gi) {
+        const auto& g = map_.groups[gi];
+        const std::size_t n = g.piece_real(rank_);
+        if (n == 0) continue;
+        const std::size_t dense = g.dense_offset + std::size_t(rank_) * g.piece;
+        r->read_flat("fp32_master", dense, n, master + g.part_offset);
+        for (auto& [name, span] : states) r->read_flat("optim/" + name, dense, n, span.data() + g.part_offset);
+      }
+    } else {
+      std::vector<char> whole;
+      std::vector<float> f32;
+      for (std::size_t i : present) {
+        const auto& p = map_.params[i];
+        const auto& g = map_.groups[map_.group_of(i)];
+        const std::size_t lo = g.offset + std::size_t(rank_) * g.piece, hi = lo + g.piece;
+        const std::size_t a = std::max(lo, p.offset), b = std::min(hi, p.offset + p.numel);
+        if (a >= b) continue;
+        whole.resize(p.numel * wsz);
+        r->read_param(p.name, whole.data(), wdtype_, p.numel);
+        f32.resize(b - a);
+        convert(whole.data() + (a - p.offset) * wsz, wdtype_, f32.data(), DType::F32, b - a);
+        std::copy(f32.begin(), f32.end(), master + g.part_offset + (a - lo));
+      }
+    }
   } else {
-    // DeepSpeed's _restore_from_bit16_weights: the fp32 master from the (loaded) weights.
-    convert(params + off * wsz, wdtype_, master, DType::F32, cnt);
+    char* params = static_cast<char*>(store_->host_params().data());
+    for (std::size_t i : present) {
+      const auto& p = map_.params[i];
+      r->read_param(p.name, params + p.offset * wsz, wdtype_, p.numel);
+    }
+    if (load_opt) {
+      r->read_flat("fp32_master", off, cnt, master);
+      for (auto& [name, span] : states) r->read_flat("optim/" + name, off, cnt, span.data());
+    } else {
+      // DeepSpeed's _restore_from_bit16_weights: the fp32 master from the (loaded) weights.
+      convert(params + off * wsz, wdtype_, master, DType::F32, cnt);
+    }
   }
   if (!opt.load_module_only) apply_engine_state(es, opt, load_opt);
   store_->from_host(*optimizer_, load_opt);  // GPU path: the loaded values go to the device
+  sync_->params_changed();                    // stage 3: gathered copies are stale
   store_->zero_grads();
   reset_cycle();
   DS_INFO("loaded checkpoint " << r->dir());

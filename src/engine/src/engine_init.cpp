@@ -2,11 +2,14 @@
 // same-model check across ranks, the loss scaler.
 #include "ds/engine/engine.h"
 
+#include <algorithm>
+
 #include "ds/config/parse.h"
 #include "ds/core/error.h"
 #include "ds/core/hash.h"
 #include "ds/mpi/comm_factory.h"
 #include "ds/mpi/init.h"
+#include "zero3_fetcher.h"
 
 namespace ds {
 
@@ -51,6 +54,21 @@ void Engine::check_device_limits() const {
            cfg_.source << ": data_types.grad_accum_dtype fp32 with the " << dtype_name(wdtype_)
                        << " working dtype: the GPU path accumulates gradients in the working dtype; remove the key "
                           "or set it to " << dtype_name(wdtype_));
+}
+
+engine::FetchOptions Engine::fetch_options() const {
+  const auto& z = cfg_.zero_optimization;
+  engine::FetchOptions o;
+  auto elems = [](std::int64_t v) { return std::size_t(std::max<std::int64_t>(0, v)); };
+  o.prefetch_elems = elems(z.prefetch_bucket_size);
+  o.max_live = elems(z.max_live_parameters);
+  o.max_reuse = elems(z.max_reuse_distance);
+  o.persistence_threshold = elems(z.param_persistence_threshold);
+  o.model_persistence_threshold = elems(z.model_persistence_threshold);
+  o.overlap = z.overlap_comm_effective();
+  o.whole_model = module_->parameter_groups().empty();
+  o.comm_dtype = comm_dtype_;
+  return o;
 }
 
 void Engine::make_scaler() {

@@ -58,7 +58,7 @@ engine::ModelStateBytes Engine::memory_report() const {
   std::size_t opt = 0;
   for (const auto& t : optimizer_->state_tensors()) opt += t.second.size() * sizeof(float);
   b.optimizer_state = opt;
-  b.comm_scratch += reducer_->scratch_bytes();
+  b.comm_scratch += sync_->scratch_bytes();
   return b;
 }
 
@@ -70,7 +70,7 @@ Engine::GradientMemory Engine::gradient_memory() const {
   g.reserved = pages->mapped_bytes();
   g.resident = pages->resident_bytes();
   g.partition = pages->resident_bytes(keep_lo, keep_hi);
-  g.peak_resident = std::max(reducer_->peak_resident(), g.resident);
+  g.peak_resident = std::max(sync_->peak_resident(), g.resident);
   return g;
 }
 

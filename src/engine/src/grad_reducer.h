@@ -21,6 +21,7 @@
 #include "ds/core/timer.h"
 #include "ds/engine/partition.h"
 #include "ds/mpi/communicator.h"
+#include "grad_sync.h"
 #include "param_store.h"
 
 namespace ds::engine {
@@ -34,31 +35,31 @@ struct ReducerOptions {
   bool release_grads = false;    // ZeRO-2 with more than one rank: release reduced pages
 };
 
-class GradReducer {
+class GradReducer final : public GradSync {
  public:
   // comm: the communicator the gradients travel over (NCCL for a CUDA module).
   GradReducer(const PartitionMap& map, ParamStore& store, Communicator& comm, const ReducerOptions& o, Timers& timers);
-  ~GradReducer();  // waits for reductions still in flight (they own their buffers)
+  ~GradReducer() override;  // waits for reductions still in flight (they own their buffers)
   GradReducer(const GradReducer&) = delete;
   GradReducer& operator=(const GradReducer&) = delete;
 
   // A backward starts; boundary: it is the last micro-batch of the accumulation cycle.
   // It reduces under ZeRO-2 and fp32 accumulation on every micro-batch, else at the boundary.
-  void begin_backward(bool boundary);
+  void begin_backward(bool boundary) override;
   // Module::backward's callback: parameter i's gradient is final for this backward.
-  void grad_ready(std::size_t i);
+  void grad_ready(std::size_t i) override;
   // The backward returned: launch what never reported; ZeRO-2 and fp32 accumulation wait
   // for everything here (and ZeRO-2 releases), the other stages in finish().
-  void end_backward();
+  void end_backward() override;
   // Before the step: every gradient this rank steps is reduced (reduces now if no
   // boundary backward did).
-  void finish();
+  void finish() override;
 
   // Multiply the reduced sums by this (the part of the averaging not applied before the
   // reduction): the optimizer applies it with 1/loss_scale and the clip coefficient.
-  double post_factor() const { return post_factor_; }
-  std::size_t scratch_bytes() const { return comm_buf_.bytes(); }  // communication-dtype copies
-  std::size_t peak_resident() const { return grad_peak_resident_; }  // ZeRO-2: most grad bytes at a release
+  double post_factor() const override { return post_factor_; }
+  std::size_t scratch_bytes() const override { return comm_buf_.bytes(); }  // communication-dtype copies
+  std::size_t peak_resident() const override { return grad_peak_resident_; }  // ZeRO-2: most grad bytes at a release
 
  private:
   struct Bucket {

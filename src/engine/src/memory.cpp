@@ -5,6 +5,7 @@
 
 #include <algorithm>
 #include <cerrno>
+#include <cstdint>
 #include <cstdio>
 #include <cstring>
 
@@ -42,15 +43,21 @@ std::size_t optimizer_state_bytes_per_param(const std::string& t, bool sgd_momen
 ModelStateBytes estimate_model_states_bytes(std::size_t p, int n, int stage, DType working,
                                             std::size_t k) {
   DS_CHECK(n >= 1, "world size must be >= 1, got " << n);
-  DS_CHECK(stage >= 0 && stage <= 2, "ZeRO stage " << stage << " is not supported (0, 1 or 2)");
+  DS_CHECK(stage >= 0 && stage <= 3, "ZeRO stage " << stage << " is not supported (0 to 3)");
   const double w = double(dtype_size(working));
   const double P = double(p), N = double(n);
   ModelStateBytes b;
-  b.params = std::size_t(w * P);
-  b.grads = std::size_t(stage == 2 ? w * P / N : w * P);
+  b.params = std::size_t(stage == 3 ? w * P / N : w * P);
+  // Stage 3 keeps each rank's reduced gradient sum in fp32 (the cycle's sum rounded once).
+  b.grads = std::size_t(stage == 3 ? 4.0 * P / N : stage == 2 ? w * P / N : w * P);
   b.master = std::size_t(stage >= 1 ? 4.0 * P / N : 4.0 * P);
   b.optimizer_state = std::size_t(stage >= 1 ? double(k) * P / N : double(k) * P);
   return b;
+}
+
+std::size_t deepspeed_zero3_estimate_bytes(std::size_t total_params, std::size_t largest_layer_params, int world_size) {
+  DS_CHECK(world_size >= 1, "world size must be >= 1, got " << world_size);
+  return 4 * largest_layer_params + std::size_t(18.0 * double(total_params) / double(world_size));
 }
 
 // ---- PagedBuffer ----
@@ -63,16 +70,29 @@ std::size_t PagedBuffer::page_size() {
   return ps;
 }
 
-PagedBuffer::PagedBuffer(std::size_t count, DType dtype) : count_(count), dtype_(dtype) {
+PagedBuffer::PagedBuffer(std::size_t count, DType dtype, bool huge) : count_(count), dtype_(dtype) {
   const std::size_t ps = page_size();
   mapped_ = (count * dtype_size(dtype) + ps - 1) / ps * ps;
   if (mapped_ == 0) return;
-  void* p = mmap(nullptr, mapped_, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS | MAP_NORESERVE, -1, 0);
-  DS_CHECK(p != MAP_FAILED, "PagedBuffer: mmap of " << mapped_ << " bytes failed: " << std::strerror(errno));
-  data_ = p;
-#ifdef MADV_NOHUGEPAGE
-  // Releases are per 4 KiB page; a transparent huge page would be split on the first one.
-  (void)madvise(data_, mapped_, MADV_NOHUGEPAGE);
+  // Huge: map kHugePage more and keep the 2 MiB-aligned part, so that every 2 MiB-aligned
+  // offset of the buffer is a huge-page boundary.
+  const std::size_t extra = huge ? kHugePage : 0;
+  void* p = mmap(nullptr, mapped_ + extra, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS | MAP_NORESERVE, -1, 0);
+  DS_CHECK(p != MAP_FAILED, "PagedBuffer: mmap of " << mapped_ + extra << " bytes failed: " << std::strerror(errno));
+  char* base = static_cast<char*>(p);
+  if (huge) {
+    char* aligned = reinterpret_cast<char*>((reinterpret_cast<std::uintptr_t>(base) + kHugePage - 1) / kHugePage * kHugePage);
+    if (aligned > base) munmap(base, std::size_t(aligned - base));
+    const std::size_t tail = std::size_t(base + mapped_ + extra - (aligned + mapped_));
+    if (tail > 0) munmap(aligned + mapped_, tail);
+    base = aligned;
+  }
+  data_ = base;
+#if defined(MADV_NOHUGEPAGE) && defined(MADV_HUGEPAGE)
+  // Default: releases are per 4 KiB page, and a transparent huge page would be split on the
+  // first one. Huge (stage 3's flat buffers): whole 2 MiB-aligned groups come and go, and a
+  // fault per 2 MiB instead of per 4 KiB is what makes gathering a group cheap (advice only).
+  (void)madvise(data_, mapped_, huge ? MADV_HUGEPAGE : MADV_NOHUGEPAGE);
 #endif
 }
 

@@ -6,6 +6,7 @@
 
 #include "ds/core/error.h"
 #include "ds/core/half.h"
+#include "zero3_store.h"
 
 namespace ds::engine {
 
@@ -25,13 +26,14 @@ void zero_range(const PagedBuffer& b, DType t, std::size_t begin, std::size_t en
 
 std::unique_ptr<ParamStore> ParamStore::make(const PartitionMap& map, int rank, const StoreOptions& o, Module& module) {
   if (module.device() == Device::Cuda) return std::make_unique<DeviceParamStore>(map, rank, o, module.device_stream());
+  if (map.stage == 3) return std::make_unique<PartitionedParamStore>(map, rank, o);
   return std::make_unique<HostParamStore>(map, rank, o);
 }
 
 ParamStore::ParamStore(const PartitionMap& map, int rank, const StoreOptions& o)
     : map_(map), rank_(rank), slice_(map.slices[std::size_t(rank)]), o_(o) {
   for (const auto& sg : map_.segments(rank)) segments_.push_back(optim::Segment{sg.slice_offset, sg.count});
-  params_ = HostBuffer(map_.padded_numel, o_.wdtype);
+  if (map_.stage < 3) params_ = HostBuffer(map_.padded_numel, o_.wdtype);
   master_ = HostBuffer(slice_.count, DType::F32);
 }
 

@@ -39,7 +39,8 @@ struct StoreOptions {
 
 class ParamStore {
  public:
-  // A HostParamStore, or a DeviceParamStore for a module on a CUDA device.
+  // A HostParamStore, a PartitionedParamStore (stage 3, zero3_store.h), or a
+  // DeviceParamStore for a module on a CUDA device.
   static std::unique_ptr<ParamStore> make(const PartitionMap& map, int rank, const StoreOptions& o, Module& module);
   virtual ~ParamStore() = default;
   ParamStore(const ParamStore&) = delete;
@@ -58,7 +59,7 @@ class ParamStore {
   virtual TensorView grads(std::size_t offset, std::size_t count) const = 0;
 
   // Initial values: `full` holds the whole padded flat space in fp32 (the same on every rank).
-  void set_initial(const float* full);
+  virtual void set_initial(const float* full);
   // After every backward: fold the micro-step gradients into the fp32 accumulator (accum_fp32).
   virtual void after_backward() {}
   // Sum of squares and inf/NaN of the gradients this rank steps (the accumulator with accum_fp32).
@@ -97,7 +98,8 @@ class ParamStore {
   RankSlice slice_;
   StoreOptions o_;
   std::vector<optim::Segment> segments_;  // parameter pieces of slice_, as the optimizer's Segments
-  HostBuffer params_;  // padded_numel x wdtype: the working params (host) / their staging copy (device)
+  HostBuffer params_;  // padded_numel x wdtype: the working params (host) / their staging copy
+                       // (device); empty at stage 3, where no rank holds them whole
   HostBuffer master_;  // slice_.count x F32; element j is global flat element slice_.offset + j
   std::size_t keep_lo_ = 0, keep_hi_ = 0;
 };

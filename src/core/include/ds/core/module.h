@@ -108,6 +108,7 @@ class Module {
 
   // Writes initial fp32 values into params[i] (parameters()[i].numel() floats each).
   // Called on every rank; the engine then broadcasts rank 0's values so replicas start equal.
+  // (ZeRO stage 3 on several ranks: called on rank 0 only, which sends each rank its pieces.)
   virtual void init_parameters(std::span<const std::span<float>> params, std::uint64_t seed) = 0;
 
   // Engine-owned storage for parameters()[i]: params[i] and grads[i] have the same working

@@ -36,8 +36,8 @@ namespace ds::sched { class LrScheduler; }
 
 namespace ds {
 
-namespace engine { class CsvMonitor; class ParamStore; class GradReducer; struct AsyncSave; }
-namespace io { struct CheckpointContent; }
+namespace engine { class CsvMonitor; class ParamStore; class GradSync; class GroupFetcher; struct AsyncSave; struct FetchOptions; }
+namespace io { struct CheckpointContent; struct ShardRange; }
 
 // Engine::load_checkpoint options (DeepSpeed's keyword arguments).
 struct LoadOptions {
@@ -79,7 +79,7 @@ class Engine {
   // checks overflow, clips, updates, steps the scheduler (see docs/dev/engine.md).
   void step();
   // Validation loss (no gradients, no counters).
-  float evaluate(const Batch& batch) { return module_->evaluate(batch); }
+  float evaluate(const Batch& batch);
 
   // --- checkpoints (defined in engine_checkpoint.cpp) ---
   void save_checkpoint(const std::string& save_dir, std::optional<std::string> tag = std::nullopt,
@@ -92,6 +92,15 @@ class Engine {
   // directory, or "" when no async save was pending. Call it on every rank before the job
   // ends, or the last async save stays uncommitted.
   std::string wait_for_checkpoint();
+
+  // Collective. DeepSpeed's save_16bit_model: the current weights in the working dtype (fp32
+  // when training in fp32), consolidated into <save_dir>/<filename>, a safetensors file that
+  // rank 0 writes (via a temporary name, renamed when complete) with the parameters' own
+  // names and shapes. At stage 3 only with
+  // zero_optimization.stage3_gather_16bit_weights_on_model_save (otherwise a warning and
+  // false, as DeepSpeed), gathering one parameter group at a time. ds::Error on every rank
+  // when rank 0 cannot write it.
+  bool save_16bit_model(const std::string& save_dir, const std::string& filename = "model.safetensors");
 
   // --- counters and state (DeepSpeed's names) ---
   std::int64_t global_steps() const { return global_steps_; }
@@ -137,7 +146,8 @@ class Engine {
   GradientMemory gradient_memory() const;
 
   // The consolidated model for export: an fp32 copy of the current working parameters (flat,
-  // unpadded, in Module::parameters() order; at stages 0-2 every rank holds them whole).
+  // unpadded, in Module::parameters() order; at stages 0-2 every rank holds them whole). At
+  // stage 3 this is collective: every rank's partition is gathered.
   std::vector<float> gather_params_fp32() const;
   // Accumulated ms per phase ("forward", "backward", "reduce", "step"); reset after each
   // progress line when wall_clock_breakdown is on.
@@ -148,11 +158,13 @@ class Engine {
   void check_same_model_on_all_ranks(const std::vector<ParamInfo>& infos);
   void check_device_limits() const;  // the GPU path's limits (engine_init.cpp)
   void make_scaler();
+  engine::FetchOptions fetch_options() const;  // stage 3: the zero_optimization keys (engine_init.cpp)
   void boundary_step();
   void report_progress(bool overflow, double loss, double step_ms);
   void reset_cycle();
   // Checkpoints (engine_checkpoint.cpp).
-  io::CheckpointContent checkpoint_content(const io::StateValue& client_state);
+  io::CheckpointContent checkpoint_content(const io::StateValue& client_state, std::vector<std::vector<float>>& scratch);
+  std::vector<io::ShardRange> stage3_ranges() const;
   void apply_engine_state(const io::StateValue& es, const LoadOptions& opt, bool load_opt);
 
   // ---- configuration ----
@@ -173,7 +185,11 @@ class Engine {
   // space. Elements [total_numel, padded_numel) are zero padding (ZeRO only).
   engine::PartitionMap map_;
   std::unique_ptr<engine::ParamStore> store_;     // params, grads, master, where they live
-  std::unique_ptr<engine::GradReducer> reducer_;  // buckets, averaging, ZeRO-2 page release
+  // Gradient synchronisation: the GradReducer (stages 0-2: buckets, averaging, ZeRO-2 page
+  // release) or, at stage 3, the GroupFetcher (also the module's GroupHooks: gathers and
+  // releases parameter groups around their use); fetcher_ points at it then.
+  std::unique_ptr<engine::GradSync> sync_;
+  engine::GroupFetcher* fetcher_ = nullptr;
 
   // ---- optimizer, scaler, scheduler ----
   std::unique_ptr<optim::Optimizer> optimizer_;  // state sized for this rank's step range

@@ -4,6 +4,8 @@
 //   stage 0: wP + wP + (4 + K)P            (w = working bytes/param: 2 for fp16/bf16, 4 for fp32)
 //   stage 1: wP + wP + (4 + K)P/N          mixed-precision Adam (K = 8): 2P + 2P + 12P/N
 //   stage 2: wP + wP/N + (4 + K)P/N        mixed-precision Adam: 2P + (2 + 12)P/N
+//   stage 3: wP/N + 4P/N + (4 + K)P/N      dstrain keeps the reduced gradients in fp32:
+//                                          mixed-precision Adam 18P/N, DeepSpeed's figure
 // K = optimizer state bytes per parameter (Adam/AdamW/Lamb 8, SGD with momentum 4,
 // SGD without 0, Adagrad 4); 4P = fp32 master weights.
 #pragma once
@@ -38,11 +40,14 @@ struct ModelStateBytes {
 // nothing until written and read as zero before; release() hands whole pages back to the
 // kernel (madvise MADV_DONTNEED: they read as zero again, the state a backward accumulates
 // into); resident_bytes() asks the kernel (mincore) which pages are really there. No
-// MADV_HUGEPAGE: releases work on 4 KiB pages. Movable, not copyable.
+// MADV_HUGEPAGE unless asked for (see the constructor). Movable, not copyable.
 class PagedBuffer {
  public:
   PagedBuffer() = default;
-  PagedBuffer(std::size_t count, DType dtype);
+  // huge: starts on a 2 MiB boundary and asks for transparent huge pages (stage 3's flat
+  // buffers, released in 2 MiB-aligned groups); otherwise 4 KiB pages only.
+  PagedBuffer(std::size_t count, DType dtype, bool huge = false);
+  static constexpr std::size_t kHugePage = std::size_t(2) << 20;
   ~PagedBuffer();
   PagedBuffer(PagedBuffer&& o) noexcept { swap(o); }
   PagedBuffer& operator=(PagedBuffer&& o) noexcept { PagedBuffer t(std::move(o)); swap(t); return *this; }
@@ -84,6 +89,10 @@ class PagedBuffer {
 // Optimizer state bytes per parameter for a DeepSpeed optimizer name ("adam", "adamw",
 // "lamb", "sgd", "adagrad"); `sgd_momentum` says whether SGD keeps a momentum buffer.
 std::size_t optimizer_state_bytes_per_param(const std::string& optimizer_type, bool sgd_momentum = true);
+
+// DeepSpeed's estimate_zero3_model_states_mem_needs (no offload): bytes per rank for the
+// model states at stage 3, 4 * largest_layer_params + 18 * total_params / world_size.
+std::size_t deepspeed_zero3_estimate_bytes(std::size_t total_params, std::size_t largest_layer_params, int world_size);
 
 // The paper's per-rank bytes for `num_params` parameters on `world_size` data-parallel ranks.
 ModelStateBytes estimate_model_states_bytes(std::size_t num_params, int world_size, int zero_stage,

@@ -1,0 +1,317 @@
+// GroupFetcher: gathers, prefetch, release and the per-group reduce-scatter (zero3_fetcher.h).
+#include "zero3_fetcher.h"
+
+#include <algorithm>
+#include <cstring>
+
+#include "ds/core/error.h"
+#include "ds/core/half.h"
+
+namespace ds::engine {
+
+namespace {
+constexpr std::size_t pass_index(Pass p) { return p == Pass::Forward ? 0 : 1; }
+}  // namespace
+
+GroupFetcher::GroupFetcher(const PartitionMap& map, PartitionedParamStore& store, Communicator& comm,
+                           const FetchOptions& o, Timers& timers)
+    : map_(map), store_(store), comm_(comm), o_(o), timers_(timers), world_(map.world_size), wdtype_(store.wdtype()) {
+  DS_CHECK(map_.stage == 3 && !map_.groups.empty(), "the group fetcher needs a stage-3 partition map");
+  groups_.resize(map_.groups.size());
+  // Persistent groups: small ones, in order, while the model-wide budget lasts.
+  for (std::size_t g = 0; g < groups_.size(); ++g) {
+    const std::size_t n = map_.groups[g].numel;
+    if (n <= o_.persistence_threshold && persistent_elems_ + n <= o_.model_persistence_threshold) {
+      groups_[g].persistent = true;
+      persistent_elems_ += n;
+    }
+    max_piece_ = std::max(max_piece_, map_.groups[g].piece);
+    max_padded_ = std::max(max_padded_, map_.groups[g].padded);
+  }
+  if (world_ > 1) {
+    rs_recv_ = HostBuffer(kSlots * max_piece_, o_.comm_dtype);
+    if (o_.comm_dtype != wdtype_) rs_send_ = HostBuffer(kSlots * max_padded_, o_.comm_dtype);
+  }
+  store_.set_comm(&comm_);
+}
+
+GroupFetcher::~GroupFetcher() {
+  for (auto& op : ops_) {
+    try {
+      if (op.work) op.work->wait();
+    } catch (...) {
+    }
+  }
+}
+
+// ---- operations ----
+
+void GroupFetcher::start_gather(std::size_t g) {
+  Group& s = groups_[g];
+  const FlatGroup& fg = map_.groups[g];
+  live_ += fg.padded;
+  peak_live_ = std::max(peak_live_, live_);
+  const TensorView mine = store_.part_params(g);
+  const TensorView dst = store_.params(fg.offset, fg.padded);
+  if (world_ == 1) {
+    std::memcpy(dst.data, mine.data, mine.bytes());
+    s.state = State::Resident;
+    return;
+  }
+  Op op;
+  op.id = next_id_++;
+  op.gather = true;
+  op.group = g;
+  op.work = comm_.iall_gather(mine, dst);
+  s.state = State::Gathering;
+  s.gather_op = op.id;
+  ops_.push_back(std::move(op));
+}
+
+void GroupFetcher::start_reduce_scatter(std::size_t g) {
+  Group& s = groups_[g];
+  s.reduced = true;
+  const FlatGroup& fg = map_.groups[g];
+  const TensorView flat = store_.grads(fg.offset, fg.padded);
+  if (world_ == 1) {  // nothing to reduce: fold the group's gradients and drop its pages
+    fold_gradients(g, flat.data);
+    const auto [lo, hi] = store_.group_bytes(g);
+    store_.flat_grads().release(lo, hi);
+    return;
+  }
+  // At most kSlots in flight: wait for the oldest reduce-scatter (and what precedes it).
+  while (rs_in_flight_ >= kSlots) {
+    auto it = std::find_if(ops_.begin(), ops_.end(), [](const Op& o) { return !o.gather; });
+    DS_CHECK(it != ops_.end(), "stage 3: reduce-scatter bookkeeping lost an operation");
+    timers_.start("bucket_wait");
+    wait_until(it->id);
+    timers_.stop("bucket_wait");
+  }
+  Op op;
+  op.id = next_id_++;
+  op.gather = false;
+  op.group = g;
+  op.slot = rs_started_++ % kSlots;
+  TensorView send = flat;
+  if (o_.comm_dtype != wdtype_) {
+    send = TensorView{static_cast<char*>(rs_send_.data()) + op.slot * max_padded_ * dtype_size(o_.comm_dtype), fg.padded,
+                      o_.comm_dtype};
+    convert(flat.data, wdtype_, send.data, o_.comm_dtype, fg.padded);
+  }
+  const TensorView recv{static_cast<char*>(rs_recv_.data()) + op.slot * max_piece_ * dtype_size(o_.comm_dtype), fg.piece,
+                        o_.comm_dtype};
+  op.work = comm_.ireduce_scatter(send, recv, ReduceOp::Sum);
+  rs_in_flight_++;
+  ops_.push_back(std::move(op));
+  if (!o_.overlap) wait_until(ops_.back().id);
+}
+
+void GroupFetcher::fold_gradients(std::size_t g, const void* reduced) {
+  // The piece's fp32 partition accumulates the reduced sums of every micro-step of the cycle.
+  const DType t = world_ == 1 ? wdtype_ : o_.comm_dtype;
+  float* acc = store_.part_grads(g);
+  const std::int64_t n = std::int64_t(map_.groups[g].piece);
+  switch (t) {
+    case DType::F32: {
+      const float* p = static_cast<const float*>(reduced);
+#pragma omp parallel for schedule(static) if (n > (1 << 16))
+      for (std::int64_t j = 0; j < n; ++j) acc[j] += p[j];
+      break;
+    }
+    case DType::BF16: {
+      const bf16* p = static_cast<const bf16*>(reduced);
+#pragma omp parallel for schedule(static) if (n > (1 << 16))
+      for (std::int64_t j = 0; j < n; ++j) acc[j] += bf16_to_float(p[j]);
+      break;
+    }
+    case DType::F16: {
+      const f16* p = static_cast<const f16*>(reduced);
+#pragma omp parallel for schedule(static) if (n > (1 << 16))
+      for (std::int64_t j = 0; j < n; ++j) acc[j] += f16_to_float(p[j]);
+      break;
+    }
+    default:
+      DS_THROW("stage 3: unsupported gradient dtype " << dtype_name(t));
+  }
+}
+
+void GroupFetcher::complete_front() {
+  Op op = std::move(ops_.front());
+  ops_.pop_front();
+  if (op.work) op.work->wait();
+  if (op.gather) {
+    groups_[op.group].state = State::Resident;
+    return;
+  }
+  rs_in_flight_--;
+  fold_gradients(op.group, static_cast<const char*>(rs_recv_.data()) + op.slot * max_piece_ * dtype_size(o_.comm_dtype));
+  const auto [lo, hi] = store_.group_bytes(op.group);
+  store_.flat_grads().release(lo, hi);
+}
+
+void GroupFetcher::wait_until(std::uint64_t id) {
+  while (!ops_.empty() && ops_.front().id <= id) complete_front();
+}
+
+void GroupFetcher::release_params(std::size_t g) {
+  Group& s = groups_[g];
+  if (s.state == State::Released) return;
+  const auto [lo, hi] = store_.group_bytes(g);
+  store_.flat_params().release(lo, hi);
+  s.state = State::Released;
+  s.stale = false;
+  live_ -= map_.groups[g].padded;
+}
+
+// ---- the module's brackets ----
+
+void GroupFetcher::acquire(std::size_t g, Pass pass) {
+  DS_CHECK(g < groups_.size(), "GroupHooks::acquire(" << g << "): the module declared " << groups_.size() << " groups");
+  Group& s = groups_[g];
+  if (s.refs++ > 0) return;  // nested bracket: already resident
+  const std::size_t k = pass_index(pass);
+  if (!traced_[k]) {
+    trace_[k].push_back(g);
+  } else if (!diverged_[k]) {
+    // Follow the trace; a use it did not predict stops prefetching for the rest of the pass.
+    auto& t = trace_[k];
+    auto it = std::find(t.begin() + std::ptrdiff_t(std::min(cursor_[k], t.size())), t.end(), g);
+    if (it == t.end()) diverged_[k] = true;
+    else cursor_[k] = std::size_t(it - t.begin()) + 1;
+  }
+  if (s.state == State::Resident && s.stale) {  // a persistent group after a step: refresh in place
+    live_ -= map_.groups[g].padded;
+    s.state = State::Released;
+    s.stale = false;
+  }
+  if (s.state == State::Released) start_gather(g);
+  if (s.state == State::Gathering) {
+    timers_.start("gather_wait");
+    wait_until(s.gather_op);
+    timers_.stop("gather_wait");
+  }
+  if (o_.overlap) prefetch(pass);
+}
+
+void GroupFetcher::release(std::size_t g, Pass pass) noexcept {
+  if (g >= groups_.size()) return;
+  Group& s = groups_[g];
+  if (s.refs <= 0 || --s.refs > 0) return;
+  if (s.persistent || keep_for_reuse(g, pass)) return;
+  release_params(g);
+}
+
+bool GroupFetcher::keep_for_reuse(std::size_t g, Pass pass) const {
+  // DeepSpeed's max_reuse_distance: kept when the trace uses it again within that many
+  // elements of other gathers, and the live total stays under max_live_parameters.
+  if (live_ > o_.max_live) return false;
+  const std::size_t k = pass_index(pass);
+  if (!traced_[k] || diverged_[k]) return false;
+  std::size_t dist = 0;
+  auto scan = [&](const std::vector<std::size_t>& t, std::size_t from) {
+    for (std::size_t i = from; i < t.size(); ++i) {
+      if (t[i] == g) return true;
+      dist += map_.groups[t[i]].padded;
+      if (dist > o_.max_reuse) return false;
+    }
+    return false;
+  };
+  if (scan(trace_[k], cursor_[k])) return dist <= o_.max_reuse;
+  if (k == 0 && traced_[1] && dist <= o_.max_reuse) return scan(trace_[1], 0) && dist <= o_.max_reuse;
+  return false;
+}
+
+void GroupFetcher::prefetch(Pass pass) {
+  const std::size_t k = pass_index(pass);
+  if (!traced_[k] || diverged_[k]) return;
+  std::size_t in_flight = 0;
+  for (const Op& op : ops_)
+    if (op.gather) in_flight += map_.groups[op.group].padded;
+  const auto& t = trace_[k];
+  for (std::size_t i = cursor_[k]; i < t.size(); ++i) {
+    Group& s = groups_[t[i]];
+    if (s.state == State::Gathering) continue;
+    if (s.state == State::Resident && !s.stale) continue;
+    const std::size_t n = map_.groups[t[i]].padded;
+    if (in_flight + n > o_.prefetch_elems || live_ + n > o_.max_live) break;
+    if (s.stale) {
+      live_ -= n;
+      s.state = State::Released;
+      s.stale = false;
+    }
+    start_gather(t[i]);
+    in_flight += n;
+  }
+}
+
+void GroupFetcher::release_unused() {
+  for (std::size_t g = 0; g < groups_.size(); ++g) {
+    Group& s = groups_[g];
+    if (s.refs == 0 && !s.persistent && s.state != State::Released) {
+      if (s.state == State::Gathering) wait_until(s.gather_op);
+      release_params(g);
+    }
+  }
+}
+
+// ---- the engine's calls ----
+
+void GroupFetcher::begin_forward() {
+  if (!traced_[0]) trace_[0].clear();  // uses outside a forward (sampling first) are not the pass
+  cursor_[0] = 0;
+  diverged_[0] = false;
+  if (o_.whole_model) acquire(0, Pass::Forward);
+}
+
+void GroupFetcher::end_forward() {
+  if (o_.whole_model) release(0, Pass::Forward);
+  traced_[0] = true;
+}
+
+void GroupFetcher::begin_backward(bool /*boundary*/) {
+  // Stage 3 reduces on every micro-step: the flat gradients live only until their group is done.
+  if (!traced_[1]) trace_[1].clear();
+  cursor_[1] = 0;
+  diverged_[1] = false;
+  for (auto& s : groups_) {
+    s.grads_ready = 0;
+    s.reduced = false;
+  }
+  if (o_.whole_model) acquire(0, Pass::Backward);
+}
+
+void GroupFetcher::grad_ready(std::size_t i) {
+  DS_CHECK(i < map_.params.size(), "Module::backward reported grad_ready(" << i << ") but the module has "
+                                   << map_.params.size() << " parameters");
+  const std::size_t g = map_.group_of(i);
+  Group& s = groups_[g];
+  if (s.reduced) return;
+  if (++s.grads_ready >= map_.groups[g].param_count) start_reduce_scatter(g);
+}
+
+void GroupFetcher::end_backward() {
+  if (o_.whole_model) release(0, Pass::Backward);
+  timers_.start("reduce");
+  // Groups whose gradients never all reported (unused parameters, a module without
+  // callbacks) reduce now, last group first as backward runs, the same order on every rank.
+  for (std::size_t g = groups_.size(); g-- > 0;)
+    if (!groups_[g].reduced) start_reduce_scatter(g);
+  wait_until(next_id_);
+  timers_.stop("reduce");
+  release_unused();
+  traced_[1] = true;
+}
+
+void GroupFetcher::finish() { wait_until(next_id_); }
+
+void GroupFetcher::params_changed() {
+  // Every piece may have changed (a step, a load): gathered copies are stale. Persistent
+  // groups keep their pages and are refreshed by the next acquire (or prefetch); the rest are
+  // released already.
+  for (std::size_t g = 0; g < groups_.size(); ++g) {
+    Group& s = groups_[g];
+    if (s.state == State::Resident) s.stale = true;
+  }
+}
+
+}  // namespace ds::engine

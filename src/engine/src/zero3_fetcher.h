@@ -1,0 +1,133 @@
+// GroupFetcher: ZeRO stage 3's parameter and gradient traffic (docs/dev/engine.md "Stage 3";
+// DeepSpeed's PartitionedParameterCoordinator and stage3.py's reduce-scatter of ipg buckets).
+//
+// The module brackets each use of a parameter group with GroupHooks::acquire/release (ds/core/
+// module.h). acquire(g) makes group g's parameters resident in the flat space: a gather of
+// every rank's piece (all-gather), started earlier as a prefetch when the fetcher predicted
+// the use, or now. Prediction: the first forward and backward record the order of
+// acquisitions (the trace); later passes follow it and keep gathers in flight ahead of the
+// module, up to stage3_prefetch_bucket_size elements and stage3_max_live_parameters
+// resident. release(g) frees the group's pages unless the group is persistent (at most
+// stage3_param_persistence_threshold elements; stage3_model_persistence_threshold in all) or
+// the trace says it is used again within stage3_max_reuse_distance elements. In backward,
+// once every parameter of a group reported its gradient final, the group's flat gradients
+// are reduce-scattered (non-blocking, overlapping the backward of the next groups) into a
+// scratch piece that is then added into this rank's fp32 gradient partition, and their pages
+// are released. overlap_comm false: no prefetch, and each reduce-scatter is waited at once.
+//
+// Collective order: every rank's module acquires the same groups in the same order and
+// reports the same gradients, so the gathers and reduce-scatters the fetcher starts from
+// those calls form the same sequence on every rank. Non-blocking operations are completed
+// strictly in the order they were started (the Communicator's rule): waiting for one
+// completes every older one first.
+#pragma once
+
+#include <cstddef>
+#include <cstdint>
+#include <deque>
+#include <vector>
+
+#include "ds/core/buffer.h"
+#include "ds/core/module.h"
+#include "ds/core/timer.h"
+#include "ds/mpi/communicator.h"
+#include "grad_sync.h"
+#include "zero3_store.h"
+
+namespace ds::engine {
+
+struct FetchOptions {
+  std::size_t prefetch_elems = 50000000;           // stage3_prefetch_bucket_size
+  std::size_t max_live = 1000000000;               // stage3_max_live_parameters
+  std::size_t max_reuse = 1000000000;              // stage3_max_reuse_distance
+  std::size_t persistence_threshold = 100000;      // stage3_param_persistence_threshold
+  std::size_t model_persistence_threshold = SIZE_MAX;  // stage3_model_persistence_threshold
+  bool overlap = true;                             // overlap_comm
+  bool whole_model = false;  // the module declares no groups: the engine's calls bracket group 0
+  DType comm_dtype = DType::F32;                   // communication_data_type
+};
+
+class GroupFetcher final : public GroupHooks, public GradSync {
+ public:
+  GroupFetcher(const PartitionMap& map, PartitionedParamStore& store, Communicator& comm, const FetchOptions& o,
+               Timers& timers);
+  ~GroupFetcher() override;  // waits for operations in flight (they own their buffers)
+  GroupFetcher(const GroupFetcher&) = delete;
+  GroupFetcher& operator=(const GroupFetcher&) = delete;
+
+  // GroupHooks (the module's calls).
+  void acquire(std::size_t group, Pass pass) override;
+  void release(std::size_t group, Pass pass) noexcept override;
+
+  // GradSync (the engine's calls).
+  void begin_forward() override;
+  void end_forward() override;
+  void begin_backward(bool boundary) override;
+  void grad_ready(std::size_t param) override;
+  void end_backward() override;
+  void finish() override;
+  void params_changed() override;
+  double post_factor() const override { return 1.0 / double(world_); }
+  std::size_t scratch_bytes() const override { return rs_recv_.bytes() + rs_send_.bytes(); }
+
+  // Reporting: the most parameter elements gathered at once, and the groups kept resident.
+  std::size_t peak_live_elements() const { return peak_live_; }
+  std::size_t persistent_elements() const { return persistent_elems_; }
+
+ private:
+  enum class State : std::uint8_t { Released, Gathering, Resident };
+  struct Group {
+    State state = State::Released;
+    int refs = 0;
+    bool persistent = false;
+    bool stale = false;            // persistent and resident, but the step changed the pieces
+    std::uint64_t gather_op = 0;   // id of the gather in flight (state Gathering)
+    std::size_t grads_ready = 0;   // parameters that reported their gradient this backward
+    bool reduced = false;          // its reduce-scatter was started this backward
+  };
+  struct Op {
+    std::uint64_t id = 0;
+    bool gather = true;
+    std::size_t group = 0;
+    std::size_t slot = 0;  // reduce-scatter scratch slot
+    CommWork work;
+  };
+
+  void start_gather(std::size_t g);
+  void start_reduce_scatter(std::size_t g);
+  void wait_until(std::uint64_t id);  // completes every operation up to id, oldest first
+  void complete_front();
+  void fold_gradients(std::size_t g, const void* reduced);  // piece += reduced (comm dtype)
+  void release_params(std::size_t g);
+  void prefetch(Pass pass);
+  bool keep_for_reuse(std::size_t g, Pass pass) const;
+  void release_unused();  // resident, unreferenced, not persistent: gathered but not used
+
+  const PartitionMap& map_;
+  PartitionedParamStore& store_;
+  Communicator& comm_;
+  FetchOptions o_;
+  Timers& timers_;
+  int world_ = 1;
+  DType wdtype_;
+  std::vector<Group> groups_;
+  std::deque<Op> ops_;
+  std::uint64_t next_id_ = 1;
+  std::size_t live_ = 0, peak_live_ = 0, persistent_elems_ = 0;
+
+  // Trace of acquisitions per pass (index 0 forward, 1 backward), recorded by the first pass
+  // of each kind; the cursor is where the current pass stands in it.
+  std::vector<std::size_t> trace_[2];
+  bool traced_[2] = {false, false};
+  std::size_t cursor_[2] = {0, 0};
+  bool diverged_[2] = {false, false};
+
+  // Reduce-scatter slots: two, as DeepSpeed's two ipg buffers (one filling, one reducing).
+  static constexpr std::size_t kSlots = 2;
+  HostBuffer rs_recv_;   // kSlots x largest piece, comm dtype
+  HostBuffer rs_send_;   // kSlots x largest group, comm dtype (only when it differs from wdtype)
+  std::size_t max_piece_ = 0, max_padded_ = 0;
+  std::size_t rs_in_flight_ = 0, rs_started_ = 0;
+};
+
+}  // namespace ds::engine
