@@ -56,6 +56,15 @@ constexpr std::uint64_t kDefaultSeed = 1234;
 constexpr std::int64_t kDefaultSteps = 800;
 constexpr std::int64_t kDefaultEvalIters = 20;
 constexpr std::int64_t kLossWindow = 10;  // the summary's train loss: mean of the last steps
+
+// This process's peak resident set (VmHWM of /proc/self/status), MiB; 0 where unreadable.
+double peak_resident_mib() {
+  std::ifstream f("/proc/self/status");
+  std::string line;
+  while (std::getline(f, line))
+    if (line.rfind("VmHWM:", 0) == 0) return std::atof(line.c_str() + 6) / 1024.0;  // kB
+  return 0;
+}
 }  // namespace
 
 struct Job {
@@ -697,12 +706,21 @@ void run(Job& j, DistributedContext& dist) {
   }
   rep.finish_bar();
 
-  // A short sample from the trained GPT (rank 0 only; no communication).
+  // zero_optimization.stage3_gather_16bit_weights_on_model_save: the final weights also as one
+  // consolidated safetensors file beside the checkpoints (DeepSpeed's save_16bit_model).
+  if (!j.opts.save_dir.empty() && j.cfg.zero_optimization.gather_16bit_weights_on_model_save &&
+      j.total_steps > start_step)
+    engine.save_16bit_model(j.opts.save_dir, "model.safetensors");
+
+  // A short sample from the trained GPT, printed by rank 0. Below stage 3 rank 0 holds the
+  // whole model and samples alone; at stage 3 every rank runs the sampler, because each of
+  // its forward calls gathers the parameter groups from every rank.
   // Token shards hold ids of a tokenizer train does not have (without --tokenizer): no text to show.
+  const bool samples_here = rank0 || engine.zero_stage() == 3;
   if (rank0 && j.generate && j.opts.sample_tokens > 0 && j.train_shards && !j.tokenizer)
     std::printf("[train] no text sample: %s holds token ids, not bytes (--tokenizer decodes them)\n",
                 j.opts.data.c_str());
-  if (rank0 && j.generate && j.opts.sample_tokens > 0 && (!j.train_shards || j.tokenizer)) {
+  if (samples_here && j.generate && j.opts.sample_tokens > 0 && (!j.train_shards || j.tokenizer)) {
     std::vector<std::int32_t> prompt;
     if (j.train_shards) {
       const data::TokenShards& src = j.val_shards->size() > 0 ? *j.val_shards : *j.train_shards;
@@ -731,17 +749,23 @@ void run(Job& j, DistributedContext& dist) {
       return s;
     };
     const char* unit = j.tokenizer ? "tokens" : "bytes";
-    if (!j.prompt.empty())
-      std::printf("[train] sample (temperature 0.8, prompt = --prompt, %zu %s):\n", prompt.size(), unit);
-    else
-      std::printf("[train] sample (temperature 0.8, prompt = first %zu %s of the validation split):\n", plen, unit);
-    std::printf("%s%s\n[train] end of sample\n", text_of(prompt).c_str(), text_of(out).c_str());
+    if (rank0) {
+      if (!j.prompt.empty())
+        std::printf("[train] sample (temperature 0.8, prompt = --prompt, %zu %s):\n", prompt.size(), unit);
+      else
+        std::printf("[train] sample (temperature 0.8, prompt = first %zu %s of the validation split):\n", plen, unit);
+      std::printf("%s%s\n[train] end of sample\n", text_of(prompt).c_str(), text_of(out).c_str());
+    }
   }
 
   // With checkpoint.async_save the last save is still being written: commit it (collective)
   // before reporting success, or `latest` would name the previous tag. It prints the same
   // "saved checkpoint" line as a synchronous save.
   engine.wait_for_checkpoint();
+
+  // Peak resident memory of the ranks (VmHWM): the largest, for the summary.
+  double peak_mib = peak_resident_mib();
+  engine.comm().all_reduce(TensorView{&peak_mib, 1, DType::F64}, ReduceOp::Max);
 
   if (rank0) {
     const std::int64_t done = rep.steps_done();
@@ -762,6 +786,8 @@ void run(Job& j, DistributedContext& dist) {
       if (final_val) std::printf(", final validation loss %.4f", *final_val);
       std::printf("\n");
     }
+    std::printf("[train] memory per rank: model states %.1f MiB (ZeRO stage %d), peak resident %.1f MiB (largest rank)\n",
+                double(engine.memory_report().total()) / (1 << 20), engine.zero_stage(), peak_mib);
     std::fflush(stdout);
   }
 }
