@@ -1,6 +1,8 @@
 // ZeRO memory and step time (not a test): one ZeRO stage per process, so VmHWM is that
-// stage's peak. bench/zero/run.sh runs stages 0/1/2 at 2 and 4 ranks and prints the table
-// that docs/user/performance.md ("ZeRO memory and step time") holds.
+// stage's peak. bench/zero/run.sh runs stages 0-3 at 2 and 4 ranks and prints the table
+// that docs/user/performance.md ("ZeRO memory and step time") holds. Stage 3 runs with
+// DeepSpeed's stage-3 defaults unless --persistence / --prefetch / --reuse say otherwise, and
+// also prints peak_live (the most parameter elements gathered at once, from the engine).
 //
 // Prints one line on rank 0, key=value pairs:
 //   stage world params step_ms (median of the timed steps, max over ranks per step)
@@ -72,12 +74,16 @@ double vm_hwm_mib() {
 
 int main(int argc, char** argv) {
   int stage = 0, steps = 8, warmup = 2;
+  std::int64_t persistence = 100000, prefetch = 50000000, reuse = 1000000000;
   std::int64_t layers = 4, embd = 384, seq = 64, batch = 2, bucket = 2000000;
   std::string precision = "fp16";
   double min_ratio = 0;
   bool no_reference = false;
   CLI::App app{"ZeRO stage memory and step time"};
-  app.add_option("--stage", stage, "ZeRO stage 0, 1 or 2");
+  app.add_option("--stage", stage, "ZeRO stage 0, 1, 2 or 3")->check(CLI::Range(0, 3));
+  app.add_option("--persistence", persistence, "stage 3: stage3_param_persistence_threshold (elements)");
+  app.add_option("--prefetch", prefetch, "stage 3: stage3_prefetch_bucket_size (elements)");
+  app.add_option("--reuse", reuse, "stage 3: stage3_max_reuse_distance (elements)");
   app.add_option("--steps", steps, "timed optimizer steps");
   app.add_option("--warmup", warmup, "untimed steps first");
   app.add_option("--layers", layers);
@@ -110,6 +116,11 @@ int main(int argc, char** argv) {
                          {"gradient_accumulation_steps", 1},
                          {"optimizer", {{"type", "AdamW"}, {"params", {{"lr", 1e-4}}}}},
                          {"zero_optimization", {{"stage", st}, {"reduce_bucket_size", bucket}}}};
+      if (st == 3) {
+        cfg["zero_optimization"]["stage3_param_persistence_threshold"] = persistence;
+        cfg["zero_optimization"]["stage3_prefetch_bucket_size"] = prefetch;
+        cfg["zero_optimization"]["stage3_max_reuse_distance"] = reuse;
+      }
       if (precision != "fp32") cfg[precision] = {{"enabled", true}};
       if (precision == "fp16") cfg["fp16"]["initial_scale_power"] = 12;
       return ds::config::parse_config_json(cfg);
@@ -136,13 +147,14 @@ int main(int argc, char** argv) {
     bt.seq = seq;
 
     std::vector<double> times;
-    double bwd0 = 0, red0 = 0, wait0 = 0;
+    double bwd0 = 0, red0 = 0, wait0 = 0, gwait0 = 0;
     Usage u0;
     for (int i = 0; i < warmup + steps; ++i) {
       if (i == warmup) {
         bwd0 = e.timers().total_ms("backward");
         red0 = e.timers().total_ms("reduce");
         wait0 = e.timers().total_ms("bucket_wait");
+        gwait0 = e.timers().total_ms("gather_wait");
         u0 = usage();
       }
       comm->barrier();
@@ -156,6 +168,7 @@ int main(int argc, char** argv) {
     }
     std::sort(times.begin(), times.end());
     const double median = times.empty() ? 0 : times[times.size() / 2];
+    const double gather_wait = (e.timers().total_ms("gather_wait") - gwait0) / std::max(1, steps);
     double hwm = vm_hwm_mib();
     comm->all_reduce(ds::TensorView{&hwm, 1, ds::DType::F64}, ds::ReduceOp::Max);
     const double bwd = (e.timers().total_ms("backward") - bwd0) / std::max(1, steps);
@@ -175,10 +188,10 @@ int main(int argc, char** argv) {
           "faults=%.0f cpu_ms=%.1f vmhwm_mib=%.1f "
           "engine_params=%zu engine_grads=%zu engine_grad_buckets=%zu grad_resident=%zu "
           "engine_master=%zu engine_optim=%zu engine_scratch=%zu formula_params=%zu formula_grads=%zu "
-          "formula_master=%zu formula_optim=%zu skipped=%lld\n",
+          "formula_master=%zu formula_optim=%zu gather_wait_ms=%.2f skipped=%lld\n",
           stage, comm->size(), P, precision.c_str(), median, bwd, red, wait, faults, cpu, hwm, rep.params, rep.grads,
           rep.grad_buckets, gm.resident, rep.master,
-          rep.optimizer_state, rep.comm_scratch, est.params, est.grads, est.master, est.optimizer_state,
+          rep.optimizer_state, rep.comm_scratch, est.params, est.grads, est.master, est.optimizer_state, gather_wait,
           (long long)e.skipped_steps());
       std::fflush(stdout);
     }
@@ -200,6 +213,7 @@ int main(int argc, char** argv) {
     report["formula_bytes"] = {{"params", est.params}, {"grads", est.grads}, {"master", est.master},
                                {"optimizer_state", est.optimizer_state}};
     report["skipped_steps"] = (long long)e.skipped_steps();
+    report["gather_wait_ms"] = gather_wait;
     // Ranks agree: each rank's full copy of the parameters hashes the same.
     const std::vector<float> params = e.gather_params_fp32();
     std::uint64_t h[2] = {ds::fnv1a64(params.data(), params.size() * sizeof(float)), 0};
