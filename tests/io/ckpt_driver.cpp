@@ -115,7 +115,7 @@ int main(int argc, char** argv) {
   DistributedContext ctx;
   try {
     ctx = init_distributed();
-    std::string dir, combos = "fp32:0,fp32:1,fp32:2,fp16:0,fp16:1,fp16:2,bf16:0,bf16:1,bf16:2", kill, must_fail;
+    std::string dir, combos = "fp32:0,fp32:1,fp32:2,fp32:3,fp16:0,fp16:1,fp16:2,fp16:3,bf16:0,bf16:1,bf16:2,bf16:3", kill, must_fail;
     int hidden = 5;
     std::vector<std::int64_t> save_at;
     std::int64_t steps = 6;

@@ -1,6 +1,6 @@
 #!/bin/bash
 # Bit-identical resume: N steps unbroken == k steps + save + NEW process that loads + N-k steps,
-# for every working dtype (fp32/fp16/bf16) and ZeRO stage (0/1/2) at NP ranks.
+# for every working dtype (fp32/fp16/bf16) and ZeRO stage (0-3) at NP ranks.
 # usage: resume_test.sh NP [--async]
 set -euo pipefail
 NP=$1; shift
