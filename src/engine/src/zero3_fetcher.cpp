@@ -6,6 +6,7 @@
 
 #include "ds/core/error.h"
 #include "ds/core/half.h"
+#include "ds/core/log.h"
 
 namespace ds::engine {
 
@@ -198,7 +199,11 @@ void GroupFetcher::release(std::size_t g, Pass pass) noexcept {
   Group& s = groups_[g];
   if (s.refs <= 0 || --s.refs > 0) return;
   if (s.persistent || keep_for_reuse(g, pass)) return;
-  release_params(g);
+  try {
+    release_params(g);
+  } catch (const std::exception& e) {  // madvise refused: the pages stay, nothing is wrong
+    DS_WARN("stage 3: could not release parameter group " << map_.groups[g].name << ": " << e.what());
+  }
 }
 
 bool GroupFetcher::keep_for_reuse(std::size_t g, Pass pass) const {
