@@ -66,6 +66,7 @@ engine::FetchOptions Engine::fetch_options() const {
   o.persistence_threshold = elems(z.param_persistence_threshold);
   o.model_persistence_threshold = elems(z.model_persistence_threshold);
   o.overlap = z.overlap_comm_effective();
+  o.reduce_bucket = elems(z.reduce_bucket_size);
   o.whole_model = module_->parameter_groups().empty();
   o.comm_dtype = comm_dtype_;
   return o;

@@ -29,9 +29,13 @@ GroupFetcher::GroupFetcher(const PartitionMap& map, PartitionedParamStore& store
     max_piece_ = std::max(max_piece_, map_.groups[g].piece);
     max_padded_ = std::max(max_padded_, map_.groups[g].padded);
   }
+  if (o_.comm_dtype == wdtype_) {
+    const std::size_t fit = (o_.reduce_bucket + max_padded_ - 1) / std::max<std::size_t>(1, max_padded_);
+    slots_ = std::max<std::size_t>(2, std::min(fit, groups_.size()));
+  }
   if (world_ > 1) {
-    rs_recv_ = HostBuffer(kSlots * max_piece_, o_.comm_dtype);
-    if (o_.comm_dtype != wdtype_) rs_send_ = HostBuffer(kSlots * max_padded_, o_.comm_dtype);
+    rs_recv_ = HostBuffer(slots_ * max_piece_, o_.comm_dtype);
+    if (o_.comm_dtype != wdtype_) rs_send_ = HostBuffer(slots_ * max_padded_, o_.comm_dtype);
   }
   store_.set_comm(&comm_);
 }
@@ -80,8 +84,8 @@ void GroupFetcher::start_reduce_scatter(std::size_t g) {
     store_.flat_grads().release(lo, hi);
     return;
   }
-  // At most kSlots in flight: wait for the oldest reduce-scatter (and what precedes it).
-  while (rs_in_flight_ >= kSlots) {
+  // At most slots_ in flight: wait for the oldest reduce-scatter (and what precedes it).
+  while (rs_in_flight_ >= slots_) {
     auto it = std::find_if(ops_.begin(), ops_.end(), [](const Op& o) { return !o.gather; });
     DS_CHECK(it != ops_.end(), "stage 3: reduce-scatter bookkeeping lost an operation");
     timers_.start("bucket_wait");
@@ -92,7 +96,7 @@ void GroupFetcher::start_reduce_scatter(std::size_t g) {
   op.id = next_id_++;
   op.gather = false;
   op.group = g;
-  op.slot = rs_started_++ % kSlots;
+  op.slot = rs_started_++ % slots_;
   TensorView send = flat;
   if (o_.comm_dtype != wdtype_) {
     send = TensorView{static_cast<char*>(rs_send_.data()) + op.slot * max_padded_ * dtype_size(o_.comm_dtype), fg.padded,

@@ -11,9 +11,9 @@
 // stage3_param_persistence_threshold elements; stage3_model_persistence_threshold in all) or
 // the trace says it is used again within stage3_max_reuse_distance elements. In backward,
 // once every parameter of a group reported its gradient final, the group's flat gradients
-// are reduce-scattered (non-blocking, overlapping the backward of the next groups) into a
-// scratch piece that is then added into this rank's fp32 gradient partition, and their pages
-// are released. overlap_comm false: no prefetch, and each reduce-scatter is waited at once.
+// are reduce-scattered (non-blocking, overlapping the backward of the next groups; as many
+// groups in flight as reduce_bucket_size elements hold, at least two) into a scratch piece
+// that is then added into this rank's fp32 gradient partition, and their pages are released. overlap_comm false: no prefetch, and each reduce-scatter is waited at once.
 //
 // Collective order: every rank's module acquires the same groups in the same order and
 // reports the same gradients, so the gathers and reduce-scatters the fetcher starts from
@@ -43,6 +43,7 @@ struct FetchOptions {
   std::size_t persistence_threshold = 100000;      // stage3_param_persistence_threshold
   std::size_t model_persistence_threshold = SIZE_MAX;  // stage3_model_persistence_threshold
   bool overlap = true;                             // overlap_comm
+  std::size_t reduce_bucket = 500000000;           // reduce_bucket_size: gradients in flight
   bool whole_model = false;  // the module declares no groups: the engine's calls bracket group 0
   DType comm_dtype = DType::F32;                   // communication_data_type
 };
@@ -122,10 +123,12 @@ class GroupFetcher final : public GroupHooks, public GradSync {
   std::size_t cursor_[2] = {0, 0};
   bool diverged_[2] = {false, false};
 
-  // Reduce-scatter slots: two, as DeepSpeed's two ipg buffers (one filling, one reducing).
-  static constexpr std::size_t kSlots = 2;
-  HostBuffer rs_recv_;   // kSlots x largest piece, comm dtype
-  HostBuffer rs_send_;   // kSlots x largest group, comm dtype (only when it differs from wdtype)
+  // Reduce-scatter slots: as many groups as reduce_bucket_size elements hold, at least two
+  // (DeepSpeed's two ipg buffers: one filling, one reducing); two when gradients travel in
+  // another dtype (each slot then also holds a converted copy of a whole group).
+  std::size_t slots_ = 2;
+  HostBuffer rs_recv_;   // slots_ x largest piece, comm dtype
+  HostBuffer rs_send_;   // slots_ x largest group, comm dtype (only when it differs from wdtype)
   std::size_t max_piece_ = 0, max_padded_ = 0;
   std::size_t rs_in_flight_ = 0, rs_started_ = 0;
 };
