@@ -31,7 +31,7 @@ ParseResult parse_options(int argc, const char* const* argv) {
   engine::DeepSpeedArgs ds_args;
   engine::add_deepspeed_args(app, ds_args);
 
-  add_optional(app, "--model", o.model, "Model: gpt (default), mlp or llama (CPU only)")
+  add_optional(app, "--model", o.model, "Model: gpt (default), mlp or llama (its GPU model: --device cuda only, not yet run on a GPU)")
       ->check(CLI::IsMember({"gpt", "mlp", "llama"}));
   add_optional(app, "--n_layer", o.n_layer, "Transformer blocks (GPT) / hidden layers (MLP)")
       ->check(CLI::Range(std::int64_t{1}, std::int64_t{1024}));

@@ -42,6 +42,7 @@
 
 #include "ds/core/cuda_check.h"
 #include "ds/nn/gpt_cuda.h"
+#include "ds/nn/llama_cuda.h"
 #endif
 #include "client_state_check.h"
 #include "init_from.h"
@@ -350,7 +351,8 @@ JobPtr prepare(const TrainOptions& opts, const DistributedContext& dist) {
   // --save_dir that cannot take checkpoints fails now, not at the first save after training.
   if (!opts.save_dir.empty()) check_save_dir(opts.save_dir);
 
-  // The Llama runs on the CPU only: --device auto picks the CPU for it.
+  // The Llama's GPU model (LlamaCuda) is compiled but has not run on a GPU yet: only an
+  // explicit --device cuda takes it; --device auto keeps the Llama on the CPU.
   j.on_gpu = !(opts.device == "auto" && j.spec.type == "llama") && use_gpu(opts.device, dist);
 
   // What all ranks must share: checked by main() before the first collective, because
@@ -367,15 +369,23 @@ JobPtr prepare(const TrainOptions& opts, const DistributedContext& dist) {
   // Progress bar only on a terminal (rank 0's stdout; run() shares rank 0's verdict).
   j.bar = dist.rank == 0 && (opts.progress == "bar" || (opts.progress == "auto" && stdout_is_terminal()));
 
-  if (j.on_gpu && j.spec.type != "gpt")
-    DS_THROW("--model " << j.spec.type << " runs on the CPU only; add --device cpu (the GPU path has the GPT)");
+#if DS_NN_HAVE_CUDA
+  const bool gpu_model = j.spec.type == "gpt" || j.spec.type == "llama";
+  const char* gpu_models = "the GPU path has the GPT and the Llama";
+#else
+  const bool gpu_model = j.spec.type == "gpt";
+  const char* gpu_models = "the GPU path has the GPT";
+#endif
+  if (j.on_gpu && !gpu_model)
+    DS_THROW("--model " << j.spec.type << " runs on the CPU only; add --device cpu (" << gpu_models << ")");
   // DeepSpeed recomputes where the model calls checkpoint(); here the built-in CPU decoders do
   // it for every block when the config's section (or the flag) asks.
   const bool checkpointing = j.cfg.activation_checkpointing.enabled || opts.activation_checkpointing;
   const std::string checkpointing_from =
       opts.activation_checkpointing ? std::string("--activation_checkpointing") : "activation_checkpointing in " + opts.config;
   if (checkpointing && j.on_gpu)
-    DS_THROW(checkpointing_from << ": the CUDA GPT does not recompute activations; remove it or add --device cpu");
+    DS_THROW(checkpointing_from << ": the CUDA " << (j.spec.type == "llama" ? "Llama" : "GPT")
+                                << " does not recompute activations; remove it or add --device cpu");
   auto note_of = [&](auto* m) {
     m->set_activation_checkpointing(true);
     j.checkpointing_note = [m, B = std::int64_t(j.cfg.train_micro_batch_size_per_gpu), T = j.spec.block_size] {
@@ -429,12 +439,27 @@ JobPtr prepare(const TrainOptions& opts, const DistributedContext& dist) {
     c.rope_theta = j.spec.rope_theta;
     c.rms_norm_eps = j.spec.rms_norm_eps;
     c.tie_embeddings = j.spec.tie_embeddings;
-    (void)nn::parse_cpu_bf16_gemm(j.cfg.kernels.cpu_bf16_gemm, "kernels.cpu_bf16_gemm");
-    auto llama = std::make_unique<nn::Llama>(c);
-    if (checkpointing) note_of(llama.get());
-    j.generate = [m = llama.get()](auto ctx, int n, float temp, std::uint64_t seed) { return m->generate(ctx, n, temp, seed); };
-    j.flops_per_token = llama->flops_per_token();
-    j.model = std::move(llama);
+#if DS_NN_HAVE_CUDA
+    if (j.on_gpu) {
+      // Compiled, not yet run on a GPU (docs/dev/gpu.md): materialised block-causal attention
+      // only, so kernels.attention "flash" is refused rather than silently not used.
+      DS_CHECK(j.cfg.kernels.attention != "flash",
+               opts.config << ": kernels.attention \"flash\": the CUDA Llama has no flash attention; use \"auto\" or add --device cpu");
+      DS_CUDA_CHECK(cudaSetDevice(dist.device));
+      auto llama = std::make_unique<nn::LlamaCuda>(c, /*allow_tf32=*/false, j.cfg.kernels.attention_block);
+      j.generate = [m = llama.get()](auto ctx, int n, float temp, std::uint64_t seed) { return m->generate(ctx, n, temp, seed); };
+      j.flops_per_token = llama->flops_per_token();
+      j.model = std::move(llama);
+    }
+#endif
+    if (!j.on_gpu) {
+      (void)nn::parse_cpu_bf16_gemm(j.cfg.kernels.cpu_bf16_gemm, "kernels.cpu_bf16_gemm");
+      auto llama = std::make_unique<nn::Llama>(c);
+      if (checkpointing) note_of(llama.get());
+      j.generate = [m = llama.get()](auto ctx, int n, float temp, std::uint64_t seed) { return m->generate(ctx, n, temp, seed); };
+      j.flops_per_token = llama->flops_per_token();
+      j.model = std::move(llama);
+    }
   } else {
     nn::MlpConfig m;
     m.in_features = j.spec.block_size * j.spec.vocab_size;
