@@ -5,6 +5,8 @@
 //   1. fp32 (no TF32): parameter list, init, groups and flops equal the CPU model's; loss,
 //      every gradient (accumulated += onto random prefilled values), the grad_ready order,
 //      evaluate(), logits_last(), generate(), and backward after evaluate throws.
+//   1b. With recording GroupHooks: the same sequence of group acquire / release and
+//      grad_ready calls as the CPU model (ZeRO-3 brackets; untied and tied head).
 //   2. bf16 and fp16 working dtype: loss and gradients against the fp32 CPU model run on the
 //      same (rounded) parameter values, within the dtype's precision.
 //   3. The engine: the CPU engine with Llama and the GPU engine with LlamaCuda (fp32 AdamW +
@@ -269,6 +271,47 @@ void test_fp32(const ds::nn::LlamaConfig& cfg, const char* name) {
   }
 }
 
+// ---- 1b. ZeRO-3 brackets: the same acquire / release / grad_ready sequence as the CPU model ----
+struct RecordingHooks : ds::GroupHooks {
+  std::vector<std::string>* ev;
+  explicit RecordingHooks(std::vector<std::string>* e) : ev(e) {}
+  void acquire(std::size_t group, ds::Pass pass) override {
+    ev->push_back("acquire " + std::to_string(group) + (pass == ds::Pass::Forward ? " fwd" : " bwd"));
+  }
+  void release(std::size_t group, ds::Pass pass) noexcept override {
+    ev->push_back("release " + std::to_string(group) + (pass == ds::Pass::Forward ? " fwd" : " bwd"));
+  }
+};
+
+std::vector<std::string> bracket_events(ds::Module& m, const ds::Batch& b) {
+  std::vector<std::string> ev;
+  RecordingHooks hooks(&ev);
+  m.set_group_hooks(&hooks);
+  m.forward(b);
+  m.backward(1.0f, [&](std::size_t i) { ev.push_back("ready " + std::to_string(i)); });
+  m.set_group_hooks(nullptr);
+  return ev;
+}
+
+void test_brackets(const ds::nn::LlamaConfig& cfg, const char* name) {
+  ds::nn::Llama twin(cfg);
+  const auto infos = twin.parameters();
+  const auto params = init_values(twin);
+  std::vector<std::vector<float>> grads;
+  for (const auto& info : infos) grads.emplace_back(info.numel(), 0.0f);
+  const Tokens tok = make_tokens(2, 9, cfg.vocab_size, 13);
+  CpuSide cpu(cfg, params, grads);
+  const auto ec = bracket_events(cpu.m, tok.batch());
+  std::printf("%s: the CPU model's forward + backward: %zu bracket / grad_ready events\n", name, ec.size());
+  if (!g_gpu) return;
+  GpuSide gpu(cfg, params, grads, DType::F32);
+  const auto eg = bracket_events(gpu.m, tok.batch());
+  std::size_t first = 0;
+  while (first < std::min(ec.size(), eg.size()) && ec[first] == eg[first]) ++first;
+  EXPECT(ec == eg, "%s: group brackets / grad_ready differ from the CPU model's at event %zu (cpu '%s', gpu '%s')",
+         name, first, first < ec.size() ? ec[first].c_str() : "end", first < eg.size() ? eg[first].c_str() : "end");
+}
+
 // ---- 2. bf16 / fp16 against the fp32 CPU model on the same rounded values ----
 void test_half(const ds::nn::LlamaConfig& cfg, const char* name, DType t) {
   ds::nn::Llama twin(cfg);
@@ -374,6 +417,8 @@ int main(int argc, char** argv) {
   try {
     test_fp32(gqa_cfg(), "gqa");
     test_fp32(tied_cfg(), "tied");
+    test_brackets(gqa_cfg(), "gqa");
+    test_brackets(tied_cfg(), "tied");
     for (DType t : {DType::BF16, DType::F16}) {
       test_half(gqa_cfg(), "gqa", t);
       test_half(tied_cfg(), "tied", t);
