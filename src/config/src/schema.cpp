@@ -40,7 +40,7 @@ const Table& section_keys() {
       {"data_types", {"grad_accum_dtype"}},
       {"csv_monitor", {"enabled", "output_path", "job_name"}},
       {"comms_config", {"timeout"}},
-      {"communication", {"shared_memory", "progress_thread"}},
+      {"communication", {"shared_memory", "progress_thread", "device_backend"}},
       {"kernels", {"attention", "attention_block", "cpu_bf16_gemm"}},
       {"activation_checkpointing", {"partition_activations", "cpu_checkpointing", "contiguous_memory_optimization",
                                     "number_checkpoints", "synchronize_checkpoint_boundary", "profile"}},

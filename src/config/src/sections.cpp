@@ -241,11 +241,16 @@ void parse_comms_config(Ctx& ctx, const Member& section, CommsConfig& c) {
   s.finish();
 }
 
+namespace {
+void choice(Section& s, const std::string& key, std::string& out, const std::vector<std::string>& choices);
+}  // namespace
+
 // dstrain extensions: the knobs that were environment variables.
 void parse_communication(Ctx& ctx, const Member& section, CommunicationConfig& c) {
   Section s(ctx, section.value, section.key_pos, "communication");
   s.boolean("shared_memory", c.shared_memory);
   s.boolean("progress_thread", c.progress_thread);
+  choice(s, "device_backend", c.device_backend, {"auto", "nccl", "staged"});
   s.finish();
 }
 

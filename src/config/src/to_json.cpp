@@ -113,7 +113,8 @@ nlohmann::json to_json(const DsConfig& cfg) {
                      {"io_threads", cfg.checkpoint.io_threads}};
   j["comms_config"] = {{"timeout", cfg.comms_config.timeout}};
   j["communication"] = {{"shared_memory", cfg.communication.shared_memory},
-                        {"progress_thread", cfg.communication.progress_thread}};
+                        {"progress_thread", cfg.communication.progress_thread},
+                        {"device_backend", cfg.communication.device_backend}};
   j["kernels"] = {{"attention", cfg.kernels.attention},
                   {"attention_block", cfg.kernels.attention_block},
                   {"cpu_bf16_gemm", cfg.kernels.cpu_bf16_gemm}};

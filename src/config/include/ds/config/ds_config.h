@@ -85,6 +85,9 @@ struct CommsConfig {
 struct CommunicationConfig {
   bool shared_memory = true;    // shared-memory collectives between the ranks of a node; false: plain MPI
   bool progress_thread = true;  // a thread that drives the non-blocking collectives
+  // The communicator of a GPU model's gradients: "auto" | "nccl" | "staged" (ds/mpi/device_comm.h
+  // has the rule auto follows).
+  std::string device_backend = "auto";
 };
 
 // dstrain extension: which compute kernels run.
