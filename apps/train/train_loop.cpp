@@ -32,6 +32,7 @@
 #include "ds/optim/optimizer.h"
 #include "ds/io/state_value.h"
 #include "ds/mpi/comm_factory.h"
+#include "ds/mpi/device_comm.h"
 #include "ds/nn/gemm.h"
 #include "ds/nn/gpt.h"
 #include "ds/nn/llama.h"
@@ -102,14 +103,17 @@ struct Job {
   std::string init_from_note;  // --init_from: what rank 0 loaded (empty without the flag)
   // Activation checkpointing (config section or flag): the line rank 0 prints (empty when off).
   std::function<std::string()> checkpointing_note;
+  // This rank's GPU: its local rank, modulo the visible GPUs when the ranks share them.
+  int device = 0;
 
 };
 
 void JobDeleter::operator()(Job* j) const { delete j; }
 
 namespace {
-// --device: auto picks cuda when this build has the GPU model and a GPU is visible.
-bool use_gpu(const std::string& device, const DistributedContext& dist) {
+// --device: auto picks cuda when this build has the GPU model and a GPU is visible. Ranks
+// that outnumber the node's GPUs share them (ds/mpi/device_comm.h).
+bool use_gpu(const std::string& device) {
   if (device == "cpu") return false;
 #if DS_NN_HAVE_CUDA
   int count = 0;
@@ -119,12 +123,9 @@ bool use_gpu(const std::string& device, const DistributedContext& dist) {
   if (device == "cuda") {
     DS_CHECK(visible, "--device cuda: no CUDA device is visible ("
                           << (rc != cudaSuccess ? cudaGetErrorString(rc) : "0 devices") << ")");
-    DS_CHECK(dist.device < count, "--device cuda: this rank's device " << dist.device << " (local rank "
-                                  << dist.local_rank << ") does not exist: " << count << " visible");
   }
-  return visible && dist.device < count;
+  return visible;
 #else
-  (void)dist;
   DS_CHECK(device != "cuda", "--device cuda: this train was built without CUDA (DS_WITH_CUDA)");
   return false;
 #endif
@@ -353,7 +354,8 @@ JobPtr prepare(const TrainOptions& opts, const DistributedContext& dist) {
 
   // The Llama's GPU model (LlamaCuda) is compiled but has not run on a GPU yet: only an
   // explicit --device cuda takes it; --device auto keeps the Llama on the CPU.
-  j.on_gpu = !(opts.device == "auto" && j.spec.type == "llama") && use_gpu(opts.device, dist);
+  j.on_gpu = !(opts.device == "auto" && j.spec.type == "llama") && use_gpu(opts.device);
+  if (j.on_gpu) j.device = shared_device(dist.device, visible_device_count());
 
   // What all ranks must share: checked by main() before the first collective, because
   // collectives over differently sized models corrupt memory instead of failing cleanly.
@@ -405,7 +407,7 @@ JobPtr prepare(const TrainOptions& opts, const DistributedContext& dist) {
     g.vocab_size = j.spec.vocab_size;
 #if DS_NN_HAVE_CUDA
     if (j.on_gpu) {
-      DS_CUDA_CHECK(cudaSetDevice(dist.device));
+      DS_CUDA_CHECK(cudaSetDevice(j.device));
       // kernels.attention: "auto" is the materialised path (faster than flash at GPT-2 124M
       // on an H200, docs/dev/gpu.md); "flash" where the dtype and head size allow.
       nn::GptCudaAttention att;
@@ -445,7 +447,7 @@ JobPtr prepare(const TrainOptions& opts, const DistributedContext& dist) {
       // only, so kernels.attention "flash" is refused rather than silently not used.
       DS_CHECK(j.cfg.kernels.attention != "flash",
                opts.config << ": kernels.attention \"flash\": the CUDA Llama has no flash attention; use \"auto\" or add --device cpu");
-      DS_CUDA_CHECK(cudaSetDevice(dist.device));
+      DS_CUDA_CHECK(cudaSetDevice(j.device));
       auto llama = std::make_unique<nn::LlamaCuda>(c, /*allow_tf32=*/false, j.cfg.kernels.attention_block);
       j.generate = [m = llama.get()](auto ctx, int n, float temp, std::uint64_t seed) { return m->generate(ctx, n, temp, seed); };
       j.flops_per_token = llama->flops_per_token();
@@ -530,10 +532,13 @@ void run(Job& j, DistributedContext& dist) {
   comm.broadcast(TensorView{&bar_flag, 1, DType::I32}, 0);
   if (bar_flag) j.cfg.steps_per_print.reset();
 
-  // The GPU path reduces gradients over NCCL (one communicator of the same ranks).
+  // The GPU path reduces gradients over a device communicator of the same ranks: NCCL or
+  // staged, by communication.device_backend and the rule in ds/mpi/device_comm.h.
   std::shared_ptr<Communicator> device_comm;
-  if (j.on_gpu && dist.world_size > 1) device_comm = make_communicator(dist, "nccl");
-  if (rank0 && j.on_gpu) std::printf("[train] device: %s\n", gpu_name(dist.device).c_str());
+  if (j.on_gpu && dist.world_size > 1)
+    device_comm = make_device_communicator(dist, j.cfg.communication.device_backend,
+                                           j.opts.config + ": communication.device_backend");
+  if (rank0 && j.on_gpu) std::printf("[train] device: %s\n", gpu_name(j.device).c_str());
   const Bf16GemmChoice bf16_gemm = agree_cpu_bf16_gemm(j, comm);
   auto init = ds::initialize(j.cfg, *j.model, dist.comm, device_comm);
   Engine& engine = *init.engine;

@@ -8,6 +8,7 @@
 #include "ds/core/error.h"
 #include "ds/core/hash.h"
 #include "ds/mpi/comm_factory.h"
+#include "ds/mpi/device_comm.h"
 #include "ds/mpi/init.h"
 #include "zero3_fetcher.h"
 
@@ -19,8 +20,10 @@ InitResult initialize(config::DsConfig cfg, Module& module, std::shared_ptr<Comm
   if (!comm) {
     auto ctx = std::make_shared<DistributedContext>(init_distributed());
     comm = ctx->comm;
+    // NCCL or staged by communication.device_backend and the rule in ds/mpi/device_comm.h.
     if (!device_comm && module.device() == Device::Cuda && ctx->world_size > 1)
-      device_comm = make_communicator(*ctx, "nccl");
+      device_comm = make_device_communicator(*ctx, cfg.communication.device_backend,
+                                             cfg.source + ": communication.device_backend");
     keepalive = ctx;
   }
   InitResult r;
@@ -48,8 +51,8 @@ void Engine::check_device_limits() const {
            cfg_.source << ": communication_data_type " << dtype_name(comm_dtype_) << " differs from the working dtype "
                        << dtype_name(wdtype_) << "; the GPU path reduces gradients in the working dtype (remove the key)");
   DS_CHECK(world_ == 1 || (device_comm_ && device_comm_->size() == world_),
-           "the module runs on a CUDA device and the job has " << world_ << " ranks: gradients need an NCCL "
-           "communicator of the same ranks (ds::initialize(cfg, model, comm, make_communicator(ctx, \"nccl\")))");
+           "the module runs on a CUDA device and the job has " << world_ << " ranks: gradients need a device "
+           "communicator of the same ranks (ds::initialize(cfg, model, comm, make_device_communicator(ctx, \"auto\")))");
   DS_CHECK(!accum_fp32_,
            cfg_.source << ": data_types.grad_accum_dtype fp32 with the " << dtype_name(wdtype_)
                        << " working dtype: the GPU path accumulates gradients in the working dtype; remove the key "
