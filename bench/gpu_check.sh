@@ -187,7 +187,8 @@ row "configure" "ok" "$secs" "CMake project, arch $arch"
 # ---- 3b. Build ------------------------------------------------------------------------------
 declare -A exe
 targets=(test_cuda_optim_kernels test_cuda_step optim_bench_cuda test_cuda_nn_kernels test_cuda_gpt test_cuda_flash
-         bench_layers_cuda test_cuda_engine train bench_gpt_cuda)
+         bench_layers_cuda test_cuda_engine train bench_gpt_cuda test_cuda_llama_kernels test_cuda_llama
+         test_staged_comm test_cuda_engine_staged)
 [ "$nccl" = ON ] && targets+=(test_cuda_engine_mpi test_nccl)
 timed "build ${targets[*]}" 420 cmake --build "$build" --target "${targets[@]}" -j "$jobs"
 if [ "$rc" != 0 ]; then
@@ -247,6 +248,7 @@ while IFS='|' read -r name verdict tsec; do
     cuda.engine) detail="the Engine on the GPU vs on the CPU; checkpoints GPU <-> CPU; fp16 overflow skips" ;;
     cuda.engine_np2) detail="the Engine on 2 GPUs over NCCL (ZeRO 0/1) vs one process with the whole batch" ;;
     cuda.staged_comm_np*) detail="StagedComm (pinned host staging over MPI) vs MpiComm, ranks sharing the GPU" ;;
+    cuda.engine_staged_np*) detail="the Engine with 2/4 ranks sharing one GPU over StagedComm (ZeRO 0/1, fp32/bf16) vs one process" ;;
     cuda.*) detail="kernels vs the CPU references (tests/cuda)" ;;
     *) detail="NcclComm all_reduce/reduce_scatter/all_gather on device buffers vs exact sums" ;;
   esac
