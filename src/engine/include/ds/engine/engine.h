@@ -59,8 +59,8 @@ class Engine {
   // Use ds::initialize(); this constructor does the work. `module` must outlive the engine.
   // comm (MPI, host memory) carries the engine's control traffic, checkpoints and, for CPU
   // modules, the gradients. For a CUDA module (module.device() == Device::Cuda) the
-  // gradients and ZeRO's parameter gathers go over device_comm (NCCL), which is required
-  // when comm has more than one rank.
+  // gradients and ZeRO's parameter gathers go over device_comm (NCCL, or StagedComm where
+  // ranks share a GPU: ds/mpi/device_comm.h), required when comm has more than one rank.
   Engine(config::DsConfig cfg, Module& module, std::shared_ptr<Communicator> comm,
          std::shared_ptr<void> dist_keepalive = nullptr, std::shared_ptr<Communicator> device_comm = nullptr);
   ~Engine();
@@ -172,7 +172,7 @@ class Engine {
   Module* module_ = nullptr;
   std::shared_ptr<Communicator> comm_;      // data-parallel group (all ranks)
   std::shared_ptr<void> dist_keepalive_;    // the distributed context when initialize made it
-  std::shared_ptr<Communicator> device_comm_;  // NCCL group for a CUDA module's gradients (world > 1)
+  std::shared_ptr<Communicator> device_comm_;  // NCCL or staged group for a CUDA module's gradients (world > 1)
   Communicator* grad_comm_ = nullptr;       // where gradients and ZeRO gathers travel: device_comm_ or comm_
   Device device_ = Device::Cpu;             // module.device()
   int rank_ = 0, world_ = 1;
@@ -233,8 +233,9 @@ struct InitResult {
 // config: a path to ds_config.json or the JSON text itself. comm: the data-parallel group;
 // nullptr initializes MPI (ds::init_distributed) and uses COMM_WORLD. Batch sizes are
 // resolved for comm->size(); config errors surface unchanged as ds::Error.
-// device_comm: see Engine's constructor (NCCL, for a CUDA module on more than one rank;
-// nullptr with comm == nullptr: initialize makes it when the module is a CUDA one).
+// device_comm: see Engine's constructor (for a CUDA module on more than one rank; nullptr
+// with comm == nullptr: initialize makes it when the module is a CUDA one, following
+// communication.device_backend).
 InitResult initialize(const std::string& config, Module& module, std::shared_ptr<Communicator> comm = nullptr,
                       std::shared_ptr<Communicator> device_comm = nullptr);
 InitResult initialize(config::DsConfig config, Module& module, std::shared_ptr<Communicator> comm = nullptr,
