@@ -530,12 +530,13 @@ TEST(Engine, Fp16OverflowSkipsStepAndScheduler) {
   // Inject inf gradients on rank 0 only, on backward calls 1 and 4 (gas 1): every rank must
   // agree to skip (MAX of the flag), the scale halves (hysteresis 1), the scheduler does
   // not step, and the counters say so.
-  for (int stage : {0, 2}) {
+  for (int stage : {0, 2, 3}) {
     auto cfg = base_config(2, 1);
     cfg["fp16"] = {{"enabled", true}, {"initial_scale_power", 10}, {"hysteresis", 1}, {"loss_scale_window", 100}};
     cfg["scheduler"] = {{"type", "WarmupLR"}, {"params", {{"warmup_num_steps", 10}, {"warmup_type", "linear"}}}};
-    cfg["zero_optimization"] = {{"stage", stage}};
+    cfg["zero_optimization"] = stage == 3 ? zero3() : json{{"stage", stage}};
     ds::test::TestMlp model(kD, kH);
+    model.grouped = stage == 3;  // the inf lands in one group's piece, on one rank
     if (g_world->rank() == 0) model.inf_grad_on_backward = {1, 4};
     auto r = ds::initialize(parse(cfg), model, g_world);
     auto& e = *r.engine;
