@@ -66,9 +66,7 @@ Engine::Engine(config::DsConfig cfg, Module& module, std::shared_ptr<Communicato
   // a time, so no other rank ever holds the whole model (each keeps its pieces).
   const bool init_by_groups = map_.stage == 3 && world_ > 1;
   {
-    std::size_t largest = 0;
-    for (const auto& g : map_.groups) largest = std::max(largest, g.padded);
-    HostBuffer scratch(init_by_groups && rank_ != 0 ? largest : map_.padded_numel, DType::F32);
+    HostBuffer scratch(init_by_groups && rank_ != 0 ? map_.largest_group() : map_.padded_numel, DType::F32);
     float* s = scratch.as<float>();
     if (!init_by_groups || rank_ == 0) {
       std::vector<std::span<float>> spans;

@@ -60,9 +60,7 @@ bool Engine::save_16bit_model(const std::string& save_dir, const std::string& fi
     // One group at a time: every rank's pieces gathered into a group-sized buffer, which rank
     // 0 writes; no rank ever holds more than one group.
     auto& store = static_cast<engine::PartitionedParamStore&>(*store_);
-    std::size_t largest = 0;
-    for (const auto& g : map_.groups) largest = std::max(largest, g.padded);
-    HostBuffer group(largest, wdtype_);
+    HostBuffer group(map_.largest_group(), wdtype_);
     const std::size_t es = dtype_size(wdtype_);
     for (std::size_t gi = 0; gi < map_.groups.size(); ++gi) {
       const auto& g = map_.groups[gi];

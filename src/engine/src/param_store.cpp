@@ -6,6 +6,7 @@
 
 #include "ds/core/error.h"
 #include "ds/core/half.h"
+#include "add_into_f32.h"
 #include "zero3_store.h"
 
 namespace ds::engine {
@@ -86,18 +87,7 @@ void HostParamStore::after_backward() {
   // first when world > 1) are added into accum_ and the gradients zeroed, so the sum over the
   // cycle is rounded once, in fp32; the boundary step reads accum_.
   if (!o_.accum_fp32) return;
-  float* acc = accum_.as<float>();
-  const std::int64_t n = std::int64_t(slice_.count);
-  TensorView g = grads(slice_.offset, slice_.count);
-  if (o_.wdtype == DType::BF16) {
-    const bf16* p = g.as<bf16>();
-#pragma omp parallel for schedule(static) if (n > (1 << 16))
-    for (std::int64_t j = 0; j < n; ++j) acc[j] += bf16_to_float(p[j]);
-  } else {
-    const f16* p = g.as<f16>();
-#pragma omp parallel for schedule(static) if (n > (1 << 16))
-    for (std::int64_t j = 0; j < n; ++j) acc[j] += f16_to_float(p[j]);
-  }
+  add_into_f32(accum_.as<float>(), grads(slice_.offset, slice_.count));
   // Stage 2 (world > 1) already zeroed or released everything outside the slice; stages 0/1
   // hold the whole (reduced) space, which must read zero for the next backward.
   if (o_.release_grads) zero_range(grads_, o_.wdtype, slice_.offset, slice_.offset + slice_.count);

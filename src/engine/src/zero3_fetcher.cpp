@@ -7,6 +7,7 @@
 #include "ds/core/error.h"
 #include "ds/core/half.h"
 #include "ds/core/log.h"
+#include "add_into_f32.h"
 
 namespace ds::engine {
 
@@ -26,9 +27,9 @@ GroupFetcher::GroupFetcher(const PartitionMap& map, PartitionedParamStore& store
       groups_[g].persistent = true;
       persistent_elems_ += n;
     }
-    max_piece_ = std::max(max_piece_, map_.groups[g].piece);
-    max_padded_ = std::max(max_padded_, map_.groups[g].padded);
   }
+  max_padded_ = map_.largest_group();
+  max_piece_ = max_padded_ / std::size_t(world_);  // padded = W x piece for every group
   if (o_.comm_dtype == wdtype_) {
     const std::size_t fit = (o_.reduce_bucket + max_padded_ - 1) / std::max<std::size_t>(1, max_padded_);
     slots_ = std::max<std::size_t>(2, std::min(fit, groups_.size()));
@@ -114,30 +115,7 @@ void GroupFetcher::start_reduce_scatter(std::size_t g) {
 void GroupFetcher::fold_gradients(std::size_t g, const void* reduced) {
   // The piece's fp32 partition accumulates the reduced sums of every micro-step of the cycle.
   const DType t = world_ == 1 ? wdtype_ : o_.comm_dtype;
-  float* acc = store_.part_grads(g);
-  const std::int64_t n = std::int64_t(map_.groups[g].piece);
-  switch (t) {
-    case DType::F32: {
-      const float* p = static_cast<const float*>(reduced);
-#pragma omp parallel for schedule(static) if (n > (1 << 16))
-      for (std::int64_t j = 0; j < n; ++j) acc[j] += p[j];
-      break;
-    }
-    case DType::BF16: {
-      const bf16* p = static_cast<const bf16*>(reduced);
-#pragma omp parallel for schedule(static) if (n > (1 << 16))
-      for (std::int64_t j = 0; j < n; ++j) acc[j] += bf16_to_float(p[j]);
-      break;
-    }
-    case DType::F16: {
-      const f16* p = static_cast<const f16*>(reduced);
-#pragma omp parallel for schedule(static) if (n > (1 << 16))
-      for (std::int64_t j = 0; j < n; ++j) acc[j] += f16_to_float(p[j]);
-      break;
-    }
-    default:
-      DS_THROW("stage 3: unsupported gradient dtype " << dtype_name(t));
-  }
+  add_into_f32(store_.part_grads(g), TensorView{const_cast<void*>(reduced), map_.groups[g].piece, t});
 }
 
 void GroupFetcher::complete_front() {

@@ -86,6 +86,12 @@ struct PartitionMap {
   std::vector<SliceSegment> segments(int rank) const;
   // Stage 3: the group holding parameter i.
   std::size_t group_of(std::size_t param) const;
+  // Stage 3: the most elements one group spans in the flat space (padding included).
+  std::size_t largest_group() const {
+    std::size_t m = 0;
+    for (const auto& g : groups) m = std::max(m, g.padded);
+    return m;
+  }
 };
 
 // Builds the map for a module's parameters. Stage 0 means "no partitioning": one slice of
