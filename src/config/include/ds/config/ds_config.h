@@ -38,6 +38,24 @@ struct Bf16Config {
   bool check_grad_overflow = true;
 };
 
+// zero_optimization.offload_optimizer / offload_param (DeepSpeed's offload_config.py; defaults
+// DeepSpeed's). device "cpu": the states in host memory (the GPU path's ZeRO-Offload; on the
+// CPU path they are there already). "nvme": in files under nvme_path, streamed through the
+// optimizer in sub_group_size pieces (docs/user/offload.md).
+struct OffloadConfig {
+  std::string device = "none";  // "none" | "cpu" | "nvme"
+  std::string nvme_path;        // required with "nvme"
+  bool pin_memory = true;       // DeepSpeed >= 0.19.5
+  int buffer_count = 4;         // offload_optimizer 4, offload_param 5: sub-group buffers in flight
+  std::int64_t buffer_size = 100000000;   // offload_param: elements per parameter buffer
+  std::int64_t max_in_cpu = 1000000000;   // offload_param: elements kept in host memory
+  bool pipeline_read = false, pipeline_write = false;  // offload_optimizer
+  bool fast_init = false;       // offload_optimizer
+  double ratio = 1.0;           // offload_optimizer: fraction offloaded (dstrain: 1 only)
+  bool enabled() const { return device != "none"; }
+  bool nvme() const { return device == "nvme"; }
+};
+
 struct ZeroConfig {
   int stage = 0;
   bool contiguous_gradients = true;
@@ -56,7 +74,22 @@ struct ZeroConfig {
   std::int64_t max_reuse_distance = 1000000000;
   // Also read under the deprecated stage3_gather_fp16_weights_on_model_save (a warning).
   bool gather_16bit_weights_on_model_save = false;
-  std::int64_t sub_group_size = 1000000000;  // read and kept; no effect (no optimizer offload)
+  // Elements of the optimizer's partition stepped at once with offload_optimizer nvme (the
+  // piece read from and written back to the swap files); no effect otherwise.
+  std::int64_t sub_group_size = 1000000000;
+  OffloadConfig offload_optimizer;                      // buffer_count 4
+  OffloadConfig offload_param = {.buffer_count = 5};    // stage 3 only
+};
+
+// aio: DeepSpeed's asynchronous I/O settings for NVMe offload (the swap files' reads and
+// writes: block_size-byte requests, queue_depth of them in flight per thread).
+struct AioConfig {
+  std::int64_t block_size = 1048576;  // bytes per request
+  int queue_depth = 8;                // requests in flight per thread
+  int thread_count = 1;               // DeepSpeed's intra_op_parallelism (also read as thread_count)
+  bool single_submit = false;         // accepted; no effect (each request is submitted on its own)
+  bool overlap_events = true;         // accepted; dstrain always overlaps
+  bool use_gds = false;               // GPUDirect Storage: not supported (true is an error)
 };
 
 // data_types: the dtype micro-step gradients are summed in over gradient_accumulation_steps.
@@ -145,6 +178,7 @@ struct DsConfig {
   CommunicationConfig communication;
   KernelsConfig kernels;
   ActivationCheckpointingConfig activation_checkpointing;
+  AioConfig aio;
   std::optional<std::uint64_t> seed;  // dstrain extension (DeepSpeed has no top-level seed)
 
   // Where it came from ("<json string>" for inline configs), for error messages.
