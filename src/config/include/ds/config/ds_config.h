@@ -54,6 +54,11 @@ struct OffloadConfig {
   double ratio = 1.0;           // offload_optimizer: fraction offloaded (dstrain: 1 only)
   bool enabled() const { return device != "none"; }
   bool nvme() const { return device == "nvme"; }
+  static OffloadConfig param_defaults() {  // offload_param's buffer_count default differs
+    OffloadConfig c;
+    c.buffer_count = 5;
+    return c;
+  }
 };
 
 struct ZeroConfig {
@@ -78,7 +83,7 @@ struct ZeroConfig {
   // piece read from and written back to the swap files); no effect otherwise.
   std::int64_t sub_group_size = 1000000000;
   OffloadConfig offload_optimizer;                      // buffer_count 4
-  OffloadConfig offload_param = {.buffer_count = 5};    // stage 3 only
+  OffloadConfig offload_param = OffloadConfig::param_defaults();  // stage 3 only
 };
 
 // aio: DeepSpeed's asynchronous I/O settings for NVMe offload (the swap files' reads and
