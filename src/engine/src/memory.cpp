@@ -30,7 +30,9 @@ std::string ModelStateBytes::to_string() const {
          (grad_buckets > 0 ? " (+ " + mib(grad_buckets) + " buckets in backward)" : std::string()) +
          ", master " + mib(master) +
          ", optimizer " + mib(optimizer_state) +
-         ", comm scratch " + mib(comm_scratch) + ", total " + mib(total());
+         ", comm scratch " + mib(comm_scratch) +
+         (swap_buffers > 0 || on_nvme > 0 ? ", swap buffers " + mib(swap_buffers) : std::string()) +
+         ", total " + mib(total()) + (on_nvme > 0 ? " (+ " + mib(on_nvme) + " on NVMe)" : std::string());
 }
 
 std::size_t optimizer_state_bytes_per_param(const std::string& t, bool sgd_momentum) {

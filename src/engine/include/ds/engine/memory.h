@@ -31,7 +31,14 @@ struct ModelStateBytes {
   std::size_t master = 0;           // fp32 master weights (this rank's slice under ZeRO)
   std::size_t optimizer_state = 0;  // optimizer moments etc. (this rank's slice under ZeRO)
   std::size_t comm_scratch = 0;     // engine only: all-gather staging, comm-dtype copies
-  std::size_t total() const { return params + grads + grad_buckets + master + optimizer_state + comm_scratch; }
+  std::size_t swap_buffers = 0;     // engine, NVMe offload: the sub-group buffers the swap
+                                    // files are read into and written from
+  std::size_t on_nvme = 0;          // engine, NVMe offload: bytes held in swap files (the
+                                    // master, optimizer state, stage-3 parameter partition
+                                    // moved there); disk, not memory: not in total()
+  std::size_t total() const {
+    return params + grads + grad_buckets + master + optimizer_state + comm_scratch + swap_buffers;
+  }
   std::string to_string() const;    // "params 1.2 MiB, grads ..., master ..., optimizer ..., total ..."
 };
 
