@@ -122,12 +122,13 @@ class AioQueue {
 
  private:
   struct Piece {
-    Ticket ticket;
-    int fd;
-    bool write;
-    std::size_t offset;
-    std::size_t bytes;
-    char* mem;
+    Ticket ticket = 0;
+    int fd = -1;
+    bool write = false;
+    std::size_t offset = 0;
+    std::size_t bytes = 0;
+    std::size_t need = 0;  // of `bytes`, what the file must hold (the rest is direct-I/O padding)
+    char* mem = nullptr;
   };
   struct Request {
     std::size_t pieces_left = 0;
@@ -139,6 +140,7 @@ class AioQueue {
     std::string path;
   };
   Ticket submit(const SwapFile& f, bool write, std::size_t offset, std::size_t bytes, char* mem);
+  void sync_io(const SwapFile& f, bool write, std::size_t offset, std::size_t bytes, char* mem);
   void worker();
   void run_piece(const Piece& p);
   [[noreturn]] void throw_failure(const Request& r) const;

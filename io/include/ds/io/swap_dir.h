@@ -32,8 +32,9 @@ class SwapDir {
   const std::string& path() const { return path_; }
   std::string file(const std::string& name) const;  // path()/name
 
-  // The margin over need_bytes that the free-space check asks for.
-  static constexpr std::size_t kFreeMargin = std::size_t(256) << 20;
+  // The margin over need_bytes that the free-space check asks for (file-system metadata, and
+  // the logs and checkpoints that may share the disk).
+  static constexpr std::size_t kFreeMargin = std::size_t(64) << 20;
   // A sibling without a lock file younger than this is being created right now: left alone.
   static constexpr int kNoLockGraceSeconds = 60;
 
