@@ -65,6 +65,17 @@ json_check stage3_old "j['zero_optimization']['stage3_gather_16bit_weights_on_mo
 run stage3_both 1 check '{"zero_optimization": {"stage": 3, "stage3_max_live_parameters": 5, "max_live_parameters": 5}}'
 expect_err stage3_both "both zero_optimization.stage3_max_live_parameters and zero_optimization.max_live_parameters are given"
 
+# Offload: an NVMe config with aio resolves with every offload key, no warnings, and reads back
+# unchanged; an offload at a stage that does not take it is one error line naming both keys.
+run offload 0 check '{"train_batch_size": 2, "zero_optimization": {"stage": 3, "offload_optimizer": {"device": "NVMe", "nvme_path": "/local_nvme"}, "offload_param": {"device": "cpu"}}, "aio": {"thread_count": 2}}'
+json_check offload "j['zero_optimization']['offload_optimizer']['device']=='nvme' and j['zero_optimization']['offload_optimizer']['nvme_path']=='/local_nvme'"
+json_check offload "j['zero_optimization']['offload_param']['buffer_count']==5 and j['aio']['intra_op_parallelism']==2 and j['aio']['block_size']==1048576"
+[ -s "$TMP/offload.err" ] && fail "offload: unexpected stderr: $(cat "$TMP/offload.err")"
+run offload_roundtrip 0 check "$TMP/offload.out"
+cmp -s "$TMP/offload.out" "$TMP/offload_roundtrip.out" || fail "offload_roundtrip: resolved config changed when re-read"
+run offload_stage 1 check '{"zero_optimization": {"stage": 2, "offload_param": {"device": "nvme", "nvme_path": "/p"}}}'
+expect_err offload_stage 'zero_optimization.offload_param.device "nvme" needs zero_optimization.stage 3 (stage is 2)'
+
 # Inline JSON text is accepted too (DeepSpeed's initialize() takes a path or JSON).
 run inline 0 check '{"train_batch_size": 4}' --world_size 2
 json_check inline "j['train_micro_batch_size_per_gpu']==2"

@@ -327,7 +327,7 @@ TEST(ConfigParse, ZeroForms) {
   EXPECT_HAS(error_of(R"({"zero_optimization": {"stage": 4}})"), "expected an integer in [0, 3], got 4");
   EXPECT_HAS(error_of(R"({"zero_optimization": {"allgather_bucket_size": 3}})"), "expected an even integer");
   EXPECT_HAS(error_of(R"({"zero_optimization": {"offload_optimizer": {"device": "cpu"}}})"),
-             "zero_optimization.offload_optimizer.device: offloading is not supported by dstrain");
+             "zero_optimization.offload_optimizer.device \"cpu\" needs zero_optimization.stage >= 1 (stage is 0)");
   EXPECT_EQ(parse(R"({"zero_optimization": {"stage": 1, "offload_optimizer": {"device": "none"}, "sub_group_size": 1e9,
                       "stage3_max_live_parameters": 1e9, "round_robin_gradients": false}})").zero_optimization.stage, 1);
   EXPECT_HAS(error_of(R"({"zero_optimization": {"stage": 2}, "gradient_predivide_factor": 2})"),
@@ -470,9 +470,8 @@ TEST(ConfigParse, Stage3KeysWithoutEffectWarnAtStage3) {
   EXPECT_EQ(c.zero_optimization.sub_group_size, 100000000);  // kept as written
   EXPECT_FALSE(c.zero_optimization.overlap_comm_effective());  // acts at stage 3: no warning
   ASSERT_EQ(w.size(), 4u) << w.back();
-  EXPECT_HAS(w[0], "zero_optimization.sub_group_size 100000000 is accepted and has no effect: dstrain steps the "
-                   "optimizer over the rank's whole partition at once (sub-groups matter with optimizer offload, "
-                   "which dstrain does not have)");
+  EXPECT_HAS(w[0], "zero_optimization.sub_group_size 100000000 has no effect: it acts only with offload_optimizer "
+                   "device \"nvme\"");
   EXPECT_HAS(w[1], "zero_optimization.stage3_module_granularity_threshold 100 has no effect: dstrain gathers the "
                    "parameter groups the model declares (one group per block), whatever their size");
   EXPECT_HAS(w[2], "zero_optimization.use_all_reduce_for_fetch_params true has no effect: dstrain fetches "

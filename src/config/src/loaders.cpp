@@ -90,6 +90,7 @@ DsConfig parse_root(const JsonNode& root, const std::string& source, std::vector
   if (const Member* m = top.get("kernels"); m && m->value.kind != K::Null) parse_kernels(ctx, *m, cfg.kernels);
   if (const Member* m = top.get("activation_checkpointing"); m && m->value.kind != K::Null)
     parse_activation_checkpointing(ctx, *m, cfg.activation_checkpointing);
+  if (const Member* m = top.get("aio"); m && m->value.kind != K::Null) parse_aio(ctx, *m, cfg.aio);
   if (const Member* m = top.get("seed"); m && m->value.kind != K::Null) {
     if (m->value.kind == K::UInt) cfg.seed = m->value.uint_value;
     else cfg.seed = static_cast<std::uint64_t>(top.read_int(*m, 0, kIntMax));
@@ -127,7 +128,7 @@ DsConfig parse_root(const JsonNode& root, const std::string& source, std::vector
               "zero_allow_untested_optimizer", "zero_force_ds_cpu_optimizer",
               "flops_profiler", "tensorboard", "wandb", "comet", "comms_logger", "timers",
               "log_level", "vocabulary_size", "torch_autocast", "autotuning", "compression_training",
-              "data_efficiency", "curriculum_learning", "aio", "sparse_attention", "hybrid_engine", "compile",
+              "data_efficiency", "curriculum_learning", "sparse_attention", "hybrid_engine", "compile",
               "eigenvalue", "progressive_layer_drop", "quantize_training", "nebula", "pipeline",
               "weight_quantization", "graph_harvesting", "use_data_before_expert_parallelism",
               "fp32_allreduce", "monitor_config"});

@@ -241,6 +241,10 @@ SchedulerConfig parse_scheduler(Ctx& ctx, const Member& section);
 void parse_fp16(Ctx& ctx, const Member& section, Fp16Config& c);
 void parse_bf16(Ctx& ctx, const Member& section, Bf16Config& c);
 void parse_zero(Ctx& ctx, const Member& section, ZeroConfig& c);
+// zero_optimization's offload_optimizer / offload_param / cpu_offload / cpu_offload_param,
+// and the aio section (offload.cpp).
+void parse_offload_sections(Section& zero, ZeroConfig& c);
+void parse_aio(Ctx& ctx, const Member& section, AioConfig& c);
 void parse_data_types(Ctx& ctx, const Member& section, DataTypesConfig& c);
 void parse_checkpoint(Ctx& ctx, const Member& section, CheckpointConfig& c);
 void parse_csv_monitor(Ctx& ctx, const Member& section, CsvMonitorConfig& c);

@@ -35,13 +35,18 @@ const Table& section_keys() {
                              "allgather_bucket_size", "allgather_partitions", "overlap_comm",
                              "stage3_prefetch_bucket_size", "stage3_param_persistence_threshold",
                              "stage3_model_persistence_threshold", "stage3_max_live_parameters",
-                             "stage3_max_reuse_distance", "stage3_gather_16bit_weights_on_model_save"}},
+                             "stage3_max_reuse_distance", "stage3_gather_16bit_weights_on_model_save",
+                             "sub_group_size", "offload_optimizer", "offload_param"}},
       {"checkpoint", {"tag_validation", "async_save", "io_threads"}},
       {"data_types", {"grad_accum_dtype"}},
       {"csv_monitor", {"enabled", "output_path", "job_name"}},
       {"comms_config", {"timeout"}},
       {"communication", {"shared_memory", "progress_thread", "device_backend"}},
       {"kernels", {"attention", "attention_block", "cpu_bf16_gemm"}},
+      {"zero_optimization.offload_optimizer", {"device", "nvme_path", "buffer_count", "pin_memory", "pipeline_read",
+                                               "pipeline_write", "fast_init", "ratio"}},
+      {"zero_optimization.offload_param", {"buffer_size", "max_in_cpu"}},
+      {"aio", {"block_size", "queue_depth", "intra_op_parallelism", "single_submit", "overlap_events", "use_gds"}},
       {"activation_checkpointing", {"partition_activations", "cpu_checkpointing", "contiguous_memory_optimization",
                                     "number_checkpoints", "synchronize_checkpoint_boundary", "profile"}},
     };
@@ -84,7 +89,7 @@ std::vector<std::string> config_keys() {
   std::vector<std::string> keys;
   nlohmann::json doc = nlohmann::json::object();
   for (const char* section : {"fp16", "bf16", "bfloat16", "data_types", "checkpoint", "csv_monitor", "comms_config",
-                              "communication", "kernels", "amp", "activation_checkpointing"})
+                              "communication", "kernels", "amp", "activation_checkpointing", "aio"})
     doc[section] = nlohmann::json::object();
   doc["zero_optimization"] = {{"offload_optimizer", nlohmann::json::object()},
                               {"offload_param", nlohmann::json::object()}};

@@ -40,23 +40,6 @@ void parse_bf16(Ctx& ctx, const Member& section, Bf16Config& c) {
 
 namespace {
 
-void check_offload(Section& s, const std::string& key) {
-  const Member* m = s.get(key, false);
-  if (!m || m->value.kind == K::Null) return;
-  Section o(s.ctx(), m->value, m->key_pos, s.sub(key));
-  if (const Member* d = o.get("device")) {
-    const std::string dev = lower(o.read_string(*d));
-    if (dev != "none" && dev != "cpu" && dev != "nvme") o.type_error(*d, "\"none\", \"cpu\" or \"nvme\"");
-    if (dev != "none") {
-      s.ctx().fail(d->key_pos, o.sub("device"),
-                   "offloading is not supported by dstrain; remove " + key + " or set its device to \"none\"");
-    }
-  }
-  o.accept({"nvme_path", "buffer_count", "buffer_size", "max_in_cpu", "pin_memory", "pipeline_read",
-            "pipeline_write", "fast_init", "ratio", "super_offload", "cpuadam_cores_perc", "pipeline"});
-  o.finish();
-}
-
 // A stage-3 key read under its stage3_ name or its bare name (DeepSpeed's populate_by_name):
 // the member written (nullptr when neither is, or "auto"); both written is an error naming both.
 const Member* stage3_key(Section& s, const std::string& bare, bool supported = true) {
@@ -104,13 +87,15 @@ void parse_stage3_keys(Section& s, ZeroConfig& c) {
   }
   if (g) c.gather_16bit_weights_on_model_save = s.read_bool(*g);
 
-  if (const Member* m = s.get("sub_group_size", false)) {
+  if (const Member* m = s.get("sub_group_size")) {
     c.sub_group_size = s.read_int(*m, 0, kIntMax);
-    if (stage3 && c.sub_group_size != ZeroConfig{}.sub_group_size) {
+    // It sizes the pieces of the optimizer state swapped through NVMe (offload_optimizer,
+    // read before this); without that the rank's whole partition is stepped at once.
+    if (stage3 && !c.offload_optimizer.nvme() && c.sub_group_size != ZeroConfig{}.sub_group_size) {
       ctx.warn(m->key_pos, s.sub("sub_group_size") + " " + std::to_string(c.sub_group_size) +
-                               " is accepted and has no effect: dstrain steps the optimizer over the rank's "
-                               "whole partition at once (sub-groups matter with optimizer offload, which "
-                               "dstrain does not have)");
+                               " has no effect: it acts only with offload_optimizer device \"nvme\" (the elements "
+                               "stepped at once between the swap files); without it dstrain steps the rank's whole "
+                               "partition at once");
     }
   }
   // Read for their types only: dstrain has one way of doing what each selects.
@@ -183,10 +168,8 @@ void parse_zero(Ctx& ctx, const Member& section, ZeroConfig& c) {
       }
     }
   }
-  check_offload(s, "offload_optimizer");
-  check_offload(s, "offload_param");
-  s.only_default("cpu_offload", false, "offloading is not supported by dstrain; remove cpu_offload");
-  s.only_default("cpu_offload_param", false, "offloading is not supported by dstrain; remove cpu_offload_param");
+  // Before the stage-3 keys: sub_group_size's warning depends on offload_optimizer.
+  parse_offload_sections(s, c);
   s.only_default("legacy_stage1", false, "legacy_stage1 was removed from DeepSpeed and is not supported");
   s.accept({"cpu_offload_use_pin_memory", "use_multi_rank_bucket_allreduce", "load_from_fp32_weights",
             "elastic_checkpoint", "ignore_unused_parameters", "round_robin_gradients",

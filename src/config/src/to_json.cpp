@@ -58,6 +58,24 @@ json scheduler_json(const SchedulerConfig& s, const std::optional<OptimizerConfi
 
 json batch_value(std::int64_t v) { return v > 0 ? json(v) : json(nullptr); }
 
+// An offload section with the keys DeepSpeed's section of that name has.
+json offload_json(const OffloadConfig& o, bool optimizer) {
+  json j = {{"device", o.device},
+            {"nvme_path", o.nvme_path.empty() ? json(nullptr) : json(o.nvme_path)},
+            {"buffer_count", o.buffer_count},
+            {"pin_memory", o.pin_memory}};
+  if (optimizer) {
+    j["pipeline_read"] = o.pipeline_read;
+    j["pipeline_write"] = o.pipeline_write;
+    j["fast_init"] = o.fast_init;
+    j["ratio"] = o.ratio;
+  } else {
+    j["buffer_size"] = o.buffer_size;
+    j["max_in_cpu"] = o.max_in_cpu;
+  }
+  return j;
+}
+
 }  // namespace
 
 nlohmann::json to_json(const DsConfig& cfg) {
@@ -95,7 +113,9 @@ nlohmann::json to_json(const DsConfig& cfg) {
                             {"stage3_max_live_parameters", z.max_live_parameters},
                             {"stage3_max_reuse_distance", z.max_reuse_distance},
                             {"stage3_gather_16bit_weights_on_model_save", z.gather_16bit_weights_on_model_save},
-                            {"sub_group_size", z.sub_group_size}};
+                            {"sub_group_size", z.sub_group_size},
+                            {"offload_optimizer", offload_json(z.offload_optimizer, true)},
+                            {"offload_param", offload_json(z.offload_param, false)}};
   j["gradient_clipping"] = cfg.gradient_clipping;
   j["steps_per_print"] = cfg.steps_per_print ? json(*cfg.steps_per_print) : json(nullptr);
   j["wall_clock_breakdown"] = cfg.wall_clock_breakdown;
@@ -118,6 +138,13 @@ nlohmann::json to_json(const DsConfig& cfg) {
   j["kernels"] = {{"attention", cfg.kernels.attention},
                   {"attention_block", cfg.kernels.attention_block},
                   {"cpu_bf16_gemm", cfg.kernels.cpu_bf16_gemm}};
+  // Under DeepSpeed's current name of thread_count.
+  j["aio"] = {{"block_size", cfg.aio.block_size},
+              {"queue_depth", cfg.aio.queue_depth},
+              {"intra_op_parallelism", cfg.aio.thread_count},
+              {"single_submit", cfg.aio.single_submit},
+              {"overlap_events", cfg.aio.overlap_events},
+              {"use_gds", cfg.aio.use_gds}};
   j["csv_monitor"] = {{"enabled", cfg.csv_monitor.enabled},
                       {"output_path", cfg.csv_monitor.output_path},
                       {"job_name", cfg.csv_monitor.job_name}};

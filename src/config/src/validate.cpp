@@ -59,8 +59,20 @@ class Rules {
     return "bf16";
   }
 
+  // Where `key` was written, else where `fallback` was (a missing key named beside the one
+  // that requires it).
+  std::string where_or(const std::string& key, const std::string& fallback) const {
+    return pos_->count(key) ? where(key) : where(fallback);
+  }
+  // The key that turned the offload on, as written: the deprecated bool when it was used.
+  std::string offload_device_key(const std::string& section, const std::string& deprecated) const {
+    const std::string old = "zero_optimization." + deprecated, now = "zero_optimization." + section + ".device";
+    return pos_ && pos_->count(old) && !pos_->count(now) ? old : now;
+  }
+
   void precision() const;
   void zero() const;
+  void offload(const std::string& section, const OffloadConfig& o, const std::string& deprecated) const;
   void batch(int world_size) const;
   void optimizer() const;
   void engine_limits() const;
@@ -150,6 +162,32 @@ void Rules::zero() const {
   }
 }
 
+// offload_optimizer at stages 1-3, offload_param at stage 3 (DeepSpeed ignores them at the
+// other stages; dstrain refuses a setting that would do nothing), nvme with a path.
+void Rules::offload(const std::string& section, const OffloadConfig& o, const std::string& deprecated) const {
+  const std::string prefix = "zero_optimization." + section;
+  if (o.device != "none" && o.device != "cpu" && o.device != "nvme") {
+    fail_same(prefix + ".device", prefix + ".device " + jquote(o.device) + " is not one of \"none\", \"cpu\", \"nvme\"");
+  }
+  if (!o.enabled()) return;
+  const int stage = c_.zero_optimization.stage;
+  const bool param = section == "offload_param";
+  if (param ? stage != 3 : stage < 1) {
+    const std::string key = offload_device_key(section, deprecated);
+    const std::string value = key.ends_with(".device") ? jquote(o.device) : "true";
+    fail_same(key, key + " " + value + " needs zero_optimization.stage " + (param ? "3" : ">= 1") + " (stage is " +
+                       std::to_string(stage) + "); " +
+                       (param ? "parameters are offloaded only where ZeRO partitions them"
+                              : "the optimizer state is offloaded only where ZeRO partitions it"));
+  }
+  if (o.nvme() && o.nvme_path.empty()) {
+    const std::string key = prefix + ".nvme_path";
+    const std::string message = key + " is required with device \"nvme\" (the directory of the swap files)";
+    if (pos_) DS_THROW(where_or(key, prefix + ".device") << ": " << message);
+    DS_THROW(c_.source << ": " << message);
+  }
+}
+
 void Rules::batch(int world_size) const {
   if (c_.gradient_accumulation_steps < 1 || c_.train_micro_batch_size_per_gpu < 1) {
     fail_same("train_batch_size", "batch sizes did not resolve (gradient_accumulation_steps " +
@@ -197,6 +235,8 @@ void Rules::engine_limits() const {
 void Rules::run(std::optional<int> world_size) const {
   precision();
   zero();
+  offload("offload_optimizer", c_.zero_optimization.offload_optimizer, "cpu_offload");
+  offload("offload_param", c_.zero_optimization.offload_param, "cpu_offload_param");
   optimizer();
   if (world_size) {
     batch(*world_size);
