@@ -35,7 +35,8 @@ DeviceParamStore::DeviceParamStore(const PartitionMap& map, int rank, const Stor
     const std::size_t wb = std::max<std::size_t>(n_, 1) * dtype_size(o_.wdtype);
     DS_CUDA_CHECK(cudaMalloc(&d_params_, wb));
     DS_CUDA_CHECK(cudaMalloc(&d_grads_, wb));
-    DS_CUDA_CHECK(cudaMalloc(&d_master_, std::max<std::size_t>(master_n_, 1) * sizeof(float)));
+    // offload_optimizer: the master stays in host memory (OffloadDeviceParamStore).
+    if (!o_.offload_optimizer) DS_CUDA_CHECK(cudaMalloc(&d_master_, std::max<std::size_t>(master_n_, 1) * sizeof(float)));
     DS_CUDA_CHECK(cudaMalloc(&d_sumsq_, sizeof(double)));
     DS_CUDA_CHECK(cudaMalloc(&d_found_inf_, sizeof(int)));
     DS_CUDA_CHECK(cudaMallocHost(&h_stats_, sizeof(HostStats)));
@@ -76,14 +77,16 @@ void DeviceParamStore::upload() {
   // Pageable host memory: the copies are staged, so the host buffers may change afterwards.
   DS_CUDA_CHECK(cudaMemcpyAsync(d_params_, params_.data(), n_ * dtype_size(o_.wdtype), cudaMemcpyHostToDevice,
                                 as_stream(stream_)));
-  DS_CUDA_CHECK(cudaMemcpyAsync(d_master_, master_.data(), master_n_ * sizeof(float), cudaMemcpyHostToDevice,
-                                as_stream(stream_)));
+  if (d_master_)
+    DS_CUDA_CHECK(cudaMemcpyAsync(d_master_, master_.data(), master_n_ * sizeof(float), cudaMemcpyHostToDevice,
+                                  as_stream(stream_)));
   synchronize();
 }
 
 void DeviceParamStore::to_host(optim::Optimizer& opt) {
-  DS_CUDA_CHECK(cudaMemcpyAsync(master_.data(), d_master_, master_n_ * sizeof(float), cudaMemcpyDeviceToHost,
-                                as_stream(stream_)));
+  if (d_master_)
+    DS_CUDA_CHECK(cudaMemcpyAsync(master_.data(), d_master_, master_n_ * sizeof(float), cudaMemcpyDeviceToHost,
+                                  as_stream(stream_)));
   download_params(params_);  // synchronises, so the master copy is complete too
   opt.download_state();
 }

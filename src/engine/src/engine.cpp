@@ -55,6 +55,11 @@ Engine::Engine(config::DsConfig cfg, Module& module, std::shared_ptr<Communicato
   so.wdtype = wdtype_;
   so.accum_fp32 = accum_fp32_;
   so.release_grads = map_.stage == 2 && world_ > 1;
+  // ZeRO-Offload on the GPU path: master and optimizer state in host memory, the CPU kernels.
+  const auto& off = cfg_.zero_optimization.offload_optimizer;
+  so.offload_optimizer = cuda && off.device == "cpu";
+  so.sub_group = std::size_t(std::max<std::int64_t>(0, cfg_.zero_optimization.sub_group_size));
+  so.pin_memory = off.pin_memory;
   if (map_.stage >= 1 && world_ > 1) {  // allgather_bucket_size elements per gather (NCCL: the whole slice)
     const std::size_t per_rank = std::size_t(std::max<std::int64_t>(1, cfg_.zero_optimization.allgather_bucket_size / world_));
     so.gather_chunk = cuda ? map_.partition_numel : std::min(per_rank, map_.partition_numel);
@@ -95,7 +100,7 @@ Engine::Engine(config::DsConfig cfg, Module& module, std::shared_ptr<Communicato
 
   // ---- optimizer, scaler, scheduler, reducer ----
   const config::OptimizerConfig ocfg = cfg_.optimizer.value_or(config::OptimizerConfig{});
-  optimizer_ = optim::make_optimizer(ocfg, cuda ? optim::Kernel::Cuda : optim::Kernel::Cpu);
+  optimizer_ = optim::make_optimizer(ocfg, cuda && !so.offload_optimizer ? optim::Kernel::Cuda : optim::Kernel::Cpu);
   optimizer_->init_state(store_->step_count());
   make_scaler();
   scheduler_ = sched::make_scheduler(cfg_.scheduler.value_or(config::SchedulerConfig{}), ocfg.lr, ocfg.betas);

@@ -53,6 +53,10 @@ void Engine::check_device_limits() const {
   DS_CHECK(world_ == 1 || (device_comm_ && device_comm_->size() == world_),
            "the module runs on a CUDA device and the job has " << world_ << " ranks: gradients need a device "
            "communicator of the same ranks (ds::initialize(cfg, model, comm, make_device_communicator(ctx, \"auto\")))");
+  DS_CHECK(!cfg_.zero_optimization.offload_optimizer.nvme(),
+           cfg_.source << ": zero_optimization.offload_optimizer.device \"nvme\" with a model on a CUDA device: the GPU "
+                          "path offloads the optimizer to host memory only: set zero_optimization.offload_optimizer.device "
+                          "to \"cpu\"");
   DS_CHECK(!accum_fp32_,
            cfg_.source << ": data_types.grad_accum_dtype fp32 with the " << dtype_name(wdtype_)
                        << " working dtype: the GPU path accumulates gradients in the working dtype; remove the key "

@@ -26,6 +26,8 @@ void zero_range(const PagedBuffer& b, DType t, std::size_t begin, std::size_t en
 }  // namespace
 
 std::unique_ptr<ParamStore> ParamStore::make(const PartitionMap& map, int rank, const StoreOptions& o, Module& module) {
+  if (module.device() == Device::Cuda && o.offload_optimizer)
+    return make_offload_device_store(map, rank, o, module.device_stream());
   if (module.device() == Device::Cuda) return std::make_unique<DeviceParamStore>(map, rank, o, module.device_stream());
   if (map.stage == 3) return std::make_unique<PartitionedParamStore>(map, rank, o);
   return std::make_unique<HostParamStore>(map, rank, o);

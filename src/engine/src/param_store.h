@@ -35,6 +35,12 @@ struct StoreOptions {
   bool accum_fp32 = false;          // data_types.grad_accum_dtype fp32 with a half wdtype
   bool release_grads = false;       // ZeRO-2 with more than one rank (see HostParamStore)
   std::size_t gather_chunk = 0;     // elements per rank per all-gather (0: no gather)
+  // zero_optimization.offload_optimizer device cpu on a CUDA device: master and optimizer
+  // state in host memory (device_offload_store.h), copies in sub_group-element pieces
+  // (0: one piece) through pinned (pin_memory) or pageable host buffers.
+  bool offload_optimizer = false;
+  std::size_t sub_group = 0;
+  bool pin_memory = true;
 };
 
 class ParamStore {
@@ -135,7 +141,7 @@ class HostParamStore final : public ParamStore {
 // follows backward and the next forward follows the step without any event; the calls that
 // return host values (grad_stats, to_host, params_fp32) synchronise that stream. Built
 // without CUDA, the constructor throws a ds::Error saying so (device_param_store.cpp).
-class DeviceParamStore final : public ParamStore {
+class DeviceParamStore : public ParamStore {
  public:
   DeviceParamStore(const PartitionMap& map, int rank, const StoreOptions& o, void* stream);
   ~DeviceParamStore() override;
@@ -154,7 +160,7 @@ class DeviceParamStore final : public ParamStore {
  protected:
   void upload() override;
 
- private:
+  // Protected for OffloadDeviceParamStore (device_offload_store.h), which keeps no d_master_.
   void download_params(HostBuffer& params) const;
   void synchronize() const;
   void release();  // frees everything (destructor, failed constructor)
@@ -168,5 +174,10 @@ class DeviceParamStore final : public ParamStore {
   int* d_found_inf_ = nullptr;
   void* h_stats_ = nullptr;    // ... and their pinned host copy
 };
+
+// OffloadDeviceParamStore (device_offload_store.h): ParamStore::make's choice for a CUDA
+// module with StoreOptions::offload_optimizer. Throws without CUDA in the build.
+std::unique_ptr<ParamStore> make_offload_device_store(const PartitionMap& map, int rank, const StoreOptions& o,
+                                                      void* stream);
 
 }  // namespace ds::engine

@@ -36,6 +36,8 @@ struct ModelStateBytes {
   std::size_t on_nvme = 0;          // engine, NVMe offload: bytes held in swap files (the
                                     // master, optimizer state, stage-3 parameter partition
                                     // moved there); disk, not memory: not in total()
+  bool optimizer_offloaded = false; // ZeRO-Offload on the GPU path: `master` and
+                                    // `optimizer_state` are host memory, the rest device memory
   std::size_t total() const {
     return params + grads + grad_buckets + master + optimizer_state + comm_scratch + swap_buffers;
   }

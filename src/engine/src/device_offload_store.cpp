@@ -1,0 +1,203 @@
+// ZeRO-Offload on the GPU path: HostOffloadStep (host side, any build) and
+// OffloadDeviceParamStore (CUDA builds). docs/dev/gpu.md "The offloaded step".
+#include "device_offload_store.h"
+
+#include <algorithm>
+#include <cstring>
+#include <vector>
+
+#include "ds/core/error.h"
+
+#if DS_PRECISION_HAVE_CUDA
+#include <cuda_runtime.h>
+
+#include "ds/core/cuda_check.h"
+#endif
+
+namespace ds::engine {
+
+// ---- HostOffloadStep ----
+
+HostOffloadStep::HostOffloadStep(std::size_t n, std::size_t sub_group)
+    : n_(n), sub_(sub_group == 0 || sub_group > n ? std::max<std::size_t>(n, 1) : sub_group),
+      pieces_(n == 0 ? 0 : (n + sub_ - 1) / sub_) {}
+
+std::pair<std::size_t, std::size_t> HostOffloadStep::piece(std::size_t i) const {
+  const std::size_t b = i * sub_;
+  return {b, std::min(sub_, n_ - b)};
+}
+
+void HostOffloadStep::step(optim::Optimizer& opt, std::span<float> master, TensorView grads, TensorView staging,
+                           std::span<const optim::Segment> segments, const optim::StepContext& ctx,
+                           OffloadCopier& copier) const {
+  DS_CHECK(master.size() == n_ && grads.count == n_ && staging.count == n_,
+           "HostOffloadStep: master " << master.size() << ", gradient copy " << grads.count << " and staging "
+                                      << staging.count << " elements, expected " << n_ << " each");
+  if (n_ == 0) return;
+  copier.wait_params();  // the previous step's copies back may still read the staging buffer
+  for (std::size_t i = 0; i < pieces_; ++i) {
+    const auto [b, c] = piece(i);
+    copier.grads_to_host(i, b, c);
+  }
+  for (std::size_t i = 0; i < pieces_; ++i) copier.wait_grads(i);
+  opt.step(master, grads, staging, segments, ctx);
+  for (std::size_t i = 0; i < pieces_; ++i) {
+    const auto [b, c] = piece(i);
+    copier.params_to_device(i, b, c);
+  }
+}
+
+namespace {
+std::size_t piece_elems(const StoreOptions& o) {
+  if (o.sub_group == 0) return 0;
+  return std::max(o.sub_group, OffloadDeviceParamStore::kMinPieceBytes / dtype_size(o.wdtype));
+}
+}  // namespace
+
+std::unique_ptr<ParamStore> make_offload_device_store(const PartitionMap& map, int rank, const StoreOptions& o,
+                                                      void* stream) {
+  return std::make_unique<OffloadDeviceParamStore>(map, rank, o, stream);
+}
+
+#if DS_PRECISION_HAVE_CUDA
+
+namespace {
+
+cudaStream_t as_stream(void* s) { return static_cast<cudaStream_t>(s); }
+
+// The copies on the module's stream: after backward (the gradients are final there) and
+// before the next forward (which reads the params copied back). One event per sub-group
+// says when its gradients are on the host; one event after the last copy back.
+class StreamCopier final : public OffloadCopier {
+ public:
+  StreamCopier(void* stream, const void* d_grads, void* d_params, void* h_grads, const void* h_staging, DType t,
+               std::size_t pieces)
+      : s_(as_stream(stream)), d_grads_(static_cast<const char*>(d_grads)), d_params_(static_cast<char*>(d_params)),
+        h_grads_(static_cast<char*>(h_grads)), h_staging_(static_cast<const char*>(h_staging)), es_(dtype_size(t)),
+        grads_done_(pieces, nullptr) {
+    try {
+      for (auto& e : grads_done_) DS_CUDA_CHECK(cudaEventCreateWithFlags(&e, cudaEventDisableTiming));
+      DS_CUDA_CHECK(cudaEventCreateWithFlags(&params_done_, cudaEventDisableTiming));
+    } catch (...) {
+      destroy();
+      throw;
+    }
+  }
+  ~StreamCopier() override { destroy(); }
+  void grads_to_host(std::size_t piece, std::size_t begin, std::size_t count) override {
+    DS_CUDA_CHECK(cudaMemcpyAsync(h_grads_ + begin * es_, d_grads_ + begin * es_, count * es_,
+                                  cudaMemcpyDeviceToHost, s_));
+    DS_CUDA_CHECK(cudaEventRecord(grads_done_[piece], s_));
+  }
+  void wait_grads(std::size_t piece) override { DS_CUDA_CHECK(cudaEventSynchronize(grads_done_[piece])); }
+  void params_to_device(std::size_t, std::size_t begin, std::size_t count) override {
+    DS_CUDA_CHECK(cudaMemcpyAsync(d_params_ + begin * es_, h_staging_ + begin * es_, count * es_,
+                                  cudaMemcpyHostToDevice, s_));
+    DS_CUDA_CHECK(cudaEventRecord(params_done_, s_));
+    params_pending_ = true;
+  }
+  void wait_params() override {
+    if (params_pending_) DS_CUDA_CHECK(cudaEventSynchronize(params_done_));
+    params_pending_ = false;
+  }
+
+ private:
+  void destroy() {  // no checks: also runs while an exception unwinds
+    for (auto& e : grads_done_)
+      if (e) cudaEventDestroy(e);
+    if (params_done_) cudaEventDestroy(params_done_);
+    grads_done_.clear();
+    params_done_ = nullptr;
+  }
+  cudaStream_t s_;
+  const char* d_grads_;
+  char* d_params_;
+  char* h_grads_;
+  const char* h_staging_;
+  std::size_t es_;
+  std::vector<cudaEvent_t> grads_done_;
+  cudaEvent_t params_done_ = nullptr;
+  bool params_pending_ = false;
+};
+
+}  // namespace
+
+OffloadDeviceParamStore::OffloadDeviceParamStore(const PartitionMap& map, int rank, const StoreOptions& o,
+                                                 void* stream)
+    : DeviceParamStore(map, rank, o, stream), plan_(step_count(), piece_elems(o)) {
+  const std::size_t n = step_count(), bytes = std::max<std::size_t>(n, 1) * dtype_size(o_.wdtype);
+  try {
+    if (o_.pin_memory) {
+      pinned_ = true;
+      for (void** p : {&h_grads_, &h_staging_}) {
+        const cudaError_t rc = cudaMallocHost(p, bytes);
+        if (rc != cudaSuccess) {
+          cudaGetLastError();
+          *p = nullptr;
+        }
+        DS_CHECK(rc == cudaSuccess, "zero_optimization.offload_optimizer.pin_memory: pinning "
+                                        << bytes << " bytes of host memory failed (" << cudaGetErrorString(rc)
+                                        << "); set pin_memory to false");
+      }
+    } else {
+      pageable_grads_ = HostBuffer(bytes);
+      pageable_staging_ = HostBuffer(bytes);
+      h_grads_ = pageable_grads_.data();
+      h_staging_ = pageable_staging_.data();
+    }
+    copier_ = std::make_unique<StreamCopier>(stream_, grads(step_offset(), n).data, params(step_offset(), n).data,
+                                             h_grads_, h_staging_, o_.wdtype, plan_.pieces());
+  } catch (...) {
+    release_host();
+    throw;
+  }
+}
+
+OffloadDeviceParamStore::~OffloadDeviceParamStore() { release_host(); }
+
+void OffloadDeviceParamStore::release_host() {
+  // No checks: also runs while an exception unwinds. Copies in flight read these buffers.
+  if (stream_) cudaStreamSynchronize(as_stream(stream_));
+  copier_.reset();
+  if (pinned_) {
+    if (h_grads_) cudaFreeHost(h_grads_);
+    if (h_staging_) cudaFreeHost(h_staging_);
+  }
+  h_grads_ = h_staging_ = nullptr;
+  pinned_ = false;
+}
+
+void OffloadDeviceParamStore::upload() {
+  DeviceParamStore::upload();  // synchronises: no copy back reads the staging buffer now
+  const std::size_t es = dtype_size(o_.wdtype);
+  std::memcpy(h_staging_, static_cast<const char*>(params_.data()) + step_offset() * es, step_count() * es);
+}
+
+void OffloadDeviceParamStore::optimizer_step(optim::Optimizer& opt, optim::StepContext ctx) {
+  const std::size_t n = step_count();
+  if (n == 0) return;
+  ctx.stream = nullptr;  // the CPU kernels
+  plan_.step(opt, std::span<float>(master_.as<float>(), n), TensorView{h_grads_, n, o_.wdtype},
+             TensorView{h_staging_, n, o_.wdtype}, segments_, ctx, *copier_);
+}
+
+void OffloadDeviceParamStore::add_memory(ModelStateBytes& b) const {
+  DeviceParamStore::add_memory(b);  // params and grads on the device; master_ is host memory here
+  b.optimizer_offloaded = true;
+  b.comm_scratch += 2 * step_count() * dtype_size(o_.wdtype);  // host gradient copy + staging
+}
+
+#else  // built without CUDA: DeviceParamStore's constructor throws saying so
+
+OffloadDeviceParamStore::OffloadDeviceParamStore(const PartitionMap& map, int rank, const StoreOptions& o,
+                                                 void* stream)
+    : DeviceParamStore(map, rank, o, stream), plan_(step_count(), piece_elems(o)) {}
+OffloadDeviceParamStore::~OffloadDeviceParamStore() = default;
+void OffloadDeviceParamStore::release_host() {}
+void OffloadDeviceParamStore::upload() {}
+void OffloadDeviceParamStore::optimizer_step(optim::Optimizer&, optim::StepContext) {}
+void OffloadDeviceParamStore::add_memory(ModelStateBytes&) const {}
+
+#endif
+
+}  // namespace ds::engine

@@ -1,0 +1,104 @@
+// ZeRO-Offload on the GPU path (zero_optimization.offload_optimizer.device "cpu";
+// docs/dev/gpu.md "The offloaded step"): the device keeps the working parameters and the
+// gradients and runs forward and backward; the fp32 master and the optimizer state of the
+// rank's slice stay in host memory and the CPU optimizer (Kernel::Cpu) steps them.
+//
+// Two parts:
+//   HostOffloadStep: the host side of one step, pure C++ (no CUDA), driven through an
+//     OffloadCopier so that a memcpy fake can test it on the CPU;
+//   OffloadDeviceParamStore: the ParamStore that owns the device and host buffers and gives
+//     HostOffloadStep a copier over the module's stream (device_offload_store.cpp).
+#pragma once
+
+#include <cstddef>
+#include <memory>
+#include <span>
+#include <utility>
+
+#include "ds/core/buffer.h"
+#include "ds/optim/optimizer.h"
+#include "param_store.h"
+
+namespace ds::engine {
+
+// The device copies of an offloaded step, over element ranges [begin, begin + count) of the
+// rank's step range (element 0 is ParamStore::step_offset()). piece is the sub-group's index.
+class OffloadCopier {
+ public:
+  virtual ~OffloadCopier() = default;
+  // Starts copying the gradients of the range from the device into the host gradient copy.
+  virtual void grads_to_host(std::size_t piece, std::size_t begin, std::size_t count) = 0;
+  // Returns once grads_to_host(piece, ...) has landed in host memory.
+  virtual void wait_grads(std::size_t piece) = 0;
+  // Starts copying the updated working params of the range from the host staging buffer to
+  // the device (the "copy back" of a finished sub-group).
+  virtual void params_to_device(std::size_t piece, std::size_t begin, std::size_t count) = 0;
+  // Returns once every params_to_device started so far has read the staging buffer.
+  virtual void wait_params() = 0;
+};
+
+// One optimizer step over a partition held in host memory, in sub-groups of `sub_group`
+// elements (0: one sub-group). The design, and why: Optimizer::step takes exactly the range
+// init_state(n) was given (its state arrays start at element 0), so the partition is stepped
+// in ONE call; the sub-groups cut the copies around it:
+//   1. wait for the previous step's params_to_device (they read the staging buffer);
+//   2. grads_to_host for every sub-group, all enqueued at once (the device runs them back to
+//      back), then wait_grads for each in order;
+//   3. opt.step over the whole partition: master and state in place, gradients read from the
+//      host copy (working dtype, scaled by ctx.grad_scale inside the same pass), the new
+//      working params written into the staging buffer in the same fused pass;
+//   4. params_to_device for every sub-group, in order; nothing waits for them here (on the
+//      device they precede whatever is enqueued next on the same stream).
+// A step over caller-owned state per sub-group would let sub-group i's copy back overlap
+// sub-group i+1's step; the loop is shaped so that it can move into step 2's wait loop.
+class HostOffloadStep {
+ public:
+  HostOffloadStep(std::size_t n, std::size_t sub_group);
+  std::size_t size() const { return n_; }
+  std::size_t pieces() const { return pieces_; }
+  // [begin, begin + count) of sub-group i.
+  std::pair<std::size_t, std::size_t> piece(std::size_t i) const;
+
+  // master: n fp32 (host); grads: the host gradient copy, n elements of the working dtype;
+  // staging: n elements of the working dtype, written with the updated working params; it
+  // must already hold the current working params of the elements the optimizer does not
+  // write (Lamb's elements outside every segment), which are copied back too.
+  // opt: a Kernel::Cpu optimizer after init_state(n); segments relative to the partition.
+  void step(optim::Optimizer& opt, std::span<float> master, TensorView grads, TensorView staging,
+            std::span<const optim::Segment> segments, const optim::StepContext& ctx, OffloadCopier& copier) const;
+
+ private:
+  std::size_t n_ = 0, sub_ = 0, pieces_ = 0;
+};
+
+// DeviceParamStore's device params, grads, grad_stats and gather; no device master: the fp32
+// master is ParamStore::master_ (host), the optimizer state is the Kernel::Cpu optimizer's
+// own (host) arrays, and the step goes through HostOffloadStep. The host gradient copy and
+// the staging buffer are pinned (cudaMallocHost) with `pin_memory`, else pageable. Built
+// without CUDA, construction throws as DeviceParamStore's does.
+class OffloadDeviceParamStore final : public DeviceParamStore {
+ public:
+  // Sub-groups are at least this many bytes of the working dtype, whatever sub_group_size says:
+  // smaller copies would be dominated by their launch cost.
+  static constexpr std::size_t kMinPieceBytes = std::size_t(4) << 20;
+
+  OffloadDeviceParamStore(const PartitionMap& map, int rank, const StoreOptions& o, void* stream);
+  ~OffloadDeviceParamStore() override;
+  void optimizer_step(optim::Optimizer& opt, optim::StepContext ctx) override;
+  void add_memory(ModelStateBytes& b) const override;
+
+ protected:
+  void upload() override;  // DeviceParamStore's, then the staging buffer from the host params
+
+ private:
+  void release_host();  // frees the host buffers (destructor, failed constructor)
+
+  HostOffloadStep plan_;
+  std::unique_ptr<OffloadCopier> copier_;
+  void* h_grads_ = nullptr;    // step_count() x wdtype: the gradients of the rank's range
+  void* h_staging_ = nullptr;  // step_count() x wdtype: the updated working params
+  bool pinned_ = false;
+  HostBuffer pageable_grads_, pageable_staging_;  // their storage when not pinned
+};
+
+}  // namespace ds::engine

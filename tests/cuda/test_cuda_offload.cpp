@@ -1,0 +1,236 @@
+// ZeRO-Offload on the GPU path (zero_optimization.offload_optimizer.device "cpu"): the
+// engine with the fp32 master and the optimizer state in host memory, stepped by the CPU
+// kernels (OffloadDeviceParamStore), against the same engine with everything on the device
+// (DeviceParamStore, CUDA kernels). A GPT of about 3.6M parameters, so that the copies run
+// in several sub-groups (sub_group_size 1: the 4 MiB minimum per piece, 4 pieces in fp32,
+// 2 in bf16). ZeRO stage 1, AdamW + WarmupLR + clipping, 6 steps; each rank trains on its rows
+// of the global batch.
+//   Adam: the CPU and CUDA kernels compute the same fp32 operations (cuda.optim_precision_kernels
+//   checks them bitwise) on the same gradients and the same clip coefficient, so the losses
+//   and parameters should agree bit for bit; the limits allow 4 fp32 ulps of the loss and,
+//   for the parameters, 1e-6 (fp32) or one bf16 ulp of the value (bf16).
+//   Lamb (fp32): the trust ratio's norms are summed in another order: losses to 1e-5.
+//   At world size 1 also: checkpoints from the offloaded engine load into the device engine
+//   and back, parameters and optimizer state equal bit for bit, one more step equal; the
+//   memory report says the optimizer is offloaded and counts the host master.
+// Registered at 1 rank and at 2 ranks sharing GPU 0 over StagedComm (as
+// cuda.engine_staged_np2). Exit: 0 pass, 1 failure, 77 no GPU.
+#include <cuda_runtime.h>
+#include <mpi.h>
+
+#include <cmath>
+#include <cstdio>
+#include <filesystem>
+#include <memory>
+#include <random>
+#include <string>
+#include <vector>
+
+#include <unistd.h>
+
+#include "ds/config/parse.h"
+#include "ds/core/cuda_check.h"
+#include "ds/core/error.h"
+#include "ds/engine/engine.h"
+#include "ds/engine/memory.h"
+#include "ds/mpi/device_comm.h"
+#include "ds/mpi/init.h"
+#include "ds/nn/gpt_cuda.h"
+#include "ds/optim/optimizer.h"
+#include "engine_test_model.h"
+
+namespace fs = std::filesystem;
+
+namespace {
+
+int g_fail = 0;
+int g_rank = 0;
+#define CHECK_MSG(cond, ...)                                   \
+  do {                                                         \
+    if (!(cond)) {                                             \
+      ++g_fail;                                                \
+      std::printf("FAIL rank %d line %d: ", g_rank, __LINE__); \
+      std::printf(__VA_ARGS__);                                \
+      std::printf("\n");                                       \
+    }                                                          \
+  } while (0)
+
+using engine_test::kMaxToken;
+using engine_test::kT;
+using engine_test::train_step;
+constexpr std::int64_t kMicro = 2;
+constexpr int kSteps = 6;
+
+// About 3.6M parameters: 2 blocks of width 384.
+ds::nn::GptConfig model_config() {
+  ds::nn::GptConfig g = engine_test::small_gpt();
+  g.n_embd = 384;
+  g.n_head = 4;
+  return g;
+}
+
+std::vector<std::int32_t> global_tokens(int W, int s) {
+  std::mt19937 rng(3000u + unsigned(s));
+  std::uniform_int_distribution<std::int32_t> u(0, kMaxToken);
+  std::vector<std::int32_t> t(std::size_t(W * kMicro * (kT + 1)));
+  for (auto& x : t) x = u(rng);
+  return t;
+}
+
+struct Rows {
+  std::vector<std::int32_t> in, tg;
+  ds::Batch batch() const {
+    ds::Batch b;
+    b.inputs = in;
+    b.targets = tg;
+    b.batch = kMicro;
+    b.seq = kT;
+    return b;
+  }
+};
+Rows rows_of(const std::vector<std::int32_t>& g, std::int64_t row0) {
+  Rows r;
+  for (std::int64_t i = row0; i < row0 + kMicro; ++i) {
+    const std::int32_t* p = g.data() + i * (kT + 1);
+    r.in.insert(r.in.end(), p, p + kT);
+    r.tg.insert(r.tg.end(), p + 1, p + kT + 1);
+  }
+  return r;
+}
+
+ds::config::DsConfig config(bool offload, bool bf16, const char* optimizer) {
+  const std::string opt = std::string(optimizer) == "lamb"
+      ? R"({"type": "Lamb", "params": {"lr": 0.001, "weight_decay": 0.01}})"
+      : R"({"type": "AdamW", "params": {"lr": 0.001, "betas": [0.9, 0.99], "weight_decay": 0.01}})";
+  const std::string text =
+      "{\"train_micro_batch_size_per_gpu\": " + std::to_string(kMicro) +
+      ", \"gradient_accumulation_steps\": 1, \"seed\": 5, \"gradient_clipping\": 0.5, \"optimizer\": " + opt +
+      R"(, "scheduler": {"type": "WarmupLR", "params": {"warmup_min_lr": 0, "warmup_max_lr": 0.001, "warmup_num_steps": 3}})"
+      R"(, "zero_optimization": {"stage": 1})" + (bf16 ? R"(, "bf16": {"enabled": true})" : "") + "}";
+  ds::config::DsConfig c = ds::config::parse_config_text(text, "test config");
+  if (offload) {  // set on the struct: independent of how the parser reads the section
+    c.zero_optimization.offload_optimizer.device = "cpu";
+    c.zero_optimization.sub_group_size = 1;  // the minimum piece: several sub-groups
+  }
+  return c;
+}
+
+struct Run {
+  std::vector<float> losses, params;
+  std::vector<std::vector<float>> state;
+};
+
+std::vector<std::vector<float>> states(ds::Engine& e) {
+  std::vector<std::vector<float>> out;
+  e.optimizer()->download_state();
+  for (auto& [name, span] : e.optimizer()->state_tensors()) out.emplace_back(span.begin(), span.end());
+  return out;
+}
+
+Run train(ds::DistributedContext& ctx, const std::shared_ptr<ds::Communicator>& device_comm, bool offload, bool bf16,
+          const char* optimizer, const fs::path& save_to = {}) {
+  ds::nn::GptCuda model(model_config(), /*allow_tf32=*/false);
+  auto r = ds::initialize(config(offload, bf16, optimizer), model, ctx.comm, device_comm);
+  CHECK_MSG(r.engine->device() == ds::Device::Cuda, "the engine did not take the GPU path");
+  const auto mem = r.engine->memory_report();
+  CHECK_MSG(mem.optimizer_offloaded == offload, "memory report: optimizer_offloaded %d, expected %d",
+            int(mem.optimizer_offloaded), int(offload));
+  Run out;
+  for (int s = 0; s < kSteps; ++s) {
+    const auto g = global_tokens(ctx.world_size, s);
+    out.losses.push_back(train_step(*r.engine, rows_of(g, ctx.rank * kMicro).batch()));
+  }
+  out.params = r.engine->gather_params_fp32();
+  out.state = states(*r.engine);
+  if (!save_to.empty()) r.engine->save_checkpoint(save_to.string(), std::string(offload ? "offload" : "device"));
+  return out;
+}
+
+double bf16_ulp(double x) { return x == 0 ? 0 : std::ldexp(1.0, std::ilogb(x) - 7); }
+
+void compare(ds::DistributedContext& ctx, const std::shared_ptr<ds::Communicator>& dc, bool bf16,
+             const char* optimizer) {
+  const char* dtype = bf16 ? "bf16" : "fp32";
+  const bool lamb = std::string(optimizer) == "lamb";
+  const Run dev = train(ctx, dc, false, bf16, optimizer), off = train(ctx, dc, true, bf16, optimizer);
+  double worst_loss = 0, worst_param = 0;
+  bool bitwise = dev.params == off.params && dev.losses == off.losses;
+  for (int s = 0; s < kSteps; ++s)
+    worst_loss = std::max(worst_loss, std::fabs(double(dev.losses[std::size_t(s)]) - off.losses[std::size_t(s)]) /
+                                          std::fabs(double(dev.losses[std::size_t(s)])));
+  CHECK_MSG(dev.params.size() == off.params.size(), "%s %s: parameter counts differ", dtype, optimizer);
+  for (std::size_t i = 0; i < dev.params.size() && i < off.params.size(); ++i) {
+    const double d = std::fabs(double(dev.params[i]) - off.params[i]);
+    const double allow = lamb ? 1e-5 : bf16 ? bf16_ulp(std::max(std::fabs(dev.params[i]), std::fabs(off.params[i])))
+                                             : 1e-6;
+    worst_param = std::max(worst_param, allow > 0 ? d / allow : (d > 0 ? INFINITY : 0));
+  }
+  const double loss_tol = lamb ? 1e-5 : 4 * 1.2e-7;
+  std::printf("rank %d, %d ranks, %s %s ZeRO-1: offloaded vs device optimizer: worst relative loss difference %.2e "
+              "(limit %.1e), worst parameter difference %.2f of its allowance%s\n",
+              ctx.rank, ctx.world_size, dtype, optimizer, worst_loss, loss_tol, worst_param,
+              bitwise ? " (bit for bit)" : "");
+  CHECK_MSG(worst_loss <= loss_tol, "%s %s: offloaded losses differ (%.2e)", dtype, optimizer, worst_loss);
+  CHECK_MSG(worst_param <= 1, "%s %s: offloaded parameters differ (%.2f of the allowance)", dtype, optimizer,
+            worst_param);
+}
+
+// World size 1: checkpoints both ways between the offloaded and the device engine.
+void checkpoints(ds::DistributedContext& ctx, const fs::path& dir) {
+  const Run off = train(ctx, nullptr, true, false, "adamw", dir);
+  const Run dev = train(ctx, nullptr, false, false, "adamw", dir);
+  for (const bool into_offload : {false, true}) {
+    const char* from = into_offload ? "device" : "offload";
+    const Run& src = into_offload ? dev : off;
+    ds::nn::GptCuda model(model_config(), false);
+    auto r = ds::initialize(config(into_offload, false, "adamw"), model, ctx.comm);
+    r.engine->load_checkpoint(dir.string(), std::string(from));
+    const bool params_eq = r.engine->gather_params_fp32() == src.params, state_eq = states(*r.engine) == src.state;
+    std::printf("checkpoint %s -> %s engine: parameters %s, optimizer state %s\n", from,
+                into_offload ? "offloaded" : "device", params_eq ? "equal" : "DIFFER", state_eq ? "equal" : "DIFFER");
+    CHECK_MSG(params_eq && state_eq, "checkpoint %s -> other engine: not bit-exact", from);
+  }
+}
+
+}  // namespace
+
+int main(int argc, char**) {
+  if (argc != 1) {
+    std::fprintf(stderr, "usage: [mpirun -np 1|2] test_cuda_offload (no arguments)\n");
+    return 2;
+  }
+  int devices = 0;
+  const cudaError_t rc = cudaGetDeviceCount(&devices);
+  if (rc != cudaSuccess) cudaGetLastError();
+  int total = 0;
+  try {
+    ds::DistributedContext ctx = ds::init_distributed();
+    g_rank = ctx.rank;
+    if (rc != cudaSuccess || devices == 0) {
+      if (ctx.rank == 0)
+        std::printf("test_cuda_offload: no CUDA device visible (%s): skipped\n",
+                    rc != cudaSuccess ? cudaGetErrorString(rc) : "0 devices");
+      ds::finalize_distributed(ctx);
+      return 77;
+    }
+    ctx.device = 0;  // every rank on GPU 0, as cuda.engine_staged_np2
+    DS_CUDA_CHECK(cudaSetDevice(0));
+    std::shared_ptr<ds::Communicator> staged;
+    if (ctx.world_size > 1) staged = ds::make_device_communicator(ctx, "staged");
+    for (bool bf16 : {false, true}) compare(ctx, staged, bf16, "adamw");
+    compare(ctx, staged, false, "lamb");
+    if (ctx.world_size == 1) {
+      const fs::path dir = fs::temp_directory_path() / ("ds_cuda_offload_" + std::to_string(::getpid()));
+      checkpoints(ctx, dir);
+      std::error_code ec;
+      fs::remove_all(dir, ec);
+    }
+    staged.reset();
+    MPI_Allreduce(&g_fail, &total, 1, MPI_INT, MPI_SUM, ctx.mpi_comm);
+    if (ctx.rank == 0) std::printf("test_cuda_offload: %s\n", total ? "FAILED" : "all checks passed");
+    ds::finalize_distributed(ctx);
+  } catch (const std::exception& e) {
+    ds::abort_job(1, std::string("test_cuda_offload: error: ") + e.what());
+  }
+  return total ? 1 : 0;
+}
