@@ -9,6 +9,7 @@
 //   - Engine::check_device_limits with a module claiming a CUDA device (no GPU needed):
 //     offload_optimizer nvme is refused naming the key; cpu at stage 1 passes the limits (the
 //     error is then the missing device); cpu at stage 2 is still refused by the stage rule.
+//   - The memory report says where the master and the optimizer state live.
 #include <gtest/gtest.h>
 
 #include <cstdlib>
@@ -24,6 +25,7 @@
 #include "ds/core/error.h"
 #include "ds/core/half.h"
 #include "ds/engine/engine.h"
+#include "ds/engine/memory.h"
 #include "ds/optim/optimizer.h"
 #include "test_model.h"
 
@@ -211,6 +213,15 @@ TEST(HostOffloadStep, PiecesAndSizeChecks) {
   } catch (const ds::Error& e) {
     EXPECT_NE(std::string(e.what()).find("expected 10"), std::string::npos) << e.what();
   }
+}
+
+TEST(OffloadMemoryReport, SaysWhereMasterAndOptimizerLive) {
+  ds::engine::ModelStateBytes b;
+  b.master = 4 << 20;
+  EXPECT_EQ(b.to_string().find("host memory"), std::string::npos) << b.to_string();
+  b.optimizer_offloaded = true;
+  EXPECT_NE(b.to_string().find("optimizer 0.0 KiB (master and optimizer in host memory)"), std::string::npos)
+      << b.to_string();
 }
 
 // ---- the GPU path's config limits, checked without a GPU ----

@@ -30,6 +30,7 @@ std::string ModelStateBytes::to_string() const {
          (grad_buckets > 0 ? " (+ " + mib(grad_buckets) + " buckets in backward)" : std::string()) +
          ", master " + mib(master) +
          ", optimizer " + mib(optimizer_state) +
+         (optimizer_offloaded ? " (master and optimizer in host memory)" : std::string()) +
          ", comm scratch " + mib(comm_scratch) +
          (swap_buffers > 0 || on_nvme > 0 ? ", swap buffers " + mib(swap_buffers) : std::string()) +
          ", total " + mib(total()) + (on_nvme > 0 ? " (+ " + mib(on_nvme) + " on NVMe)" : std::string());
