@@ -246,3 +246,58 @@ TEST(Optimizers, MisuseIsAnError) {
   const std::vector<Segment> overlap = {{0, 5}, {4, 4}};
   EXPECT_THROW(lamb->step(p, TensorView{g.data(), 8, DType::F32}, {}, overlap, ctx), ds::Error);
 }
+
+// step_piece (NVMe offload's streamed step): every elementwise optimizer stepped over
+// caller-held state in uneven pieces gives what one step() over the whole range gives, bit
+// for bit, from the initial state values it reports; Lamb refuses.
+TEST(Optimizers, StepPiecesEqualOneStep) {
+  const std::size_t n = 1000;
+  const std::vector<nlohmann::json> configs{
+      {{"type", "adam"}, {"lr", 0.01}, {"weight_decay", 0.01}},
+      {{"type", "adamw"}, {"lr", 0.01}, {"weight_decay", 0.1}},
+      {{"type", "sgd"}, {"lr", 0.05}, {"momentum", 0.9}},
+      {{"type", "sgd"}, {"lr", 0.05}},
+      {{"type", "adagrad"}, {"lr", 0.05}, {"initial_accumulator_value", 0.25}}};
+  for (const auto& j : configs) {
+    OptimizerConfig c = from_json(j);
+    auto whole = make_optimizer(c), pieces = make_optimizer(c);
+    whole->init_state(n);
+    const auto names = pieces->state_names();
+    std::vector<std::vector<float>> state(names.size(), std::vector<float>(n));
+    for (std::size_t i = 0; i < names.size(); ++i)
+      std::fill(state[i].begin(), state[i].end(), pieces->initial_state_value(i));
+    std::vector<float> m1(n), m2(n), g(n);
+    std::vector<std::uint16_t> w1(n), w2(n);
+    for (std::size_t i = 0; i < n; ++i) {
+      m1[i] = m2[i] = std::sin(float(i)) * 0.5f;
+      g[i] = std::cos(float(i) * 0.7f) * 0.1f;
+    }
+    for (int s = 1; s <= 3; ++s) {
+      StepContext ctx;
+      ctx.lr = 0.01;
+      ctx.step = s;
+      ctx.grad_scale = 0.5;
+      whole->step(m1, TensorView{g.data(), n, DType::F32}, TensorView{w1.data(), n, DType::BF16}, {}, ctx);
+      for (std::size_t a = 0, k = 1; a < n; a += k, k = k * 3 + 1) {  // pieces of 1, 4, 13, 40, ...
+        const std::size_t len = std::min(k, n - a);
+        std::vector<float*> st;
+        for (auto& v : state) st.push_back(v.data() + a);
+        pieces->step_piece(std::span<float>(m2.data() + a, len), TensorView{g.data() + a, len, DType::F32},
+                           TensorView{w2.data() + a, len, DType::BF16}, st, ctx);
+      }
+    }
+    EXPECT_EQ(m1, m2) << j.dump();
+    EXPECT_EQ(w1, w2) << j.dump();
+    auto ws = whole->state_tensors();
+    ASSERT_EQ(ws.size(), state.size()) << j.dump();
+    for (std::size_t i = 0; i < ws.size(); ++i) {
+      EXPECT_EQ(ws[i].first, names[i]);
+      EXPECT_TRUE(std::equal(ws[i].second.begin(), ws[i].second.end(), state[i].begin())) << j.dump() << " " << names[i];
+    }
+  }
+  auto lamb = make_optimizer(from_json({{"type", "lamb"}}));
+  std::vector<float> m(4), st0(4), st1(4), g(4);
+  std::vector<float*> st{st0.data(), st1.data()};
+  StepContext ctx;
+  EXPECT_THROW(lamb->step_piece(m, TensorView{g.data(), 4, DType::F32}, TensorView{}, st, ctx), ds::Error);
+}

@@ -45,6 +45,25 @@ class Base : public Optimizer {
       upload_state();
     }
   }
+  void step(std::span<float> master, TensorView grad, TensorView working, std::span<const Segment> segments,
+            const StepContext& ctx) override {
+    check_step(master, grad, working, ctx);
+    std::vector<float*> st(state_names().size());
+    for (std::size_t i = 0; i < st.size(); ++i) st[i] = state(i);
+    run(master.data(), st.data(), grad, working, n_, segments, ctx, kernel_);
+  }
+  void step_piece(std::span<float> master, TensorView grad, TensorView working, std::span<float* const> state,
+                  const StepContext& ctx) override {
+    const std::size_t n = master.size();
+    DS_CHECK(state.size() == state_names().size(),
+             name() << ": step_piece() with " << state.size() << " state arrays, expected " << state_names().size());
+    DS_CHECK(grad.count == n, name() << ": gradient view holds " << grad.count << " elements, expected " << n);
+    DS_CHECK(working.data == nullptr || working.count == n,
+             name() << ": working view holds " << working.count << " elements, expected " << n);
+    check_context(ctx);
+    if (n == 0) return;
+    run(master.data(), state.data(), grad, working, n, {}, ctx, kernel_);
+  }
   std::vector<std::pair<std::string, std::span<float>>> state_tensors() override {
     std::vector<std::pair<std::string, std::span<float>>> out;
     for (std::size_t i = 0; i < bufs_.size(); ++i) out.emplace_back(state_names()[i], std::span<float>(bufs_[i].as<float>(), n_));
@@ -70,8 +89,17 @@ class Base : public Optimizer {
   }
 
  protected:
-  virtual std::vector<std::string> state_names() const = 0;
-  virtual void fill_initial() {}
+  // The update of n elements with the given state arrays (the kernel's memory).
+  virtual void run(float* master, float* const* state, TensorView grad, TensorView working, std::size_t n,
+                   std::span<const Segment> segments, const StepContext& ctx, Kernel k) = 0;
+  void fill_initial() {
+    for (std::size_t i = 0; i < bufs_.size(); ++i) {
+      const float v = initial_state_value(i);
+      if (v == 0.f) continue;  // zero-filled already
+      float* s = host_state(i);  // init_state uploads it for Kernel::Cuda
+      for (std::size_t j = 0; j < n_; ++j) s[j] = v;
+    }
+  }
   // The state array the kernels update: the device copy for Kernel::Cuda.
   float* state(std::size_t i) { return kernel_ == Kernel::Cuda ? dev_[i] : bufs_[i].as<float>(); }
   float* host_state(std::size_t i) { return bufs_[i].as<float>(); }
@@ -81,6 +109,9 @@ class Base : public Optimizer {
     DS_CHECK(grad.count == n_, name() << ": gradient view holds " << grad.count << " elements, expected " << n_);
     DS_CHECK(working.data == nullptr || working.count == n_,
              name() << ": working view holds " << working.count << " elements, expected " << n_);
+    check_context(ctx);
+  }
+  void check_context(const StepContext& ctx) const {
     DS_CHECK(ctx.step >= 1, name() << ": StepContext.step must be >= 1 (1-based), got " << ctx.step);
     DS_CHECK(std::isfinite(ctx.lr) && std::isfinite(ctx.grad_scale),
              name() << ": lr " << ctx.lr << " and grad_scale " << ctx.grad_scale << " must be finite");
@@ -110,9 +141,8 @@ class Adam final : public Base {
  public:
   Adam(const OptimizerParams& c, Kernel k) : Base(c, k), adamw_(c.type == "adamw" || c.adam_w_mode) {}
   std::string_view name() const override { return cfg_.type == "adamw" ? "adamw" : "adam"; }
-  void step(std::span<float> master, TensorView grad, TensorView working, std::span<const Segment>,
-            const StepContext& ctx) override {
-    check_step(master, grad, working, ctx);
+  void run(float* master, float* const* st, TensorView grad, TensorView working, std::size_t n,
+           std::span<const Segment>, const StepContext& ctx, Kernel k) override {
     const auto b = betas(ctx);
     AdamHyper h;
     h.lr = float(ctx.lr);
@@ -126,13 +156,15 @@ class Adam final : public Base {
     h.adam_w_mode = adamw_;
     h.grad_scale = float(ctx.grad_scale);
 #if DS_OPTIM_HAVE_CUDA
-    if (kernel_ == Kernel::Cuda) return cuda::adam(master.data(), state(0), state(1), grad, working, n_, h, {}, stream_of(ctx));
+    if (k == Kernel::Cuda) return cuda::adam(master, st[0], st[1], grad, working, n, h, {}, stream_of(ctx));
 #endif
-    (kernel_ == Kernel::Cpu ? adam_cpu : adam_ref)(master.data(), state(0), state(1), grad, working, n_, h);
+    (k == Kernel::Cpu ? adam_cpu : adam_ref)(master, st[0], st[1], grad, working, n, h);
   }
 
- private:
+ public:
   std::vector<std::string> state_names() const override { return {"exp_avg", "exp_avg_sq"}; }
+
+ private:
   bool adamw_;
 };
 
@@ -140,9 +172,8 @@ class Sgd final : public Base {
  public:
   using Base::Base;
   std::string_view name() const override { return "sgd"; }
-  void step(std::span<float> master, TensorView grad, TensorView working, std::span<const Segment>,
-            const StepContext& ctx) override {
-    check_step(master, grad, working, ctx);
+  void run(float* master, float* const* st, TensorView grad, TensorView working, std::size_t n,
+           std::span<const Segment>, const StepContext& ctx, Kernel k) override {
     SgdHyper h;
     h.lr = float(ctx.lr);
     h.momentum = float(cfg_.momentum);
@@ -151,14 +182,14 @@ class Sgd final : public Base {
     h.nesterov = cfg_.nesterov;
     h.first_step = ctx.step == 1;  // torch: momentum_buffer is None on the first step
     h.grad_scale = float(ctx.grad_scale);
-    float* buf = cfg_.momentum != 0.0 ? state(0) : nullptr;
+    float* buf = cfg_.momentum != 0.0 ? st[0] : nullptr;
 #if DS_OPTIM_HAVE_CUDA
-    if (kernel_ == Kernel::Cuda) return cuda::sgd(master.data(), buf, grad, working, n_, h, {}, stream_of(ctx));
+    if (k == Kernel::Cuda) return cuda::sgd(master, buf, grad, working, n, h, {}, stream_of(ctx));
 #endif
-    (kernel_ == Kernel::Cpu ? sgd_cpu : sgd_ref)(master.data(), buf, grad, working, n_, h);
+    (k == Kernel::Cpu ? sgd_cpu : sgd_ref)(master, buf, grad, working, n, h);
   }
 
- private:
+ public:
   std::vector<std::string> state_names() const override {
     if (cfg_.momentum != 0.0) return {"momentum_buffer"};
     return {};
@@ -169,36 +200,34 @@ class Adagrad final : public Base {
  public:
   using Base::Base;
   std::string_view name() const override { return "adagrad"; }
-  void step(std::span<float> master, TensorView grad, TensorView working, std::span<const Segment>,
-            const StepContext& ctx) override {
-    check_step(master, grad, working, ctx);
+  void run(float* master, float* const* st, TensorView grad, TensorView working, std::size_t n,
+           std::span<const Segment>, const StepContext& ctx, Kernel k) override {
     AdagradHyper h;
     h.clr = float(ctx.lr / (1.0 + double(ctx.step - 1) * cfg_.lr_decay));
     h.eps = float(cfg_.eps);
     h.weight_decay = float(cfg_.weight_decay);
     h.grad_scale = float(ctx.grad_scale);
 #if DS_OPTIM_HAVE_CUDA
-    if (kernel_ == Kernel::Cuda) return cuda::adagrad(master.data(), state(0), grad, working, n_, h, {}, stream_of(ctx));
+    if (k == Kernel::Cuda) return cuda::adagrad(master, st[0], grad, working, n, h, {}, stream_of(ctx));
 #endif
-    (kernel_ == Kernel::Cpu ? adagrad_cpu : adagrad_ref)(master.data(), state(0), grad, working, n_, h);
+    (k == Kernel::Cpu ? adagrad_cpu : adagrad_ref)(master, st[0], grad, working, n, h);
   }
 
- private:
+ public:
   std::vector<std::string> state_names() const override { return {"sum"}; }
-  void fill_initial() override {
-    const float init = float(cfg_.initial_accumulator_value);
-    float* s = host_state(0);  // init_state uploads it for Kernel::Cuda
-    for (std::size_t i = 0; i < n_; ++i) s[i] = init;
-  }
+  float initial_state_value(std::size_t) const override { return float(cfg_.initial_accumulator_value); }
 };
 
 class Lamb final : public Base {
  public:
   using Base::Base;
   std::string_view name() const override { return "lamb"; }
-  void step(std::span<float> master, TensorView grad, TensorView working, std::span<const Segment> segments,
-            const StepContext& ctx) override {
-    check_step(master, grad, working, ctx);
+  void step_piece(std::span<float>, TensorView, TensorView, std::span<float* const>, const StepContext&) override {
+    throw Error("lamb: its trust ratio needs whole parameter tensors, so it cannot step a partition piece by "
+                "piece (NVMe offload); use adam, adamw, sgd or adagrad");
+  }
+  void run(float* master, float* const* st, TensorView grad, TensorView working, std::size_t n,
+           std::span<const Segment> segments, const StepContext& ctx, Kernel k) override {
     const auto b = betas(ctx);
     LambHyper h;
     h.beta1 = float(b[0]);
@@ -218,25 +247,26 @@ class Lamb final : public Base {
     h.eps_inside_sqrt = cfg_.eps_inside_sqrt;
     h.grad_scale = float(ctx.grad_scale);
 #if DS_OPTIM_HAVE_CUDA
-    if (kernel_ == Kernel::Cuda) {
+    if (k == Kernel::Cuda) {
       // One plan per segment layout (the engine passes the same segments every step).
       if (!plan_ || plan_segments_.size() != segments.size() ||
           !std::equal(segments.begin(), segments.end(), plan_segments_.begin(),
                       [](const Segment& a, const Segment& b) { return a.offset == b.offset && a.count == b.count; })) {
-        plan_ = std::make_unique<cuda::LambPlan>(segments, n_);
+        plan_ = std::make_unique<cuda::LambPlan>(segments, n);
         plan_segments_.assign(segments.begin(), segments.end());
       }
-      return cuda::lamb(master.data(), state(0), state(1), grad, working, n_, *plan_, h, {}, stream_of(ctx));
+      return cuda::lamb(master, st[0], st[1], grad, working, n, *plan_, h, {}, stream_of(ctx));
     }
 #endif
     coeffs_.assign(segments.empty() ? 1 : segments.size(), 1.f);
-    (kernel_ == Kernel::Cpu ? lamb_cpu : lamb_ref)(master.data(), state(0), state(1), grad, working, n_, segments, h,
-                                                    coeffs_);
+    (k == Kernel::Cpu ? lamb_cpu : lamb_ref)(master, st[0], st[1], grad, working, n, segments, h, coeffs_);
   }
   std::span<const float> last_lamb_coeffs() const override { return coeffs_; }
 
- private:
+ public:
   std::vector<std::string> state_names() const override { return {"exp_avg", "exp_avg_sq"}; }
+
+ private:
   std::vector<float> coeffs_;
 #if DS_OPTIM_HAVE_CUDA
   std::unique_ptr<cuda::LambPlan> plan_;

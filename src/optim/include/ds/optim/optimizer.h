@@ -46,6 +46,19 @@ class Optimizer {
   // working.count == n. grad dtype F32/F16/BF16; working dtype F32/F16/BF16.
   virtual void step(std::span<float> master, TensorView grad, TensorView working,
                     std::span<const Segment> segments, const StepContext& ctx) = 0;
+  // The names of the state arrays, in state_tensors() order (SGD without momentum: none).
+  virtual std::vector<std::string> state_names() const = 0;
+  // The value every element of a fresh state array i holds (Adagrad's sum:
+  // initial_accumulator_value; everything else 0).
+  virtual float initial_state_value(std::size_t /*i*/) const { return 0.f; }
+  // One update of master.size() elements whose state the CALLER holds: state[i] points at
+  // master.size() floats of state_names()[i], where the kernel runs (host memory for
+  // Kernel::Cpu/Ref). The same kernels and the same results as step() over those elements;
+  // needs no init_state() and leaves the optimizer's own state alone. NVMe offload streams a
+  // partition through it one sub-group at a time. Elementwise optimizers only: Lamb throws
+  // (its trust ratio needs whole tensors).
+  virtual void step_piece(std::span<float> master, TensorView grad, TensorView working, std::span<float* const> state,
+                          const StepContext& ctx) = 0;
   // Named state arrays of n floats each (checkpoints read and write them in place):
   // adam/adamw/lamb: exp_avg, exp_avg_sq; sgd: momentum_buffer (only with momentum != 0);
   // adagrad: sum.
