@@ -48,8 +48,17 @@ int main(int argc, char** argv) {
   app.add_option("--dd_write_gbs", dd_write, "dd oflag=direct write GB/s on --dir (the headline's reference)");
   app.add_option("--dd_read_gbs", dd_read, "dd iflag=direct read GB/s on --dir");
   app.add_option("--min_ratio", min_ratio_s, "fail (exit 3) when the headline ratio is below this");
-  CLI11_PARSE(app, argc, argv);
+  try {
+    app.parse(argc, argv);
+  } catch (const CLI::ParseError& e) {
+    const int code = app.exit(e);  // prints the message (or the help)
+    return code == 0 ? 0 : 2;      // bad arguments: 2, as every benchmark
+  }
   const double min_ratio = ds::bench::parse_min_ratio("bench_aio", min_ratio_s);
+  if (min_ratio > 0 && !(dd_write > 0 && dd_read > 0)) {
+    std::fprintf(stderr, "bench_aio: error: --min_ratio compares against dd: add --dd_write_gbs and --dd_read_gbs\n");
+    return 2;
+  }
   if (bytes == 0 || chunk == 0 || block_size == 0 || queue_depth <= 0 || thread_count <= 0) {
     std::fprintf(stderr, "bench_aio: error: --bytes, --chunk, --block_size, --queue_depth and --thread_count must be positive\n");
     return 2;

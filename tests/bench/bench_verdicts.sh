@@ -56,6 +56,12 @@ expect "bench_checkpoint" 0 "every load equals the saved" "$B/checkpoint/bench_c
 expect "bench_checkpoint --min_ratio 1000" 3 "is below --min_ratio 1000" "$B/checkpoint/bench_checkpoint" "$D/ckpt" 100000 1 --dd --min_ratio 1000
 expect "bench_checkpoint --min_ratio without --dd" 2 "--min_ratio compares against dd: add --dd" "$B/checkpoint/bench_checkpoint" "$D/ckpt" 1000 1 --min_ratio 1
 
+aio=(--dir "$D" --bytes 3000000 --chunk 1000000 --block_size 65536 --queue_depth 2 --repeats 1)
+expect "bench_aio" 0 "" "$B/aio/bench_aio" "${aio[@]}" --dd_write_gbs 1 --dd_read_gbs 1
+expect "bench_aio --min_ratio 1000" 3 "is below --min_ratio 1000" "$B/aio/bench_aio" "${aio[@]}" --dd_write_gbs 1 --dd_read_gbs 1 --min_ratio 1000
+expect "bench_aio --min_ratio without dd" 2 "--min_ratio compares against dd: add --dd_write_gbs and --dd_read_gbs" "$B/aio/bench_aio" "${aio[@]}" --min_ratio 1
+expect "bench_aio --queue_depth 0" 2 "must be positive" "$B/aio/bench_aio" --queue_depth 0
+
 expect "page_release_bench" 0 "released pages hold what was written" "$B/zero/page_release_bench" --mib 1 --bucket-mib 0.25 --reps 1
 expect "page_release_bench --min_ratio 1000" 3 "is below --min_ratio 1000" "$B/zero/page_release_bench" --mib 1 --bucket-mib 0.25 --reps 1 --min_ratio 1000
 expect "page_release_bench --reps 0" 2 "--reps" "$B/zero/page_release_bench" --reps 0
