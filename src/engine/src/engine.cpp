@@ -64,7 +64,12 @@ Engine::Engine(config::DsConfig cfg, Module& module, std::shared_ptr<Communicato
     const std::size_t per_rank = std::size_t(std::max<std::int64_t>(1, cfg_.zero_optimization.allgather_bucket_size / world_));
     so.gather_chunk = cuda ? map_.partition_numel : std::min(per_rank, map_.partition_numel);
   }
+  so.nvme = nvme_options();
   store_ = engine::ParamStore::make(map_, rank_, so, *module_);
+  // The optimizer's state sized for this rank's step range (or, NVMe offload, in swap files).
+  const config::OptimizerConfig ocfg = cfg_.optimizer.value_or(config::OptimizerConfig{});
+  optimizer_ = optim::make_optimizer(ocfg, cuda && !so.offload_optimizer ? optim::Kernel::Cuda : optim::Kernel::Cpu);
+  store_->attach_optimizer(*optimizer_);
 
   // ---- initial values: module init on fp32 scratch, rank 0's values broadcast ----
   // Stage 3 with other ranks: only rank 0 runs the init, and the values go out one group at
@@ -98,10 +103,7 @@ Engine::Engine(config::DsConfig cfg, Module& module, std::shared_ptr<Communicato
   }
   module_->bind(param_views, grad_views);
 
-  // ---- optimizer, scaler, scheduler, reducer ----
-  const config::OptimizerConfig ocfg = cfg_.optimizer.value_or(config::OptimizerConfig{});
-  optimizer_ = optim::make_optimizer(ocfg, cuda && !so.offload_optimizer ? optim::Kernel::Cuda : optim::Kernel::Cpu);
-  optimizer_->init_state(store_->step_count());
+  // ---- scaler, scheduler, reducer ----
   make_scaler();
   scheduler_ = sched::make_scheduler(cfg_.scheduler.value_or(config::SchedulerConfig{}), ocfg.lr, ocfg.betas);
   grad_comm_ = cuda && device_comm_ ? device_comm_.get() : comm_.get();

@@ -94,8 +94,11 @@ io::CheckpointContent Engine::checkpoint_content(const io::StateValue& client_st
   c.has_shard = store_->partitioned() || rank_ == 0;
   c.shard_offset = store_->step_offset();
   c.shard_count = store_->step_count();
-  std::vector<std::pair<std::string, const float*>> tensors{{"fp32_master", store_->host_master().as<float>()}};
-  for (auto& [name, span] : optimizer_->state_tensors()) {
+  // The master and the optimizer state: in memory, or the NVMe swap files mapped (the caller
+  // ends the views with done_with_state_views once the content is written or copied).
+  const engine::StateViews views = store_->state_views(*optimizer_);
+  std::vector<std::pair<std::string, const float*>> tensors{{"fp32_master", views.master.data()}};
+  for (auto& [name, span] : views.state) {
     DS_CHECK(span.size() == c.shard_count, "optimizer state '" << name << "' holds " << span.size()
                                                                << " elements, the partition " << c.shard_count);
     tensors.push_back({"optim/" + name, span.data()});
@@ -171,6 +174,14 @@ void Engine::save_checkpoint(const std::string& save_dir, std::optional<std::str
   o.save_latest = save_latest;
   o.io_threads = cfg_.checkpoint.io_threads;
   o.tag_validation = io::parse_tag_validation(cfg_.checkpoint.tag_validation);
+  // The swap-file views (NVMe offload) end when the content is written, or copied for the
+  // background writer, also when that throws.
+  struct EndViews {
+    engine::ParamStore& s;
+    ~EndViews() {
+      try { s.done_with_state_views(false); } catch (...) {}
+    }
+  } end_views{*store_};
   if (!cfg_.checkpoint.async_save) {
     std::string dir = io::save_checkpoint(*comm_, save_dir, t, c, o);
     DS_INFO("saved checkpoint " << dir);
@@ -236,7 +247,6 @@ std::optional<std::pair<std::string, io::StateValue>> Engine::load_checkpoint(co
   // The dense ranges this rank steps: its slice (stages 1-2), everything (stage 0), or its
   // pieces (stage 3).
   const std::vector<io::ShardRange> ranges = s3 ? stage3_ranges() : std::vector<io::ShardRange>{{off, cnt}};
-  auto states = optimizer_->state_tensors();
   try {
     r = std::make_unique<io::CheckpointReader>(load_dir, t, io::LoadOptions{cfg_.checkpoint.io_threads});
     std::vector<io::ExpectedParam> expected;
@@ -264,7 +274,7 @@ std::optional<std::pair<std::string, io::StateValue>> Engine::load_checkpoint(co
                                                               << " optimizer state; this engine runs " << optimizer_->name()
                                                               << " (load with load_optimizer_states = false)");
       DS_CHECK(r->has_shard_dataset("fp32_master"), "checkpoint " << r->dir() << " has no fp32_master");
-      for (auto& [name, span] : states)
+      for (const auto& name : optimizer_->state_names())
         DS_CHECK(r->has_shard_dataset("optim/" + name), "checkpoint " << r->dir() << " has no optimizer state 'optim/" << name << "'");
       for (const auto& rg : ranges) r->verify_flat_range(rg.offset, rg.count);
     }
@@ -281,7 +291,10 @@ std::optional<std::pair<std::string, io::StateValue>> Engine::load_checkpoint(co
 
   // ---- apply ----
   const std::size_t wsz = dtype_size(wdtype_);
-  float* master = store_->host_master().as<float>();
+  // In memory, or the NVMe swap files mapped (written back before from_host reads them).
+  engine::StateViews views = store_->state_views(*optimizer_);
+  float* master = views.master.data();
+  auto& states = views.state;
   if (s3) {
     // This rank's pieces only. With the optimizer state: the master's dense ranges; without:
     // each parameter's weights (DeepSpeed's _restore_from_bit16_weights), cut to the pieces.
@@ -324,6 +337,7 @@ std::optional<std::pair<std::string, io::StateValue>> Engine::load_checkpoint(co
       convert(params + off * wsz, wdtype_, master, DType::F32, cnt);
     }
   }
+  store_->done_with_state_views(true);
   if (!opt.load_module_only) apply_engine_state(es, opt, load_opt);
   store_->from_host(*optimizer_, load_opt);  // GPU path: the loaded values go to the device
   sync_->params_changed();                    // stage 3: gathered copies are stale

@@ -65,8 +65,10 @@ bool Engine::save_16bit_model(const std::string& save_dir, const std::string& fi
     for (std::size_t gi = 0; gi < map_.groups.size(); ++gi) {
       const auto& g = map_.groups[gi];
       const TensorView dst{group.data(), g.padded, wdtype_};
-      if (world_ > 1) grad_comm_->all_gather(store.part_params(gi), dst);
-      else std::memcpy(dst.data, store.part_params(gi).data, g.padded * es);
+      // This rank's piece into its block, then gathered in place (the piece may be on NVMe).
+      char* mine = static_cast<char*>(group.data()) + std::size_t(rank_) * g.piece * es;
+      store.read_part_params(gi, mine);
+      if (world_ > 1) grad_comm_->all_gather(TensorView{mine, g.piece, wdtype_}, dst);
       if (!rank0) continue;
       for (std::size_t i = g.first_param; i < g.first_param + g.param_count; ++i) {
         const auto& p = map_.params[i];

@@ -10,6 +10,7 @@
 #include "ds/mpi/comm_factory.h"
 #include "ds/mpi/device_comm.h"
 #include "ds/mpi/init.h"
+#include "ds/core/log.h"
 #include "zero3_fetcher.h"
 
 namespace ds {
@@ -76,6 +77,32 @@ engine::FetchOptions Engine::fetch_options() const {
   o.reduce_bucket = elems(z.reduce_bucket_size);
   o.whole_model = module_->parameter_groups().empty();
   o.comm_dtype = comm_dtype_;
+  return o;
+}
+
+engine::NvmeOptions Engine::nvme_options() const {
+  const auto& z = cfg_.zero_optimization;
+  engine::NvmeOptions o;
+  if (device_ == Device::Cuda) return o;  // the GPU path offloads to host memory only (check_device_limits)
+  if (rank_ == 0) {
+    // device "cpu" on the CPU path: the states are in host memory already.
+    using Entry = std::pair<const char*, const config::OffloadConfig*>;
+    for (const auto& [key, c] : {Entry{"offload_optimizer", &z.offload_optimizer}, Entry{"offload_param", &z.offload_param}})
+      if (c->device == "cpu")
+        DS_INFO("zero_optimization." << key << ".device \"cpu\": the model trains on the CPU, so its states are in "
+                "host memory already; nothing moves (\"nvme\" moves them to files)");
+  }
+  o.optimizer = z.offload_optimizer.nvme();
+  o.params = z.offload_param.nvme();
+  o.optimizer_path = z.offload_optimizer.nvme_path;
+  o.params_path = z.offload_param.nvme_path;
+  o.optimizer_key = "zero_optimization.offload_optimizer.nvme_path";
+  o.params_key = "zero_optimization.offload_param.nvme_path";
+  o.sub_group = std::size_t(std::max<std::int64_t>(1, z.sub_group_size));
+  o.buffer_count = z.offload_optimizer.buffer_count;
+  o.aio.block_size = std::size_t(cfg_.aio.block_size);
+  o.aio.queue_depth = cfg_.aio.queue_depth;
+  o.aio.thread_count = cfg_.aio.thread_count;
   return o;
 }
 

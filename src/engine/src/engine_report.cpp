@@ -59,6 +59,7 @@ engine::ModelStateBytes Engine::memory_report() const {
   for (const auto& t : optimizer_->state_tensors()) opt += t.second.size() * sizeof(float);
   b.optimizer_state = opt;
   b.comm_scratch += sync_->scratch_bytes();
+  store_->add_swap_memory(b);
   return b;
 }
 

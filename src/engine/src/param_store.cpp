@@ -37,13 +37,32 @@ ParamStore::ParamStore(const PartitionMap& map, int rank, const StoreOptions& o)
     : map_(map), rank_(rank), slice_(map.slices[std::size_t(rank)]), o_(o) {
   for (const auto& sg : map_.segments(rank)) segments_.push_back(optim::Segment{sg.slice_offset, sg.count});
   if (map_.stage < 3) params_ = HostBuffer(map_.padded_numel, o_.wdtype);
-  master_ = HostBuffer(slice_.count, DType::F32);
+  if (!o_.nvme.optimizer) master_ = HostBuffer(slice_.count, DType::F32);
+}
+
+void ParamStore::attach_optimizer(optim::Optimizer& opt) {
+  if (o_.nvme.any()) swap_ = std::make_unique<NvmeSwap>(o_.nvme, rank_, step_count(), opt, o_.wdtype);
+  if (!o_.nvme.optimizer) opt.init_state(step_count());
 }
 
 void ParamStore::set_initial(const float* full) {
-  std::memcpy(master_.data(), full + slice_.offset, slice_.count * sizeof(float));
+  if (master_swapped()) swap_->write_master(0, step_count(), full + slice_.offset);
+  else std::memcpy(master_.data(), full + slice_.offset, slice_.count * sizeof(float));
   convert(full, DType::F32, params_.data(), o_.wdtype, map_.padded_numel);
   upload();
+}
+
+StateViews ParamStore::state_views(optim::Optimizer& opt) {
+  if (master_swapped()) return swap_->map();
+  return StateViews{std::span<float>(master_.as<float>(), step_count()), opt.state_tensors()};
+}
+
+void ParamStore::done_with_state_views(bool written) {
+  if (master_swapped()) swap_->unmap(written);
+}
+
+void ParamStore::add_swap_memory(ModelStateBytes& b) const {
+  if (swap_) swap_->add_memory(b);
 }
 
 std::vector<float> ParamStore::params_fp32() const {
@@ -103,6 +122,7 @@ precision::GradStats HostParamStore::grad_stats() {
 void HostParamStore::optimizer_step(optim::Optimizer& opt, optim::StepContext ctx) {
   const std::size_t off = step_offset(), n = step_count();
   if (n == 0) return;
+  if (master_swapped()) return swap_->step(opt, step_grads(off, n), params(off, n), ctx);
   opt.step(std::span<float>(master_.as<float>(), n), step_grads(off, n), params(off, n), segments_, ctx);
 }
 

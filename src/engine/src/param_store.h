@@ -27,6 +27,7 @@
 #include "ds/mpi/communicator.h"
 #include "ds/optim/optimizer.h"
 #include "ds/precision/grad_stats.h"
+#include "nvme_swap.h"
 
 namespace ds::engine {
 
@@ -41,6 +42,7 @@ struct StoreOptions {
   bool offload_optimizer = false;
   std::size_t sub_group = 0;
   bool pin_memory = true;
+  NvmeOptions nvme;                 // offload_optimizer / offload_param device nvme (host stores)
 };
 
 class ParamStore {
@@ -64,6 +66,10 @@ class ParamStore {
   virtual TensorView params(std::size_t offset, std::size_t count) const = 0;
   virtual TensorView grads(std::size_t offset, std::size_t count) const = 0;
 
+  // Once, after make() and before set_initial(): the optimizer whose state the step range
+  // needs -- sized in memory (init_state), or, with offload_optimizer nvme, in swap files
+  // (the master too). Creates the NVMe swap files (nvme_swap.h) when either offload asks.
+  void attach_optimizer(optim::Optimizer& opt);
   // Initial values: `full` holds the whole padded flat space in fp32 (the same on every rank).
   virtual void set_initial(const float* full);
   // After every backward: fold the micro-step gradients into the fp32 accumulator (accum_fp32).
@@ -82,6 +88,15 @@ class ParamStore {
   // from_host() sends them back (and the optimizer state when it was loaded).
   HostBuffer& host_params() { return params_; }
   HostBuffer& host_master() { return master_; }
+  // The fp32 master (step_count() elements) and the optimizer state where checkpoints read
+  // and write them: host_master() and opt.state_tensors(), or with offload_optimizer nvme the
+  // swap files mapped into memory, valid until done_with_state_views() (`written`: the
+  // caller wrote through them).
+  StateViews state_views(optim::Optimizer& opt);
+  void done_with_state_views(bool written);
+  // NVMe offload: the swap buffers and the bytes on disk.
+  void add_swap_memory(ModelStateBytes& b) const;
+  const NvmeSwap* nvme() const { return swap_.get(); }
   virtual void to_host(optim::Optimizer&) {}
   virtual void from_host(optim::Optimizer&, bool /*with_optimizer_state*/) {}
   virtual std::vector<float> params_fp32() const;  // full fp32 copy, unpadded
@@ -107,6 +122,9 @@ class ParamStore {
   HostBuffer params_;  // padded_numel x wdtype: the working params (host) / their staging copy
                        // (device); empty at stage 3, where no rank holds them whole
   HostBuffer master_;  // slice_.count x F32; element j is global flat element slice_.offset + j
+                       // (empty with offload_optimizer nvme: swap_ holds it)
+  std::unique_ptr<NvmeSwap> swap_;  // NVMe offload (attach_optimizer), else null
+  bool master_swapped() const { return swap_ && swap_->optimizer(); }
   std::size_t keep_lo_ = 0, keep_hi_ = 0;
 };
 

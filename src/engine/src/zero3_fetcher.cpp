@@ -57,12 +57,20 @@ void GroupFetcher::start_gather(std::size_t g) {
   const FlatGroup& fg = map_.groups[g];
   live_ += fg.padded;
   peak_live_ = std::max(peak_live_, live_);
-  const TensorView mine = store_.part_params(g);
   const TensorView dst = store_.params(fg.offset, fg.padded);
   if (world_ == 1) {
-    std::memcpy(dst.data, mine.data, mine.bytes());
+    store_.read_part_params(g, dst.data);
     s.state = State::Resident;
     return;
+  }
+  // With offload_param nvme the piece is read from the swap file straight into its block of
+  // the gathered buffer, and the all-gather runs in place.
+  TensorView mine;
+  if (store_.params_swapped()) {
+    mine = TensorView{static_cast<char*>(dst.data) + std::size_t(comm_.rank()) * fg.piece * dtype_size(wdtype_), fg.piece, wdtype_};
+    store_.read_part_params(g, mine.data);
+  } else {
+    mine = store_.part_params(g);
   }
   Op op;
   op.id = next_id_++;

@@ -14,7 +14,7 @@ PartitionedParamStore::PartitionedParamStore(const PartitionMap& map, int rank, 
   DS_CHECK(map_.stage == 3, "PartitionedParamStore needs a stage-3 partition map");
   flat_params_ = PagedBuffer(map_.padded_numel, o_.wdtype, /*huge=*/true);
   flat_grads_ = PagedBuffer(map_.padded_numel, o_.wdtype, /*huge=*/true);
-  part_params_ = HostBuffer(map_.partition_numel, o_.wdtype);
+  if (!o_.nvme.params) part_params_ = HostBuffer(map_.partition_numel, o_.wdtype);
   part_grads_ = HostBuffer(map_.partition_numel, DType::F32);
 }
 
@@ -27,9 +27,16 @@ TensorView PartitionedParamStore::grads(std::size_t offset, std::size_t count) c
 }
 
 TensorView PartitionedParamStore::part_params(std::size_t g) const {
+  DS_CHECK(!params_swapped(), "stage 3: the parameter partition is in the NVMe swap file (read_part_params)");
   const FlatGroup& fg = map_.groups[g];
   return TensorView{static_cast<char*>(const_cast<void*>(part_params_.data())) + fg.part_offset * dtype_size(o_.wdtype),
                     fg.piece, o_.wdtype};
+}
+
+void PartitionedParamStore::read_part_params(std::size_t g, void* dst) const {
+  const FlatGroup& fg = map_.groups[g];
+  if (params_swapped()) swap_->read_params(fg.part_offset, fg.piece, dst);
+  else std::memcpy(dst, part_params(g).data, fg.piece * dtype_size(o_.wdtype));
 }
 
 float* PartitionedParamStore::part_grads(std::size_t g) const {
@@ -52,9 +59,27 @@ void PartitionedParamStore::set_initial(const float* full) {
 
 void PartitionedParamStore::set_initial_group(std::size_t gi, const float* values) {
   const FlatGroup& g = map_.groups[gi];
-  float* m = master_.as<float>() + g.part_offset;
-  std::memcpy(m, values + std::size_t(rank_) * g.piece, g.piece * sizeof(float));
-  convert(m, DType::F32, part_params(gi).data, o_.wdtype, g.piece);
+  const float* mine = values + std::size_t(rank_) * g.piece;
+  if (master_swapped()) swap_->write_master(g.part_offset, g.piece, mine);
+  else std::memcpy(master_.as<float>() + g.part_offset, mine, g.piece * sizeof(float));
+  if (!params_swapped()) return convert(mine, DType::F32, part_params(gi).data, o_.wdtype, g.piece);
+  std::vector<char> w(g.piece * dtype_size(o_.wdtype));
+  convert(mine, DType::F32, w.data(), o_.wdtype, g.piece);
+  swap_->write_params(g.part_offset, g.piece, w.data());
+}
+
+void PartitionedParamStore::params_from_master(const float* master) {
+  // The working partition = the master rounded to the working dtype, in memory or, a chunk
+  // at a time, in the parameter swap file.
+  const std::size_t P = map_.partition_numel;
+  if (!params_swapped()) return convert(master, DType::F32, part_params_.data(), o_.wdtype, P);
+  const std::size_t chunk = std::size_t(1) << 22;
+  std::vector<char> w(std::min(chunk, P) * dtype_size(o_.wdtype));
+  for (std::size_t a = 0; a < P; a += chunk) {
+    const std::size_t k = std::min(chunk, P - a);
+    convert(master + a, DType::F32, w.data(), o_.wdtype, k);
+    swap_->write_params(a, k, w.data());
+  }
 }
 
 precision::GradStats PartitionedParamStore::grad_stats() {
@@ -63,7 +88,13 @@ precision::GradStats PartitionedParamStore::grad_stats() {
 
 void PartitionedParamStore::optimizer_step(optim::Optimizer& opt, optim::StepContext ctx) {
   const std::size_t n = map_.partition_numel;
+  const TensorView grads{part_grads_.data(), n, DType::F32};
   // Padding elements have zero gradient and zero master, so every optimizer leaves them zero.
+  if (master_swapped()) return swap_->step(opt, grads, params_swapped() ? TensorView{} : TensorView{part_params_.data(), n, o_.wdtype}, ctx);
+  if (params_swapped()) {  // the master in memory: step it, then write the rounded partition out
+    opt.step(std::span<float>(master_.as<float>(), n), grads, TensorView{}, segments_, ctx);
+    return params_from_master(master_.as<float>());
+  }
   opt.step(std::span<float>(master_.as<float>(), n), TensorView{part_grads_.data(), n, DType::F32},
            TensorView{part_params_.data(), n, o_.wdtype}, segments_, ctx);
 }
@@ -73,14 +104,23 @@ void PartitionedParamStore::zero_grads() {
   flat_grads_.release(0, flat_grads_.mapped_bytes());  // normally released group by group already
 }
 
-void PartitionedParamStore::from_host(optim::Optimizer&, bool) {
-  convert(master_.data(), DType::F32, part_params_.data(), o_.wdtype, map_.partition_numel);
+void PartitionedParamStore::from_host(optim::Optimizer& opt, bool) {
+  if (!master_swapped()) return params_from_master(master_.as<float>());
+  const StateViews v = state_views(opt);
+  params_from_master(v.master.data());
+  done_with_state_views(false);
 }
 
 std::vector<float> PartitionedParamStore::params_fp32() const {
   const std::size_t P = map_.partition_numel, W = std::size_t(map_.world_size);
   std::vector<float> mine(P), all(P * W), out(map_.total_numel);
-  convert(part_params_.data(), o_.wdtype, mine.data(), DType::F32, P);
+  if (params_swapped()) {
+    std::vector<char> w(P * dtype_size(o_.wdtype));
+    swap_->read_params(0, P, w.data());
+    convert(w.data(), o_.wdtype, mine.data(), DType::F32, P);
+  } else {
+    convert(part_params_.data(), o_.wdtype, mine.data(), DType::F32, P);
+  }
   if (W > 1) {
     DS_CHECK(comm_ != nullptr, "stage 3: gathering the parameters needs the communicator");
     comm_->all_gather(TensorView{mine.data(), P, DType::F32}, TensorView{all.data(), P * W, DType::F32});

@@ -38,8 +38,12 @@ class PartitionedParamStore final : public ParamStore {
 
   // For the fetcher.
   void set_comm(Communicator* comm) { comm_ = comm; }
-  // This rank's piece of group g: working params (wdtype) and reduced gradients (fp32).
+  // This rank's piece of group g: working params (wdtype; in memory only without
+  // offload_param nvme) and reduced gradients (fp32).
   TensorView part_params(std::size_t g) const;
+  // Copies group g's working-params piece to dst (from memory or the parameter swap file).
+  void read_part_params(std::size_t g, void* dst) const;
+  bool params_swapped() const { return swap_ && swap_->params(); }
   float* part_grads(std::size_t g) const;
   PagedBuffer& flat_params() { return flat_params_; }
   PagedBuffer& flat_grads() { return flat_grads_; }
@@ -48,8 +52,10 @@ class PartitionedParamStore final : public ParamStore {
   std::pair<std::size_t, std::size_t> group_bytes(std::size_t g) const;
 
  private:
+  void params_from_master(const float* master);  // the working partition := master rounded
+
   PagedBuffer flat_params_, flat_grads_;  // padded_numel x wdtype, mostly not resident
-  HostBuffer part_params_;                // partition_numel x wdtype
+  HostBuffer part_params_;                // partition_numel x wdtype (empty with offload_param nvme)
   HostBuffer part_grads_;                 // partition_numel x F32
   Communicator* comm_ = nullptr;
 };

@@ -36,7 +36,7 @@ namespace ds::sched { class LrScheduler; }
 
 namespace ds {
 
-namespace engine { class CsvMonitor; class ParamStore; class GradSync; class GroupFetcher; struct AsyncSave; struct FetchOptions; }
+namespace engine { class CsvMonitor; class ParamStore; class GradSync; class GroupFetcher; struct AsyncSave; struct FetchOptions; struct NvmeOptions; }
 namespace io { struct CheckpointContent; struct ShardRange; }
 
 // Engine::load_checkpoint options (DeepSpeed's keyword arguments).
@@ -159,6 +159,7 @@ class Engine {
   void check_device_limits() const;  // the GPU path's limits (engine_init.cpp)
   void make_scaler();
   engine::FetchOptions fetch_options() const;  // stage 3: the zero_optimization keys (engine_init.cpp)
+  engine::NvmeOptions nvme_options() const;    // offload_* device nvme (engine_init.cpp)
   void boundary_step();
   void report_progress(bool overflow, double loss, double step_ms);
   void reset_cycle();

@@ -1,0 +1,196 @@
+// NvmeSwap: the swap files and the streamed optimizer step (nvme_swap.h).
+#include "nvme_swap.h"
+
+#include <fcntl.h>
+#include <sys/mman.h>
+
+#include <algorithm>
+#include <cerrno>
+#include <chrono>
+#include <cstring>
+
+#include "ds/core/error.h"
+#include "ds/core/log.h"
+
+namespace ds::engine {
+
+namespace {
+
+// Sub-groups start on multiples of this many elements, so every file offset and length is
+// a multiple of the O_DIRECT alignment for 4-, 2- and 1-byte elements alike.
+constexpr std::size_t kAlignElems = io::kDirectAlign;
+
+std::size_t round_up(std::size_t v, std::size_t a) { return (v + a - 1) / a * a; }
+
+std::string mib(std::size_t b) { return std::to_string(b >> 20) + " MiB"; }
+
+}  // namespace
+
+NvmeSwap::NvmeSwap(const NvmeOptions& o, int rank, std::size_t n, const optim::Optimizer& opt, DType wdtype)
+    : o_(o), rank_(rank), n_(n), wdtype_(wdtype) {
+  n_pad_ = round_up(std::max<std::size_t>(n_, 1), kAlignElems);
+  sub_ = std::min(round_up(std::max<std::size_t>(o_.sub_group, 1), kAlignElems), n_pad_);
+  const std::size_t groups = (n_pad_ + sub_ - 1) / sub_;
+  if (o_.optimizer) {
+    names_.push_back("fp32_master");
+    for (const auto& s : opt.state_names()) names_.push_back(s);
+  }
+  const std::size_t opt_bytes = names_.size() * n_pad_ * sizeof(float);
+  const std::size_t param_bytes = o_.params ? n_pad_ * dtype_size(wdtype_) : 0;
+  const bool one_dir = o_.optimizer && o_.params && o_.optimizer_path == o_.params_path;
+  if (o_.optimizer)
+    opt_dir_ = std::make_unique<io::SwapDir>(o_.optimizer_path, o_.optimizer_key, rank_,
+                                             opt_bytes + (one_dir ? param_bytes : 0));
+  if (o_.params && !one_dir)
+    param_dir_ = std::make_unique<io::SwapDir>(o_.params_path, o_.params_key, rank_, param_bytes);
+  for (const auto& name : names_) files_.push_back(io::SwapFile::create(opt_dir_->file(name + ".swap"), n_pad_ * sizeof(float)));
+  if (o_.params) {
+    const io::SwapDir& d = one_dir ? *opt_dir_ : *param_dir_;
+    param_file_ = std::make_unique<io::SwapFile>(io::SwapFile::create(d.file("params.swap"), param_bytes));
+  }
+  aio_ = std::make_unique<io::AioQueue>(o_.aio);
+
+  if (o_.optimizer) {
+    // buffer_count sets in a ring (no more than there are sub-groups to hold).
+    const std::size_t nslots = std::min<std::size_t>(std::max(o_.buffer_count, 1), groups);
+    slots_.resize(nslots);
+    for (Slot& s : slots_) {
+      for (std::size_t t = 0; t < names_.size(); ++t) s.bufs.emplace_back(sub_ * sizeof(float));
+      if (o_.params) s.out = io::AlignedBuffer(sub_ * dtype_size(wdtype_));
+    }
+    if (groups == 1 && n_ > (std::size_t(1) << 20)) {
+      DS_WARN(o_.optimizer_key << ": sub_group_size " << o_.sub_group << " covers the rank's whole partition ("
+                               << n_ << " elements), so the step reads all of the optimizer state into memory at "
+                               "once and nothing overlaps; set zero_optimization.sub_group_size below it (e.g. "
+                               << std::max<std::size_t>(n_ / 8, kAlignElems) << ")");
+    }
+    // The state files start at their initial values (fallocate'd blocks read as zero).
+    for (std::size_t t = 1; t < names_.size(); ++t) {
+      const float v = opt.initial_state_value(t - 1);
+      if (v == 0.f) continue;
+      Slot& s = slots_[0];
+      std::fill_n(s.bufs[t].as<float>(), sub_, v);
+      for (std::size_t i = 0; i < groups; ++i)
+        aio_->wait(aio_->write(files_[t], i * sub_ * sizeof(float), sub_ * sizeof(float), s.bufs[t].data()));
+    }
+  }
+}
+
+NvmeSwap::~NvmeSwap() {
+  try {
+    unmap(false);
+  } catch (...) {
+  }
+  aio_.reset();  // joins the I/O threads before the files close
+}
+
+std::size_t NvmeSwap::count_of(std::size_t i) const { return std::min(sub_, n_ - std::min(n_, i * sub_)); }
+
+void NvmeSwap::write_master(std::size_t offset, std::size_t count, const float* src) {
+  DS_CHECK(o_.optimizer && offset + count <= n_, "NvmeSwap::write_master out of range");
+  if (count > 0) aio_->write_unaligned(files_[0], offset * sizeof(float), count * sizeof(float), src);
+}
+
+void NvmeSwap::read_params(std::size_t offset, std::size_t count, void* dst) {
+  DS_CHECK(o_.params && offset + count <= n_, "NvmeSwap::read_params out of range");
+  const std::size_t es = dtype_size(wdtype_);
+  if (count > 0) aio_->read_unaligned(*param_file_, offset * es, count * es, dst);
+}
+
+void NvmeSwap::write_params(std::size_t offset, std::size_t count, const void* src) {
+  DS_CHECK(o_.params && offset + count <= n_, "NvmeSwap::write_params out of range");
+  const std::size_t es = dtype_size(wdtype_);
+  if (count > 0) aio_->write_unaligned(*param_file_, offset * es, count * es, src);
+}
+
+void NvmeSwap::issue_read(Slot& s, std::size_t i) {
+  wait_writes(s);  // the buffers are free only once their last contents are on disk
+  s.sub_group = i;
+  s.reads.clear();
+  const std::size_t bytes = round_up(count_of(i) * sizeof(float), io::kDirectAlign);
+  for (std::size_t t = 0; t < files_.size(); ++t)
+    s.reads.push_back(aio_->read(files_[t], i * sub_ * sizeof(float), bytes, s.bufs[t].data()));
+}
+
+void NvmeSwap::wait_writes(Slot& s) {
+  for (io::Ticket t : s.writes) aio_->wait(t);
+  s.writes.clear();
+}
+
+void NvmeSwap::step(optim::Optimizer& opt, TensorView grads, TensorView working, const optim::StepContext& ctx) {
+  DS_CHECK(o_.optimizer, "NvmeSwap::step without offload_optimizer nvme");
+  DS_CHECK(grads.count == n_ && (o_.params || working.count == n_), "NvmeSwap::step: views of the wrong size");
+  const auto t0 = std::chrono::steady_clock::now();
+  const std::size_t read0 = aio_->bytes_read(), written0 = aio_->bytes_written();
+  const std::size_t groups = (n_ + sub_ - 1) / sub_, B = slots_.size();
+  const std::size_t gs = dtype_size(grads.dtype), ws = dtype_size(wdtype_);
+  // Reads run ahead by up to B - 1 sub-groups (B == 1: one at a time).
+  const std::size_t ahead = std::max<std::size_t>(B - 1, 1);
+  for (std::size_t i = 0; i < std::min(ahead, groups); ++i) issue_read(slots_[i % B], i);
+  std::vector<float*> state(names_.size() - 1);
+  for (std::size_t i = 0; i < groups; ++i) {
+    Slot& s = slots_[i % B];
+    if (s.sub_group != i) issue_read(s, i);  // B == 1
+    for (io::Ticket t : s.reads) aio_->wait(t);
+    s.reads.clear();
+    if (i + ahead < groups && B > 1) issue_read(slots_[(i + ahead) % B], i + ahead);
+    const std::size_t k = count_of(i), a = i * sub_;
+    for (std::size_t t = 1; t < names_.size(); ++t) state[t - 1] = s.bufs[t].as<float>();
+    const TensorView g{static_cast<char*>(grads.data) + a * gs, k, grads.dtype};
+    TensorView w = o_.params ? TensorView{s.out.data(), k, wdtype_}
+                             : TensorView{static_cast<char*>(working.data) + a * ws, k, wdtype_};
+    opt.step_piece(std::span<float>(s.bufs[0].as<float>(), k), g, w, state, ctx);
+    const std::size_t fbytes = round_up(k * sizeof(float), io::kDirectAlign);
+    for (std::size_t t = 0; t < files_.size(); ++t)
+      s.writes.push_back(aio_->write(files_[t], a * sizeof(float), fbytes, s.bufs[t].data()));
+    if (o_.params) {
+      const std::size_t pbytes = round_up(k * ws, io::kDirectAlign);
+      std::memset(static_cast<char*>(s.out.data()) + k * ws, 0, pbytes - k * ws);  // no stale tail on disk
+      s.writes.push_back(aio_->write(*param_file_, a * ws, pbytes, s.out.data()));
+    }
+  }
+  for (Slot& s : slots_) wait_writes(s);
+  last_bytes_ = (aio_->bytes_read() - read0) + (aio_->bytes_written() - written0);
+  last_seconds_ = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+}
+
+StateViews NvmeSwap::map() {
+  DS_CHECK(o_.optimizer, "NvmeSwap::map without offload_optimizer nvme");
+  unmap(true);  // views left from a failed load: what was written goes to disk first
+  aio_->wait_all();
+  StateViews v;
+  for (std::size_t t = 0; t < files_.size(); ++t) {
+    const std::size_t bytes = n_pad_ * sizeof(float);
+    void* p = mmap(nullptr, bytes, PROT_READ | PROT_WRITE, MAP_SHARED, files_[t].fd(), 0);
+    DS_CHECK(p != MAP_FAILED, files_[t].path() << ": cannot map the swap file for the checkpoint (" << std::strerror(errno) << ")");
+    maps_.emplace_back(p, bytes);
+    std::span<float> span(static_cast<float*>(p), n_);
+    if (t == 0) v.master = span;
+    else v.state.emplace_back(names_[t], span);
+  }
+  return v;
+}
+
+void NvmeSwap::unmap(bool written) {
+  for (std::size_t t = 0; t < maps_.size(); ++t) {
+    auto [p, bytes] = maps_[t];
+    // Written through the map: on disk before the next O_DIRECT read of the file, and the
+    // page cache handed back (it would otherwise hold a copy of the whole state).
+    if (written && msync(p, bytes, MS_SYNC) != 0)
+      DS_THROW(files_[t].path() << ": cannot write the swap file back (" << std::strerror(errno) << ")");
+    munmap(p, bytes);
+    posix_fadvise(files_[t].fd(), 0, 0, POSIX_FADV_DONTNEED);
+  }
+  maps_.clear();
+}
+
+void NvmeSwap::add_memory(ModelStateBytes& b) const {
+  for (const Slot& s : slots_) {
+    for (const auto& buf : s.bufs) b.swap_buffers += buf.bytes();
+    b.swap_buffers += s.out.bytes();
+  }
+  for (const auto& f : files_) b.on_nvme += f.bytes();
+  if (param_file_) b.on_nvme += param_file_->bytes();
+}
+
+}  // namespace ds::engine

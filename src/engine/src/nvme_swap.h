@@ -1,0 +1,117 @@
+// NvmeSwap: ZeRO-Infinity's NVMe offload for one rank (docs/dev/offload.md).
+//
+// With zero_optimization.offload_optimizer device "nvme", the fp32 master and the optimizer
+// state of the rank's step range (its ZeRO slice, or at stage 3 its partition) live in swap
+// files, one per tensor ("fp32_master", then the optimizer's state names), and step() streams
+// them through the optimizer sub_group_size elements at a time: buffer_count buffer sets in
+// a ring, the read of the next sub-groups and the write-back of the previous ones in flight
+// on the I/O threads while the current one is stepped. With offload_param device "nvme"
+// (stage 3), the working-dtype parameter partition lives in a swap file too: the fetcher
+// reads a group's piece straight into its place in the gathered buffer, and the step writes
+// the updated pieces back.
+//
+// The files are scratch: they sit in <nvme_path>/dstrain-swap/<host>-<pid>-rank<R>/ (io::SwapDir:
+// removed when the engine goes, cleaned at the next start after a crash), and checkpoints
+// never point at them -- save_checkpoint maps them into memory (map()) and writes their
+// contents like any other state. Element offsets here are offsets into the step range.
+//
+// Threading: one thread (the engine's) calls everything; the AioQueue's threads do the I/O.
+#pragma once
+
+#include <cstddef>
+#include <memory>
+#include <span>
+#include <string>
+#include <utility>
+#include <vector>
+
+#include "ds/core/dtype.h"
+#include "ds/engine/memory.h"
+#include "ds/io/aio.h"
+#include "ds/io/swap_dir.h"
+#include "ds/optim/optimizer.h"
+
+namespace ds::engine {
+
+struct NvmeOptions {
+  bool optimizer = false;           // offload_optimizer device nvme
+  bool params = false;              // offload_param device nvme (stage 3)
+  std::string optimizer_path, params_path;  // their nvme_path
+  std::string optimizer_key, params_key;    // the config keys naming them, for messages
+  std::size_t sub_group = 0;        // zero_optimization.sub_group_size (elements)
+  int buffer_count = 4;             // offload_optimizer.buffer_count
+  io::AioOptions aio;               // the aio section
+  bool any() const { return optimizer || params; }
+};
+
+// The master and optimizer state as checkpoints read and write them: n floats each.
+struct StateViews {
+  std::span<float> master;
+  std::vector<std::pair<std::string, std::span<float>>> state;
+};
+
+class NvmeSwap {
+ public:
+  // n: elements of the step range; opt: the optimizer whose state names and initial values
+  // the state files take; wdtype: the working dtype (the parameter file). Creates the swap
+  // directory and files (checking nvme_path and the free space first: a clear error naming
+  // the key before the first step) and fills the state files with their initial values.
+  NvmeSwap(const NvmeOptions& o, int rank, std::size_t n, const optim::Optimizer& opt, DType wdtype);
+  ~NvmeSwap();
+  NvmeSwap(const NvmeSwap&) = delete;
+  NvmeSwap& operator=(const NvmeSwap&) = delete;
+
+  bool optimizer() const { return o_.optimizer; }
+  bool params() const { return o_.params; }
+  std::size_t sub_group() const { return sub_; }
+
+  // ---- offload_optimizer nvme ----
+  // master[offset, offset + count) := src (initial values, checkpoint loads; any alignment).
+  void write_master(std::size_t offset, std::size_t count, const float* src);
+  // One optimizer update of the whole step range, streamed: grads (n elements, in memory)
+  // times ctx.grad_scale; the updated working parameters go to `working` (n elements in
+  // memory) or, with params(), to the parameter file.
+  void step(optim::Optimizer& opt, TensorView grads, TensorView working, const optim::StepContext& ctx);
+  // The master and state files mapped into memory (shared): what checkpoints read and write.
+  // Valid until unmap(); unmap(true) after writing through the views.
+  StateViews map();
+  void unmap(bool written);
+
+  // ---- offload_param nvme (stage 3) ----
+  // Working parameters [offset, offset + count) of the partition, any alignment (synchronous).
+  void read_params(std::size_t offset, std::size_t count, void* dst);
+  void write_params(std::size_t offset, std::size_t count, const void* src);
+
+  // Swap buffers (memory) and swap file bytes (disk).
+  void add_memory(ModelStateBytes& b) const;
+  // Bytes read and written by the last step() and its seconds (benchmarks).
+  std::size_t last_step_bytes() const { return last_bytes_; }
+  double last_step_seconds() const { return last_seconds_; }
+
+ private:
+  struct Slot {
+    std::vector<io::AlignedBuffer> bufs;  // master, then each state tensor: sub_ floats
+    io::AlignedBuffer out;                // updated working params (params() only)
+    std::vector<io::Ticket> reads, writes;
+    std::size_t sub_group = SIZE_MAX;     // whose data the buffers hold / are receiving
+  };
+  void issue_read(Slot& s, std::size_t i);
+  void wait_writes(Slot& s);
+  std::size_t count_of(std::size_t i) const;  // elements of sub-group i
+
+  NvmeOptions o_;
+  int rank_ = 0;
+  std::size_t n_ = 0, n_pad_ = 0, sub_ = 0;
+  DType wdtype_ = DType::F32;
+  std::vector<std::string> names_;  // "fp32_master", then the optimizer's state names
+  std::unique_ptr<io::SwapDir> opt_dir_, param_dir_;
+  std::vector<io::SwapFile> files_;  // one per names_ entry
+  std::unique_ptr<io::SwapFile> param_file_;
+  std::unique_ptr<io::AioQueue> aio_;
+  std::vector<Slot> slots_;
+  std::vector<std::pair<void*, std::size_t>> maps_;  // map(): address, bytes
+  std::size_t last_bytes_ = 0;
+  double last_seconds_ = 0.0;
+};
+
+}  // namespace ds::engine
