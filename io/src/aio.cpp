@@ -91,7 +91,7 @@ AlignedBuffer& AlignedBuffer::operator=(AlignedBuffer&& o) noexcept {
 
 // ---- SwapFile ----
 
-SwapFile SwapFile::create(const std::string& path, std::size_t bytes, bool remove_on_close) {
+SwapFile SwapFile::create(const std::string& path, std::size_t bytes, bool remove_on_close, bool try_direct) {
   SwapFile f;
   f.path_ = path;
   f.bytes_ = align_up(bytes);
@@ -113,7 +113,7 @@ SwapFile SwapFile::create(const std::string& path, std::size_t bytes, bool remov
   // Then O_DIRECT, where the file system takes it: some refuse the flag (EINVAL from fcntl),
   // some accept it and refuse the first direct read, so one block is read to find out.
   const int fl = ::fcntl(f.fd_, F_GETFL);
-  if (fl >= 0 && ::fcntl(f.fd_, F_SETFL, fl | O_DIRECT) == 0) {
+  if (try_direct && fl >= 0 && ::fcntl(f.fd_, F_SETFL, fl | O_DIRECT) == 0) {
     f.direct_ = true;
     AlignedBuffer probe(kDirectAlign);
     ssize_t n;

@@ -8,9 +8,11 @@
 #include <sys/mount.h>
 #include <sys/stat.h>
 #include <sys/time.h>
+#include <sys/wait.h>
 #include <unistd.h>
 
 #include <atomic>
+#include <csignal>
 #include <filesystem>
 #include <fstream>
 #include <memory>
@@ -137,6 +139,43 @@ TEST(SwapDir, StaleDirectoriesRemovedLiveOnesKept) {
   // The lock released: the next one removes it.
   SwapDir s(d.path.string(), kKey, 0, 0);
   EXPECT_FALSE(fs::exists(live));
+}
+
+// The real case: another process's live directory is kept; once that process is killed
+// (SIGKILL: no destructor ran) the next SwapDir removes it.
+TEST(SwapDir, KilledProcessDirectoryRemoved) {
+  TempDir d("ds_swapdir");
+  int ready[2];
+  ASSERT_EQ(::pipe(ready), 0);
+  const pid_t child = ::fork();
+  ASSERT_GE(child, 0);
+  if (child == 0) {
+    ::close(ready[0]);
+    try {
+      SwapDir s(d.path.string(), kKey, 7, 0);
+      SwapFile f = SwapFile::create(s.file("optimizer.swap"), 1 << 20);
+      const char c = 'r';
+      if (::write(ready[1], &c, 1) != 1) ::_exit(2);
+      for (;;) ::pause();
+    } catch (...) {
+      ::_exit(1);
+    }
+  }
+  ::close(ready[1]);
+  char c = 0;
+  ASSERT_EQ(::read(ready[0], &c, 1), 1) << "the child could not make its swap directory";
+  ::close(ready[0]);
+  const std::string theirs = (d.path / "dstrain-swap" / (host() + "-" + std::to_string(child) + "-rank7")).string();
+  {
+    SwapDir s(d.path.string(), kKey, 0, 0);
+    EXPECT_TRUE(fs::exists(theirs + "/optimizer.swap"));
+  }
+  ASSERT_EQ(::kill(child, SIGKILL), 0);
+  int status = 0;
+  ASSERT_EQ(::waitpid(child, &status, 0), child);
+  ASSERT_TRUE(fs::exists(theirs + "/optimizer.swap"));  // a killed job leaves its files
+  SwapDir s(d.path.string(), kKey, 0, 0);
+  EXPECT_FALSE(fs::exists(theirs));
 }
 
 // A dead process's directory under our own name (containers reuse pids) is taken over; a

@@ -62,9 +62,11 @@ class AlignedBuffer {
 //   "<path>: cannot reserve N bytes (No space left on device); free space on <dir> or point
 //    nvme_path elsewhere"
 // The destructor closes the file (and unlinks it when remove_on_close). Move-only.
+// try_direct = false keeps it buffered (the path the fallback takes; tests use it).
 class SwapFile {
  public:
-  static SwapFile create(const std::string& path, std::size_t bytes, bool remove_on_close = true);
+  static SwapFile create(const std::string& path, std::size_t bytes, bool remove_on_close = true,
+                         bool try_direct = true);
   SwapFile() = default;
   ~SwapFile();
   SwapFile(SwapFile&& o) noexcept;
