@@ -68,9 +68,9 @@ std::vector<std::string> entries(const std::string& dir) {
 }
 
 // Removes a swap directory (files only: nothing here makes subdirectories) with the lock file
-// last, so that the directory stays recognisable as taken until it is gone. Returns the bytes
-// of the files removed.
-std::size_t remove_swap_dir(const std::string& dir) {
+// last, so that the directory stays recognisable as taken until it is gone. Returns whether
+// the directory is gone; *freed (when given) gets the bytes of the files removed.
+bool remove_swap_dir(const std::string& dir, std::size_t* freed_out = nullptr) {
   std::size_t freed = 0;
   for (const auto& n : entries(dir)) {
     if (n == kLockName) continue;
@@ -80,8 +80,8 @@ std::size_t remove_swap_dir(const std::string& dir) {
     ::unlink(p.c_str());
   }
   ::unlink((dir + "/" + kLockName).c_str());
-  ::rmdir(dir.c_str());
-  return freed;
+  if (freed_out) *freed_out = freed;
+  return ::rmdir(dir.c_str()) == 0 || errno == ENOENT;
 }
 
 // "<host>-<pid>-rank<R>" for this host (siblings of other hosts on a shared file system are
@@ -113,7 +113,8 @@ bool remove_if_stale(const std::string& dir) {
     if (::stat(dir.c_str(), &st) != 0 || !S_ISDIR(st.st_mode)) return false;
     if (std::time(nullptr) - st.st_mtime < SwapDir::kNoLockGraceSeconds) return false;
     if (::access(lock.c_str(), F_OK) == 0) return false;  // its lock appeared meanwhile
-    const std::size_t freed = remove_swap_dir(dir);
+    std::size_t freed = 0;
+    if (!remove_swap_dir(dir, &freed)) return false;  // another user's, say
     DS_WARN("removed stale swap directory " << dir << " (no lock file, older than " << SwapDir::kNoLockGraceSeconds
                                             << " s; " << mib(freed) << " MiB freed)");
     return true;
@@ -127,11 +128,11 @@ bool remove_if_stale(const std::string& dir) {
   struct stat a {}, b {};
   const bool same = ::fstat(fd, &a) == 0 && ::stat(lock.c_str(), &b) == 0 && a.st_ino == b.st_ino && a.st_dev == b.st_dev;
   std::size_t freed = 0;
-  if (same) freed = remove_swap_dir(dir);
+  const bool removed = same && remove_swap_dir(dir, &freed);
   ::close(fd);
-  if (same)
+  if (removed)
     DS_WARN("removed stale swap directory " << dir << " (its process is gone; " << mib(freed) << " MiB freed)");
-  return same;
+  return removed;
 }
 
 }  // namespace
@@ -145,8 +146,13 @@ SwapDir::SwapDir(const std::string& nvme_path, const std::string& key, int rank,
   }
   DS_CHECK(S_ISDIR(st.st_mode), key << " " << nvme_path << " is not a directory");
   const std::string base = nvme_path + (nvme_path.ends_with('/') ? "" : "/") + kBaseName;
-  if (::mkdir(base.c_str(), 0777) != 0 && errno != EEXIST)  // EEXIST: another rank was first
+  if (::mkdir(base.c_str(), 0777) == 0) {
+    // Shared like /tmp: every user's jobs make their directories in it, and the sticky bit
+    // keeps them from removing each other's (other users' locks cannot even be opened).
+    ::chmod(base.c_str(), 01777);
+  } else if (errno != EEXIST) {  // EEXIST: another rank was first
     DS_THROW(key << " " << nvme_path << " is not writable (" << std::strerror(errno) << ")");
+  }
   if (::stat(base.c_str(), &st) != 0 || !S_ISDIR(st.st_mode))
     DS_THROW(key << " " << nvme_path << ": " << base << " exists and is not a directory");
   if (::access(base.c_str(), W_OK | X_OK) != 0)

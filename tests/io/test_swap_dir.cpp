@@ -101,6 +101,9 @@ TEST(SwapDir, LayoutAndRemovalAtDestruction) {
   }
   EXPECT_FALSE(fs::exists(dir));
   EXPECT_TRUE(fs::is_directory(d.path / "dstrain-swap"));  // shared with other ranks: stays
+  struct stat st {};
+  ASSERT_EQ(::stat((d.path / "dstrain-swap").c_str(), &st), 0);
+  EXPECT_EQ(st.st_mode & 07777, 01777u);  // every user's jobs, none removing another's
 }
 
 // Siblings of this host: a dead job's (lock free) and an old one without a lock file are
