@@ -4,8 +4,9 @@
 //     working dtype and Adam / SGD with momentum / Adagrad / Lamb (with segments), the master,
 //     the optimizer state and the "device" params equal those of one Kernel::Cpu step over the
 //     whole partition bit for bit; the copies cover the partition exactly once each way, in
-//     sub-group order; every gradient copy has landed before the optimizer runs, and the
-//     copies back are issued after it, before the next step's gradient copies.
+//     sub-group order; each sub-group is stepped after its gradients have landed and
+//     copied back before the next sub-group is stepped (Lamb: one step after every gradient
+//     copy, the copies back after it).
 //   - Engine::check_device_limits with a module claiming a CUDA device (no GPU needed):
 //     offload_optimizer nvme is refused naming the key; cpu at stage 1 passes the limits (the
 //     error is then the missing device); cpu at stage 2 is still refused by the stage rule.
@@ -38,11 +39,14 @@ using ds::engine::HostOffloadStep;
 struct Op {
   char kind;  // 'd' grads_to_host, 'w' wait_grads, 'h' params_to_device, 'p' wait_params
   std::size_t piece = 0, begin = 0, count = 0;
-  bool stepped = false;  // the optimizer had already changed the master when the op was issued
+  // The master elements the optimizer had changed when the op was issued: none (changed_end
+  // 0), or some below changed_end (one past the last changed element).
+  std::size_t changed_end = 0;
+  bool stepped() const { return changed_end > 0; }
 };
 
 // The "device": a gradient array and a params array of n elements; copies are memcpys, logged
-// with whether the master differs from `before` (the step has run) at that moment.
+// with how far the master differs from `before` (how far the step has run) at that moment.
 class FakeCopier final : public ds::engine::OffloadCopier {
  public:
   FakeCopier(std::vector<char>& dev_grads, std::vector<char>& dev_params, TensorView host_grads, TensorView staging,
@@ -52,20 +56,22 @@ class FakeCopier final : public ds::engine::OffloadCopier {
   void grads_to_host(std::size_t piece, std::size_t begin, std::size_t count) override {
     const std::size_t es = ds::dtype_size(hg_.dtype);
     std::memcpy(static_cast<char*>(hg_.data) + begin * es, dg_.data() + begin * es, count * es);
-    log_.push_back({'d', piece, begin, count, stepped()});
+    log_.push_back({'d', piece, begin, count, changed_end()});
   }
-  void wait_grads(std::size_t piece) override { log_.push_back({'w', piece, 0, 0, stepped()}); }
+  void wait_grads(std::size_t piece) override { log_.push_back({'w', piece, 0, 0, changed_end()}); }
   void params_to_device(std::size_t piece, std::size_t begin, std::size_t count) override {
     const std::size_t es = ds::dtype_size(st_.dtype);
     std::memcpy(dp_.data() + begin * es, static_cast<const char*>(st_.data) + begin * es, count * es);
-    log_.push_back({'h', piece, begin, count, stepped()});
+    log_.push_back({'h', piece, begin, count, changed_end()});
   }
-  void wait_params() override { log_.push_back({'p', 0, 0, 0, stepped()}); }
+  void wait_params() override { log_.push_back({'p', 0, 0, 0, changed_end()}); }
 
  private:
-  bool stepped() const {
-    return master_ && before.size() == master_->size() &&
-           std::memcmp(before.data(), master_->data(), before.size() * sizeof(float)) != 0;
+  std::size_t changed_end() const {
+    if (!master_ || before.size() != master_->size()) return 0;
+    for (std::size_t i = before.size(); i > 0; --i)
+      if (std::memcmp(&before[i - 1], &(*master_)[i - 1], sizeof(float)) != 0) return i;
+    return 0;
   }
   std::vector<char>& dg_;
   std::vector<char>& dp_;
@@ -137,17 +143,18 @@ void check_one(const std::string& type, DType wdtype, std::size_t n, std::size_t
     copier.before = master;
     plan.step(*opt, master, hg, st, segments, ctx, copier);
 
-    // The order: wait_params; d 0..P-1 covering [0, n); w 0..P-1 (all before the master
-    // changes: every gradient is on the host before the step); h 0..P-1 covering [0, n)
-    // (all after the step).
+    // The order: wait_params; d 0..P-1 covering [0, n) in order, before any step. Then, for
+    // the elementwise optimizers, for each i: w i (nothing from sub-group i on stepped yet),
+    // h i (sub-group i stepped, nothing after it: its copy back is issued before sub-group
+    // i+1 is stepped). Lamb: w 0..P-1 before the one step, h 0..P-1 after it.
     ASSERT_EQ(log.size(), 3 * pieces + 1);
     EXPECT_EQ(log[0].kind, 'p');
-    EXPECT_FALSE(log[0].stepped);
+    EXPECT_FALSE(log[0].stepped());
     std::size_t next = 0;
     for (std::size_t i = 0; i < pieces; ++i) {
       const Op& d = log[1 + i];
       EXPECT_EQ(d.kind, 'd');
-      EXPECT_FALSE(d.stepped);
+      EXPECT_FALSE(d.stepped());
       EXPECT_EQ(d.piece, i);
       EXPECT_EQ(d.begin, next);
       EXPECT_GT(d.count, 0u);
@@ -155,18 +162,28 @@ void check_one(const std::string& type, DType wdtype, std::size_t n, std::size_t
         EXPECT_EQ(d.count, sub_group);
       }
       next = d.begin + d.count;
-      EXPECT_EQ(log[1 + pieces + i].kind, 'w');
-      EXPECT_EQ(log[1 + pieces + i].piece, i);
-      EXPECT_FALSE(log[1 + pieces + i].stepped);
     }
     EXPECT_EQ(next, n);
+    const bool whole = type == "lamb";
     for (std::size_t i = 0; i < pieces; ++i) {
-      const Op& h = log[1 + 2 * pieces + i];
+      const Op& d = log[1 + i];
+      const Op& w = whole ? log[1 + pieces + i] : log[1 + pieces + 2 * i];
+      const Op& h = whole ? log[1 + 2 * pieces + i] : log[2 + pieces + 2 * i];
+      EXPECT_EQ(w.kind, 'w');
+      EXPECT_EQ(w.piece, i);
       EXPECT_EQ(h.kind, 'h');
-      EXPECT_TRUE(h.stepped);
       EXPECT_EQ(h.piece, i);
-      EXPECT_EQ(h.begin, log[1 + i].begin);
-      EXPECT_EQ(h.count, log[1 + i].count);
+      EXPECT_EQ(h.begin, d.begin);
+      EXPECT_EQ(h.count, d.count);
+      if (whole) {
+        EXPECT_FALSE(w.stepped()) << "sub-group " << i;
+        EXPECT_TRUE(h.stepped()) << "sub-group " << i;
+      } else {
+        EXPECT_LE(w.changed_end, d.begin) << "sub-group " << i << " stepped before its gradients arrived";
+        EXPECT_GT(h.changed_end, d.begin) << "sub-group " << i << " copied back before its step";
+        EXPECT_LE(h.changed_end, d.begin + d.count) << "sub-group " << i + 1 << " stepped before " << i
+                                                    << "'s copy back was issued";
+      }
     }
 
     // Bit for bit: master, state, and the params the device holds now.

@@ -27,6 +27,16 @@ std::pair<std::size_t, std::size_t> HostOffloadStep::piece(std::size_t i) const 
   return {b, std::min(sub_, n_ - b)};
 }
 
+namespace {
+// Optimizers whose update of an element reads only that element (Optimizer::step_piece):
+// all but Lamb, whose trust ratio needs whole tensors.
+bool elementwise(const optim::Optimizer& opt) { return opt.name() != "lamb"; }
+
+TensorView sub(const TensorView& v, std::size_t begin, std::size_t count) {
+  return TensorView{static_cast<char*>(v.data) + begin * dtype_size(v.dtype), count, v.dtype};
+}
+}  // namespace
+
 void HostOffloadStep::step(optim::Optimizer& opt, std::span<float> master, TensorView grads, TensorView staging,
                            std::span<const optim::Segment> segments, const optim::StepContext& ctx,
                            OffloadCopier& copier) const {
@@ -39,10 +49,26 @@ void HostOffloadStep::step(optim::Optimizer& opt, std::span<float> master, Tenso
     const auto [b, c] = piece(i);
     copier.grads_to_host(i, b, c);
   }
-  for (std::size_t i = 0; i < pieces_; ++i) copier.wait_grads(i);
-  opt.step(master, grads, staging, segments, ctx);
+  if (!elementwise(opt)) {
+    for (std::size_t i = 0; i < pieces_; ++i) copier.wait_grads(i);
+    opt.step(master, grads, staging, segments, ctx);
+    for (std::size_t i = 0; i < pieces_; ++i) {
+      const auto [b, c] = piece(i);
+      copier.params_to_device(i, b, c);
+    }
+    return;
+  }
+  // The optimizer's own state arrays (init_state(n)), stepped a sub-group at a time.
+  auto state = opt.state_tensors();
+  std::vector<float*> ptr(state.size());
+  for (const auto& [name, span] : state)
+    DS_CHECK(span.size() == n_, "HostOffloadStep: optimizer state " << name << " holds " << span.size()
+                                                                    << " elements, expected " << n_);
   for (std::size_t i = 0; i < pieces_; ++i) {
     const auto [b, c] = piece(i);
+    copier.wait_grads(i);
+    for (std::size_t k = 0; k < state.size(); ++k) ptr[k] = state[k].second.data() + b;
+    opt.step_piece(master.subspan(b, c), sub(grads, b, c), sub(staging, b, c), ptr, ctx);
     copier.params_to_device(i, b, c);
   }
 }

@@ -38,19 +38,20 @@ class OffloadCopier {
 };
 
 // One optimizer step over a partition held in host memory, in sub-groups of `sub_group`
-// elements (0: one sub-group). The design, and why: Optimizer::step takes exactly the range
-// init_state(n) was given (its state arrays start at element 0), so the partition is stepped
-// in ONE call; the sub-groups cut the copies around it:
+// elements (0: one sub-group), so that the copies overlap the CPU step:
 //   1. wait for the previous step's params_to_device (they read the staging buffer);
 //   2. grads_to_host for every sub-group, all enqueued at once (the device runs them back to
-//      back), then wait_grads for each in order;
-//   3. opt.step over the whole partition: master and state in place, gradients read from the
-//      host copy (working dtype, scaled by ctx.grad_scale inside the same pass), the new
-//      working params written into the staging buffer in the same fused pass;
-//   4. params_to_device for every sub-group, in order; nothing waits for them here (on the
-//      device they precede whatever is enqueued next on the same stream).
-// A step over caller-owned state per sub-group would let sub-group i's copy back overlap
-// sub-group i+1's step; the loop is shaped so that it can move into step 2's wait loop.
+//      back while the host steps);
+//   3. for each sub-group i in order: wait_grads(i); Optimizer::step_piece over its master,
+//      state (the optimizer's own arrays, offset), host gradients and staging (the same
+//      kernels and results as one step over the whole partition: gradients scaled by
+//      ctx.grad_scale, master and state in place, new working params written in the same
+//      fused pass); params_to_device(i). So sub-group i goes back to the device while
+//      sub-group i+1 is stepped, and sub-group i+2's gradients may still be arriving.
+//   Lamb (its trust ratio needs whole tensors): every wait_grads, ONE opt.step over the
+//   partition with the segments, then every params_to_device.
+// Nothing waits for the copies back here (on the device they precede whatever is enqueued
+// next on the same stream).
 class HostOffloadStep {
  public:
   HostOffloadStep(std::size_t n, std::size_t sub_group);
@@ -63,7 +64,8 @@ class HostOffloadStep {
   // staging: n elements of the working dtype, written with the updated working params; it
   // must already hold the current working params of the elements the optimizer does not
   // write (Lamb's elements outside every segment), which are copied back too.
-  // opt: a Kernel::Cpu optimizer after init_state(n); segments relative to the partition.
+  // opt: a Kernel::Cpu optimizer after init_state(n); segments relative to the partition
+  // (Lamb's; the elementwise optimizers ignore them).
   void step(optim::Optimizer& opt, std::span<float> master, TensorView grads, TensorView staging,
             std::span<const optim::Segment> segments, const optim::StepContext& ctx, OffloadCopier& copier) const;
 
