@@ -105,7 +105,8 @@ ds::config::DsConfig config(bool offload, bool bf16, const char* optimizer) {
   const std::string text =
       "{\"train_micro_batch_size_per_gpu\": " + std::to_string(kMicro) +
       ", \"gradient_accumulation_steps\": 1, \"seed\": 5, \"gradient_clipping\": 0.5, \"optimizer\": " + opt +
-      R"(, "scheduler": {"type": "WarmupLR", "params": {"warmup_min_lr": 0, "warmup_max_lr": 0.001, "warmup_num_steps": 3}})"
+      R"(, "scheduler": {"type": "WarmupLR", "params": )"
+      R"({"warmup_min_lr": 0, "warmup_max_lr": 0.001, "warmup_num_steps": 3}})"
       R"(, "zero_optimization": {"stage": 1})" + (bf16 ? R"(, "bf16": {"enabled": true})" : "") + "}";
   ds::config::DsConfig c = ds::config::parse_config_text(text, "test config");
   if (offload) {  // set on the struct: independent of how the parser reads the section

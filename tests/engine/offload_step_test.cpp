@@ -192,7 +192,8 @@ void check_one(const std::string& type, DType wdtype, std::size_t n, std::size_t
     auto a = opt->state_tensors(), b = ref->state_tensors();
     ASSERT_EQ(a.size(), b.size());
     for (std::size_t k = 0; k < a.size(); ++k)
-      ASSERT_EQ(0, std::memcmp(a[k].second.data(), b[k].second.data(), n * sizeof(float))) << a[k].first << ", step " << s;
+      ASSERT_EQ(0, std::memcmp(a[k].second.data(), b[k].second.data(), n * sizeof(float)))
+          << a[k].first << ", step " << s;
   }
 }
 
