@@ -107,9 +107,12 @@ class AioQueue {
 
   Ticket read(const SwapFile& f, std::size_t offset, std::size_t bytes, void* dst);
   Ticket write(const SwapFile& f, std::size_t offset, std::size_t bytes, const void* src);
+  // The memory and the SwapFile must outlive the request: declare the AioQueue after the
+  // buffers and files it serves, so that it is destroyed (and drained) first.
   // Blocks until request t (all its pieces) is done; throws ds::Error on its failure:
-  //   "<path>: write of N bytes at offset O failed: <strerror>" (ENOSPC adds "the disk is full").
-  // A ticket already waited for (or never issued) returns at once.
+  //   "<path>: write of N bytes at offset O failed at offset P: <strerror>" (P: the first
+  //   piece that failed; ENOSPC adds "; the disk is full"; a read past the file's end says
+  //   "the file ends before it"). A ticket already waited for (or never issued) returns at once.
   void wait(Ticket t);
   void wait_all();  // every request; throws the first failure among them
 
