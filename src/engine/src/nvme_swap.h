@@ -107,8 +107,9 @@ class NvmeSwap {
   std::unique_ptr<io::SwapDir> opt_dir_, param_dir_;
   std::vector<io::SwapFile> files_;  // one per names_ entry
   std::unique_ptr<io::SwapFile> param_file_;
-  std::unique_ptr<io::AioQueue> aio_;
   std::vector<Slot> slots_;
+  // After the files and buffers it reads and writes: destroyed (drained, joined) first.
+  std::unique_ptr<io::AioQueue> aio_;
   std::vector<std::pair<void*, std::size_t>> maps_;  // map(): address, bytes
   std::size_t last_bytes_ = 0;
   double last_seconds_ = 0.0;
