@@ -70,7 +70,7 @@ constexpr int kSteps = 6;
 ds::nn::GptConfig model_config() {
   ds::nn::GptConfig g = engine_test::small_gpt();
   g.n_embd = 384;
-  g.n_head = 4;
+  g.n_head = 6;  // head size 64, as GPT-2
   return g;
 }
 
