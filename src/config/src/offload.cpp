@@ -4,7 +4,9 @@
 // OffloadConfig and AioConfig. Single keys are checked here; the rules that involve the
 // stage (which stages take which offload, nvme needs nvme_path) are in validate.cpp, so that
 // a config built in code is held to them too.
+#include <cstdint>
 #include <string>
+#include <tuple>
 #include <utility>
 
 #include "reader.h"
@@ -30,12 +32,29 @@ void parse_offload(Ctx& ctx, const Member& m, bool optimizer, OffloadConfig& c) 
   if (!optimizer) {
     o.integer("buffer_size", c.buffer_size, 1);
     o.integer("max_in_cpu", c.max_in_cpu, 1);
+    // dstrain reads a group's piece from the swap file straight into its place in the gathered
+    // buffer, and with "nvme" the whole partition is on the drive: these tune buffers it has not.
+    const OffloadConfig d = OffloadConfig::param_defaults();
+    for (const auto& [key, v, dv] : {std::tuple{"buffer_count", std::int64_t(c.buffer_count), std::int64_t(d.buffer_count)},
+                                     std::tuple{"buffer_size", c.buffer_size, d.buffer_size},
+                                     std::tuple{"max_in_cpu", c.max_in_cpu, d.max_in_cpu}}) {
+      const Member* k = o.get(key, false);
+      if (k && v != dv && c.device == "nvme")
+        ctx.warn(k->key_pos, o.sub(key) + " " + std::to_string(v) + " has no effect: dstrain reads each parameter "
+                             "group's piece from the swap file straight into the gathered buffer, and keeps the "
+                             "whole partition on the drive");
+    }
     o.finish();
     return;
   }
-  o.boolean("pipeline_read", c.pipeline_read);
+  o.boolean("pipeline_read", c.pipeline_read);    // dstrain always overlaps both (docs/user/offload.md)
   o.boolean("pipeline_write", c.pipeline_write);
   o.boolean("fast_init", c.fast_init);
+  if (c.fast_init && c.device == "nvme") {
+    ctx.warn(o.get("fast_init", false)->key_pos,
+             o.sub("fast_init") + " true has no effect: dstrain's swap files start as reserved extents that read "
+             "as zero, so there is no slow initialisation to skip");
+  }
   if (const Member* r = o.get("ratio")) {
     c.ratio = o.read_number(*r, Range{0.0, 1.0, true, false});
     if (c.ratio != 1.0) {
