@@ -21,6 +21,7 @@
 #include "ds/mpi/init.h"
 #include "ds/mpi/mpi_comm.h"
 #include "ds/sched/lr_scheduler.h"
+#include "../common/mpi_gtest_main.h"
 #include "test_model.h"
 
 using nlohmann::json;
@@ -812,17 +813,7 @@ TEST(Engine, CudaModuleWithoutAGpuIsAClearError) {
   }
 }
 
-int main(int argc, char** argv) {
-  ::testing::InitGoogleTest(&argc, argv);
-  auto ctx = ds::init_distributed();
-  g_world = ctx.comm;
-  int rc = RUN_ALL_TESTS();
-  int any = rc != 0 ? 1 : 0;
-  g_world->all_reduce(ds::TensorView{&any, 1, ds::DType::I32}, ds::ReduceOp::Max);
-  g_world.reset();
-  ds::finalize_distributed(ctx);
-  return any;
-}
+int main(int argc, char** argv) { return ds::test::mpi_gtest_main(argc, argv, g_world); }
 
 // ---------------------------------------------------------------------------------------
 // data_types.grad_accum_dtype
