@@ -17,6 +17,7 @@
 #include "ds/data/sampler.h"
 #include "ds/nn/gemm.h"
 #include "ds/nn/gpt.h"
+#include "ds/nn/llama.h"
 #include "ds/nn/params.h"
 #include "ds/nn/mlp.h"
 #include "model_harness.h"
@@ -532,4 +533,45 @@ int main(int argc, char** argv) {
     ds::nn::set_cpu_bf16_gemm(ds::nn::cpu_bf16_gemm_choice(
         ds::nn::parse_cpu_bf16_gemm(g_cpu_bf16_gemm, "--cpu_bf16_gemm")));
   return RUN_ALL_TESTS();
+}
+
+// Module::init_parameter_range (ZeRO-3 initialises a group at a time with it): every range of
+// the GPT's and the Llama's parameters gets exactly the values the whole-model init gives.
+namespace {
+template <class M>
+void expect_ranges_equal_whole(M& m) {
+  const auto infos = m.parameters();
+  auto spans_of = [&](std::vector<std::vector<float>>& v, std::size_t a, std::size_t b) {
+    std::vector<std::span<float>> s;
+    for (std::size_t i = a; i < b; ++i) s.emplace_back(v[i]);
+    return s;
+  };
+  std::vector<std::vector<float>> whole, ranged;
+  for (const auto& p : infos) {
+    whole.emplace_back(std::size_t(p.numel()), -7.0f);
+    ranged.emplace_back(std::size_t(p.numel()), -7.0f);
+  }
+  m.init_parameters(spans_of(whole, 0, infos.size()), 99);
+  for (std::size_t a = 0, k = 1; a < infos.size(); a += k, k++) {  // ranges of 1, 2, 3, ... tensors
+    const std::size_t b = std::min(infos.size(), a + k);
+    ASSERT_TRUE(m.init_parameter_range(a, spans_of(ranged, a, b), 99));
+  }
+  for (std::size_t i = 0; i < infos.size(); ++i) EXPECT_EQ(whole[i], ranged[i]) << infos[i].name;
+  EXPECT_THROW(m.init_parameter_range(infos.size(), spans_of(ranged, 0, 1), 99), ds::Error);
+}
+}  // namespace
+
+TEST(NnModels, InitParameterRangeEqualsWholeInit) {
+  ds::nn::Gpt gpt(tiny_gpt());
+  expect_ranges_equal_whole(gpt);
+  ds::nn::LlamaConfig lc;
+  lc.n_layer = 2;
+  lc.n_head = 4;
+  lc.n_kv_head = 2;
+  lc.n_embd = 16;
+  lc.intermediate_size = 24;
+  lc.vocab_size = 13;
+  lc.block_size = 8;
+  ds::nn::Llama llama(lc);
+  expect_ranges_equal_whole(llama);
 }

@@ -72,29 +72,17 @@ Engine::Engine(config::DsConfig cfg, Module& module, std::shared_ptr<Communicato
   store_->attach_optimizer(*optimizer_);
 
   // ---- initial values: module init on fp32 scratch, rank 0's values broadcast ----
-  // Stage 3 with other ranks: only rank 0 runs the init, and the values go out one group at
-  // a time, so no other rank ever holds the whole model (each keeps its pieces).
-  const bool init_by_groups = map_.stage == 3 && world_ > 1;
-  {
-    HostBuffer scratch(init_by_groups && rank_ != 0 ? map_.largest_group() : map_.padded_numel, DType::F32);
+  if (map_.stage == 3) {
+    init_stage3_by_groups();
+  } else {
+    HostBuffer scratch(map_.padded_numel, DType::F32);
     float* s = scratch.as<float>();
-    if (!init_by_groups || rank_ == 0) {
-      std::vector<std::span<float>> spans;
-      spans.reserve(map_.params.size());
-      for (const auto& p : map_.params) spans.emplace_back(s + p.offset, p.numel);
-      module_->init_parameters(spans, cfg_.seed.value_or(42));
-    }
-    if (init_by_groups) {
-      auto& st = static_cast<engine::PartitionedParamStore&>(*store_);
-      for (std::size_t g = 0; g < map_.groups.size(); ++g) {
-        float* v = rank_ == 0 ? s + map_.groups[g].offset : s;
-        comm_->broadcast(TensorView{v, map_.groups[g].padded, DType::F32}, 0);
-        st.set_initial_group(g, v);
-      }
-    } else {
-      if (world_ > 1) comm_->broadcast(TensorView{s, map_.padded_numel, DType::F32}, 0);
-      store_->set_initial(s);
-    }
+    std::vector<std::span<float>> spans;
+    spans.reserve(map_.params.size());
+    for (const auto& p : map_.params) spans.emplace_back(s + p.offset, p.numel);
+    module_->init_parameters(spans, cfg_.seed.value_or(42));
+    if (world_ > 1) comm_->broadcast(TensorView{s, map_.padded_numel, DType::F32}, 0);
+    store_->set_initial(s);
   }
   std::vector<TensorView> param_views, grad_views;
   for (const auto& p : map_.params) {
@@ -135,6 +123,44 @@ Engine::Engine(config::DsConfig cfg, Module& module, std::shared_ptr<Communicato
           << " -> train batch " << cfg_.train_batch_size << "; model states per rank: "
           << memory_report().to_string());
   step_clock_.reset();
+}
+
+// Stage 3: rank 0 runs the init and the values go out one group at a time, so no other rank
+// ever holds the whole model (each keeps its pieces). A module that can initialise a range of
+// its parameters (Module::init_parameter_range) is initialised a group at a time, so rank 0
+// does not hold it whole either; otherwise rank 0 initialises it whole once.
+void Engine::init_stage3_by_groups() {
+  auto& st = static_cast<engine::PartitionedParamStore&>(*store_);
+  const std::uint64_t seed = cfg_.seed.value_or(42);
+  HostBuffer group(map_.largest_group(), DType::F32);
+  HostBuffer whole;  // rank 0, when the module initialises only the whole model
+  auto init_group = [&](std::size_t g) {  // into `group` (zeroed first: its padding must read 0)
+    const auto& fg = map_.groups[g];
+    float* base = group.as<float>();
+    std::fill_n(base, fg.padded, 0.0f);
+    std::vector<std::span<float>> spans;
+    for (std::size_t i = fg.first_param; i < fg.first_param + fg.param_count; ++i)
+      spans.emplace_back(base + (map_.params[i].offset - fg.offset), map_.params[i].numel);
+    return module_->init_parameter_range(fg.first_param, spans, seed);
+  };
+  std::int32_t ranged = 0;
+  if (rank_ == 0) {
+    ranged = init_group(0) ? 1 : 0;
+    if (!ranged) {
+      whole = HostBuffer(map_.padded_numel, DType::F32);
+      std::vector<std::span<float>> spans;
+      for (const auto& p : map_.params) spans.emplace_back(whole.as<float>() + p.offset, p.numel);
+      module_->init_parameters(spans, seed);
+    }
+  }
+  if (world_ > 1) comm_->broadcast(TensorView{&ranged, 1, DType::I32}, 0);
+  for (std::size_t g = 0; g < map_.groups.size(); ++g) {
+    float* v = group.as<float>();
+    if (rank_ == 0 && !ranged) v = whole.as<float>() + map_.groups[g].offset;
+    else if (rank_ == 0 && g > 0) init_group(g);
+    if (world_ > 1) comm_->broadcast(TensorView{v, map_.groups[g].padded, DType::F32}, 0);
+    st.set_initial_group(g, v);
+  }
 }
 
 Engine::~Engine() = default;

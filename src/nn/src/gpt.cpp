@@ -109,22 +109,31 @@ Gpt::Gpt(const GptConfig& cfg) : cfg_(cfg) {
 }
 
 void Gpt::init_parameters(std::span<const std::span<float>> params, std::uint64_t seed) {
+  DS_CHECK(params.size() == ps_.infos().size(),
+           "Gpt::init_parameters: expected " << ps_.infos().size() << " spans, got " << params.size());
+  init_parameter_range(0, params, seed);
+}
+
+// Each parameter from the seed and its own index: any range gives what the whole model does.
+bool Gpt::init_parameter_range(std::size_t first, std::span<const std::span<float>> params, std::uint64_t seed) {
   const auto& infos = ps_.infos();
-  DS_CHECK(params.size() == infos.size(),
-           "Gpt::init_parameters: expected " << infos.size() << " spans, got " << params.size());
+  DS_CHECK(first + params.size() <= infos.size(),
+           "Gpt::init_parameter_range: parameters " << first << "+" << params.size() << " of " << infos.size());
   const float proj_std = 0.02f / std::sqrt(2.0f * float(cfg_.n_layer));
-  for (std::size_t i = 0; i < infos.size(); ++i) {
+  for (std::size_t k = 0; k < params.size(); ++k) {
+    const std::size_t i = first + k;
     const std::string& n = infos[i].name;
-    DS_CHECK(params[i].size() == infos[i].numel(),
+    DS_CHECK(params[k].size() == infos[i].numel(),
              "Gpt::init_parameters: '" << n << "' needs " << infos[i].numel() << " floats, got "
-                                       << params[i].size());
+                                       << params[k].size());
     const bool is_ln = n.find("ln_") != std::string::npos;
     const bool is_bias = n.size() >= 5 && n.compare(n.size() - 5, 5, ".bias") == 0;
-    if (is_bias) init_constant(params[i], 0.0f);
-    else if (is_ln) init_constant(params[i], 1.0f);
-    else if (n.find("c_proj.weight") != std::string::npos) init_normal(params[i], proj_std, seed, i);
-    else init_normal(params[i], 0.02f, seed, i);
+    if (is_bias) init_constant(params[k], 0.0f);
+    else if (is_ln) init_constant(params[k], 1.0f);
+    else if (n.find("c_proj.weight") != std::string::npos) init_normal(params[k], proj_std, seed, i);
+    else init_normal(params[k], 0.02f, seed, i);
   }
+  return true;
 }
 
 void Gpt::bind(std::span<const TensorView> params, std::span<const TensorView> grads) {

@@ -51,16 +51,25 @@ Llama::Llama(const LlamaConfig& cfg) : cfg_(resolved(cfg)) {
 }
 
 void Llama::init_parameters(std::span<const std::span<float>> params, std::uint64_t seed) {
+  DS_CHECK(params.size() == ps_.infos().size(),
+           "Llama::init_parameters: expected " << ps_.infos().size() << " spans, got " << params.size());
+  init_parameter_range(0, params, seed);
+}
+
+// Each parameter from the seed and its own index: any range gives what the whole model does.
+bool Llama::init_parameter_range(std::size_t first, std::span<const std::span<float>> params, std::uint64_t seed) {
   const auto& infos = ps_.infos();
-  DS_CHECK(params.size() == infos.size(),
-           "Llama::init_parameters: expected " << infos.size() << " spans, got " << params.size());
-  for (std::size_t i = 0; i < infos.size(); ++i) {
-    DS_CHECK(params[i].size() == infos[i].numel(),
+  DS_CHECK(first + params.size() <= infos.size(),
+           "Llama::init_parameter_range: parameters " << first << "+" << params.size() << " of " << infos.size());
+  for (std::size_t k = 0; k < params.size(); ++k) {
+    const std::size_t i = first + k;
+    DS_CHECK(params[k].size() == infos[i].numel(),
              "Llama::init_parameters: '" << infos[i].name << "' needs " << infos[i].numel()
-                                         << " floats, got " << params[i].size());
-    if (infos[i].shape.size() == 1) init_constant(params[i], 1.0f);  // the RMSNorm weights
-    else init_normal(params[i], kLlamaInitStd, seed, i);
+                                         << " floats, got " << params[k].size());
+    if (infos[i].shape.size() == 1) init_constant(params[k], 1.0f);  // the RMSNorm weights
+    else init_normal(params[k], kLlamaInitStd, seed, i);
   }
+  return true;
 }
 
 void Llama::bind(std::span<const TensorView> params, std::span<const TensorView> grads) {

@@ -110,6 +110,15 @@ class Module {
   // Called on every rank; the engine then broadcasts rank 0's values so replicas start equal.
   // (ZeRO stage 3 on several ranks: called on rank 0 only, which sends each rank its pieces.)
   virtual void init_parameters(std::span<const std::span<float>> params, std::uint64_t seed) = 0;
+  // Optional: the same initial values for parameters()[first, first + params.size()) alone.
+  // A module whose parameters are initialised independently of each other (each from the seed
+  // and its own index) returns true; then ZeRO stage 3 initialises one parameter group at a
+  // time, so not even rank 0 holds the whole model in fp32. The default returns false and the
+  // engine calls init_parameters over the whole model instead.
+  virtual bool init_parameter_range(std::size_t /*first*/, std::span<const std::span<float>> /*params*/,
+                                    std::uint64_t /*seed*/) {
+    return false;
+  }
 
   // Engine-owned storage for parameters()[i]: params[i] and grads[i] have the same working
   // dtype (fp32, fp16 or bf16) and stay valid until the next bind().

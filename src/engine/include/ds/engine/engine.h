@@ -158,6 +158,7 @@ class Engine {
   void check_same_model_on_all_ranks(const std::vector<ParamInfo>& infos);
   void check_device_limits() const;  // the GPU path's limits (engine_init.cpp)
   void make_scaler();
+  void init_stage3_by_groups();  // initial values at stage 3 (engine.cpp)
   engine::FetchOptions fetch_options() const;  // stage 3: the zero_optimization keys (engine_init.cpp)
   engine::NvmeOptions nvme_options() const;    // offload_* device nvme (engine_init.cpp)
   void boundary_step();

@@ -43,6 +43,7 @@ class Gpt : public Module {
 
   std::vector<ParamInfo> parameters() const override { return ps_.infos(); }
   void init_parameters(std::span<const std::span<float>> params, std::uint64_t seed) override;
+  bool init_parameter_range(std::size_t first, std::span<const std::span<float>> params, std::uint64_t seed) override;
   void bind(std::span<const TensorView> params, std::span<const TensorView> grads) override;
   float forward(const Batch& batch) override;
   void backward(float scale, const std::function<void(std::size_t)>& grad_ready) override;
