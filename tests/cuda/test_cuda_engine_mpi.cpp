@@ -14,7 +14,6 @@
 #include <cmath>
 #include <cstdio>
 #include <memory>
-#include <random>
 #include <string>
 #include <vector>
 
@@ -26,84 +25,36 @@
 #include "ds/mpi/init.h"
 #include "ds/nn/gpt.h"
 #include "ds/nn/gpt_cuda.h"
-#include "engine_test_model.h"
+#include "engine_fixture.h"
 #include "self_comm.h"
 
 namespace {
 
-int g_fail = 0;
-int g_rank = 0;
-#define CHECK_MSG(cond, ...)                                        \
-  do {                                                              \
-    if (!(cond)) {                                                  \
-      ++g_fail;                                                     \
-      std::printf("FAIL rank %d line %d: ", g_rank, __LINE__);      \
-      std::printf(__VA_ARGS__);                                     \
-      std::printf("\n");                                            \
-    }                                                               \
-  } while (0)
-
-using engine_test::kMaxToken;
-using engine_test::kT;
+using engine_test::config_text;
+using engine_test::rows_of;
 using engine_test::train_step;
 ds::nn::GptConfig small() { return engine_test::small_gpt(); }
 constexpr std::int64_t kMicro = 2;
 
 // The global batch of step s: W * kMicro rows, the same on every rank.
-std::vector<std::int32_t> global_tokens(int W, int s) {
-  std::mt19937 rng(1000u + unsigned(s));
-  std::uniform_int_distribution<std::int32_t> u(0, kMaxToken);
-  std::vector<std::int32_t> t(std::size_t(W * kMicro * (kT + 1)));
-  for (auto& x : t) x = u(rng);
-  return t;
-}
-
-// Rows [row0, row0 + rows) of a global batch (each row kT inputs, targets shifted by one).
-struct Rows {
-  std::vector<std::int32_t> in, tg;
-  ds::Batch batch(std::int64_t rows) const {
-    ds::Batch b;
-    b.inputs = in;
-    b.targets = tg;
-    b.batch = rows;
-    b.seq = kT;
-    return b;
-  }
-};
-Rows rows_of(const std::vector<std::int32_t>& g, std::int64_t row0, std::int64_t rows) {
-  Rows r;
-  for (std::int64_t i = row0; i < row0 + rows; ++i) {
-    const std::int32_t* p = g.data() + i * (kT + 1);
-    r.in.insert(r.in.end(), p, p + kT);
-    r.tg.insert(r.tg.end(), p + 1, p + kT + 1);
-  }
-  return r;
-}
-
-std::string config(std::int64_t micro, int stage, const char* extra) {
-  return "{\"train_micro_batch_size_per_gpu\": " + std::to_string(micro) +
-         ", \"gradient_accumulation_steps\": 1, \"seed\": 5, \"gradient_clipping\": 0.5,"
-         " \"optimizer\": {\"type\": \"AdamW\", \"params\": {\"lr\": 0.001, \"betas\": [0.9, 0.99],"
-         " \"weight_decay\": 0.01}}, \"zero_optimization\": {\"stage\": " +
-         std::to_string(stage) + "}" + extra + "}";
-}
+std::vector<std::int32_t> global_tokens(int W, int s) { return engine_test::global_tokens(W, kMicro, s, 1000u); }
 
 void fp32_matches_one_process(ds::DistributedContext& ctx, const std::shared_ptr<ds::Communicator>& nccl, int stage) {
   const int W = ctx.world_size, r = ctx.rank;
   ds::nn::GptCuda model(small(), /*allow_tf32=*/false);
-  auto gpu = ds::initialize(ds::config::parse_config_text(config(kMicro, stage, ""), "test config"), model, ctx.comm,
+  auto gpu = ds::initialize(ds::config::parse_config_text(config_text(kMicro, stage), "test config"), model, ctx.comm,
                             nccl);
   ds::nn::Gpt ref_model(small());
-  auto ref = ds::initialize(ds::config::parse_config_text(config(kMicro * W, 0, ""), "reference config"), ref_model,
+  auto ref = ds::initialize(ds::config::parse_config_text(config_text(kMicro * W, 0), "reference config"), ref_model,
                             std::make_shared<ds::test::SelfComm>());
   double worst_loss = 0, worst_norm = 0;
   for (int s = 0; s < 6; ++s) {
     const auto g = global_tokens(W, s);
-    const Rows mine = rows_of(g, r * kMicro, kMicro), all = rows_of(g, 0, kMicro * W);
-    double l = train_step(*gpu.engine, mine.batch(kMicro));
+    const auto mine = rows_of(g, r * kMicro, kMicro), all = rows_of(g, 0, kMicro * W);
+    double l = train_step(*gpu.engine, mine.batch());
     MPI_Allreduce(MPI_IN_PLACE, &l, 1, MPI_DOUBLE, MPI_SUM, ctx.mpi_comm);
     l /= W;
-    const double lr_ = train_step(*ref.engine, all.batch(kMicro * W));
+    const double lr_ = train_step(*ref.engine, all.batch());
     worst_loss = std::max(worst_loss, std::fabs(l - lr_) / std::fabs(lr_));
     const double ng = gpu.engine->get_global_grad_norm(), nr = ref.engine->get_global_grad_norm();
     worst_norm = std::max(worst_norm, std::fabs(ng - nr) / nr);
@@ -131,13 +82,13 @@ void bf16_trains(ds::DistributedContext& ctx, const std::shared_ptr<ds::Communic
   const int W = ctx.world_size, r = ctx.rank;
   ds::nn::GptCuda model(small());
   auto gpu = ds::initialize(
-      ds::config::parse_config_text(config(kMicro, 0, ", \"bf16\": {\"enabled\": true}"), "bf16 config"), model,
+      ds::config::parse_config_text(config_text(kMicro, 0, engine_test::kBf16), "bf16 config"), model,
       ctx.comm, nccl);
   const auto g = global_tokens(W, 99);
-  const Rows mine = rows_of(g, r * kMicro, kMicro);
+  const auto mine = rows_of(g, r * kMicro, kMicro);
   double first = 0, last = 0;
   for (int s = 0; s < 20; ++s) {
-    double l = train_step(*gpu.engine, mine.batch(kMicro));
+    double l = train_step(*gpu.engine, mine.batch());
     MPI_Allreduce(MPI_IN_PLACE, &l, 1, MPI_DOUBLE, MPI_SUM, ctx.mpi_comm);
     l /= W;
     if (s == 0) first = l;
@@ -156,7 +107,7 @@ int main() {
     return 77;
   }
   ds::DistributedContext ctx = ds::init_distributed();
-  g_rank = ctx.rank;
+  engine_test::g_rank = ctx.rank;
   int enough = devices >= ctx.local_size && ctx.world_size >= 2 ? 1 : 0, all = 0;
   MPI_Allreduce(&enough, &all, 1, MPI_INT, MPI_MIN, ctx.mpi_comm);
   if (!all) {
@@ -174,10 +125,9 @@ int main() {
     bf16_trains(ctx, nccl);
   } catch (const std::exception& e) {
     std::printf("FAIL rank %d: exception: %s\n", ctx.rank, e.what());
-    ++g_fail;
+    ++engine_test::g_fail;
   }
-  int any = g_fail, total = 0;
-  MPI_Allreduce(&any, &total, 1, MPI_INT, MPI_SUM, ctx.mpi_comm);
+  const int total = engine_test::failures_on_all_ranks(ctx);
   if (ctx.rank == 0) std::printf("test_cuda_engine_mpi: %s\n", total ? "FAILED" : "all checks passed");
   ds::finalize_distributed(ctx);
   return total ? 1 : 0;

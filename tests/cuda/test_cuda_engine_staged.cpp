@@ -25,7 +25,6 @@
 #include <cmath>
 #include <cstdio>
 #include <memory>
-#include <random>
 #include <string>
 #include <vector>
 
@@ -37,71 +36,22 @@
 #include "ds/mpi/device_comm.h"
 #include "ds/mpi/init.h"
 #include "ds/nn/gpt_cuda.h"
-#include "engine_test_model.h"
+#include "engine_fixture.h"
 #include "self_comm.h"
 
 namespace {
 
-int g_fail = 0;
-int g_rank = 0;
-#define CHECK_MSG(cond, ...)                                        \
-  do {                                                              \
-    if (!(cond)) {                                                  \
-      ++g_fail;                                                     \
-      std::printf("FAIL rank %d line %d: ", g_rank, __LINE__);      \
-      std::printf(__VA_ARGS__);                                     \
-      std::printf("\n");                                            \
-    }                                                               \
-  } while (0)
-
-using engine_test::kMaxToken;
-using engine_test::kT;
+using engine_test::bf16_ulp;
+using engine_test::config_text;
+using engine_test::rows_of;
 using engine_test::train_step;
 constexpr std::int64_t kMicro = 2;
 constexpr double kLr = 0.001;
 constexpr int kSteps = 6;
 
-// The global batch of step s: W * kMicro rows, the same on every rank.
-std::vector<std::int32_t> global_tokens(int W, int s) {
-  std::mt19937 rng(2000u + unsigned(s));
-  std::uniform_int_distribution<std::int32_t> u(0, kMaxToken);
-  std::vector<std::int32_t> t(std::size_t(W * kMicro * (kT + 1)));
-  for (auto& x : t) x = u(rng);
-  return t;
-}
-
-// Rows [row0, row0 + rows) of a global batch (each row kT inputs, targets shifted by one).
-struct Rows {
-  std::vector<std::int32_t> in, tg;
-  ds::Batch batch(std::int64_t rows) const {
-    ds::Batch b;
-    b.inputs = in;
-    b.targets = tg;
-    b.batch = rows;
-    b.seq = kT;
-    return b;
-  }
-};
-Rows rows_of(const std::vector<std::int32_t>& g, std::int64_t row0, std::int64_t rows) {
-  Rows r;
-  for (std::int64_t i = row0; i < row0 + rows; ++i) {
-    const std::int32_t* p = g.data() + i * (kT + 1);
-    r.in.insert(r.in.end(), p, p + kT);
-    r.tg.insert(r.tg.end(), p + 1, p + kT + 1);
-  }
-  return r;
-}
-
 std::string config(std::int64_t micro, int stage, bool bf16) {
-  return "{\"train_micro_batch_size_per_gpu\": " + std::to_string(micro) +
-         ", \"gradient_accumulation_steps\": 1, \"seed\": 5, \"gradient_clipping\": 0.5,"
-         " \"optimizer\": {\"type\": \"AdamW\", \"params\": {\"lr\": 0.001, \"betas\": [0.9, 0.99],"
-         " \"weight_decay\": 0.01}}, \"zero_optimization\": {\"stage\": " +
-         std::to_string(stage) + "}" + (bf16 ? ", \"bf16\": {\"enabled\": true}" : "") + "}";
+  return config_text(micro, stage, bf16 ? engine_test::kBf16 : "");
 }
-
-// One bf16 unit in the last place of x (8 significant bits).
-double bf16_ulp(double x) { return x == 0 ? 0 : std::ldexp(1.0, std::ilogb(x) - 7); }
 
 void matches_one_process(ds::DistributedContext& ctx, const std::shared_ptr<ds::Communicator>& staged, int stage,
                          bool bf16) {
@@ -115,12 +65,12 @@ void matches_one_process(ds::DistributedContext& ctx, const std::shared_ptr<ds::
                             std::make_shared<ds::test::SelfComm>());
   double worst_loss = 0, worst_norm = 0;
   for (int s = 0; s < kSteps; ++s) {
-    const auto g = global_tokens(W, s);
-    const Rows mine = rows_of(g, r * kMicro, kMicro), all = rows_of(g, 0, kMicro * W);
-    double l = train_step(*gpu.engine, mine.batch(kMicro));
+    const auto g = engine_test::global_tokens(W, kMicro, s, 2000u);
+    const auto mine = rows_of(g, r * kMicro, kMicro), all = rows_of(g, 0, kMicro * W);
+    double l = train_step(*gpu.engine, mine.batch());
     MPI_Allreduce(MPI_IN_PLACE, &l, 1, MPI_DOUBLE, MPI_SUM, ctx.mpi_comm);
     l /= W;
-    const double lr_ = train_step(*ref.engine, all.batch(kMicro * W));
+    const double lr_ = train_step(*ref.engine, all.batch());
     worst_loss = std::max(worst_loss, std::fabs(l - lr_) / std::fabs(lr_));
     const double ng = gpu.engine->get_global_grad_norm(), nr = ref.engine->get_global_grad_norm();
     worst_norm = std::max(worst_norm, std::fabs(ng - nr) / nr);
@@ -172,59 +122,43 @@ int without_device(ds::DistributedContext& ctx) {
   const bool auto_named = autod.find("StagedComm: no CUDA device visible") != std::string::npos;
   CHECK_MSG(nccl_named, "\"nccl\" without a GPU: %s", nccl.empty() ? "<no error>" : nccl.c_str());
   CHECK_MSG(auto_named, "\"auto\" without a GPU: %s", autod.empty() ? "<no error>" : autod.c_str());
-  int total = 0;
-  MPI_Allreduce(&g_fail, &total, 1, MPI_INT, MPI_SUM, ctx.mpi_comm);
+  const int total = engine_test::failures_on_all_ranks(ctx);
   if (ctx.rank == 0) {
     std::printf("test_cuda_engine_staged: without a GPU, \"nccl\" is refused: %s\n", nccl.c_str());
     std::printf("test_cuda_engine_staged: no CUDA device visible: %s\n", total ? "FAILED" : "skipped");
   }
-  ds::finalize_distributed(ctx);
   return total ? 1 : 77;
 }
 
 }  // namespace
 
 int main(int argc, char**) {
-  if (argc != 1) {
-    std::fprintf(stderr, "usage: mpirun -np 2|4 test_cuda_engine_staged (no arguments)\n");
-    return 2;
-  }
-  int devices = 0;
-  const cudaError_t rc = cudaGetDeviceCount(&devices);
-  if (rc != cudaSuccess) cudaGetLastError();
-  int total = 0;
-  try {
-    ds::DistributedContext ctx = ds::init_distributed();
-    g_rank = ctx.rank;
-    if (rc != cudaSuccess || devices == 0) return without_device(ctx);
-    if (ctx.world_size < 2) {
-      std::printf("test_cuda_engine_staged: needs >= 2 ranks (mpirun -np 2): skipped\n");
-      ds::finalize_distributed(ctx);
-      return 77;
-    }
-    {
-      // auto on this job: staged exactly when a node's ranks outnumber its GPUs (here all
-      // ranks run on one node, as ctest starts them).
-      auto chosen = ds::make_device_communicator(ctx, "auto");
-      const bool share = ctx.local_size > devices;
-      if (share || ds::backend_info().nccl_compiled)
-        CHECK_MSG(std::string(chosen->backend()) == (share ? "staged" : "nccl"), "auto chose %s with %d local ranks, %d GPUs",
-                  std::string(chosen->backend()).c_str(), ctx.local_size, devices);
-    }
-    // Every rank on GPU 0, whatever the machine has: the sharing case under test.
-    ctx.device = 0;
-    DS_CUDA_CHECK(cudaSetDevice(0));
-    auto staged = ds::make_device_communicator(ctx, "staged");
-    CHECK_MSG(std::string(staged->backend()) == "staged" && ctx.device == 0, "\"staged\" built %s on device %d",
-              std::string(staged->backend()).c_str(), ctx.device);
-    for (bool bf16 : {false, true})
-      for (int stage : {0, 1}) matches_one_process(ctx, staged, stage, bf16);
-    staged.reset();
-    MPI_Allreduce(&g_fail, &total, 1, MPI_INT, MPI_SUM, ctx.mpi_comm);
-    if (ctx.rank == 0) std::printf("test_cuda_engine_staged: %s\n", total ? "FAILED" : "all checks passed");
-    ds::finalize_distributed(ctx);
-  } catch (const std::exception& e) {
-    ds::abort_job(1, std::string("test_cuda_engine_staged: error: ") + e.what());
-  }
-  return total ? 1 : 0;
+  return engine_test::mpi_test_main(
+      argc, "test_cuda_engine_staged", "mpirun -np 2|4 test_cuda_engine_staged (no arguments)",
+      [](ds::DistributedContext& ctx, int devices, cudaError_t rc) {
+        if (rc != cudaSuccess || devices == 0) return without_device(ctx);
+        if (ctx.world_size < 2) {
+          std::printf("test_cuda_engine_staged: needs >= 2 ranks (mpirun -np 2): skipped\n");
+          return 77;
+        }
+        {
+          // auto on this job: staged exactly when a node's ranks outnumber its GPUs (here all
+          // ranks run on one node, as ctest starts them).
+          auto chosen = ds::make_device_communicator(ctx, "auto");
+          const bool share = ctx.local_size > devices;
+          if (share || ds::backend_info().nccl_compiled)
+            CHECK_MSG(std::string(chosen->backend()) == (share ? "staged" : "nccl"),
+                      "auto chose %s with %d local ranks, %d GPUs", std::string(chosen->backend()).c_str(),
+                      ctx.local_size, devices);
+        }
+        // Every rank on GPU 0, whatever the machine has: the sharing case under test.
+        ctx.device = 0;
+        DS_CUDA_CHECK(cudaSetDevice(0));
+        auto staged = ds::make_device_communicator(ctx, "staged");
+        CHECK_MSG(std::string(staged->backend()) == "staged" && ctx.device == 0, "\"staged\" built %s on device %d",
+                  std::string(staged->backend()).c_str(), ctx.device);
+        for (bool bf16 : {false, true})
+          for (int stage : {0, 1}) matches_one_process(ctx, staged, stage, bf16);
+        return engine_test::kChecksDone;  // staged, a local, is released before MPI finalizes
+      });
 }

@@ -16,7 +16,6 @@
 #include <cstdlib>
 #include <functional>
 #include <memory>
-#include <random>
 #include <set>
 #include <span>
 #include <string>
@@ -28,12 +27,15 @@
 #include "ds/nn/gpt.h"
 #include "ds/nn/gpt_cuda.h"
 #include "ds/optim/cuda_kernels.h"
+#include "tokens.h"
 
 using ds::DType;
 using ds::TensorView;
 using cuda_test::Dev;
+using cuda_test::make_tokens;
 using cuda_test::randv;
 using cuda_test::to_dtype;
+using cuda_test::Tokens;
 
 namespace {
 
@@ -55,30 +57,6 @@ std::vector<float> rounded(const std::vector<float>& v, DType t) {
   std::vector<float> out(v.size());
   ds::convert(b.data(), t, out.data(), DType::F32, v.size());
   return out;
-}
-
-struct Tokens {
-  std::vector<std::int32_t> in, tg;
-  std::int64_t B = 0, T = 0;
-  ds::Batch batch() const {
-    ds::Batch b;
-    b.inputs = in;
-    b.targets = tg;
-    b.batch = B;
-    b.seq = T;
-    return b;
-  }
-};
-
-Tokens make_tokens(std::int64_t B, std::int64_t T, std::int64_t V, unsigned seed) {
-  Tokens t;
-  t.B = B;
-  t.T = T;
-  std::mt19937 rng(seed);
-  std::uniform_int_distribution<std::int32_t> d(0, std::int32_t(V - 1));
-  for (std::int64_t i = 0; i < B * T; ++i) t.in.push_back(d(rng));
-  for (std::int64_t i = 0; i < B * T; ++i) t.tg.push_back(d(rng));
-  return t;
 }
 
 // The fp32 initial values, drawn by the CPU model's init_parameters.

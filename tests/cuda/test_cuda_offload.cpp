@@ -20,13 +20,11 @@
 // cuda.engine_staged_np2). Before the device check, on any machine: every config it trains
 // with passes the config rules. Exit: 0 pass, 1 failure, 77 no GPU.
 #include <cuda_runtime.h>
-#include <mpi.h>
 
 #include <cmath>
 #include <cstdio>
 #include <filesystem>
 #include <memory>
-#include <random>
 #include <string>
 #include <vector>
 
@@ -42,26 +40,14 @@
 #include "ds/mpi/init.h"
 #include "ds/nn/gpt_cuda.h"
 #include "ds/optim/optimizer.h"
-#include "engine_test_model.h"
+#include "engine_fixture.h"
 
 namespace fs = std::filesystem;
 
 namespace {
 
-int g_fail = 0;
-int g_rank = 0;
-#define CHECK_MSG(cond, ...)                                   \
-  do {                                                         \
-    if (!(cond)) {                                             \
-      ++g_fail;                                                \
-      std::printf("FAIL rank %d line %d: ", g_rank, __LINE__); \
-      std::printf(__VA_ARGS__);                                \
-      std::printf("\n");                                       \
-    }                                                          \
-  } while (0)
-
-using engine_test::kMaxToken;
-using engine_test::kT;
+using engine_test::bf16_ulp;
+using engine_test::rows_of;
 using engine_test::train_step;
 constexpr std::int64_t kMicro = 2;
 constexpr int kSteps = 6;
@@ -74,48 +60,17 @@ ds::nn::GptConfig model_config() {
   return g;
 }
 
-std::vector<std::int32_t> global_tokens(int W, int s) {
-  std::mt19937 rng(3000u + unsigned(s));
-  std::uniform_int_distribution<std::int32_t> u(0, kMaxToken);
-  std::vector<std::int32_t> t(std::size_t(W * kMicro * (kT + 1)));
-  for (auto& x : t) x = u(rng);
-  return t;
-}
-
-struct Rows {
-  std::vector<std::int32_t> in, tg;
-  ds::Batch batch() const {
-    ds::Batch b;
-    b.inputs = in;
-    b.targets = tg;
-    b.batch = kMicro;
-    b.seq = kT;
-    return b;
-  }
-};
-Rows rows_of(const std::vector<std::int32_t>& g, std::int64_t row0) {
-  Rows r;
-  for (std::int64_t i = row0; i < row0 + kMicro; ++i) {
-    const std::int32_t* p = g.data() + i * (kT + 1);
-    r.in.insert(r.in.end(), p, p + kT);
-    r.tg.insert(r.tg.end(), p + 1, p + kT + 1);
-  }
-  return r;
-}
-
 bool g_pin = true;  // offload_optimizer.pin_memory of the offloaded runs
 
 ds::config::DsConfig config(bool offload, bool bf16, const char* optimizer) {
   const std::string opt = std::string(optimizer) == "sgd"
       ? R"({"type": "SGD", "params": {"lr": 0.05, "momentum": 0.9, "nesterov": true, "weight_decay": 0.01}})"
-      : R"({"type": "AdamW", "params": {"lr": 0.001, "betas": [0.9, 0.99], "weight_decay": 0.01}})";
-  const std::string text =
-      "{\"train_micro_batch_size_per_gpu\": " + std::to_string(kMicro) +
-      ", \"gradient_accumulation_steps\": 1, \"seed\": 5, \"gradient_clipping\": 0.5, \"optimizer\": " + opt +
-      R"(, "scheduler": {"type": "WarmupLR", "params": )"
-      R"({"warmup_min_lr": 0, "warmup_max_lr": 0.001, "warmup_num_steps": 3}})"
-      R"(, "zero_optimization": {"stage": 1})" + (bf16 ? R"(, "bf16": {"enabled": true})" : "") + "}";
-  ds::config::DsConfig c = ds::config::parse_config_text(text, "test config");
+      : engine_test::kAdamW;
+  const std::string extra = std::string(R"(, "scheduler": {"type": "WarmupLR", "params": )"
+                                        R"({"warmup_min_lr": 0, "warmup_max_lr": 0.001, "warmup_num_steps": 3}})") +
+                            (bf16 ? engine_test::kBf16 : "");
+  ds::config::DsConfig c =
+      ds::config::parse_config_text(engine_test::config_text(kMicro, 1, extra, opt), "test config");
   if (offload) {  // set on the struct: independent of how the parser reads the section
     c.zero_optimization.offload_optimizer.device = "cpu";
     c.zero_optimization.sub_group_size = 1;  // the minimum piece: several sub-groups
@@ -146,16 +101,14 @@ Run train(ds::DistributedContext& ctx, const std::shared_ptr<ds::Communicator>& 
             int(mem.optimizer_offloaded), int(offload));
   Run out;
   for (int s = 0; s < kSteps; ++s) {
-    const auto g = global_tokens(ctx.world_size, s);
-    out.losses.push_back(train_step(*r.engine, rows_of(g, ctx.rank * kMicro).batch()));
+    const auto g = engine_test::global_tokens(ctx.world_size, kMicro, s, 3000u);
+    out.losses.push_back(train_step(*r.engine, rows_of(g, ctx.rank * kMicro, kMicro).batch()));
   }
   out.params = r.engine->gather_params_fp32();
   out.state = states(*r.engine);
   if (!save_to.empty()) r.engine->save_checkpoint(save_to.string(), std::string(offload ? "offload" : "device"));
   return out;
 }
-
-double bf16_ulp(double x) { return x == 0 ? 0 : std::ldexp(1.0, std::ilogb(x) - 7); }
 
 void compare(ds::DistributedContext& ctx, const std::shared_ptr<ds::Communicator>& dc, bool bf16,
              const char* optimizer) {
@@ -222,48 +175,33 @@ void checkpoints(ds::DistributedContext& ctx, const fs::path& dir) {
 }  // namespace
 
 int main(int argc, char**) {
-  if (argc != 1) {
-    std::fprintf(stderr, "usage: [mpirun -np 1|2] test_cuda_offload (no arguments)\n");
-    return 2;
-  }
-  int devices = 0;
-  const cudaError_t rc = cudaGetDeviceCount(&devices);
-  if (rc != cudaSuccess) cudaGetLastError();
-  int total = 0;
-  try {
-    ds::DistributedContext ctx = ds::init_distributed();
-    g_rank = ctx.rank;
-    configs_pass_the_rules(ctx.world_size);
-    if (rc != cudaSuccess || devices == 0) {
-      MPI_Allreduce(&g_fail, &total, 1, MPI_INT, MPI_SUM, ctx.mpi_comm);
-      if (ctx.rank == 0)
-        std::printf("test_cuda_offload: the configs pass the config rules: %s; no CUDA device visible (%s): %s\n",
-                    total ? "NO" : "yes", rc != cudaSuccess ? cudaGetErrorString(rc) : "0 devices",
-                    total ? "FAILED" : "skipped");
-      ds::finalize_distributed(ctx);
-      return total ? 1 : 77;
-    }
-    ctx.device = 0;  // every rank on GPU 0, as cuda.engine_staged_np2
-    DS_CUDA_CHECK(cudaSetDevice(0));
-    std::shared_ptr<ds::Communicator> staged;
-    if (ctx.world_size > 1) staged = ds::make_device_communicator(ctx, "staged");
-    for (bool bf16 : {false, true}) compare(ctx, staged, bf16, "adamw");
-    compare(ctx, staged, false, "sgd");
-    g_pin = false;  // pageable gradient copy and staging buffer
-    compare(ctx, staged, true, "adamw");
-    g_pin = true;
-    if (ctx.world_size == 1) {
-      const fs::path dir = fs::temp_directory_path() / ("ds_cuda_offload_" + std::to_string(::getpid()));
-      checkpoints(ctx, dir);
-      std::error_code ec;
-      fs::remove_all(dir, ec);
-    }
-    staged.reset();
-    MPI_Allreduce(&g_fail, &total, 1, MPI_INT, MPI_SUM, ctx.mpi_comm);
-    if (ctx.rank == 0) std::printf("test_cuda_offload: %s\n", total ? "FAILED" : "all checks passed");
-    ds::finalize_distributed(ctx);
-  } catch (const std::exception& e) {
-    ds::abort_job(1, std::string("test_cuda_offload: error: ") + e.what());
-  }
-  return total ? 1 : 0;
+  return engine_test::mpi_test_main(
+      argc, "test_cuda_offload", "[mpirun -np 1|2] test_cuda_offload (no arguments)",
+      [](ds::DistributedContext& ctx, int devices, cudaError_t rc) {
+        configs_pass_the_rules(ctx.world_size);
+        if (rc != cudaSuccess || devices == 0) {
+          const int total = engine_test::failures_on_all_ranks(ctx);
+          if (ctx.rank == 0)
+            std::printf("test_cuda_offload: the configs pass the config rules: %s; no CUDA device visible (%s): %s\n",
+                        total ? "NO" : "yes", rc != cudaSuccess ? cudaGetErrorString(rc) : "0 devices",
+                        total ? "FAILED" : "skipped");
+          return total ? 1 : 77;
+        }
+        ctx.device = 0;  // every rank on GPU 0, as cuda.engine_staged_np2
+        DS_CUDA_CHECK(cudaSetDevice(0));
+        std::shared_ptr<ds::Communicator> staged;
+        if (ctx.world_size > 1) staged = ds::make_device_communicator(ctx, "staged");
+        for (bool bf16 : {false, true}) compare(ctx, staged, bf16, "adamw");
+        compare(ctx, staged, false, "sgd");
+        g_pin = false;  // pageable gradient copy and staging buffer
+        compare(ctx, staged, true, "adamw");
+        g_pin = true;
+        if (ctx.world_size == 1) {
+          const fs::path dir = fs::temp_directory_path() / ("ds_cuda_offload_" + std::to_string(::getpid()));
+          checkpoints(ctx, dir);
+          std::error_code ec;
+          fs::remove_all(dir, ec);
+        }
+        return engine_test::kChecksDone;  // staged, a local, is released before MPI finalizes
+      });
 }
