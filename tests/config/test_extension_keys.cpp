@@ -6,24 +6,14 @@
 #include <string>
 
 #include "ds/config/parse.h"
-#include "ds/core/error.h"
+#include "parse_test_util.h"
 
 namespace {
 
 using namespace ds::config;
 
-#define EXPECT_HAS(hay, needle) EXPECT_NE(std::string(hay).find(needle), std::string::npos) << "in: " << (hay)
-
-DsConfig parse(const std::string& text) { return parse_config_text(text, "ds.json"); }
-
-std::string error_of(const std::string& text) {
-  try {
-    parse(text);
-  } catch (const ds::Error& e) {
-    return e.what();
-  }
-  return "<no error>";
-}
+using config_test::error_of;
+using config_test::parse;
 
 TEST(ConfigExtensionKeys, Defaults) {
   const DsConfig c = parse("{}");

@@ -9,25 +9,14 @@
 
 #include "ds/config/parse.h"
 #include "ds/core/error.h"
+#include "parse_test_util.h"
 
 namespace {
 
 using namespace ds::config;
 
-#define EXPECT_HAS(hay, needle) EXPECT_NE(std::string(hay).find(needle), std::string::npos) << "in: " << (hay)
-
-DsConfig parse(const std::string& text, std::vector<std::string>* warnings = nullptr) {
-  return parse_config_text(text, "ds.json", warnings);
-}
-
-std::string error_of(const std::string& text) {
-  try {
-    parse(text);
-  } catch (const ds::Error& e) {
-    return e.what();
-  }
-  return "<no error>";
-}
+using config_test::error_of;
+using config_test::parse;
 
 TEST(ConfigParse, EmptyConfigHasDeepSpeedDefaults) {
   std::vector<std::string> warnings;
