@@ -24,6 +24,7 @@
 #include "ds/core/env.h"
 #include "ds/core/error.h"
 #include "ds/core/file_read.h"
+#include "ds/core/proc_status.h"
 #include "ds/data/dataset.h"
 #include "ds/data/sampler.h"
 #include "ds/data/token_shards.h"
@@ -58,15 +59,6 @@ constexpr std::uint64_t kDefaultSeed = 1234;
 constexpr std::int64_t kDefaultSteps = 800;
 constexpr std::int64_t kDefaultEvalIters = 20;
 constexpr std::int64_t kLossWindow = 10;  // the summary's train loss: mean of the last steps
-
-// This process's peak resident set (VmHWM of /proc/self/status), MiB; 0 where unreadable.
-double peak_resident_mib() {
-  std::ifstream f("/proc/self/status");
-  std::string line;
-  while (std::getline(f, line))
-    if (line.rfind("VmHWM:", 0) == 0) return std::atof(line.c_str() + 6) / 1024.0;  // kB
-  return 0;
-}
 }  // namespace
 
 struct Job {
@@ -794,7 +786,7 @@ void run(Job& j, DistributedContext& dist) {
   engine.wait_for_checkpoint();
 
   // Peak resident memory of the ranks (VmHWM): the largest, for the summary.
-  double peak_mib = peak_resident_mib();
+  double peak_mib = ds::peak_resident_mib().value_or(0);  // 0 where unreadable
   engine.comm().all_reduce(TensorView{&peak_mib, 1, DType::F64}, ReduceOp::Max);
 
   if (rank0) {

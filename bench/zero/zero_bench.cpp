@@ -28,7 +28,6 @@
 #include <cmath>
 #include <cstdio>
 #include <cstdlib>
-#include <fstream>
 #include <string>
 #include <vector>
 
@@ -37,6 +36,7 @@
 
 #include "ds/config/parse.h"
 #include "ds/core/error.h"
+#include "ds/core/proc_status.h"
 #include "ds/core/timer.h"
 #include "ds/engine/engine.h"
 #include "ds/engine/memory.h"
@@ -59,15 +59,6 @@ Usage usage() {
              (double(ru.ru_utime.tv_usec) + double(ru.ru_stime.tv_usec)) * 1e-3;
   u.minflt = ru.ru_minflt;
   return u;
-}
-
-double vm_hwm_mib() {
-  std::ifstream f("/proc/self/status");
-  std::string line;
-  while (std::getline(f, line)) {
-    if (line.rfind("VmHWM:", 0) == 0) return std::atof(line.c_str() + 6) / 1024.0;  // kB
-  }
-  return -1;
 }
 
 }  // namespace
@@ -169,7 +160,7 @@ int main(int argc, char** argv) {
     std::sort(times.begin(), times.end());
     const double median = times.empty() ? 0 : times[times.size() / 2];
     const double gather_wait = (e.timers().total_ms("gather_wait") - gwait0) / std::max(1, steps);
-    double hwm = vm_hwm_mib();
+    double hwm = ds::peak_resident_mib().value_or(-1);  // -1: unreadable
     comm->all_reduce(ds::TensorView{&hwm, 1, ds::DType::F64}, ds::ReduceOp::Max);
     const double bwd = (e.timers().total_ms("backward") - bwd0) / std::max(1, steps);
     const double red = (e.timers().total_ms("reduce") - red0) / std::max(1, steps);
