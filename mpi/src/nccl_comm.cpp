@@ -73,6 +73,9 @@ class EventHandle final : public CommHandle {
     cudaEventDestroy(ev_);
     ev_ = nullptr;
   }
+  void order_stream(void* stream) override {
+    if (ev_) DS_CUDA_CHECK(cudaStreamWaitEvent(static_cast<cudaStream_t>(stream), ev_, 0));
+  }
   bool test() override {
     if (!ev_) return true;
     cudaError_t rc = cudaEventQuery(ev_);

@@ -282,3 +282,21 @@ TEST(OffloadGpuLimits, NvmeIsRefusedCpuPassesTheLimits) {
 }
 
 }  // namespace
+
+// The early gradient copies (one per reduced bucket) cover a sub-group only when together they
+// hold every element of it; the step then waits for them instead of copying again.
+TEST(HostOffloadStep, EarlyCopiesCoverASubGroupOnlyWhole) {
+  using ds::engine::EarlyCopy;
+  using ds::engine::covered_by;
+  const std::vector<EarlyCopy> none;
+  EXPECT_FALSE(covered_by(none, 0, 10));
+  const std::vector<EarlyCopy> buckets{{90, 100, nullptr}, {40, 90, nullptr}, {0, 40, nullptr}};  // from the end
+  EXPECT_TRUE(covered_by(buckets, 0, 100));
+  EXPECT_TRUE(covered_by(buckets, 35, 45));
+  EXPECT_TRUE(covered_by(buckets, 99, 100));
+  const std::vector<EarlyCopy> gap{{90, 100, nullptr}, {0, 40, nullptr}};  // a bucket missing
+  EXPECT_FALSE(covered_by(gap, 0, 100));
+  EXPECT_FALSE(covered_by(gap, 39, 41));
+  EXPECT_TRUE(covered_by(gap, 90, 100));
+  EXPECT_FALSE(covered_by(gap, 90, 101));
+}

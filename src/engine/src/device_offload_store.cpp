@@ -73,6 +73,15 @@ void HostOffloadStep::step(optim::Optimizer& opt, std::span<float> master, Tenso
   }
 }
 
+bool covered_by(std::span<const EarlyCopy> ranges, std::size_t lo, std::size_t hi) {
+  std::size_t covered = 0;
+  for (const EarlyCopy& r : ranges) {
+    const std::size_t a = std::max(lo, r.lo), b = std::min(hi, r.hi);
+    if (a < b) covered += b - a;
+  }
+  return covered >= hi - lo;
+}
+
 namespace {
 std::size_t piece_elems(const StoreOptions& o) {
   if (o.sub_group == 0) return 0;
@@ -93,14 +102,16 @@ cudaStream_t as_stream(void* s) { return static_cast<cudaStream_t>(s); }
 
 // The copies on the module's stream: after backward (the gradients are final there) and
 // before the next forward (which reads the params copied back). One event per sub-group
-// says when its gradients are on the host; one event after the last copy back.
+// says when its gradients are on the host; one event after the last copy back. A sub-group
+// whose gradients the early copies (OffloadDeviceParamStore::grads_reducing) cover is not
+// copied again: waiting for it waits for those copies' events.
 class StreamCopier final : public OffloadCopier {
  public:
   StreamCopier(void* stream, const void* d_grads, void* d_params, void* h_grads, const void* h_staging, DType t,
-               std::size_t pieces)
+               std::size_t pieces, const std::vector<EarlyCopy>* early)
       : s_(as_stream(stream)), d_grads_(static_cast<const char*>(d_grads)), d_params_(static_cast<char*>(d_params)),
         h_grads_(static_cast<char*>(h_grads)), h_staging_(static_cast<const char*>(h_staging)), es_(dtype_size(t)),
-        grads_done_(pieces, nullptr) {
+        grads_done_(pieces, nullptr), early_(early), range_(pieces) {
     try {
       for (auto& e : grads_done_) DS_CUDA_CHECK(cudaEventCreateWithFlags(&e, cudaEventDisableTiming));
       DS_CUDA_CHECK(cudaEventCreateWithFlags(&params_done_, cudaEventDisableTiming));
@@ -111,11 +122,22 @@ class StreamCopier final : public OffloadCopier {
   }
   ~StreamCopier() override { destroy(); }
   void grads_to_host(std::size_t piece, std::size_t begin, std::size_t count) override {
+    range_[piece] = {begin, count};
+    if (covered_by(*early_, begin, begin + count)) return;  // on its way already
     DS_CUDA_CHECK(cudaMemcpyAsync(h_grads_ + begin * es_, d_grads_ + begin * es_, count * es_,
                                   cudaMemcpyDeviceToHost, s_));
     DS_CUDA_CHECK(cudaEventRecord(grads_done_[piece], s_));
+    range_[piece].second = 0;  // copied here: wait for grads_done_
   }
-  void wait_grads(std::size_t piece) override { DS_CUDA_CHECK(cudaEventSynchronize(grads_done_[piece])); }
+  void wait_grads(std::size_t piece) override {
+    const auto [begin, count] = range_[piece];
+    if (count == 0) {
+      DS_CUDA_CHECK(cudaEventSynchronize(grads_done_[piece]));
+      return;
+    }
+    for (const EarlyCopy& e : *early_)
+      if (e.lo < begin + count && begin < e.hi) DS_CUDA_CHECK(cudaEventSynchronize(static_cast<cudaEvent_t>(e.event)));
+  }
   void params_to_device(std::size_t, std::size_t begin, std::size_t count) override {
     DS_CUDA_CHECK(cudaMemcpyAsync(d_params_ + begin * es_, h_staging_ + begin * es_, count * es_,
                                   cudaMemcpyHostToDevice, s_));
@@ -144,6 +166,8 @@ class StreamCopier final : public OffloadCopier {
   std::vector<cudaEvent_t> grads_done_;
   cudaEvent_t params_done_ = nullptr;
   bool params_pending_ = false;
+  const std::vector<EarlyCopy>* early_;  // the store's
+  std::vector<std::pair<std::size_t, std::size_t>> range_;  // per piece: its range if covered early, else count 0
 };
 
 }  // namespace
@@ -172,7 +196,10 @@ OffloadDeviceParamStore::OffloadDeviceParamStore(const PartitionMap& map, int ra
       h_staging_ = pageable_staging_.data();
     }
     copier_ = std::make_unique<StreamCopier>(stream_, grads(step_offset(), n).data, params(step_offset(), n).data,
-                                             h_grads_, h_staging_, o_.wdtype, plan_.pieces());
+                                             h_grads_, h_staging_, o_.wdtype, plan_.pieces(), &early_);
+    cudaStream_t cs = nullptr;
+    DS_CUDA_CHECK(cudaStreamCreateWithFlags(&cs, cudaStreamNonBlocking));
+    copy_stream_ = cs;
   } catch (...) {
     release_host();
     throw;
@@ -184,6 +211,11 @@ OffloadDeviceParamStore::~OffloadDeviceParamStore() { release_host(); }
 void OffloadDeviceParamStore::release_host() {
   // No checks: also runs while an exception unwinds. Copies in flight read these buffers.
   if (stream_) cudaStreamSynchronize(as_stream(stream_));
+  if (copy_stream_) cudaStreamSynchronize(as_stream(copy_stream_));
+  for (EarlyCopy& e : early_) cudaEventDestroy(static_cast<cudaEvent_t>(e.event));
+  early_.clear();
+  if (copy_stream_) cudaStreamDestroy(as_stream(copy_stream_));
+  copy_stream_ = nullptr;
   copier_.reset();
   if (pinned_) {
     if (h_grads_) cudaFreeHost(h_grads_);
@@ -205,6 +237,38 @@ void OffloadDeviceParamStore::optimizer_step(optim::Optimizer& opt, optim::StepC
   ctx.stream = nullptr;  // the CPU kernels
   plan_.step(opt, std::span<float>(master_.as<float>(), n), TensorView{h_grads_, n, o_.wdtype},
              TensorView{h_staging_, n, o_.wdtype}, segments_, ctx, *copier_);
+  drop_early();
+}
+
+void OffloadDeviceParamStore::grads_reducing(std::size_t begin, std::size_t count, CommHandle& work) {
+  const std::size_t off = step_offset(), n = step_count(), es = dtype_size(o_.wdtype);
+  const std::size_t lo = std::max(begin, off), hi = std::min(begin + count, off + n);
+  // Pageable host memory makes a device-to-host copy block the host until it is done, which
+  // would stall backward behind the reduction: then the step copies after backward instead.
+  if (lo >= hi || !pinned_) return;
+  cudaStream_t cs = as_stream(copy_stream_);
+  work.order_stream(cs);  // behind the reduction, on the device (NCCL) or at once
+  cudaEvent_t ev = nullptr;
+  DS_CUDA_CHECK(cudaEventCreateWithFlags(&ev, cudaEventDisableTiming));
+  early_.push_back({lo - off, hi - off, ev});
+  DS_CUDA_CHECK(cudaMemcpyAsync(static_cast<char*>(h_grads_) + (lo - off) * es, grads(lo, hi - lo).data, (hi - lo) * es,
+                                cudaMemcpyDeviceToHost, cs));
+  DS_CUDA_CHECK(cudaEventRecord(ev, cs));
+}
+
+void OffloadDeviceParamStore::drop_early() {
+  // The module's stream (the next zeroing of the gradients) waits for every early copy.
+  for (EarlyCopy& e : early_) {
+    auto ev = static_cast<cudaEvent_t>(e.event);
+    DS_CUDA_CHECK(cudaStreamWaitEvent(as_stream(stream_), ev, 0));
+    DS_CUDA_CHECK(cudaEventDestroy(ev));
+  }
+  early_.clear();
+}
+
+void OffloadDeviceParamStore::zero_grads() {
+  drop_early();  // a skipped step never waited for them
+  DeviceParamStore::zero_grads();
 }
 
 void OffloadDeviceParamStore::add_memory(ModelStateBytes& b) const {
@@ -223,6 +287,9 @@ void OffloadDeviceParamStore::release_host() {}
 void OffloadDeviceParamStore::upload() {}
 void OffloadDeviceParamStore::optimizer_step(optim::Optimizer&, optim::StepContext) {}
 void OffloadDeviceParamStore::add_memory(ModelStateBytes&) const {}
+void OffloadDeviceParamStore::grads_reducing(std::size_t, std::size_t, CommHandle&) {}
+void OffloadDeviceParamStore::zero_grads() {}
+void OffloadDeviceParamStore::drop_early() {}
 
 #endif
 

@@ -14,6 +14,7 @@
 #include <memory>
 #include <span>
 #include <utility>
+#include <vector>
 
 #include "ds/core/buffer.h"
 #include "ds/optim/optimizer.h"
@@ -73,6 +74,15 @@ class HostOffloadStep {
   std::size_t n_ = 0, sub_ = 0, pieces_ = 0;
 };
 
+// A range [lo, hi) of the rank's step range already on its way to the host, and the event
+// (a cudaEvent_t) recorded after its copy.
+struct EarlyCopy {
+  std::size_t lo = 0, hi = 0;
+  void* event = nullptr;
+};
+// Whether the ranges together cover [lo, hi) (they are disjoint: one per gradient bucket).
+bool covered_by(std::span<const EarlyCopy> ranges, std::size_t lo, std::size_t hi);
+
 // DeviceParamStore's device params, grads, grad_stats and gather; no device master: the fp32
 // master is ParamStore::master_ (host), the optimizer state is the Kernel::Cpu optimizer's
 // own (host) arrays, and the step goes through HostOffloadStep. The host gradient copy and
@@ -88,12 +98,21 @@ class OffloadDeviceParamStore final : public DeviceParamStore {
   ~OffloadDeviceParamStore() override;
   void optimizer_step(optim::Optimizer& opt, optim::StepContext ctx) override;
   void add_memory(ModelStateBytes& b) const override;
+  // Each bucket's part of this rank's range goes to the host on a copy stream as soon as its
+  // reduction completes on the device (CommHandle::order_stream), overlapping the rest of
+  // backward; the step then waits only for the copies of the sub-group it steps.
+  void grads_reducing(std::size_t begin, std::size_t count, CommHandle& work) override;
+  void zero_grads() override;  // DeviceParamStore's, after the early copies read the gradients
 
  protected:
   void upload() override;  // DeviceParamStore's, then the staging buffer from the host params
 
  private:
   void release_host();  // frees the host buffers (destructor, failed constructor)
+  void drop_early();     // the module's stream waits for the early copies; their events go
+
+  void* copy_stream_ = nullptr;  // cudaStream_t of the early gradient copies
+  std::vector<EarlyCopy> early_;  // this cycle's early copies
 
   HostOffloadStep plan_;
   std::unique_ptr<OffloadCopier> copier_;

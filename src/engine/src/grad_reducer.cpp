@@ -223,6 +223,7 @@ void GradReducer::launch_bucket(std::size_t k) {
   scale_in_place(wire, float(pre_factor_));  // 1 on a device store
   b.work = comm_.iall_reduce(wire, ReduceOp::Sum);
   b.launched = true;
+  if (b.work) store_.grads_reducing(b.begin, n, *b.work);
   if (o_.release_grads) populate_bucket(k + 1);  // the bucket backward is writing now
 }
 

@@ -82,6 +82,10 @@ class ParamStore {
   virtual void gather_params(Communicator& comm) = 0;
   // The gradients read zero for the next backward.
   virtual void zero_grads() = 0;
+  // The reducer launched the reduction of the gradients [begin, begin + count) (global flat
+  // range), which `work` completes. The GPU path's ZeRO-Offload store starts copying this
+  // rank's part of them to the host behind it, while the rest of backward runs.
+  virtual void grads_reducing(std::size_t /*begin*/, std::size_t /*count*/, CommHandle& /*work*/) {}
 
   // Host staging copies (checkpoints): working params (padded_numel x wdtype) and the fp32
   // master of this rank's slice. to_host() refreshes them from where the store lives;

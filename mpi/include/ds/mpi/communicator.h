@@ -28,6 +28,10 @@ class CommHandle {
   virtual ~CommHandle() = default;
   virtual void wait() = 0;  // blocks until the operation completed
   virtual bool test() = 0;  // true once completed (then wait() returns at once)
+  // Makes the CUDA stream `stream` (a cudaStream_t as void*) wait for the operation: on the
+  // device where the communicator can (NCCL: its completion event), otherwise by waiting now.
+  // wait() is still called afterwards, as always.
+  virtual void order_stream(void* /*stream*/) { wait(); }
 };
 using CommWork = std::unique_ptr<CommHandle>;
 
