@@ -6,6 +6,7 @@
 #     swap directories are left, and the next run removes them (one line each) before training;
 #   - checkpoints move across offload settings: saved with NVMe offload, resumed in memory, and
 #     the other way round, each repeating the unbroken run's losses;
+#   - stage3_gather_16bit_weights_on_model_save writes the same model.safetensors as in memory;
 #   - a missing nvme_path is one clear error naming the key, before the first step.
 source "$(dirname "$0")/lib.sh"
 
@@ -19,6 +20,7 @@ z['stage3_prefetch_bucket_size'] = 3000
 z['stage3_max_reuse_distance'] = 0
 c['train_micro_batch_size_per_gpu'] = 4
 c['steps_per_print'] = 1
+z['stage3_gather_16bit_weights_on_model_save'] = True
 if $2:
     z['offload_optimizer']['nvme_path'] = z['offload_param']['nvme_path'] = '${3:-$WORK/nvme}'
     z['sub_group_size'] = 4096
@@ -62,6 +64,8 @@ must_run 2 s_mem --config mem.json "${SMALL[@]}" --steps 4 --save_dir ck_mem
 must_run 2 r_off --config off.json "${SMALL[@]}" --steps 8 --load_dir ck_mem --loss_csv r_off.csv
 compare_losses r_off.csv mem.csv 0 5
 grep -rq 'dstrain-swap' ck_off ck_mem && fail "a checkpoint names the swap files"
+# save_16bit_model gathers the parameter pieces from the swap file: the same bytes as in memory.
+cmp ck_off/model.safetensors ck_mem/model.safetensors || fail "model.safetensors differs with offload_param nvme"
 
 # A missing nvme_path: one line naming the key, non-zero exit, before any step.
 cfg bad.json True /nonexistent/nvme
