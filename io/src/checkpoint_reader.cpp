@@ -3,6 +3,7 @@
 #include "ds/io/checkpoint.h"
 
 #include <algorithm>
+#include <cstring>
 #include <filesystem>
 #include <sstream>
 
@@ -277,6 +278,36 @@ void CheckpointReader::read_param(const std::string& name, void* dst, DType dst_
   if (scratch_.bytes() < bytes) scratch_ = HostBuffer(bytes);
   f.read(ds, scratch_.data(), di.dtype, numel);
   convert(scratch_.data(), di.dtype, dst, dst_dtype, numel);
+}
+
+void CheckpointReader::read_param_range(const std::string& name, std::size_t first, std::size_t count, void* dst,
+                                        DType dst_dtype) {
+  const ManifestParam& mp = manifest_param(name);
+  DS_CHECK(first + count <= mp.numel, dir_ << "/" << kManifestFile << ": elements [" << first << ", " << first + count
+                                           << ") of parameter '" << name << "', which has " << mp.numel);
+  if (count == 0) return;
+  auto* d = static_cast<unsigned char*>(dst);
+  const std::size_t dsz = dtype_size(dst_dtype);
+  if (manifest_.params_in_master) {
+    if (dst_dtype == DType::F32) return read_flat("fp32_master", mp.flat_offset + first, count, static_cast<float*>(dst));
+    if (scratch_.bytes() < count * sizeof(float)) scratch_ = HostBuffer(count * sizeof(float));
+    read_flat("fp32_master", mp.flat_offset + first, count, scratch_.as<float>());
+    convert(scratch_.data(), DType::F32, d, dst_dtype, count);
+    return;
+  }
+  H5File& f = model_file();
+  const std::string ds = "params/" + name;
+  const DatasetInfo di = f.info(ds);
+  DS_CHECK(di.numel() == mp.numel, f.path() << " dataset '" << ds << "' has " << di.numel() << " elements, the manifest "
+                                            << mp.numel);
+  const std::size_t ssz = dtype_size(di.dtype);
+  if (const unsigned char* p = raw_bytes(f, model_map_, ds, mp.numel * ssz)) {
+    convert(p + first * ssz, di.dtype, d, dst_dtype, count);  // a copy when the dtypes agree
+    return;
+  }
+  HostBuffer whole(mp.numel * dsz);  // not contiguous in the file: through HDF5, whole
+  read_param(name, whole.data(), dst_dtype, mp.numel);
+  std::memcpy(d, static_cast<const unsigned char*>(whole.data()) + first * dsz, count * dsz);
 }
 
 bool CheckpointReader::has_shard_dataset(const std::string& dataset) const {

@@ -4,6 +4,7 @@
 // sub-group, so every comparison here is exact.
 #include <gtest/gtest.h>
 
+#include <cmath>
 #include <filesystem>
 #include <string>
 #include <vector>
@@ -210,6 +211,34 @@ TEST(NvmeOffload, CheckpointsLoadAcrossOffloadSettings) {
       expect_same(Result{b.engine->gather_params_fp32(), losses}, straight,
                   "stage " + std::to_string(stage) + (first == offloaded ? ": NVMe -> memory" : ": memory -> NVMe"));
     }
+  }
+  g_world->barrier();
+  if (g_world->rank() == 0) fs::remove_all(dir);
+}
+
+TEST(NvmeOffload, WeightsOnlyLoadAtStage3ReadsEachRanksPieces) {
+  // load_optimizer_states = false (DeepSpeed's _restore_from_bit16_weights): every rank reads
+  // only its pieces of each tensor (read_param_range) into the master, in memory or on NVMe.
+  const json& adamw = kOptimizers[0];
+  const fs::path dir = swap_root().parent_path() / "dstrain_nvme_weights_only";
+  if (g_world->rank() == 0) fs::remove_all(dir);
+  g_world->barrier();
+  Training a = start(config(adamw, zero(3), "bf16"));
+  steps(a, 0, 2);
+  a.engine->save_checkpoint(dir.string(), "w");
+  const std::vector<float> saved = a.engine->gather_params_fp32();
+  a.engine.reset();
+  json off = zero(3);
+  off["offload_optimizer"] = nvme();
+  off["offload_param"] = nvme();
+  for (const json& z : {zero(3), off}) {
+    Training b = start(config(adamw, z, "bf16"));
+    ds::LoadOptions lo;
+    lo.load_optimizer_states = false;
+    ASSERT_TRUE(b.engine->load_checkpoint(dir.string(), "w", lo).has_value());
+    EXPECT_EQ(b.engine->gather_params_fp32(), saved) << z.dump();
+    steps(b, 2, 3);  // and it trains on from them
+    for (float l : b.losses) EXPECT_TRUE(std::isfinite(l));
   }
   g_world->barrier();
   if (g_world->rank() == 0) fs::remove_all(dir);

@@ -5,6 +5,7 @@
 // The multi-rank cases are io_ranges_mpi_test.cpp.
 #include <gtest/gtest.h>
 
+#include <cstring>
 #include <filesystem>
 #include <fstream>
 #include <initializer_list>
@@ -243,4 +244,49 @@ TEST(CheckpointRanges, ContiguousCheckpointKeepsItsFormat) {
   r.read_flat("optim/exp_avg", 9, 2, b.data());
   EXPECT_EQ(a, (std::vector<float>{2, 3, 4}));
   EXPECT_EQ(b, (std::vector<float>{9, 10}));
+}
+
+// read_param_range (a stage-3 rank reads its piece of each tensor): every range of every
+// parameter equals the same elements of read_param, from the master (params_in_master) and
+// from a model file's contiguous bf16 datasets converted to fp32 and back; a range past the
+// tensor's end is an error naming it.
+TEST(CheckpointRanges, ReadParamRangeEqualsTheSliceOfReadParam) {
+  auto check_all = [](CheckpointReader& r, const std::vector<std::pair<std::string, std::size_t>>& params, DType dt) {
+    const std::size_t es = dtype_size(dt);
+    for (const auto& [name, n] : params) {
+      std::vector<unsigned char> whole(n * es);
+      r.read_param(name, whole.data(), dt, n);
+      for (std::size_t first = 0; first < n; ++first)
+        for (std::size_t count = 1; first + count <= n; count += 2) {
+          std::vector<unsigned char> got(count * es);
+          r.read_param_range(name, first, count, got.data(), dt);
+          EXPECT_EQ(0, std::memcmp(got.data(), whole.data() + first * es, count * es)) << name << " " << first << "+" << count;
+        }
+    }
+  };
+  ds::test::SelfComm comm;
+  for (DType wd : {DType::F32, DType::BF16}) {
+    fs::path d = fresh(std::string("range_master_") + std::string(dtype_name(wd)));
+    Stage3Fake f(wd);
+    save_checkpoint(comm, d.string(), "t", f.content());
+    CheckpointReader r(d.string(), "t");
+    for (DType dt : {DType::F32, DType::F16, DType::BF16}) check_all(r, {{"a", 12}, {"b", 5}, {"c", 7}}, dt);
+    const std::string e = error_of([&] { float x[4]; r.read_param_range("b", 3, 4, x, DType::F32); });
+    EXPECT_NE(e.find("elements [3, 7) of parameter 'b', which has 5"), std::string::npos) << e;
+  }
+  fs::path d = fresh("range_model");
+  std::vector<std::uint16_t> w(10);
+  std::vector<float> master(12), m1(12);
+  for (std::size_t i = 0; i < 12; ++i) master[i] = i < 10 ? float(i) * 0.37f - 1.0f : 0.0f;
+  convert(master.data(), DType::F32, w.data(), DType::BF16, 10);
+  CheckpointContent c;
+  c.params = {{"w", {10}, DType::BF16, w.data(), 0}};
+  c.working_dtype = "bf16";
+  c.zero_stage = 1;
+  c.flat_numel = 12;
+  c.shard_count = 12;
+  c.shard = {{"fp32_master", master.data()}, {"optim/exp_avg", m1.data()}};
+  save_checkpoint(comm, d.string(), "t", c);
+  CheckpointReader r(d.string(), "t");
+  for (DType dt : {DType::F32, DType::BF16}) check_all(r, {{"w", 10}}, dt);
 }

@@ -308,7 +308,7 @@ std::optional<std::pair<std::string, io::StateValue>> Engine::load_checkpoint(co
         for (auto& [name, span] : states) r->read_flat("optim/" + name, dense, n, span.data() + g.part_offset);
       }
     } else {
-      std::vector<char> whole;
+      std::vector<char> piece;
       std::vector<float> f32;
       for (std::size_t i : present) {
         const auto& p = map_.params[i];
@@ -316,10 +316,10 @@ std::optional<std::pair<std::string, io::StateValue>> Engine::load_checkpoint(co
         const std::size_t lo = g.offset + std::size_t(rank_) * g.piece, hi = lo + g.piece;
         const std::size_t a = std::max(lo, p.offset), b = std::min(hi, p.offset + p.numel);
         if (a >= b) continue;
-        whole.resize(p.numel * wsz);
-        r->read_param(p.name, whole.data(), wdtype_, p.numel);
+        piece.resize((b - a) * wsz);  // this rank's part of the tensor only
+        r->read_param_range(p.name, a - p.offset, b - a, piece.data(), wdtype_);
         f32.resize(b - a);
-        convert(whole.data() + (a - p.offset) * wsz, wdtype_, f32.data(), DType::F32, b - a);
+        convert(piece.data(), wdtype_, f32.data(), DType::F32, b - a);
         std::copy(f32.begin(), f32.end(), master + g.part_offset + (a - lo));
       }
     }

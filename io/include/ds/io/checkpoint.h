@@ -254,6 +254,10 @@ class CheckpointReader {
   // rounded to dst_dtype to nearest even as ds::convert does). Contiguous datasets are copied (or converted) straight from the
   // mapped file on the io threads; others go through HDF5 and a reused scratch buffer.
   void read_param(const std::string& name, void* dst, DType dst_dtype, std::size_t numel);
+  // Elements [first, first + count) of parameter `name` alone, as read_param gives them (a
+  // stage-3 rank reads only its piece of each tensor). Contiguous datasets and
+  // params_in_master read just the range; others read the whole tensor into scratch first.
+  void read_param_range(const std::string& name, std::size_t first, std::size_t count, void* dst, DType dst_dtype);
   // Elastic read of the flat fp32 tensor `dataset` ("fp32_master", ...): elements
   // [offset, offset + count) gathered from every old shard overlapping them (copies from the
   // mapped file, or HDF5 hyperslab reads into dst, no intermediate copy); elements beyond
