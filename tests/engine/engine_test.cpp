@@ -802,14 +802,24 @@ TEST(Engine, CudaModuleWithoutAGpuIsAClearError) {
       EXPECT_NE(std::string(e.what()).find("gradients need a device communicator"), std::string::npos) << e.what();
     }
   }
+  // ZeRO-2 passes the GPU path's limits (then finds no device); ZeRO-3 is refused by them.
   CudaClaimingMlp m2(kD, kH);
   auto c = base_config(2, 1);
   c["zero_optimization"] = {{"stage", 2}};
   try {
     ds::initialize(parse(c), m2, self());
-    ADD_FAILURE() << "ZeRO-2 accepted on the GPU path";
+    ADD_FAILURE() << "a CUDA module trained without a GPU at ZeRO-2";
   } catch (const ds::Error& e) {
-    EXPECT_NE(std::string(e.what()).find("zero_optimization.stage"), std::string::npos) << e.what();
+    EXPECT_EQ(std::string(e.what()).find("zero_optimization.stage"), std::string::npos) << e.what();
+    EXPECT_NE(std::string(e.what()).find("CUDA"), std::string::npos) << e.what();
+  }
+  c["zero_optimization"] = {{"stage", 3}};
+  try {
+    ds::initialize(parse(c), m2, self());
+    ADD_FAILURE() << "ZeRO-3 accepted on the GPU path";
+  } catch (const ds::Error& e) {
+    EXPECT_NE(std::string(e.what()).find("zero_optimization.stage 3"), std::string::npos) << e.what();
+    EXPECT_NE(std::string(e.what()).find("stages 0 to 2"), std::string::npos) << e.what();
   }
 }
 

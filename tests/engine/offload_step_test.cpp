@@ -9,7 +9,8 @@
 //     copy, the copies back after it).
 //   - Engine::check_device_limits with a module claiming a CUDA device (no GPU needed):
 //     offload_optimizer nvme is refused naming the key; cpu at stage 1 passes the limits (the
-//     error is then the missing device); cpu at stage 2 is still refused by the stage rule.
+//     error is then the missing device); cpu at stage 2 is refused naming the stage (the GPU
+//     path offloads at stage 1 only).
 //   - The memory report says where the master and the optimizer state live.
 #include <gtest/gtest.h>
 
@@ -276,7 +277,7 @@ TEST(OffloadGpuLimits, NvmeIsRefusedCpuPassesTheLimits) {
   const std::string cpu = init_error(1, "cpu");
   EXPECT_EQ(cpu.find("offload_optimizer"), std::string::npos) << cpu;
   EXPECT_NE(cpu.find("CUDA"), std::string::npos) << cpu;
-  // Stage 2 on the GPU path stays refused by the stage rule.
+  // Offload at stage 2 on the GPU path is refused naming the stage.
   const std::string s2 = init_error(2, "cpu");
   EXPECT_NE(s2.find("zero_optimization.stage"), std::string::npos) << s2;
 }

@@ -21,6 +21,25 @@ struct HostStats {
   double sumsq;
   int found_inf;
 };
+
+// The ZeRO-2 gradient chunks under GradPages' names (what the GradReducer calls).
+class DeviceGradPages final : public GradPages {
+ public:
+  DeviceGradPages(DevicePagedBuffer& b, void* stream) : b_(b), stream_(stream) {}
+  std::size_t unit() const override { return b_.chunk_bytes(); }
+  std::size_t mapped_bytes() const override { return b_.mapped_bytes(); }
+  bool on_device() const override { return true; }
+  void make_resident(std::size_t begin, std::size_t end) override { b_.populate(begin, end); }
+  void release(std::size_t begin, std::size_t end) override { b_.release(begin, end); }
+  void zero(std::size_t begin, std::size_t end) override {
+    if (end > begin) DS_CUDA_CHECK(cudaMemsetAsync(static_cast<char*>(b_.data()) + begin, 0, end - begin, as_stream(stream_)));
+  }
+  std::size_t resident_bytes(std::size_t begin, std::size_t end) const override { return b_.resident_bytes(begin, end); }
+
+ private:
+  DevicePagedBuffer& b_;
+  void* stream_;
+};
 }  // namespace
 
 DeviceParamStore::DeviceParamStore(const PartitionMap& map, int rank, const StoreOptions& o, void* stream)
@@ -34,14 +53,28 @@ DeviceParamStore::DeviceParamStore(const PartitionMap& map, int rank, const Stor
   try {
     const std::size_t wb = std::max<std::size_t>(n_, 1) * dtype_size(o_.wdtype);
     DS_CUDA_CHECK(cudaMalloc(&d_params_, wb));
-    DS_CUDA_CHECK(cudaMalloc(&d_grads_, wb));
+    if (o_.release_grads) {
+      // ZeRO-2 with several ranks: address space for every gradient, memory for the chunks of
+      // this rank's slice only (mapped and zeroed here, kept for good); the GradReducer maps
+      // the rest as backward writes it and unmaps it once reduced.
+      grad_pages_ = std::make_unique<DevicePagedBuffer>(wb, stream_);
+      grad_space_ = std::make_unique<DeviceGradPages>(*grad_pages_, stream_);
+      d_grads_ = grad_pages_->data();
+      const ByteRange keep = units_covering(slice_.offset, slice_.count, dtype_size(o_.wdtype),
+                                            grad_pages_->chunk_bytes(), grad_pages_->mapped_bytes());
+      keep_lo_ = keep.begin;
+      keep_hi_ = keep.end;
+      grad_pages_->touch(keep_lo_, keep_hi_);
+    } else {
+      DS_CUDA_CHECK(cudaMalloc(&d_grads_, wb));
+    }
     // offload_optimizer: the master stays in host memory (OffloadDeviceParamStore).
     if (!o_.offload_optimizer) DS_CUDA_CHECK(cudaMalloc(&d_master_, std::max<std::size_t>(master_n_, 1) * sizeof(float)));
     DS_CUDA_CHECK(cudaMalloc(&d_sumsq_, sizeof(double)));
     DS_CUDA_CHECK(cudaMalloc(&d_found_inf_, sizeof(int)));
     DS_CUDA_CHECK(cudaMallocHost(&h_stats_, sizeof(HostStats)));
     DS_CUDA_CHECK(cudaMemsetAsync(d_params_, 0, wb, as_stream(stream_)));
-    DS_CUDA_CHECK(cudaMemsetAsync(d_grads_, 0, wb, as_stream(stream_)));
+    if (!grad_pages_) DS_CUDA_CHECK(cudaMemsetAsync(d_grads_, 0, wb, as_stream(stream_)));
   } catch (...) {
     release();
     throw;
@@ -54,7 +87,12 @@ void DeviceParamStore::release() {
   // No checks: also runs while an exception unwinds.
   if (stream_) cudaStreamSynchronize(as_stream(stream_));
   cudaFree(d_params_);
-  cudaFree(d_grads_);
+  if (grad_pages_) {
+    grad_space_.reset();
+    grad_pages_.reset();  // synchronises the stream, unmaps, frees the address range
+  } else {
+    cudaFree(d_grads_);
+  }
   cudaFree(d_master_);
   cudaFree(d_sumsq_);
   cudaFree(d_found_inf_);
@@ -113,6 +151,19 @@ std::vector<float> DeviceParamStore::params_fp32() const {
 }
 
 void DeviceParamStore::zero_grads() {
+  if (grad_pages_) {
+    // ZeRO-2: only the slice's chunks are mapped here normally (end_backward released every
+    // other chunk as its bucket finished). Should any other be mapped, it goes as on the host
+    // store -- after a synchronisation, so that no queued kernel still uses it (cheap: the
+    // boundary step synchronised at grad_stats(), a checkpoint load at its upload).
+    if (grad_pages_->resident_bytes() > grad_pages_->resident_bytes(keep_lo_, keep_hi_)) {
+      synchronize();
+      grad_pages_->release(0, keep_lo_);
+      grad_pages_->release(keep_hi_, grad_pages_->mapped_bytes());
+    }
+    grad_pages_->touch(keep_lo_, keep_hi_);  // zeros on the stream, behind the optimizer
+    return;
+  }
   DS_CUDA_CHECK(cudaMemsetAsync(d_grads_, 0, n_ * dtype_size(o_.wdtype), as_stream(stream_)));
 }
 
@@ -147,7 +198,9 @@ void DeviceParamStore::gather_params(Communicator& comm) {
 
 void DeviceParamStore::add_memory(ModelStateBytes& b) const {
   b.params = params_.bytes();
-  b.grads = n_ * dtype_size(o_.wdtype);  // on the device, as params and master
+  // On the device, as params and master. ZeRO-2: the slice's chunks, mapped for good (the
+  // engine adds the most seen beyond them during a backward as grad_buckets).
+  b.grads = grad_pages_ ? grad_pages_->resident_bytes(keep_lo_, keep_hi_) : n_ * dtype_size(o_.wdtype);
   b.master = master_.bytes();
 }
 

@@ -109,7 +109,13 @@ Engine::Engine(config::DsConfig cfg, Module& module, std::shared_ptr<Communicato
     ro.predivide_factor = cfg_.gradient_predivide_factor;
     ro.accum_fp32 = accum_fp32_;
     ro.release_grads = so.release_grads;
-    sync_ = std::make_unique<engine::GradReducer>(map_, *store_, *grad_comm_, ro, timers_);
+    // ZeRO-2 on a device: released gradient chunks have no memory behind them, so the reducer
+    // maps each group's chunks as backward acquires the group (GroupHooks, as stage 3's fetcher).
+    const bool map_in_backward = cuda && so.release_grads;
+    if (map_in_backward) ro.groups = module_->parameter_groups();
+    auto reducer = std::make_unique<engine::GradReducer>(map_, *store_, *grad_comm_, ro, timers_);
+    if (map_in_backward && !ro.groups.empty()) module_->set_group_hooks(reducer.get());
+    sync_ = std::move(reducer);
   }
   async_save_ = std::make_unique<engine::AsyncSave>();
 
@@ -163,7 +169,11 @@ void Engine::init_stage3_by_groups() {
   }
 }
 
-Engine::~Engine() = default;
+Engine::~Engine() {
+  // ZeRO-2 on a device set the reducer as the module's hooks: it goes with this engine, so the
+  // module must not call it from a later engine's passes.
+  if (device_ == Device::Cuda && map_.stage == 2 && world_ > 1) module_->set_group_hooks(nullptr);
+}
 
 // ----------------------------------------------------------------------------------------
 // forward / backward / step

@@ -43,11 +43,18 @@ InitResult initialize(const std::string& config, Module& module, std::shared_ptr
 
 // What the GPU path (docs/dev/gpu.md) does not offer, refused at initialize naming the key.
 void Engine::check_device_limits() const {
-  // ZeRO stages 0 and 1 only: stage 2's gradient partitioning
-  // releases host pages of the gradient buffer (PagedBuffer), which device memory has not.
-  DS_CHECK(cfg_.zero_optimization.stage <= 1,
+  // ZeRO stages 0-2: stage 2 keeps the gradients in a device paged buffer (chunks mapped and
+  // unmapped with the driver's virtual memory calls); stage 3's parameter partitioning has no
+  // device store yet.
+  DS_CHECK(cfg_.zero_optimization.stage <= 2,
            cfg_.source << ": zero_optimization.stage " << cfg_.zero_optimization.stage
-                       << " with a model on a CUDA device: the GPU path supports stages 0 and 1; set stage 0 or 1");
+                       << " with a model on a CUDA device: the GPU path supports stages 0 to 2; set stage 0, 1 or 2");
+  // ZeRO-Offload's early gradient copies assume one reduction per accumulation cycle (the
+  // boundary backward), and stage 2 reduces every micro-step.
+  DS_CHECK(cfg_.zero_optimization.stage <= 1 || cfg_.zero_optimization.offload_optimizer.device != "cpu",
+           cfg_.source << ": zero_optimization.stage " << cfg_.zero_optimization.stage
+                       << " with zero_optimization.offload_optimizer.device \"cpu\" and a model on a CUDA device: the "
+                          "GPU path offloads the optimizer at stage 1; set zero_optimization.stage 1");
   DS_CHECK(comm_dtype_ == wdtype_,
            cfg_.source << ": communication_data_type " << dtype_name(comm_dtype_) << " differs from the working dtype "
                        << dtype_name(wdtype_) << "; the GPU path reduces gradients in the working dtype (remove the key)");

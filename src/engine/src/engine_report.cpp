@@ -51,7 +51,7 @@ double Engine::get_lr() const { return scheduler_->lr(); }
 engine::ModelStateBytes Engine::memory_report() const {
   engine::ModelStateBytes b;
   store_->add_memory(b);
-  if (store_->grad_pages() && map_.stage == 2 && world_ > 1) {  // ZeRO-2: measured
+  if (store_->grad_space() && map_.stage == 2 && world_ > 1) {  // ZeRO-2: measured (host or device)
     const GradientMemory g = gradient_memory();
     b.grad_buckets = g.peak_resident > g.partition ? g.peak_resident - g.partition : 0;
   }
@@ -65,8 +65,9 @@ engine::ModelStateBytes Engine::memory_report() const {
 
 Engine::GradientMemory Engine::gradient_memory() const {
   GradientMemory g;
-  const engine::PagedBuffer* pages = store_->grad_pages();
-  if (!pages) return g;  // gradients on a device
+  // Host pages, or a device store's chunks at ZeRO-2 (resident: mapped).
+  const engine::GradPages* pages = store_->grad_space();
+  if (!pages) return g;  // gradients in one device allocation
   const auto [keep_lo, keep_hi] = store_->kept_bytes();
   g.reserved = pages->mapped_bytes();
   g.resident = pages->resident_bytes();

@@ -5,6 +5,7 @@
 #include <algorithm>
 #include <cstring>
 
+#include "chunk_table.h"
 #include "ds/core/error.h"
 #include "ds/core/half.h"
 
@@ -49,8 +50,12 @@ GradReducer::GradReducer(const PartitionMap& map, ParamStore& store, Communicato
                          Timers& timers)
     : map_(map), store_(store), comm_(comm), o_(o), timers_(timers), wdtype_(store.wdtype()), world_(map.world_size) {
   if (o_.release_grads) {
-    pages_ = store_.grad_pages();
-    DS_CHECK(pages_ != nullptr, "ZeRO-2 gradient release needs host gradient pages");
+    pages_ = store_.grad_space();
+    DS_CHECK(pages_ != nullptr, "ZeRO-2 gradient release needs a paged gradient buffer");
+    for (const ParamGroup& g : o_.groups)
+      DS_CHECK(g.first + g.count <= map_.params.size(),
+               "parameter group '" << g.name << "' ends at parameter " << g.first + g.count << " of "
+                                   << map_.params.size());
     std::tie(keep_lo_, keep_hi_) = store_.kept_bytes();
     max_in_flight_ = 2;  // DeepSpeed's two ipg buffers: one filling, one reducing
   }
@@ -140,7 +145,28 @@ void GradReducer::begin_backward(bool boundary) {
   std::fill(param_ready_.begin(), param_ready_.end(), 0);
   next_launch_ = 0;
   next_finish_ = 0;
-  if (o_.release_grads) populate_bucket(0);  // backward writes the tail first
+  if (!o_.release_grads) return;
+  // Device chunks without groups: no bracket says where backward writes next, so map the
+  // whole space now (zeroed); the buckets still unmap it as they are reduced.
+  if (pages_->on_device() && o_.groups.empty()) make_params_resident(0, map_.params.size());
+  populate_bucket(0);  // host: backward writes the tail first
+}
+
+void GradReducer::acquire(std::size_t group, Pass pass) {
+  if (!reducing_ || !o_.release_grads || pass != Pass::Backward || group >= o_.groups.size()) return;
+  make_params_resident(o_.groups[group].first, o_.groups[group].count);
+}
+
+void GradReducer::make_params_resident(std::size_t first, std::size_t count) {
+  // The units of each parameter not final yet. Not one span over the group: a final
+  // parameter between two others may sit in chunks already released, which would come back.
+  const std::size_t es = dtype_size(wdtype_);
+  for (std::size_t i = first; i < first + count; ++i) {
+    const auto& p = map_.params[i];
+    if (p.numel == 0 || param_ready_[i]) continue;
+    const ByteRange r = units_covering(p.offset, p.numel, es, pages_->unit(), pages_->mapped_bytes());
+    pages_->make_resident(r.begin, r.end);
+  }
 }
 
 void GradReducer::grad_ready(std::size_t i) {
@@ -167,13 +193,12 @@ void GradReducer::end_backward() {
     // as zero next time); other ranks' elements on the slice's first and last pages are
     // zeroed here.
     while (next_finish_ < buckets_.size()) finish_and_release(next_finish_++);
+    // Device: a memset on the compute stream, which the finished reductions' wait() ordered
+    // after them (NCCL: the stream waits on the completion event; staged: synchronised).
     const RankSlice& s = store_.slice();
     const std::size_t es = dtype_size(wdtype_);
-    auto zero = [&](std::size_t begin, std::size_t end) {
-      if (end > begin) std::memset(sub_view(pages_->data(), wdtype_, begin, 0).data, 0, (end - begin) * es);
-    };
-    zero(keep_lo_ / es, s.offset);
-    zero(s.offset + s.count, std::min(keep_hi_ / es, map_.padded_numel));
+    pages_->zero(keep_lo_, s.offset * es);
+    pages_->zero((s.offset + s.count) * es, std::min(keep_hi_, map_.padded_numel * es));
   } else if (o_.accum_fp32) {
     for (auto& b : buckets_) finish_bucket(b);  // the store folds them next
   } else {
@@ -232,13 +257,15 @@ void GradReducer::populate_bucket(std::size_t k) {
   // 2.5 us a page here, against 5 us for a fault on first write and 8-10 us for the read
   // fault + write fault of a `+=` into a released page (bench/zero/page_release_bench).
   // Pages already present are left alone, so a bucket already (partly) written is fine.
-  if (k >= buckets_.size()) return;
+  // Device chunks are mapped where backward is about to write (acquire), not ahead by bucket:
+  // backward does not write the buckets in order (the GPT's tied head writes the embeddings,
+  // in the last bucket, first), and a device has no fault to fill a chunk in late.
+  if (k >= buckets_.size() || pages_->on_device()) return;
   const Bucket& b = buckets_[k];
-  const std::size_t ps = PagedBuffer::page_size(), es = dtype_size(wdtype_);
-  const std::size_t lo = b.begin * es / ps * ps;
-  const std::size_t hi = std::min(pages_->mapped_bytes(), (b.end * es + ps - 1) / ps * ps);
-  pages_->populate(lo, std::max(lo, std::min(hi, keep_lo_)));
-  pages_->populate(std::max(lo, keep_hi_), std::max(hi, keep_hi_));
+  const ByteRange r = units_covering(b.begin, b.end - b.begin, dtype_size(wdtype_), pages_->unit(), pages_->mapped_bytes());
+  const auto [below, above] = outside(r, ByteRange{keep_lo_, keep_hi_});
+  pages_->make_resident(below.begin, below.end);
+  pages_->make_resident(above.begin, above.end);
 }
 
 void GradReducer::finish_bucket(Bucket& b) {
@@ -255,19 +282,21 @@ void GradReducer::finish_bucket(Bucket& b) {
 void GradReducer::finish_and_release(std::size_t k) {
   Bucket& b = buckets_[k];
   finish_bucket(b);
-  // Bucket k releases bytes [lo, hi): from the first page boundary at or after its first
-  // element to the first page boundary at or after its end. So a page shared with bucket
-  // k + 1 (lower addresses, finishes later) goes with k + 1, and one shared with k - 1
-  // (already finished) goes now; together the buckets cover the whole mapping. The
-  // partition's pages [keep_lo_, keep_hi_) are never released.
-  const std::size_t ps = PagedBuffer::page_size(), es = dtype_size(wdtype_);
-  const std::size_t lo = b.begin == 0 ? 0 : (b.begin * es + ps - 1) / ps * ps;
-  const std::size_t hi = b.end == map_.padded_numel ? pages_->mapped_bytes() : (b.end * es + ps - 1) / ps * ps;
-  if (hi <= lo) return;
+  // Bucket k releases the units from the first boundary at or after its first element to the
+  // first at or after its end (bucket_release_range: a unit shared with bucket k + 1, lower
+  // addresses, finishes later, goes with k + 1). The partition's [keep_lo_, keep_hi_) stays.
+  // Device: wait() above returned after the reduction completed (NCCL: its event synchronised
+  // on the host; staged: the copy back synchronised), and the kernels enqueued since the
+  // launch write only parameters not final yet, which sit in no released chunk -- so nothing
+  // queued uses these chunks and they may be unmapped now, without a stream synchronisation.
+  const ByteRange r = bucket_release_range(b.begin, b.end, map_.padded_numel, dtype_size(wdtype_), pages_->unit(),
+                                           pages_->mapped_bytes());
+  if (r.empty()) return;
   // Resident pages only grow between releases, so sampling before each release sees the peak.
   grad_peak_resident_ = std::max(grad_peak_resident_, pages_->resident_bytes());
-  pages_->release(lo, std::max(lo, std::min(hi, keep_lo_)));
-  pages_->release(std::max(lo, keep_hi_), hi);
+  const auto [below, above] = outside(r, ByteRange{keep_lo_, keep_hi_});
+  pages_->release(below.begin, below.end);
+  pages_->release(above.begin, above.end);
 }
 
 void GradReducer::reap_finished_buckets() {

@@ -9,8 +9,11 @@
 // reported, in bucket order so every rank issues the same sequence), when it ended, and to
 // finish before the step. The reducer owns the communication-dtype copies, the averaging
 // factors (predivide / prescale, the rest applied by the optimizer as post_factor()) and,
-// under ZeRO-2, the release of the gradient pages outside this rank's slice as soon as
-// their bucket is reduced.
+// under ZeRO-2, the release of the gradient pages (host) or chunks (CUDA device) outside this
+// rank's slice as soon as their bucket is reduced. On a device, released chunks have no
+// memory behind them at all, so the reducer also maps them again before backward writes
+// them: it is the module's GroupHooks then and maps each group's chunks as backward
+// acquires the group (the whole space at once for a module without groups).
 #pragma once
 
 #include <cstddef>
@@ -18,6 +21,7 @@
 #include <vector>
 
 #include "ds/core/buffer.h"
+#include "ds/core/module.h"
 #include "ds/core/timer.h"
 #include "ds/engine/partition.h"
 #include "ds/mpi/communicator.h"
@@ -33,9 +37,12 @@ struct ReducerOptions {
   double predivide_factor = 1.0;
   bool accum_fp32 = false;       // the store folds reduced gradients after every backward
   bool release_grads = false;    // ZeRO-2 with more than one rank: release reduced pages
+  // ZeRO-2 on a device: the module's parameter groups (Module::parameter_groups()), whose
+  // gradient chunks acquire() maps; empty: begin_backward maps the whole space.
+  std::vector<ParamGroup> groups;
 };
 
-class GradReducer final : public GradSync {
+class GradReducer final : public GradSync, public GroupHooks {
  public:
   // comm: the communicator the gradients travel over (NCCL for a CUDA module).
   GradReducer(const PartitionMap& map, ParamStore& store, Communicator& comm, const ReducerOptions& o, Timers& timers);
@@ -61,6 +68,13 @@ class GradReducer final : public GradSync {
   std::size_t scratch_bytes() const override { return comm_buf_.bytes(); }  // communication-dtype copies
   std::size_t peak_resident() const override { return grad_peak_resident_; }  // ZeRO-2: most grad bytes at a release
 
+  // ZeRO-2 on a device (the engine sets the reducer as the module's hooks): a Backward
+  // acquire maps the chunks of the group's parameters whose gradients are not final yet (a
+  // final one's chunks may already be released, and nothing writes them again this
+  // backward). Forward brackets and release() do nothing.
+  void acquire(std::size_t group, Pass pass) override;
+  void release(std::size_t, Pass) noexcept override {}
+
  private:
   struct Bucket {
     std::size_t begin = 0, end = 0;  // global flat range [begin, end)
@@ -77,7 +91,8 @@ class GradReducer final : public GradSync {
   void finish_bucket(Bucket& b);
   void finish_and_release(std::size_t k);  // ZeRO-2: wait bucket k, drop its non-partition pages
   void reap_finished_buckets();            // ZeRO-2: finish_and_release what is already done
-  void populate_bucket(std::size_t k);     // ZeRO-2: prefault bucket k's released pages at once
+  void populate_bucket(std::size_t k);     // ZeRO-2 host: prefault bucket k's released pages at once
+  void make_params_resident(std::size_t first, std::size_t count);  // ZeRO-2 device: map their chunks
   void launch_all_and_wait();
 
   const PartitionMap& map_;
@@ -87,7 +102,7 @@ class GradReducer final : public GradSync {
   Timers& timers_;
   DType wdtype_;
   int world_ = 1;
-  PagedBuffer* pages_ = nullptr;           // host gradients (ZeRO-2 release), else nullptr
+  GradPages* pages_ = nullptr;             // ZeRO-2: the gradients' pages / chunks, else nullptr
   std::size_t keep_lo_ = 0, keep_hi_ = 0;  // byte range of pages_ never released
   std::size_t max_in_flight_ = 0;          // ZeRO-2: buckets reducing at once (waits for the oldest)
   std::size_t grad_peak_resident_ = 0;

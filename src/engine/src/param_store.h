@@ -27,6 +27,8 @@
 #include "ds/mpi/communicator.h"
 #include "ds/optim/optimizer.h"
 #include "ds/precision/grad_stats.h"
+#include "device_paged_buffer.h"
+#include "grad_pages.h"
 #include "nvme_swap.h"
 
 namespace ds::engine {
@@ -34,7 +36,8 @@ namespace ds::engine {
 struct StoreOptions {
   DType wdtype = DType::F32;        // working params and grads
   bool accum_fp32 = false;          // data_types.grad_accum_dtype fp32 with a half wdtype
-  bool release_grads = false;       // ZeRO-2 with more than one rank (see HostParamStore)
+  bool release_grads = false;       // ZeRO-2 with more than one rank (see HostParamStore,
+                                    // DeviceParamStore)
   std::size_t gather_chunk = 0;     // elements per rank per all-gather (0: no gather)
   // zero_optimization.offload_optimizer device cpu on a CUDA device: master and optimizer
   // state in host memory (device_offload_store.h), copies in sub_group-element pieces
@@ -109,7 +112,11 @@ class ParamStore {
   virtual void add_memory(ModelStateBytes& b) const = 0;
   // Host gradient pages (ZeRO-2 page release); nullptr when the gradients are on a device.
   virtual PagedBuffer* grad_pages() { return nullptr; }
-  // Byte range of grad_pages() that is never released (this rank's slice under ZeRO-2).
+  // The gradient buffer as ZeRO-2 releases it (grad_pages.h): the host pages, or a device
+  // store's chunks at stage 2 with several ranks; nullptr for device gradients in one
+  // ordinary allocation.
+  virtual GradPages* grad_space() { return nullptr; }
+  // Byte range of grad_space() that is never released (this rank's slice under ZeRO-2).
   std::pair<std::size_t, std::size_t> kept_bytes() const { return {keep_lo_, keep_hi_}; }
   // The device stream the store's work is enqueued on (nullptr on the host).
   virtual void* stream() const { return nullptr; }
@@ -149,11 +156,14 @@ class HostParamStore final : public ParamStore {
   void zero_grads() override;
   void add_memory(ModelStateBytes& b) const override;
   PagedBuffer* grad_pages() override { return &grads_; }
+  GradPages* grad_space() override { return &grad_space_; }
 
  private:
   TensorView step_grads(std::size_t offset, std::size_t count) const;  // accum_ or grads_
 
   PagedBuffer grads_;
+  HostGradPages grad_space_{grads_};  // grads_ under GradPages' names (the member, so it
+                                      // follows the assignment in the constructor)
   HostBuffer accum_;        // slice_.count x F32 with accum_fp32, else empty
   HostBuffer gather_recv_;  // all-gather staging, W x gather_chunk x wdtype, when chunks < a slice
 };
@@ -163,6 +173,9 @@ class HostParamStore final : public ParamStore {
 // follows backward and the next forward follows the step without any event; the calls that
 // return host values (grad_stats, to_host, params_fp32) synchronise that stream. Built
 // without CUDA, the constructor throws a ds::Error saying so (device_param_store.cpp).
+// Gradients: one allocation; ZeRO-2 (release_grads) a DevicePagedBuffer instead, in which
+// only the chunks of this rank's slice stay mapped and the GradReducer maps the others as
+// backward writes them and unmaps them once their bucket is reduced (grad_space()).
 class DeviceParamStore : public ParamStore {
  public:
   DeviceParamStore(const PartitionMap& map, int rank, const StoreOptions& o, void* stream);
@@ -177,6 +190,7 @@ class DeviceParamStore : public ParamStore {
   void from_host(optim::Optimizer& opt, bool with_optimizer_state) override;
   std::vector<float> params_fp32() const override;
   void add_memory(ModelStateBytes& b) const override;
+  GradPages* grad_space() override { return grad_space_.get(); }
   void* stream() const override { return stream_; }
 
  protected:
@@ -190,7 +204,9 @@ class DeviceParamStore : public ParamStore {
   std::size_t n_ = 0, master_n_ = 0;
   void* stream_ = nullptr;
   void* d_params_ = nullptr;
-  void* d_grads_ = nullptr;
+  void* d_grads_ = nullptr;                        // grad_pages_->data() with ZeRO-2
+  std::unique_ptr<DevicePagedBuffer> grad_pages_;  // ZeRO-2 only
+  std::unique_ptr<GradPages> grad_space_;          // grad_pages_ under GradPages' names
   float* d_master_ = nullptr;
   double* d_sumsq_ = nullptr;  // grad_stats results on the device...
   int* d_found_inf_ = nullptr;

@@ -136,7 +136,8 @@ class Engine {
   // measured (resident pages), see docs/dev/engine.md "Stage 2".
   engine::ModelStateBytes memory_report() const;
   // Gradient storage residency, measured now with mincore (ZeRO-2 releases the pages of
-  // reduced buckets; other stages keep the whole buffer resident).
+  // reduced buckets; other stages keep the whole buffer resident). On a CUDA device: the
+  // mapped chunks of the ZeRO-2 gradient buffer (all zero at other stages, one allocation).
   struct GradientMemory {
     std::size_t reserved = 0;     // address space of the full-size bound gradient buffer
     std::size_t resident = 0;     // bytes of its pages resident now
