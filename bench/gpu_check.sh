@@ -248,7 +248,8 @@ while IFS='|' read -r name verdict tsec; do
     cuda.engine) detail="the Engine on the GPU vs on the CPU; checkpoints GPU <-> CPU; fp16 overflow skips" ;;
     cuda.engine_np2) detail="the Engine on 2 GPUs over NCCL (ZeRO 0/1) vs one process with the whole batch" ;;
     cuda.staged_comm_np*) detail="StagedComm (pinned host staging over MPI) vs MpiComm, ranks sharing the GPU" ;;
-    cuda.engine_staged_np*) detail="the Engine with 2/4 ranks sharing one GPU over StagedComm (ZeRO 0/1, fp32/bf16) vs one process" ;;
+    cuda.engine_staged_np*) detail="the Engine with 2/4 ranks sharing one GPU over StagedComm (ZeRO 0/1/2, fp32/bf16) vs one process" ;;
+    cuda.device_paged_buffer) detail="ZeRO-2's device gradient buffer: chunks mapped/zeroed/released, memory freed, driver errors" ;;
     cuda.*) detail="kernels vs the CPU references (tests/cuda)" ;;
     *) detail="NcclComm all_reduce/reduce_scatter/all_gather on device buffers vs exact sums" ;;
   esac

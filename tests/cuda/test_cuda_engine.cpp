@@ -9,7 +9,8 @@
 //      (Nesterov momentum) and Adagrad in fp32: 8 steps with the CPU engine's losses (1e-4).
 //   4. fp16 with initial scale 2^30: the first steps overflow and are skipped on the device
 //      path exactly as DeepSpeed's scaler says (scale halves each time), then the loss falls.
-//   5. ZeRO stage 2 on the GPU path is refused with a message naming the key.
+//   5. ZeRO stage 3 on the GPU path is refused with a message naming the key and the stages
+//      it has (0 to 2; stage 2 with several ranks is tests/cuda/test_cuda_engine_staged.cpp).
 // Exit: 0 pass, 1 failure, 77 no GPU.
 #include <cuda_runtime.h>
 
@@ -225,16 +226,17 @@ void test_fp16_overflow() {
   CHECK_MSG(last < 0.8 * first, "fp16: the loss did not fall after the scale settled (%.4f -> %.4f)", first, last);
 }
 
-void test_zero2_refused() {
+void test_zero3_refused() {
   ds::nn::GptCuda m(small());
   bool threw = false;
   try {
-    make(m, config(R"(, "zero_optimization": {"stage": 2})"));
+    make(m, config(R"(, "zero_optimization": {"stage": 3})"));
   } catch (const ds::Error& e) {
-    threw = std::string(e.what()).find("zero_optimization.stage") != std::string::npos;
-    std::printf("ZeRO-2 on the GPU path: %s\n", e.what());
+    const std::string w = e.what();
+    threw = w.find("zero_optimization.stage 3") != std::string::npos && w.find("stages 0 to 2") != std::string::npos;
+    std::printf("ZeRO-3 on the GPU path: %s\n", e.what());
   }
-  CHECK_MSG(threw, "ZeRO stage 2 on the GPU path was not refused with a message naming the key");
+  CHECK_MSG(threw, "ZeRO stage 3 on the GPU path was not refused with a message naming the key and stages 0 to 2");
 }
 
 }  // namespace
@@ -247,7 +249,7 @@ int main() {
     test_falls("bf16 AdamW", R"(, "bf16": {"enabled": true})", kAdamFast, 0.6);
     test_sgd_matches_cpu();
     test_fp16_overflow();
-    test_zero2_refused();
+    test_zero3_refused();
   } catch (const std::exception& e) {
     std::printf("FAIL: exception: %s\n", e.what());
     ++g_failures;

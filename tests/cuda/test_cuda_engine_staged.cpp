@@ -2,7 +2,7 @@
 // (and ZeRO-1's parameter gathers) over StagedComm -- device buffers staged through pinned
 // host memory over MPI, because NCCL refuses two ranks on one device -- against one process
 // with the whole global batch (GptCuda on the same GPU, a world-size-1 communicator), on
-// every rank. ZeRO stages 0 and 1 (the GPU path's stages), fp32 and bf16, AdamW + clipping,
+// every rank. ZeRO stages 0, 1 and 2 (the GPU path's stages), fp32 and bf16, AdamW + clipping,
 // 6 steps, each rank training on its rows of the global batch:
 //   fp32: the mean over ranks of the ranks' losses equals the reference loss to 1e-4
 //         relative, the global grad norm to 1e-3, the parameters within 3 x lr (as the NCCL
@@ -14,6 +14,12 @@
 //         parameter by about lr per step at most, so two runs part by at most 2 x lr a step;
 //         the working parameters are the master rounded to bf16).
 //   Every rank holds the same parameters, bit for bit.
+// ZeRO-2 also on a 3.6M-parameter GPT (14 MB of fp32 gradients, 7 chunks of 2 MiB) with
+// 1M-element buckets, fp32, once with 2 accumulation steps of one row each: there the device
+// paged buffer really unmaps the chunks outside a rank's slice after each bucket and maps them
+// again in the next backward (and the slice accumulates across micro-steps), same limits; its
+// memory report gives the slice's chunks as the gradient bytes, fewer than the whole
+// gradients, and after a step only those chunks are mapped.
 // Also the device communicator rule on the live job: "staged" builds a StagedComm; "auto"
 // takes staged when the node's ranks outnumber its GPUs.
 // Before the device check, on any machine: without a GPU, make_device_communicator refuses
@@ -25,6 +31,7 @@
 #include <cmath>
 #include <cstdio>
 #include <memory>
+#include <stdexcept>
 #include <string>
 #include <vector>
 
@@ -36,6 +43,7 @@
 #include "ds/mpi/device_comm.h"
 #include "ds/mpi/init.h"
 #include "ds/nn/gpt_cuda.h"
+#include "device_paged_buffer.h"
 #include "engine_fixture.h"
 #include "self_comm.h"
 
@@ -49,25 +57,95 @@ constexpr std::int64_t kMicro = 2;
 constexpr double kLr = 0.001;
 constexpr int kSteps = 6;
 
-std::string config(std::int64_t micro, int stage, bool bf16) {
-  return config_text(micro, stage, bf16 ? engine_test::kBf16 : "");
+// One run against the reference: the ZeRO stage, bf16 or fp32, the model, the bucket size
+// (0: the default, one bucket for these models) and the accumulation steps (each of
+// kMicro / gas rows).
+struct Case {
+  int stage = 0;
+  bool bf16 = false;
+  ds::nn::GptConfig model = engine_test::small_gpt();
+  std::int64_t bucket = 0;
+  std::int64_t gas = 1;
+};
+
+std::string config(std::int64_t micro, const Case& c) {
+  std::string t = config_text(micro, c.stage, c.bf16 ? engine_test::kBf16 : "");
+  auto replace = [&t](const std::string& from, const std::string& to) {
+    const std::size_t at = t.find(from);
+    if (at == std::string::npos) throw std::runtime_error("test config: no " + from + " in " + t);
+    t.replace(at, from.size(), to);
+  };
+  if (c.bucket > 0)
+    replace("\"stage\": " + std::to_string(c.stage) + "}",
+            "\"stage\": " + std::to_string(c.stage) + ", \"reduce_bucket_size\": " + std::to_string(c.bucket) + "}");
+  if (c.gas > 1) replace("\"gradient_accumulation_steps\": 1", "\"gradient_accumulation_steps\": " + std::to_string(c.gas));
+  return t;
 }
 
-void matches_one_process(ds::DistributedContext& ctx, const std::shared_ptr<ds::Communicator>& staged, int stage,
-                         bool bf16) {
+// About 3.6M parameters: 2 blocks of width 384 (head size 64), 7 chunks of fp32 gradients.
+ds::nn::GptConfig chunky_gpt() {
+  ds::nn::GptConfig g = engine_test::small_gpt();
+  g.n_embd = 384;
+  g.n_head = 6;
+  return g;
+}
+
+// ZeRO-2: what the memory report and the gradient residency say after a step (es: bytes per
+// gradient element).
+void check_zero2_memory(const ds::Engine& e, const ds::nn::GptCuda& model, std::size_t es, const char* what,
+                        int rank, int W) {
+  std::size_t numel = 0;
+  for (const auto& p : model.parameters()) numel += std::size_t(p.numel());
+  const std::size_t whole = numel * es, chunk = ds::engine::DevicePagedBuffer::granularity(0);
+  const auto rep = e.memory_report();
+  const auto gm = e.gradient_memory();
+  if (rank == 0)
+    std::printf("%s: %zu gradient bytes mapped after the step (the slice's chunks %zu; %zu bytes of gradients, %zu "
+                "reserved in %zu-byte chunks; most during a backward %zu; memory report grads %zu + buckets %zu)\n",
+                what, gm.resident, gm.partition, whole, gm.reserved, chunk, gm.peak_resident, rep.grads,
+                rep.grad_buckets);
+  CHECK_MSG(gm.reserved >= whole && gm.partition > 0, "%s: reserved %zu, slice %zu", what, gm.reserved, gm.partition);
+  CHECK_MSG(gm.resident == gm.partition, "%s: %zu gradient bytes mapped after the step, the slice's chunks are %zu",
+            what, gm.resident, gm.partition);
+  CHECK_MSG(rep.grads == gm.partition, "%s: the memory report's grads %zu are not the slice's chunks %zu", what,
+            rep.grads, gm.partition);
+  CHECK_MSG(gm.peak_resident >= gm.partition, "%s: peak %zu below the slice's %zu", what, gm.peak_resident,
+            gm.partition);
+  // A rank's share of the reservation (which holds the padded space) plus the two chunks its
+  // ends may straddle, when that is less than the whole reservation: the rest was unmapped.
+  const std::size_t share = (gm.reserved + std::size_t(W) - 1) / std::size_t(W) + 2 * chunk;
+  if (share < gm.reserved)
+    CHECK_MSG(gm.partition <= share, "%s: the slice keeps %zu bytes, more than its share and two chunks (%zu)", what,
+              gm.partition, share);
+}
+
+void matches_one_process(ds::DistributedContext& ctx, const std::shared_ptr<ds::Communicator>& staged, const Case& c) {
   const int W = ctx.world_size, r = ctx.rank;
-  const char* dtype = bf16 ? "bf16" : "fp32";
-  ds::nn::GptCuda model(engine_test::small_gpt(), /*allow_tf32=*/false);
-  auto gpu = ds::initialize(ds::config::parse_config_text(config(kMicro, stage, bf16), "test config"), model,
-                            ctx.comm, staged);
-  ds::nn::GptCuda ref_model(engine_test::small_gpt(), /*allow_tf32=*/false);
-  auto ref = ds::initialize(ds::config::parse_config_text(config(kMicro * W, 0, bf16), "reference config"), ref_model,
+  const int stage = c.stage;
+  const bool bf16 = c.bf16;
+  char dtype[64];
+  std::snprintf(dtype, sizeof dtype, "%s%s%s", bf16 ? "bf16" : "fp32", c.model.n_embd > 32 ? " 3.6M GPT" : "",
+                c.gas > 1 ? " gas 2" : "");
+  ds::nn::GptCuda model(c.model, /*allow_tf32=*/false);
+  auto gpu = ds::initialize(ds::config::parse_config_text(config(kMicro / c.gas, c), "test config"), model, ctx.comm,
+                            staged);
+  ds::nn::GptCuda ref_model(c.model, /*allow_tf32=*/false);
+  Case ref_case = c;
+  ref_case.stage = 0;
+  ref_case.bucket = 0;
+  ref_case.gas = 1;
+  auto ref = ds::initialize(ds::config::parse_config_text(config(kMicro * W, ref_case), "reference config"), ref_model,
                             std::make_shared<ds::test::SelfComm>());
   double worst_loss = 0, worst_norm = 0;
   for (int s = 0; s < kSteps; ++s) {
     const auto g = engine_test::global_tokens(W, kMicro, s, 2000u);
-    const auto mine = rows_of(g, r * kMicro, kMicro), all = rows_of(g, 0, kMicro * W);
-    double l = train_step(*gpu.engine, mine.batch());
+    const auto all = rows_of(g, 0, kMicro * W);
+    double l = 0;
+    const std::int64_t rows = kMicro / c.gas;
+    for (std::int64_t m = 0; m < c.gas; ++m) {
+      const auto mine = rows_of(g, r * kMicro + m * rows, rows);
+      l += train_step(*gpu.engine, mine.batch()) / double(c.gas);
+    }
     MPI_Allreduce(MPI_IN_PLACE, &l, 1, MPI_DOUBLE, MPI_SUM, ctx.mpi_comm);
     l /= W;
     const double lr_ = train_step(*ref.engine, all.batch());
@@ -103,6 +181,11 @@ void matches_one_process(ds::DistributedContext& ctx, const std::shared_ptr<ds::
   CHECK_MSG(worst_param <= 1, "%s ZeRO-%d: parameters diverged from the reference (max %.2e, %.2f of the allowance)",
             dtype, stage, worst_abs, worst_param);
   CHECK_MSG(lo == hi, "%s ZeRO-%d: ranks hold different parameters", dtype, stage);
+  if (stage == 2) {
+    char what[96];
+    std::snprintf(what, sizeof what, "%s ZeRO-2, %d ranks", dtype, W);
+    check_zero2_memory(*gpu.engine, model, bf16 ? 2 : 4, what, r, W);
+  }
 }
 
 // make_device_communicator(ctx, backend) on every rank; the error text, or "" when it built one.
@@ -158,7 +241,10 @@ int main(int argc, char**) {
         CHECK_MSG(std::string(staged->backend()) == "staged" && ctx.device == 0, "\"staged\" built %s on device %d",
                   std::string(staged->backend()).c_str(), ctx.device);
         for (bool bf16 : {false, true})
-          for (int stage : {0, 1}) matches_one_process(ctx, staged, stage, bf16);
+          for (int stage : {0, 1, 2}) matches_one_process(ctx, staged, Case{stage, bf16});
+        // ZeRO-2 where chunks really go and come back: 3.6M parameters, 1M-element buckets.
+        matches_one_process(ctx, staged, Case{2, false, chunky_gpt(), 1 << 20, 1});
+        matches_one_process(ctx, staged, Case{2, false, chunky_gpt(), 1 << 20, 2});
         return engine_test::kChecksDone;  // staged, a local, is released before MPI finalizes
       });
 }

@@ -127,12 +127,13 @@ TEST(ChunkTable, CoveringRunsResidentAndAlignment) {
 
 // A ZeRO-2 backward on the chunk record, as the GradReducer drives a DevicePagedBuffer:
 // parameters report final gradients in reverse order except a tied parameter 0 that backward
-// writes first and reports last (the GPT's embeddings); before writing a parameter the
-// reducer maps its chunks unless it is final (acquire); each bucket, once all its parameters
-// reported, is reduced and gives its units back outside the rank's slice. Checked: no chunk
-// holding a gradient that was written but is not final yet is ever released (its sum would
-// be lost, or a later kernel would fault on it), and after the backward only the slice's
-// chunks stay mapped.
+// writes first and reports last (the GPT's embeddings), and one parameter may never be
+// written; before writing a parameter the reducer maps its chunks unless it is final
+// (acquire); each bucket, once all its parameters reported, maps what is still unmapped of
+// it, is reduced and gives its units back outside the rank's slice. Checked: no chunk holding
+// a gradient that was written but is not final yet is ever released (its sum would be lost,
+// or a later kernel would fault on it), no bucket launches over a chunk released before, and
+// after the backward only the slice's chunks stay mapped.
 TEST(ChunkTable, Zero2BackwardNeverWritesAReleasedChunk) {
   std::mt19937 rng(11);
   for (int trial = 0; trial < 200; ++trial) {
@@ -153,6 +154,8 @@ TEST(ChunkTable, Zero2BackwardNeverWritesAReleasedChunk) {
       for (std::size_t c = r.first; c < r.last; ++c) t.set_mapped(c, true);
     const auto buckets = buckets_of(total, 1 + rng() % (total + 5));
     std::vector<bool> ready(np, false), written(np, false);
+    std::vector<bool> released(t.chunks(), false);  // given back at least once
+    const std::size_t unused = rng() % (np + 3);    // a parameter backward never writes (or none)
     std::size_t next = 0;  // buckets reduce strictly in order
     auto write = [&](std::size_t i) {  // acquire, then the kernel writes parameter i
       const ByteRange r = units_covering(params[i].first, params[i].second, es, chunk, t.reserved_bytes());
@@ -168,10 +171,22 @@ TEST(ChunkTable, Zero2BackwardNeverWritesAReleasedChunk) {
         for (std::size_t j = 0; j < np; ++j)
           if (params[j].first < e && params[j].first + params[j].second > b && !ready[j]) all = false;
         if (!all) break;
+        // Launch: the reduction covers the whole bucket, so its unwritten chunks are mapped
+        // now -- none of them may have been released before (its contents would be lost).
+        const ByteRange whole = units_covering(b, e - b, es, chunk, t.reserved_bytes());
+        for (std::size_t c = whole.begin / chunk; c < whole.end / chunk; ++c) {
+          ASSERT_FALSE(released[c]) << "trial " << trial << ": bucket " << b << ".." << e << " launched over chunk "
+                                    << c << ", already released";
+          t.set_mapped(c, true);
+        }
+        // Reduced: its units go back outside the slice.
         const ByteRange r = bucket_release_range(b, e, total, es, chunk, t.reserved_bytes());
         const auto [lo, hi] = outside(r, keep);
         for (ByteRange x : {lo, hi})
-          for (std::size_t c : t.mapped_in(x.begin, x.end)) t.set_mapped(c, false);
+          for (std::size_t c : t.mapped_in(x.begin, x.end)) {
+            t.set_mapped(c, false);
+            released[c] = true;
+          }
         ++next;
         // A gradient written but not final yet (not reduced) must keep every chunk it sits in.
         for (std::size_t j = 0; j < np; ++j) {
@@ -188,7 +203,7 @@ TEST(ChunkTable, Zero2BackwardNeverWritesAReleasedChunk) {
     };
     write(0);  // the tied head writes parameter 0's gradient first
     for (std::size_t i = np; i-- > 1;) {
-      write(i);
+      if (i != unused) write(i);
       report(i);
     }
     write(0);

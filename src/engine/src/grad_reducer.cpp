@@ -239,6 +239,15 @@ void GradReducer::launch_bucket(std::size_t k) {
     timers_.stop("bucket_wait");
   }
   const std::size_t n = b.end - b.begin;
+  if (o_.release_grads && pages_->on_device()) {
+    // The reduction reads and writes the whole range, also chunks no kernel wrote (padding,
+    // a parameter backward never touched), which acquire() left unmapped: map them now,
+    // zeroed on the compute stream that the reduction is ordered after. None of them can be
+    // released already: a chunk goes only with the last bucket over it, and this one is not
+    // even launched.
+    const ByteRange r = units_covering(b.begin, n, dtype_size(wdtype_), pages_->unit(), pages_->mapped_bytes());
+    pages_->make_resident(r.begin, r.end);
+  }
   TensorView g = store_.grads(b.begin, n);
   TensorView wire = g;
   if (comm_buf_.bytes() > 0) {
