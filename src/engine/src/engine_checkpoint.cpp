@@ -291,7 +291,8 @@ std::optional<std::pair<std::string, io::StateValue>> Engine::load_checkpoint(co
 
   // ---- apply ----
   const std::size_t wsz = dtype_size(wdtype_);
-  // In memory, or the NVMe swap files mapped (written back before from_host reads them).
+  // In memory, or the NVMe swap files mapped (written back, and at stage 3 the working
+  // partition rounded from them, by done_with_state_views).
   engine::StateViews views = store_->state_views(*optimizer_);
   float* master = views.master.data();
   auto& states = views.state;

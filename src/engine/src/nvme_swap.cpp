@@ -158,17 +158,23 @@ StateViews NvmeSwap::map() {
   DS_CHECK(o_.optimizer, "NvmeSwap::map without offload_optimizer nvme");
   unmap(true);  // views left from a failed load: what was written goes to disk first
   aio_->wait_all();
+  counters_.maps++;
   StateViews v;
   for (std::size_t t = 0; t < files_.size(); ++t) {
     const std::size_t bytes = n_pad_ * sizeof(float);
     void* p = mmap(nullptr, bytes, PROT_READ | PROT_WRITE, MAP_SHARED, files_[t].fd(), 0);
     DS_CHECK(p != MAP_FAILED, files_[t].path() << ": cannot map the swap file for the checkpoint (" << std::strerror(errno) << ")");
     maps_.emplace_back(p, bytes);
+    counters_.mapped_bytes += bytes;
     std::span<float> span(static_cast<float*>(p), n_);
     if (t == 0) v.master = span;
     else v.state.emplace_back(names_[t], span);
   }
   return v;
+}
+
+const float* NvmeSwap::mapped_master() const {
+  return maps_.empty() ? nullptr : static_cast<const float*>(maps_.front().first);
 }
 
 void NvmeSwap::unmap(bool written) {

@@ -76,6 +76,8 @@ class NvmeSwap {
   // Valid until unmap(); unmap(true) after writing through the views.
   StateViews map();
   void unmap(bool written);
+  // The master file's mapping while map()'s views are open, else nullptr.
+  const float* mapped_master() const;
 
   // ---- offload_param nvme (stage 3) ----
   // Working parameters [offset, offset + count) of the partition, any alignment (synchronous).
@@ -84,6 +86,12 @@ class NvmeSwap {
 
   // Swap buffers (memory) and swap file bytes (disk).
   void add_memory(ModelStateBytes& b) const;
+  // What the swap has done since it was made (tests and benchmarks count on these).
+  struct Counters {
+    std::size_t maps = 0;          // map() calls
+    std::size_t mapped_bytes = 0;  // bytes of the files those calls mapped
+  };
+  const Counters& counters() const { return counters_; }
   // Bytes read and written by the last step() and its seconds (benchmarks).
   std::size_t last_step_bytes() const { return last_bytes_; }
   double last_step_seconds() const { return last_seconds_; }
@@ -113,6 +121,7 @@ class NvmeSwap {
   std::vector<std::pair<void*, std::size_t>> maps_;  // map(): address, bytes
   std::size_t last_bytes_ = 0;
   double last_seconds_ = 0.0;
+  Counters counters_;
 };
 
 }  // namespace ds::engine

@@ -98,9 +98,10 @@ class ParamStore {
   // The fp32 master (step_count() elements) and the optimizer state where checkpoints read
   // and write them: host_master() and opt.state_tensors(), or with offload_optimizer nvme the
   // swap files mapped into memory, valid until done_with_state_views() (`written`: the
-  // caller wrote through them).
+  // caller wrote through them -- a checkpoint load; the stage-3 store then rounds its working
+  // partition from the same views before they end, so the master is read once).
   StateViews state_views(optim::Optimizer& opt);
-  void done_with_state_views(bool written);
+  virtual void done_with_state_views(bool written);
   // NVMe offload: the swap buffers and the bytes on disk.
   void add_swap_memory(ModelStateBytes& b) const;
   const NvmeSwap* nvme() const { return swap_.get(); }

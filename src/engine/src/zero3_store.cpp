@@ -104,11 +104,12 @@ void PartitionedParamStore::zero_grads() {
   flat_grads_.release(0, flat_grads_.mapped_bytes());  // normally released group by group already
 }
 
-void PartitionedParamStore::from_host(optim::Optimizer& opt, bool) {
-  if (!master_swapped()) return params_from_master(master_.as<float>());
-  const StateViews v = state_views(opt);
-  params_from_master(v.master.data());
-  done_with_state_views(false);
+void PartitionedParamStore::done_with_state_views(bool written) {
+  if (written) {
+    const float* master = master_swapped() ? swap_->mapped_master() : master_.as<float>();
+    if (master) params_from_master(master);
+  }
+  ParamStore::done_with_state_views(written);
 }
 
 std::vector<float> PartitionedParamStore::params_fp32() const {

@@ -30,8 +30,11 @@ class PartitionedParamStore final : public ParamStore {
   void optimizer_step(optim::Optimizer& opt, optim::StepContext ctx) override;
   void gather_params(Communicator&) override {}  // the fetcher gathers groups on use
   void zero_grads() override;
-  // After a checkpoint load filled host_master(): the working partition follows it.
-  void from_host(optim::Optimizer&, bool) override;
+  // A checkpoint load wrote the master through state_views() (`written`): the working
+  // partition follows it, rounded from those views before they end -- with offload_optimizer
+  // nvme from the mapped master file, which is therefore read once per load, not mapped and
+  // read again afterwards. from_host() has nothing left to do.
+  void done_with_state_views(bool written) override;
   // Collective over the communicator set with set_comm(): every rank's partition gathered.
   std::vector<float> params_fp32() const override;
   void add_memory(ModelStateBytes& b) const override;
