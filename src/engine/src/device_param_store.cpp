@@ -65,6 +65,14 @@ DeviceParamStore::DeviceParamStore(const PartitionMap& map, int rank, const Stor
       keep_lo_ = keep.begin;
       keep_hi_ = keep.end;
       grad_pages_->touch(keep_lo_, keep_hi_);
+      // Until views_bound(): each gradient view's first chunk, so that the module's bind()
+      // finds device memory where it asks (cudaPointerGetAttributes on the view's start).
+      for (const auto& p : map_.params) {
+        if (p.numel == 0) continue;
+        const ByteRange first = units_covering(p.offset, 1, dtype_size(o_.wdtype), grad_pages_->chunk_bytes(),
+                                               grad_pages_->mapped_bytes());
+        grad_pages_->populate(first.begin, first.end);
+      }
     } else {
       DS_CUDA_CHECK(cudaMalloc(&d_grads_, wb));
     }
@@ -150,6 +158,13 @@ std::vector<float> DeviceParamStore::params_fp32() const {
   return out;
 }
 
+void DeviceParamStore::views_bound() {
+  if (!grad_pages_) return;
+  synchronize();  // the zeroing memsets of the constructor are done with those chunks
+  grad_pages_->release(0, keep_lo_);
+  grad_pages_->release(keep_hi_, grad_pages_->mapped_bytes());
+}
+
 void DeviceParamStore::zero_grads() {
   if (grad_pages_) {
     // ZeRO-2: only the slice's chunks are mapped here normally (end_backward released every
@@ -223,6 +238,7 @@ void DeviceParamStore::from_host(optim::Optimizer&, bool) {}
 void DeviceParamStore::download_params(HostBuffer&) const {}
 std::vector<float> DeviceParamStore::params_fp32() const { return {}; }
 void DeviceParamStore::zero_grads() {}
+void DeviceParamStore::views_bound() {}
 precision::GradStats DeviceParamStore::grad_stats() { return {}; }
 void DeviceParamStore::optimizer_step(optim::Optimizer&, optim::StepContext) {}
 void DeviceParamStore::gather_params(Communicator&) {}

@@ -90,6 +90,7 @@ Engine::Engine(config::DsConfig cfg, Module& module, std::shared_ptr<Communicato
     grad_views.push_back(store_->grads(p.offset, p.numel));
   }
   module_->bind(param_views, grad_views);
+  store_->views_bound();
 
   // ---- scaler, scheduler, reducer ----
   make_scaler();

@@ -77,6 +77,9 @@ class ParamStore {
   virtual void set_initial(const float* full);
   // After every backward: fold the micro-step gradients into the fp32 accumulator (accum_fp32).
   virtual void after_backward() {}
+  // After Module::bind: the module has looked at its views (GptCuda asks the runtime whether
+  // each is device memory, which an unmapped ZeRO-2 chunk is not); see DeviceParamStore.
+  virtual void views_bound() {}
   // Sum of squares and inf/NaN of the gradients this rank steps (the accumulator with accum_fp32).
   virtual precision::GradStats grad_stats() = 0;
   // One optimizer update of this rank's range: master and working params from its gradients.
@@ -192,6 +195,10 @@ class DeviceParamStore : public ParamStore {
   std::vector<float> params_fp32() const override;
   void add_memory(ModelStateBytes& b) const override;
   GradPages* grad_space() override { return grad_space_.get(); }
+  // ZeRO-2: the chunks holding each parameter's first gradient element are mapped from the
+  // constructor until here (so that bind's pointer checks see device memory); now only the
+  // slice's stay.
+  void views_bound() override;
   void* stream() const override { return stream_; }
 
  protected:

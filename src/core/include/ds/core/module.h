@@ -61,8 +61,10 @@ enum class Pass : std::uint8_t { Forward, Backward };
 // recomputation there: Backward). Brackets may nest, and a group may be acquired more than
 // once per pass (a tied weight: the GPT's head acquires the embeddings' group again).
 // Outside its brackets a group's parameter and gradient views must not be touched: under
-// stage 3 their memory is released. Both calls come from the thread that runs forward and
-// backward; release() does not throw.
+// stage 3 their memory is released, and under stage 2 on a CUDA device a gradient view has
+// no device memory behind it until its group is acquired in Backward (an illegal address
+// otherwise). Both calls come from the thread that runs forward and backward; release() does
+// not throw.
 class GroupHooks {
  public:
   virtual ~GroupHooks() = default;
@@ -142,9 +144,11 @@ class Module {
   // backward call -- correct for any module, but without the memory saving of stage 3 while
   // the module runs.
   virtual std::vector<ParamGroup> parameter_groups() const { return {}; }
-  // Called once by a stage-3 engine, after bind() and before the first forward, with hooks
-  // that outlive every later forward/backward call; a module that declares groups keeps the
-  // pointer and calls it as GroupHooks says (GroupUse does the bracketing). Default: ignored.
+  // Called once by a stage-3 engine (and by a stage-2 engine of a CUDA module with several
+  // ranks, which maps gradient memory at Backward acquires, and sets nullptr when it ends),
+  // after bind() and before the first forward, with hooks that outlive every later
+  // forward/backward call; a module that declares groups keeps the pointer and calls it as
+  // GroupHooks says (GroupUse does the bracketing). Default: ignored.
   virtual void set_group_hooks(GroupHooks* /*hooks*/) {}
 };
 
