@@ -191,8 +191,17 @@ TEST(NvmeOffload, CheckpointsLoadAcrossOffloadSettings) {
     // swap files before the next step writes them.
     if (stage == 3) offloaded["checkpoint"] = {{"async_save", true}};
     const Result straight = train(plain, kSteps);
+    // At stage 3 also the parameters alone on NVMe (the master in memory: the step and the
+    // load write the parameter file behind, and the next gathers read it).
+    std::vector<std::pair<json, json>> runs{{offloaded, plain}, {plain, offloaded}};
+    if (stage == 3) {
+      json params_only = zero(stage);
+      params_only["offload_param"] = nvme();
+      runs.push_back({config(adamw, params_only), plain});
+      runs.push_back({plain, config(adamw, params_only)});
+    }
     // Saved with NVMe offload, resumed in memory; and the other way round.
-    for (const auto& [first, second] : {std::pair{offloaded, plain}, std::pair{plain, offloaded}}) {
+    for (const auto& [first, second] : runs) {
       if (g_world->rank() == 0) fs::remove_all(dir);
       g_world->barrier();
       Training a = start(first);
@@ -209,7 +218,8 @@ TEST(NvmeOffload, CheckpointsLoadAcrossOffloadSettings) {
       std::vector<float> losses = a.losses;
       losses.insert(losses.end(), b.losses.begin(), b.losses.end());
       expect_same(Result{b.engine->gather_params_fp32(), losses}, straight,
-                  "stage " + std::to_string(stage) + (first == offloaded ? ": NVMe -> memory" : ": memory -> NVMe"));
+                  "stage " + std::to_string(stage) + ": " + first["zero_optimization"].dump() + " -> " +
+                      second["zero_optimization"].dump());
     }
   }
   g_world->barrier();

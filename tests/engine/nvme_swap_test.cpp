@@ -3,8 +3,15 @@
 //   - a checkpoint load at stage 3 with the master on NVMe maps the swap files once: the
 //     working partition is rounded from the same views the load wrote (the counters say one
 //     map; the partition read back is the loaded master rounded).
+//   - the parameter file written behind (write_params_behind: the step with the master in
+//     memory): every read right after it returns the new values, round after round, at
+//     unaligned offsets across chunk boundaries; a write that fails behind the call is
+//     thrown as the queue words it by the next read of its blocks.
+#include <fcntl.h>
+#include <unistd.h>
 #include <gtest/gtest.h>
 
+#include <chrono>
 #include <cstdio>
 #include <cstring>
 #include <filesystem>
@@ -13,6 +20,7 @@
 #include <string>
 #include <vector>
 
+#include "ds/core/error.h"
 #include "ds/core/half.h"
 #include "ds/engine/partition.h"
 #include "ds/optim/optimizer.h"
@@ -106,6 +114,44 @@ struct Stage3 {
   }
 };
 
+// A swap with only the parameter file (offload_param nvme, the master in memory): n bf16
+// elements.
+std::unique_ptr<ds::engine::NvmeSwap> param_swap(std::size_t n, const ds::io::AioOptions& aio = {}) {
+  static const auto opt = adamw();
+  ds::engine::NvmeOptions o;
+  o.params = true;
+  o.params_path = swap_root().string();
+  o.params_key = "offload_param.nvme_path";
+  o.aio = aio;
+  return std::make_unique<ds::engine::NvmeSwap>(o, 0, n, *opt, DType::BF16);
+}
+
+// The descriptor this process holds open on a file named `name` under the swap root (-1: none).
+int open_swap_fd(const std::string& name) {
+  for (const auto& e : fs::directory_iterator("/proc/self/fd")) {
+    std::error_code ec;
+    const fs::path target = fs::read_symlink(e.path(), ec);
+    if (!ec && target.filename() == name && target.string().rfind(swap_root().string(), 0) == 0)
+      return std::stoi(e.path().filename().string());
+  }
+  return -1;
+}
+
+// Round r's master: every element differs from the last round's, also in bf16 (8 bits).
+std::vector<float> round_values(std::size_t n, int r) {
+  std::vector<float> v(n);
+  for (std::size_t i = 0; i < n; ++i) v[i] = float(int(i % 127) + 1) * (r % 2 ? 1.f : -1.f) * float(1 << (r % 8));
+  return v;
+}
+
+std::vector<float> read_back(ds::engine::NvmeSwap& s, std::size_t offset, std::size_t count) {
+  std::vector<std::uint16_t> w(count);
+  std::vector<float> out(count);
+  s.read_params(offset, count, w.data());
+  ds::convert(w.data(), DType::BF16, out.data(), DType::F32, count);
+  return out;
+}
+
 // The master rounded to bf16 and back, element by element.
 std::vector<float> rounded(const float* master, std::size_t n) {
   std::vector<std::uint16_t> w(n);
@@ -147,4 +193,74 @@ TEST(NvmeSwap, Stage3LoadMapsTheMasterOnceAndRoundsThePartitionFromIt) {
   for (const auto& g : s.map.groups)
     for (std::size_t i = 0; i < g.piece_real(0); ++i) diff += got[g.part_offset + i] != want[g.part_offset + i];
   EXPECT_EQ(diff, 0u) << "working parameters that do not follow the loaded master";
+}
+
+TEST(NvmeSwap, ParametersWrittenBehindAreWhatTheNextReadsSee) {
+  // Four chunks of the ring (4 Mi elements each, the last one short): the call returns with
+  // the last two being written, and the reads that follow at once must wait for them.
+  constexpr std::size_t kChunk = std::size_t(1) << 22;
+  const std::size_t n = 3 * kChunk + 12345;
+  auto swap = param_swap(n);
+  // Ranges read straight after each call: the short last chunk, and unaligned ones across the
+  // boundaries of the chunks still in flight.
+  const std::vector<std::pair<std::size_t, std::size_t>> ranges{
+      {n - 20000, 20000}, {3 * kChunk - 777, 1555}, {2 * kChunk - 3, 4099}, {1, 4095}};
+  for (int r = 1; r <= 4; ++r) {
+    const std::vector<float> master = round_values(n, r);
+    const auto before = swap->counters();
+    swap->write_params_behind(master.data());
+    for (const auto& [off, cnt] : ranges) {
+      const std::vector<float> got = read_back(*swap, off, cnt);
+      std::size_t diff = 0;
+      for (std::size_t i = 0; i < cnt; ++i) diff += got[i] != master[off + i];
+      ASSERT_EQ(diff, 0u) << "round " << r << ": read at " << off << " saw older values";
+    }
+    const auto after = swap->counters();
+    EXPECT_EQ(after.param_writes_behind - before.param_writes_behind, 4u);
+    EXPECT_EQ(after.param_sync_writes, 0u);
+    EXPECT_GE(after.param_writes_waited - before.param_writes_waited, 2u) << "the reads found the last chunks in flight";
+  }
+  EXPECT_EQ(read_back(*swap, 0, n), round_values(n, 4));
+
+  // What write-behind saves the step: the same bytes written synchronously (write_params, a
+  // chunk at a time, as before) against the call that returns with the last chunks in flight.
+  const std::vector<float> master = round_values(n, 5);
+  std::vector<std::uint16_t> w(kChunk);
+  auto t0 = std::chrono::steady_clock::now();
+  for (std::size_t a = 0; a < n; a += kChunk) {
+    const std::size_t k = std::min(kChunk, n - a);
+    ds::convert(master.data() + a, DType::F32, w.data(), DType::BF16, k);
+    swap->write_params(a, k, w.data());
+  }
+  const double sync_s = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+  const std::vector<float> next = round_values(n, 6);
+  t0 = std::chrono::steady_clock::now();
+  swap->write_params_behind(next.data());
+  const double behind_s = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+  std::printf("[ measure  ] %zu bf16 parameters to params.swap: %.1f ms written synchronously, %.1f ms until "
+              "write_params_behind returns\n",
+              n, sync_s * 1e3, behind_s * 1e3);
+}
+
+TEST(NvmeSwap, AWriteBehindThatFailsIsThrownByTheNextReadOfItsBlocks) {
+  constexpr std::size_t kChunk = std::size_t(1) << 22;
+  const std::size_t n = kChunk + 5000;  // two chunks: both still queued when the call returns
+  auto swap = param_swap(n);
+  // Every write to the parameter file fails from here on: its descriptor now reads only.
+  const int fd = open_swap_fd("params.swap");
+  ASSERT_GE(fd, 0);
+  std::string path = fs::read_symlink("/proc/self/fd/" + std::to_string(fd)).string();
+  const int ro = ::open(path.c_str(), O_RDONLY | O_CLOEXEC);
+  ASSERT_GE(ro, 0);
+  ASSERT_EQ(::dup2(ro, fd), fd);
+  ::close(ro);
+  swap->write_params_behind(round_values(n, 1).data());  // queued: nothing has failed yet
+  try {
+    read_back(*swap, kChunk + 10, 100);
+    FAIL() << "a read after a failed write behind succeeded";
+  } catch (const ds::Error& e) {
+    const std::string m = e.what();
+    EXPECT_NE(m.find("params.swap: write of"), std::string::npos) << m;
+    EXPECT_NE(m.find(std::strerror(EBADF)), std::string::npos) << m;
+  }
 }

@@ -10,6 +10,7 @@
 #include <cstring>
 
 #include "ds/core/error.h"
+#include "ds/core/half.h"
 #include "ds/core/log.h"
 
 namespace ds::engine {
@@ -20,9 +21,13 @@ namespace {
 // a multiple of the O_DIRECT alignment for 4-, 2- and 1-byte elements alike.
 constexpr std::size_t kAlignElems = io::kDirectAlign;
 
-std::size_t round_up(std::size_t v, std::size_t a) { return (v + a - 1) / a * a; }
+// write_params_behind: elements per chunk (a multiple of kAlignElems, so every chunk starts on
+// a block; 8 MiB of bf16, the I/O threads' 8 default pieces of 1 MiB) and chunks in the ring
+// (one being converted while the other is written).
+constexpr std::size_t kParamChunk = std::size_t(1) << 22;
+constexpr std::size_t kParamRing = 2;
 
-std::string mib(std::size_t b) { return std::to_string(b >> 20) + " MiB"; }
+std::size_t round_up(std::size_t v, std::size_t a) { return (v + a - 1) / a * a; }
 
 }  // namespace
 
@@ -94,13 +99,58 @@ void NvmeSwap::write_master(std::size_t offset, std::size_t count, const float* 
 void NvmeSwap::read_params(std::size_t offset, std::size_t count, void* dst) {
   DS_CHECK(o_.params && offset + count <= n_, "NvmeSwap::read_params out of range");
   const std::size_t es = dtype_size(wdtype_);
-  if (count > 0) aio_->read_unaligned(*param_file_, offset * es, count * es, dst);
+  if (count == 0) return;
+  // The blocks the bounce buffer reads hold what the last writes behind put there.
+  wait_param_writes(offset * es / io::kDirectAlign * io::kDirectAlign, io::align_up((offset + count) * es));
+  counters_.param_sync_reads++;
+  aio_->read_unaligned(*param_file_, offset * es, count * es, dst);
 }
 
 void NvmeSwap::write_params(std::size_t offset, std::size_t count, const void* src) {
   DS_CHECK(o_.params && offset + count <= n_, "NvmeSwap::write_params out of range");
   const std::size_t es = dtype_size(wdtype_);
-  if (count > 0) aio_->write_unaligned(*param_file_, offset * es, count * es, src);
+  if (count == 0) return;
+  // A partial first or last block is read, patched and written whole: after the writes
+  // behind of those blocks, or the patch would be built on older bytes (and an older write
+  // landing later would undo this one).
+  wait_param_writes(offset * es / io::kDirectAlign * io::kDirectAlign, io::align_up((offset + count) * es));
+  counters_.param_sync_writes++;
+  aio_->write_unaligned(*param_file_, offset * es, count * es, src);
+}
+
+void NvmeSwap::write_params_behind(const float* master) {
+  DS_CHECK(o_.params, "NvmeSwap::write_params_behind without offload_param nvme");
+  const std::size_t es = dtype_size(wdtype_), chunk = std::min(kParamChunk, n_pad_);
+  if (param_ring_.empty()) {
+    for (std::size_t k = 0; k < kParamRing; ++k) param_ring_.emplace_back(chunk * es);
+    param_ring_writes_.assign(kParamRing, 0);
+  }
+  for (std::size_t a = 0, c = 0; a < n_; a += chunk, ++c) {
+    const std::size_t k = std::min(chunk, n_ - a), lo = a * es, hi = io::align_up((a + k) * es);
+    io::AlignedBuffer& buf = param_ring_[c % kParamRing];
+    aio_->wait(param_ring_writes_[c % kParamRing]);  // the buffer's last chunk is on disk
+    wait_param_writes(lo, hi);  // and so is any older write of this chunk's blocks
+    convert(master + a, DType::F32, buf.data(), wdtype_, k);
+    std::memset(buf.as<char>() + k * es, 0, hi - lo - k * es);  // no stale tail on disk
+    const io::Ticket t = aio_->write(*param_file_, lo, hi - lo, buf.data());
+    param_ring_writes_[c % kParamRing] = t;
+    param_writes_.push_back({lo, hi, t});
+    counters_.param_writes_behind++;
+  }
+}
+
+void NvmeSwap::wait_param_writes(std::size_t lo, std::size_t hi) {
+  for (std::size_t i = 0; i < param_writes_.size();) {
+    const ParamWrite w = param_writes_[i];
+    if (w.lo >= hi || lo >= w.hi) {
+      ++i;
+      continue;
+    }
+    // Forgotten before the wait: a failure is thrown once, by the first call that needs it.
+    param_writes_.erase(param_writes_.begin() + std::ptrdiff_t(i));
+    counters_.param_writes_waited++;
+    aio_->wait(w.ticket);
+  }
 }
 
 void NvmeSwap::issue_read(Slot& s, std::size_t i) {
@@ -120,6 +170,7 @@ void NvmeSwap::wait_writes(Slot& s) {
 void NvmeSwap::step(optim::Optimizer& opt, TensorView grads, TensorView working, const optim::StepContext& ctx) {
   DS_CHECK(o_.optimizer, "NvmeSwap::step without offload_optimizer nvme");
   DS_CHECK(grads.count == n_ && (o_.params || working.count == n_), "NvmeSwap::step: views of the wrong size");
+  if (o_.params) wait_param_writes(0, SIZE_MAX);  // a load's writes behind land before the step's
   const auto t0 = std::chrono::steady_clock::now();
   const std::size_t read0 = aio_->bytes_read(), written0 = aio_->bytes_written();
   const std::size_t groups = (n_ + sub_ - 1) / sub_, B = slots_.size();
@@ -157,6 +208,7 @@ void NvmeSwap::step(optim::Optimizer& opt, TensorView grads, TensorView working,
 StateViews NvmeSwap::map() {
   DS_CHECK(o_.optimizer, "NvmeSwap::map without offload_optimizer nvme");
   unmap(true);  // views left from a failed load: what was written goes to disk first
+  param_writes_.clear();  // waited for (and their failure thrown) by wait_all
   aio_->wait_all();
   counters_.maps++;
   StateViews v;
@@ -195,6 +247,7 @@ void NvmeSwap::add_memory(ModelStateBytes& b) const {
     for (const auto& buf : s.bufs) b.swap_buffers += buf.bytes();
     b.swap_buffers += s.out.bytes();
   }
+  for (const auto& buf : param_ring_) b.swap_buffers += buf.bytes();
   for (const auto& f : files_) b.on_nvme += f.bytes();
   if (param_file_) b.on_nvme += param_file_->bytes();
 }

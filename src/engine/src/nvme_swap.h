@@ -8,7 +8,8 @@
 // on the I/O threads while the current one is stepped. With offload_param device "nvme"
 // (stage 3), the working-dtype parameter partition lives in a swap file too: the fetcher
 // reads a group's piece straight into its place in the gathered buffer, and the step writes
-// the updated pieces back.
+// the updated pieces back (with the master in memory: behind, asynchronously, and every later
+// read of the file waits for the writes of the blocks it reads).
 //
 // The files are scratch: they sit in <nvme_path>/dstrain-swap/<host>-<pid>-rank<R>/ (io::SwapDir:
 // removed when the engine goes, cleaned at the next start after a crash), and checkpoints
@@ -81,8 +82,17 @@ class NvmeSwap {
 
   // ---- offload_param nvme (stage 3) ----
   // Working parameters [offset, offset + count) of the partition, any alignment (synchronous).
+  // Each first waits for the writes behind (write_params_behind) of the blocks it touches, so
+  // a read returns what was last written and a write is not overtaken by an older one.
   void read_params(std::size_t offset, std::size_t count, void* dst);
   void write_params(std::size_t offset, std::size_t count, const void* src);
+  // The whole partition := master[0, n) rounded to the working dtype, written behind: a chunk
+  // at a time converted into a ring of aligned buffers and queued on the I/O threads; a
+  // buffer is refilled once its last write completed, and the call returns with the last
+  // chunks still being written. A failure of those writes (ENOSPC, EIO) is thrown, as the
+  // AioQueue words it, by whichever call waits for them first: a read or write of their
+  // blocks, the next write_params_behind, step(), map().
+  void write_params_behind(const float* master);
 
   // Swap buffers (memory) and swap file bytes (disk).
   void add_memory(ModelStateBytes& b) const;
@@ -90,6 +100,11 @@ class NvmeSwap {
   struct Counters {
     std::size_t maps = 0;          // map() calls
     std::size_t mapped_bytes = 0;  // bytes of the files those calls mapped
+    // The parameter file: synchronous transfers (read_params / write_params calls) and
+    // chunks written behind (write_params_behind), with the writes of those that a later
+    // call found still in flight and had to wait for.
+    std::size_t param_sync_reads = 0, param_sync_writes = 0;
+    std::size_t param_writes_behind = 0, param_writes_waited = 0;
   };
   const Counters& counters() const { return counters_; }
   // Bytes read and written by the last step() and its seconds (benchmarks).
@@ -105,6 +120,13 @@ class NvmeSwap {
   };
   void issue_read(Slot& s, std::size_t i);
   void wait_writes(Slot& s);
+  // Waits for (and forgets) the writes behind that overlap bytes [lo, hi) of params.swap.
+  void wait_param_writes(std::size_t lo, std::size_t hi);
+  // A parameter write behind in flight: its bytes of params.swap and its request.
+  struct ParamWrite {
+    std::size_t lo = 0, hi = 0;
+    io::Ticket ticket = 0;
+  };
   std::size_t count_of(std::size_t i) const;  // elements of sub-group i
 
   NvmeOptions o_;
@@ -116,6 +138,9 @@ class NvmeSwap {
   std::vector<io::SwapFile> files_;  // one per names_ entry
   std::unique_ptr<io::SwapFile> param_file_;
   std::vector<Slot> slots_;
+  std::vector<io::AlignedBuffer> param_ring_;  // write_params_behind's chunks (made on first use)
+  std::vector<io::Ticket> param_ring_writes_;  // each ring buffer's last write
+  std::vector<ParamWrite> param_writes_;       // writes behind not yet waited for
   // After the files and buffers it reads and writes: destroyed (drained, joined) first.
   std::unique_ptr<io::AioQueue> aio_;
   std::vector<std::pair<void*, std::size_t>> maps_;  // map(): address, bytes

@@ -69,17 +69,11 @@ void PartitionedParamStore::set_initial_group(std::size_t gi, const float* value
 }
 
 void PartitionedParamStore::params_from_master(const float* master) {
-  // The working partition = the master rounded to the working dtype, in memory or, a chunk
-  // at a time, in the parameter swap file.
+  // The working partition = the master rounded to the working dtype, in memory or in the
+  // parameter swap file, written behind (the fetcher's reads of a piece wait for its writes).
   const std::size_t P = map_.partition_numel;
   if (!params_swapped()) return convert(master, DType::F32, part_params_.data(), o_.wdtype, P);
-  const std::size_t chunk = std::size_t(1) << 22;
-  std::vector<char> w(std::min(chunk, P) * dtype_size(o_.wdtype));
-  for (std::size_t a = 0; a < P; a += chunk) {
-    const std::size_t k = std::min(chunk, P - a);
-    convert(master + a, DType::F32, w.data(), o_.wdtype, k);
-    swap_->write_params(a, k, w.data());
-  }
+  swap_->write_params_behind(master);
 }
 
 precision::GradStats PartitionedParamStore::grad_stats() {
