@@ -4,87 +4,31 @@
 // The forward/backward sequence, the grad_ready order and the sampler are those of
 // src/nn/src/gpt.cpp (Gpt::run_forward / Gpt::backward / Gpt::generate); keep them in step.
 //
-// ---------------------------------------------------------------------------------------
-// Row-major tensors through column-major cuBLAS. A row-major X[R,S] (row stride S) is, read
-// column-major with ld = S, the matrix X^T [S x R]. cuBLAS computes C = op(A) op(B) with
-// C [m x n], op(A) [m x k], op(B) [k x n], all column-major. So to get a row-major result
-// Y[R,S] we let cuBLAS compute Y^T [S x R] (m = S, n = R, ldc = S), and pick op(A), op(B)
-// so that op(A) op(B) = Y^T, remembering that each operand's memory reads as its transpose.
-//
-// Linear layer, inp[N,C], w[OC,C] (PyTorch layout), out[N,OC]:
-//   fwd   out = inp w^T      out^T[OC x N] = w[OC x C] . inp^T[C x N]
-//         w's memory reads as w^T [C x OC]     -> OP_T, lda = C
-//         inp's memory reads as inp^T [C x N]  -> OP_N, ldb = C
-//         gemm(T, N, m=OC, n=N, k=C, A=w,C, B=inp,C, C=out,OC)
-//   dinp  dinp = dout w      dinp^T[C x N] = w^T[C x OC] . dout^T[OC x N]
-//         w reads as w^T (OP_N, lda C), dout reads as dout^T [OC x N] (OP_N, ldb OC)
-//         gemm(N, N, m=C, n=N, k=OC, A=w,C, B=dout,OC, C=dinp,C)                beta 0
-//   dw    dw += dout^T inp   dw^T[C x OC] = inp^T[C x N] . dout[N x OC]
-//         inp reads as inp^T (OP_N, lda C), dout reads as dout^T -> OP_T gives dout (ldb OC)
-//         gemm(N, T, m=C, n=OC, k=N, A=inp,C, B=dout,OC, C=dw,C)                beta 1
-//
-// Attention, per (b, h) of the BNH batch, q/k/v/yh [T,hs], att/S [T,T] (row-major):
-//   S  = q k^T    S^T[j,i] = sum_d k[j,d] q[i,d]:  A = k (reads k^T [hs x T], OP_T -> k),
-//                 B = q (reads q^T, OP_N):  gemm(T, N, m=T, n=T, k=hs, k,hs, q,hs, S,T)
-//   yh = att v    yh^T[d,i] = sum_j v[j,d] att[i,j] = (v^T . att^T)[d,i]:
-//                 gemm(N, N, m=hs, n=T, k=T, v,hs, att,T, yh,hs)
-//   datt = dyh v^T   (as S with q -> dyh, k -> v):  gemm(T, N, T, T, hs, v,hs, dyh,hs, datt,T)
-//   dv = att^T dyh   dv^T[d,j] = sum_i dyh[i,d] att[i,j] = (dyh^T . att)[d,j]; att's memory
-//                 reads as att^T, OP_T gives att:  gemm(N, T, m=hs, n=T, k=T, dyh,hs, att,T, dv,hs)
-//   dq = dS k     dq^T[d,i] = sum_j k[j,d] dS[i,j] = (k^T . dS^T)[d,i]:
-//                 gemm(N, N, m=hs, n=T, k=T, k,hs, dS,T, dq,hs)
-//   dk = dS^T q   dk^T[d,j] = sum_i q[i,d] dS[i,j] = (q^T . dS)[d,j]:
-//                 gemm(N, T, m=hs, n=T, k=T, q,hs, dS,T, dk,hs)
-// Batch strides: T*hs for q/k/v/yh and their gradients, T*T for S/att/datt.
-// The full T x T products are computed; the causal softmax writes 0 above the diagonal, so
-// the products with att / dS are exact without masking.
-// ---------------------------------------------------------------------------------------
+// The GEMMs (row-major tensors through column-major cuBLAS, the block-causal attention
+// products), the bound views, the arena and the staging are DecoderCuda's (decoder_cuda.h),
+// shared with LlamaCuda.
 #include "ds/nn/gpt_cuda.h"
 
 #include <cublas_v2.h>
 #include <cuda_runtime.h>
 
 #include <algorithm>
-#include <climits>
 #include <cmath>
-#include <cstdlib>
-#include <cstring>
-#include <random>
 #include <string>
 
+#include "../sampling.h"
+#include "attention_blocks.h"
+#include "decoder_cuda.h"
 #include "ds/core/cuda_check.h"
 #include "ds/core/error.h"
-#include "attention_blocks.h"
 #include "ds/nn/cuda_flash.h"
 #include "ds/nn/cuda_kernels.h"
-#include "../sampling.h"
-
-#define DS_CUBLAS_CHECK(call)                                                                 \
-  do {                                                                                        \
-    cublasStatus_t ds_cublas_st_ = (call);                                                    \
-    if (ds_cublas_st_ != CUBLAS_STATUS_SUCCESS)                                               \
-      DS_THROW("cuBLAS call " #call " failed: " << cublasGetStatusName(ds_cublas_st_) << " (" \
-                                                << cublasGetStatusString(ds_cublas_st_) << ")"); \
-  } while (0)
 
 namespace ds::nn {
 
 namespace kc = ds::nn::cuda;
 
-namespace {
-
-constexpr std::size_t kWorkspaceBytes = std::size_t(32) << 20;  // cuBLAS workspace
-constexpr std::size_t kAlign = 256;                             // every arena array
-
-int to_int(std::int64_t v, const char* what) {
-  DS_CHECK(v >= 0 && v <= std::int64_t(INT_MAX),
-           "GptCuda: " << what << " = " << v << " does not fit a cuBLAS int argument");
-  return int(v);
-}
-
-}  // namespace
-
-struct GptCuda::Impl {
+struct GptCuda::Impl : kc::DecoderCuda {
   struct LayerIdx { std::size_t ln1w, ln1b, qkvw, qkvb, projw, projb, ln2w, ln2b, fcw, fcb, fcprojw, fcprojb; };
   // Saved activations of one block (dt elements, LayerNorm statistics fp32).
   struct LayerAct {
@@ -95,21 +39,10 @@ struct GptCuda::Impl {
 
   Gpt twin;  // parameters(), init_parameters(), flops: never bound, never run
   GptConfig cfg;
-  bool allow_tf32;
-  int device = -1;
-  cudaStream_t stream = nullptr;
-  cublasHandle_t blas = nullptr;
-  void* workspace = nullptr;
 
   // Parameter indices (the order of Gpt's constructor; checked against the names).
   std::size_t wte = 0, wpe = 1, lnfw = 0, lnfb = 0;
   std::vector<LayerIdx> layers;
-
-  // Bound engine storage (device pointers, working dtype dt).
-  bool bound = false;
-  DType dt = DType::F32;
-  std::vector<void*> w, g;
-  GroupHooks* hooks = nullptr;  // ZeRO-3 brackets (GroupUse); groups as twin's
 
   // Attention: the materialised path (cuBLAS batched GEMMs, block-causal, + causal softmax;
   // the default: on an H200 at the GPT-2 124M shape it ran the step faster than our flash
@@ -128,17 +61,9 @@ struct GptCuda::Impl {
   // inside the diagonal blocks. attention.block sets the rows (256 by default; tests use
   // small blocks to cover several).
   std::int64_t att_block() const { return attention.block; }
-  // p + n elements of the working dtype.
-  void* at(void* p, std::int64_t n) const { return static_cast<char*>(p) + n * std::int64_t(dtype_size(dt)); }
-  const void* at(const void* p, std::int64_t n) const {
-    return static_cast<const char*>(p) + n * std::int64_t(dtype_size(dt));
-  }
 
-  // Activation arena (one cudaMalloc), sized for cap_bt rows and cap_t positions in arena_dt.
-  char* arena = nullptr;
-  DType arena_dt = DType::F32;
+  // Activations, carved from DecoderCuda's arena by layout(); arena_flash: carved for flash.
   bool arena_flash = false;
-  std::int64_t cap_bt = 0, cap_t = 0;
   std::vector<LayerAct> acts;
   std::vector<void*> resid;  // n_layer + 1 residual streams [N, C]
   void *lnf = nullptr, *logits = nullptr;
@@ -148,16 +73,6 @@ struct GptCuda::Impl {
        *dyh = nullptr, *dq = nullptr, *dk = nullptr, *dv = nullptr, *datt = nullptr;
   float *lnf_mean = nullptr, *lnf_rstd = nullptr, *lse = nullptr, *losses = nullptr,
         *d_loss = nullptr, *scratch = nullptr;
-  std::int32_t *d_tokens = nullptr, *d_targets = nullptr;
-
-  // Pinned host staging: tokens [cap], targets [cap], loss.
-  void* pinned = nullptr;
-  std::int64_t pinned_cap = 0;
-  std::int32_t *h_tokens = nullptr, *h_targets = nullptr;
-  float* h_loss = nullptr;
-
-  std::int64_t B = 0, T = 0;
-  bool have_cache = false;
 
   // Per-op profile (benchmarks): when on, each op is bracketed by two events on the stream;
   // take_profile() synchronises and adds the elapsed times per op name.
@@ -201,7 +116,7 @@ struct GptCuda::Impl {
   }
 
   Impl(const GptConfig& c, bool tf32, const GptCudaAttention& att)
-      : twin(c), cfg(c), allow_tf32(tf32), attention(att) {
+      : DecoderCuda("GptCuda", tf32), twin(c), cfg(c), attention(att) {
     DS_CHECK(att.block >= 1, "GptCuda: attention block " << att.block << " rows: expected at least 1");
   }
 
@@ -235,105 +150,22 @@ struct GptCuda::Impl {
     expect(lnfw, "ln_f.weight");
     expect(lnfb, "ln_f.bias");
 
-    DS_CUDA_CHECK(cudaGetDevice(&device));
-    DS_CUDA_CHECK(cudaStreamCreateWithFlags(&stream, cudaStreamNonBlocking));
-    DS_CUBLAS_CHECK(cublasCreate(&blas));
-    DS_CUBLAS_CHECK(cublasSetStream(blas, stream));
-    DS_CUBLAS_CHECK(cublasSetPointerMode(blas, CUBLAS_POINTER_MODE_HOST));
-    // Reductions (split-K) in the fp32 compute type, never in the 16-bit output type: the
-    // weight gradients accumulate into the engine's gradients with one rounding.
-    DS_CUBLAS_CHECK(cublasSetMathMode(
-        blas, cublasMath_t(CUBLAS_DEFAULT_MATH | CUBLAS_MATH_DISALLOW_REDUCED_PRECISION_REDUCTION)));
-    DS_CUDA_CHECK(cudaMalloc(&workspace, kWorkspaceBytes));
-    DS_CUBLAS_CHECK(cublasSetWorkspace(blas, workspace, kWorkspaceBytes));
+    open_device();
   }
 
   ~Impl() {
     // No throwing here: errors are ignored (a failed run has reported them already).
+    // DecoderCuda's destructor frees the rest.
     if (stream) (void)cudaStreamSynchronize(stream);
     for (cudaEvent_t e : events) (void)cudaEventDestroy(e);
-    if (arena) (void)cudaFree(arena);
-    if (pinned) (void)cudaFreeHost(pinned);
-    if (blas) (void)cublasDestroy(blas);
-    if (workspace) (void)cudaFree(workspace);
-    if (stream) (void)cudaStreamDestroy(stream);
-  }
-
-  // ---- cuBLAS helpers (row-major derivations in the header comment) ----
-  cudaDataType_t ctype() const {
-    switch (dt) {
-      case DType::F16: return CUDA_R_16F;
-      case DType::BF16: return CUDA_R_16BF;
-      default: return CUDA_R_32F;
-    }
-  }
-  cublasComputeType_t compute() const {
-    if (dt == DType::F32 && allow_tf32) return CUBLAS_COMPUTE_32F_FAST_TF32;
-    return CUBLAS_COMPUTE_32F;
-  }
-  void gemm(cublasOperation_t ta, cublasOperation_t tb, std::int64_t m, std::int64_t n, std::int64_t kk,
-            const void* A, std::int64_t lda, const void* Bm, std::int64_t ldb, void* Cm, std::int64_t ldc,
-            float beta) {
-    const float alpha = 1.0f;
-    DS_CUBLAS_CHECK(cublasGemmEx(blas, ta, tb, to_int(m, "m"), to_int(n, "n"), to_int(kk, "k"), &alpha, A,
-                                 ctype(), to_int(lda, "lda"), Bm, ctype(), to_int(ldb, "ldb"), &beta, Cm,
-                                 ctype(), to_int(ldc, "ldc"), compute(), CUBLAS_GEMM_DEFAULT));
-  }
-  void gemm_batched(cublasOperation_t ta, cublasOperation_t tb, std::int64_t m, std::int64_t n, std::int64_t kk,
-                    const void* A, std::int64_t lda, std::int64_t sa, const void* Bm, std::int64_t ldb,
-                    std::int64_t sb, void* Cm, std::int64_t ldc, std::int64_t sc, std::int64_t batch) {
-    const float alpha = 1.0f, beta = 0.0f;
-    DS_CUBLAS_CHECK(cublasGemmStridedBatchedEx(
-        blas, ta, tb, to_int(m, "m"), to_int(n, "n"), to_int(kk, "k"), &alpha, A, ctype(), to_int(lda, "lda"),
-        (long long)sa, Bm, ctype(), to_int(ldb, "ldb"), (long long)sb, &beta, Cm, ctype(), to_int(ldc, "ldc"),
-        (long long)sc, to_int(batch, "batch"), compute(), CUBLAS_GEMM_DEFAULT));
-  }
-  // out[N,OC] = inp[N,C] w[OC,C]^T
-  void linear_fwd(void* out, const void* inp, const void* wt, std::int64_t N, std::int64_t C, std::int64_t OC) {
-    gemm(CUBLAS_OP_T, CUBLAS_OP_N, OC, N, C, wt, C, inp, C, out, OC, 0.0f);
-  }
-  // dinp[N,C] = dout[N,OC] w[OC,C]
-  void linear_dinp(void* dinp, const void* dout, const void* wt, std::int64_t N, std::int64_t C, std::int64_t OC) {
-    gemm(CUBLAS_OP_N, CUBLAS_OP_N, C, N, OC, wt, C, dout, OC, dinp, C, 0.0f);
-  }
-  // dw[OC,C] += dout[N,OC]^T inp[N,C]
-  void linear_dw(void* dw, const void* dout, const void* inp, std::int64_t N, std::int64_t C, std::int64_t OC) {
-    gemm(CUBLAS_OP_N, CUBLAS_OP_T, C, OC, N, inp, C, dout, OC, dw, C, 1.0f);
   }
 
   // ---- activations ----
   void ensure(std::int64_t Bn, std::int64_t Tn) {
-    const std::int64_t BT = Bn * Tn;
     flash = use_flash();
-    if (arena && BT <= cap_bt && Tn <= cap_t && arena_dt == dt && arena_flash == flash) return;
-    cap_bt = std::max(cap_bt, BT);
-    cap_t = std::max(cap_t, Tn);
-    if (arena) {
-      DS_CUDA_CHECK(cudaStreamSynchronize(stream));  // earlier work may still read it
-      char* old = arena;
-      arena = nullptr;
-      DS_CUDA_CHECK(cudaFree(old));
-    }
-    const std::size_t bytes = layout(nullptr);
-    void* p = nullptr;
-    DS_CUDA_CHECK(cudaMalloc(&p, bytes));
-    arena = static_cast<char*>(p);
-    arena_dt = dt;
+    if (arena_fits(Bn, Tn) && arena_flash == flash) return;
+    grow_arena(Bn, Tn, [this](char* base) { return layout(base); });
     arena_flash = flash;
-    layout(arena);
-    if (pinned_cap < cap_bt) {
-      if (pinned) {
-        void* old = pinned;
-        pinned = nullptr;
-        pinned_cap = 0;
-        DS_CUDA_CHECK(cudaFreeHost(old));  // every copy from it has completed (forward syncs)
-      }
-      DS_CUDA_CHECK(cudaMallocHost(&pinned, std::size_t(cap_bt) * 2 * sizeof(std::int32_t) + 64));
-      pinned_cap = cap_bt;
-      h_loss = static_cast<float*>(pinned);
-      h_tokens = reinterpret_cast<std::int32_t*>(static_cast<char*>(pinned) + 64);
-      h_targets = h_tokens + cap_bt;
-    }
   }
 
   // Carves the arena (base null: only counts). Returns the bytes needed.
@@ -378,19 +210,10 @@ struct GptCuda::Impl {
     return off;
   }
 
-  void upload(const std::int32_t* tok, const std::int32_t* tgt, std::int64_t N) {
-    std::memcpy(h_tokens, tok, std::size_t(N) * 4);
-    DS_CUDA_CHECK(cudaMemcpyAsync(d_tokens, h_tokens, std::size_t(N) * 4, cudaMemcpyHostToDevice, stream));
-    if (tgt) {
-      std::memcpy(h_targets, tgt, std::size_t(N) * 4);
-      DS_CUDA_CHECK(cudaMemcpyAsync(d_targets, h_targets, std::size_t(N) * 4, cudaMemcpyHostToDevice, stream));
-    }
-  }
-
   // Gpt::run_forward on the device; tokens already in d_tokens.
   void run_forward(std::int64_t Bn, std::int64_t Tn) {
     const std::int64_t C = cfg.n_embd, NH = cfg.n_head, V = cfg.vocab_size, N = Bn * Tn;
-    const std::int64_t hs = C / NH, BNH = Bn * NH, TT = Tn * Tn;
+    const std::int64_t hs = C / NH, BNH = Bn * NH;
     const float att_scale = 1.0f / std::sqrt(float(hs));
     B = Bn;
     T = Tn;
@@ -425,17 +248,9 @@ struct GptCuda::Impl {
         } else {
           // Block-causal (see att_block): for the query rows [q0, q0 + nq) only keys < q0 + nq.
           const std::int64_t Bq = std::min(att_block(), Tn);
-          for (std::int64_t q0 = 0; q0 < Tn; q0 += Bq) {  // S[q0.., 0..kend) = q k^T
-            const std::int64_t nq = std::min(Bq, Tn - q0), kend = q0 + nq;
-            gemm_batched(CUBLAS_OP_T, CUBLAS_OP_N, kend, nq, hs, k, hs, Tn * hs, at(q, q0 * hs), hs, Tn * hs,
-                         at(a.att, q0 * Tn), Tn, TT, BNH);
-          }
+          attention_scores(a.att, q, k, hs, Bq, BNH);
           kc::causal_softmax_forward_blocks(a.att, a.att, att_scale, BNH, Tn, Bq, dt, stream);
-          for (std::int64_t q0 = 0; q0 < Tn; q0 += Bq) {  // yh[q0..] = att[q0.., 0..kend) v
-            const std::int64_t nq = std::min(Bq, Tn - q0), kend = q0 + nq;
-            gemm_batched(CUBLAS_OP_N, CUBLAS_OP_N, hs, nq, kend, v, hs, Tn * hs, at(a.att, q0 * Tn), Tn, TT,
-                         at(yh, q0 * hs), hs, Tn * hs, BNH);
-          }
+          attention_values(yh, a.att, v, hs, Bq, BNH);
         }
         kc::merge_heads(a.atty, yh, Bn, Tn, C, NH, dt, stream);
       }
@@ -486,25 +301,10 @@ struct GptCuda::Impl {
     }
   }
 
-  void check_bound(const char* who) const {
-    DS_CHECK(bound, "GptCuda::" << who << ": bind() the parameters first");
-  }
-
   float loss_forward(const Batch& batch, const char* who) {
     check_bound(who);
     const std::int64_t Bn = batch.batch, Tn = batch.seq, V = cfg.vocab_size;
-    DS_CHECK(Bn > 0 && Tn > 0, "GptCuda::" << who << ": batch (" << Bn << ") and seq (" << Tn << ") must be > 0");
-    DS_CHECK(Tn <= cfg.block_size, "GptCuda::" << who << ": seq " << Tn << " exceeds block_size " << cfg.block_size);
-    const std::size_t N = std::size_t(Bn * Tn);
-    DS_CHECK(batch.inputs.size() == N && batch.targets.size() == N,
-             "GptCuda::" << who << ": inputs/targets must hold batch*seq = " << N << " tokens, got "
-                         << batch.inputs.size() << "/" << batch.targets.size());
-    for (std::size_t i = 0; i < N; ++i) {
-      const std::int32_t a = batch.inputs[i], b = batch.targets[i];
-      DS_CHECK(a >= 0 && a < V && b >= 0 && b < V,
-               "GptCuda::" << who << ": token id out of range [0, " << V << ") at position " << i << " (input "
-                           << a << ", target " << b << ")");
-    }
+    const std::size_t N = check_batch(batch, who, V, cfg.block_size);
     ensure(Bn, Tn);
     upload(batch.inputs.data(), batch.targets.data(), std::int64_t(N));
     run_forward(Bn, Tn);
@@ -513,9 +313,7 @@ struct GptCuda::Impl {
       kc::crossentropy_forward(losses, lse, logits, d_targets, std::int64_t(N), V, dt, stream);
       kc::mean(d_loss, losses, std::int64_t(N), stream);
     }
-    DS_CUDA_CHECK(cudaMemcpyAsync(h_loss, d_loss, sizeof(float), cudaMemcpyDeviceToHost, stream));
-    DS_CUDA_CHECK(cudaStreamSynchronize(stream));
-    return *h_loss;
+    return read_scalar(d_loss);
   }
 
   // Gpt::backward on the device, the same grad_ready order.
@@ -527,7 +325,7 @@ struct GptCuda::Impl {
       if (grad_ready) grad_ready(i);
     };
     const std::int64_t C = cfg.n_embd, NH = cfg.n_head, V = cfg.vocab_size, N = B * T;
-    const std::int64_t hs = C / NH, BNH = B * NH, TT = T * T;
+    const std::int64_t hs = C / NH, BNH = B * NH;
     const float att_scale = 1.0f / std::sqrt(float(hs));
     {
       // Fused softmax + cross-entropy gradient, in place over the logits.
@@ -620,27 +418,9 @@ struct GptCuda::Impl {
         // [k0, k0 + nk) is seen by queries >= k0 (above the diagonal inside the diagonal block
         // the softmax wrote zeros, so those products add nothing).
         const std::int64_t Bq = std::min(att_block(), T);
-        for (std::int64_t q0 = 0; q0 < T; q0 += Bq) {  // datt[q0.., 0..kend) = dyh v^T
-          const std::int64_t nq = std::min(Bq, T - q0), kend = q0 + nq;
-          gemm_batched(CUBLAS_OP_T, CUBLAS_OP_N, kend, nq, hs, v, hs, T * hs, at(dyh, q0 * hs), hs, T * hs,
-                       at(datt, q0 * T), T, TT, BNH);
-        }
-        for (std::int64_t k0 = 0; k0 < T; k0 += Bq) {  // dv[k0..] = att[k0.., k0..k0+nk)^T dyh[k0..]
-          const std::int64_t nk = std::min(Bq, T - k0);
-          gemm_batched(CUBLAS_OP_N, CUBLAS_OP_T, hs, nk, T - k0, at(dyh, k0 * hs), hs, T * hs, at(a.att, k0 * T + k0), T,
-                       TT, at(dv, k0 * hs), hs, T * hs, BNH);
-        }
+        attention_values_backward(datt, dv, dyh, a.att, v, hs, Bq, BNH);
         kc::causal_softmax_backward_blocks(datt, a.att, datt, att_scale, BNH, T, Bq, dt, stream);  // datt -> dS
-        for (std::int64_t q0 = 0; q0 < T; q0 += Bq) {  // dq[q0..] = dS[q0.., 0..kend) k
-          const std::int64_t nq = std::min(Bq, T - q0), kend = q0 + nq;
-          gemm_batched(CUBLAS_OP_N, CUBLAS_OP_N, hs, nq, kend, k, hs, T * hs, at(datt, q0 * T), T, TT, at(dq, q0 * hs),
-                       hs, T * hs, BNH);
-        }
-        for (std::int64_t k0 = 0; k0 < T; k0 += Bq) {  // dk[k0..] = dS[k0.., k0..k0+nk)^T q[k0..]
-          const std::int64_t nk = std::min(Bq, T - k0);
-          gemm_batched(CUBLAS_OP_N, CUBLAS_OP_T, hs, nk, T - k0, at(q, k0 * hs), hs, T * hs, at(datt, k0 * T + k0), T,
-                       TT, at(dk, k0 * hs), hs, T * hs, BNH);
-        }
+        attention_scores_backward(dq, dk, datt, q, k, hs, Bq, BNH);
         kc::merge_qkv(dqkv, dq, dk, dv, B, T, C, NH, dt, stream);
       }
       {
@@ -672,27 +452,14 @@ struct GptCuda::Impl {
   }
 
   std::vector<float> logits_last(std::span<const std::int32_t> context) {
-    DS_CHECK(!context.empty(), "GptCuda::logits_last: empty context");
+    const auto tok = context_window(context, "logits_last", cfg.vocab_size, cfg.block_size);
     check_bound("logits_last");
     have_cache = false;
-    const std::int64_t V = cfg.vocab_size;
-    const std::size_t Tn = std::min<std::size_t>(context.size(), std::size_t(cfg.block_size));
-    const std::int32_t* tok = context.data() + (context.size() - Tn);
-    for (std::size_t i = 0; i < Tn; ++i)
-      DS_CHECK(tok[i] >= 0 && tok[i] < V, "GptCuda::logits_last: token " << tok[i] << " outside [0, " << V << ")");
-    ensure(1, std::int64_t(Tn));
-    upload(tok, nullptr, std::int64_t(Tn));
-    run_forward(1, std::int64_t(Tn));
-    const char* row = static_cast<const char*>(logits) + std::size_t(std::int64_t(Tn) - 1) * std::size_t(V) * dtype_size(dt);
-    const void* src = row;
-    if (dt != DType::F32) {
-      kc::convert(scratch, DType::F32, row, dt, V, stream);
-      src = scratch;
-    }
-    std::vector<float> out(static_cast<std::size_t>(V));
-    DS_CUDA_CHECK(cudaMemcpyAsync(out.data(), src, std::size_t(V) * sizeof(float), cudaMemcpyDeviceToHost, stream));
-    DS_CUDA_CHECK(cudaStreamSynchronize(stream));
-    return out;
+    const auto Tn = std::int64_t(tok.size());
+    ensure(1, Tn);
+    upload(tok.data(), nullptr, Tn);
+    run_forward(1, Tn);
+    return logits_row(logits, Tn - 1, cfg.vocab_size, scratch);
   }
 };
 
@@ -714,42 +481,7 @@ void GptCuda::init_parameters(std::span<const std::span<float>> params, std::uin
 }
 
 void GptCuda::bind(std::span<const TensorView> params, std::span<const TensorView> grads) {
-  Impl& m = *impl_;
-  const auto infos = m.twin.parameters();
-  DS_CHECK(params.size() == infos.size() && grads.size() == infos.size(),
-           "GptCuda::bind: expected " << infos.size() << " parameter and gradient views, got " << params.size()
-                                      << " and " << grads.size());
-  DS_CHECK(!params.empty(), "GptCuda::bind: no parameters");
-  const DType dt = params[0].dtype;
-  DS_CHECK(dt == DType::F32 || dt == DType::F16 || dt == DType::BF16,
-           "GptCuda::bind: working dtype must be fp32, fp16 or bf16, got " << dtype_name(dt));
-  auto check_view = [&](const TensorView& t, const ParamInfo& info, const char* kind) {
-    DS_CHECK(t.dtype == dt, "GptCuda::bind: all parameters and gradients must share one dtype: "
-                                << kind << " of '" << info.name << "' is " << dtype_name(t.dtype) << ", '"
-                                << infos[0].name << "' is " << dtype_name(dt));
-    DS_CHECK(t.count == info.numel(), "GptCuda::bind: " << kind << " of '" << info.name << "' has " << t.count
-                                                        << " elements, expected " << info.numel());
-    DS_CHECK(t.data != nullptr, "GptCuda::bind: " << kind << " of '" << info.name << "' is null");
-    cudaPointerAttributes attr{};
-    DS_CUDA_CHECK(cudaPointerGetAttributes(&attr, t.data));
-    DS_CHECK(attr.type == cudaMemoryTypeDevice || attr.type == cudaMemoryTypeManaged,
-             "GptCuda::bind: " << kind << " of '" << info.name << "' is not device memory");
-    DS_CHECK(attr.device == m.device, "GptCuda::bind: " << kind << " of '" << info.name << "' lives on device "
-                                                        << attr.device << ", the model on device " << m.device);
-  };
-  for (std::size_t i = 0; i < infos.size(); ++i) {
-    check_view(params[i], infos[i], "parameter");
-    check_view(grads[i], infos[i], "gradient");
-  }
-  m.w.resize(infos.size());
-  m.g.resize(infos.size());
-  for (std::size_t i = 0; i < infos.size(); ++i) {
-    m.w[i] = params[i].data;
-    m.g[i] = grads[i].data;
-  }
-  m.dt = dt;
-  m.bound = true;
-  m.have_cache = false;
+  impl_->bind_views(impl_->twin.parameters(), params, grads);
 }
 
 float GptCuda::forward(const Batch& batch) {
