@@ -77,8 +77,9 @@ class ParamStore {
   virtual void set_initial(const float* full);
   // After every backward: fold the micro-step gradients into the fp32 accumulator (accum_fp32).
   virtual void after_backward() {}
-  // After Module::bind: the module has looked at its views (GptCuda asks the runtime whether
-  // each is device memory, which an unmapped ZeRO-2 chunk is not); see DeviceParamStore.
+  // After Module::bind: the module has looked at its views (GptCuda and LlamaCuda ask the
+  // runtime whether each is device memory, which an unmapped ZeRO-2 chunk is not); see
+  // DeviceParamStore.
   virtual void views_bound() {}
   // Sum of squares and inf/NaN of the gradients this rank steps (the accumulator with accum_fp32).
   virtual precision::GradStats grad_stats() = 0;
