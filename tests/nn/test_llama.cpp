@@ -55,6 +55,34 @@ ds::nn::LlamaConfig tiny(std::int64_t n_kv_head, bool tie) {
   return c;
 }
 
+// llama_index: every index points at the parameter of its role and layer; a tied head is the
+// embedding.
+TEST(LlamaLayout, IndexPointsAtEachRole) {
+  using ds::nn::LlamaRole;
+  for (bool tied : {false, true}) {
+    ds::nn::LlamaConfig c = tiny(2, tied);
+    c.n_layer = 3;
+    const auto p = ds::nn::llama_parameters(c);
+    const auto x = ds::nn::llama_index(c, p);
+    auto is = [&](std::size_t id, LlamaRole role, std::int64_t layer) {
+      ASSERT_LT(id, p.size());
+      EXPECT_EQ(p[id].role, role) << p[id].name;
+      EXPECT_EQ(p[id].layer, layer) << p[id].name;
+    };
+    is(x.embed, LlamaRole::Embedding, -1);
+    is(x.normf, LlamaRole::FinalNorm, -1);
+    if (tied) EXPECT_EQ(x.head, x.embed);
+    else is(x.head, LlamaRole::LmHead, -1);
+    ASSERT_EQ(x.layers.size(), 3u);
+    for (std::int64_t l = 0; l < 3; ++l) {
+      const auto& L = x.layers[std::size_t(l)];
+      is(L.q, LlamaRole::QProj, l); is(L.k, LlamaRole::KProj, l); is(L.v, LlamaRole::VProj, l);
+      is(L.o, LlamaRole::OProj, l); is(L.gate, LlamaRole::GateProj, l); is(L.up, LlamaRole::UpProj, l);
+      is(L.down, LlamaRole::DownProj, l); is(L.ln1, LlamaRole::InputNorm, l); is(L.ln2, LlamaRole::PostAttnNorm, l);
+    }
+  }
+}
+
 TEST(LlamaLayout, HuggingFaceNamesShapesAndOrder) {
   ds::nn::LlamaConfig c = tiny(2, false);
   const auto p = ds::nn::llama_parameters(c);

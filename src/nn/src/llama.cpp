@@ -20,26 +20,12 @@ Llama::Llama(const LlamaConfig& cfg) : cfg_(resolved(cfg)) {
   const std::vector<LlamaParam> layout = llama_parameters(cfg_);  // validates
   hd_ = cfg_.n_embd / cfg_.n_head;
   kv_ = cfg_.n_kv_head * hd_;
-  layers_.assign(std::size_t(cfg_.n_layer), LayerIdx{});
-  for (const LlamaParam& p : layout) {
-    const std::size_t id = ps_.add(p.name, p.shape);
-    LayerIdx* L = p.layer >= 0 ? &layers_[std::size_t(p.layer)] : nullptr;
-    switch (p.role) {
-      case LlamaRole::Embedding: embed_ = id; break;
-      case LlamaRole::FinalNorm: normf_ = id; break;
-      case LlamaRole::LmHead: head_ = id; break;
-      case LlamaRole::QProj: L->q = id; break;
-      case LlamaRole::KProj: L->k = id; break;
-      case LlamaRole::VProj: L->v = id; break;
-      case LlamaRole::OProj: L->o = id; break;
-      case LlamaRole::GateProj: L->gate = id; break;
-      case LlamaRole::UpProj: L->up = id; break;
-      case LlamaRole::DownProj: L->down = id; break;
-      case LlamaRole::InputNorm: L->ln1 = id; break;
-      case LlamaRole::PostAttnNorm: L->ln2 = id; break;
-    }
-  }
-  if (cfg_.tie_embeddings) head_ = embed_;
+  for (const LlamaParam& p : layout) ps_.add(p.name, p.shape);
+  const LlamaIndex idx = llama_index(cfg_, layout);
+  embed_ = idx.embed;
+  normf_ = idx.normf;
+  head_ = idx.head;
+  layers_ = idx.layers;
   // llama_parameters() lists the embedding, each layer's 9 matrices and norms, then the final
   // norm and head: each group is a consecutive run.
   groups_.push_back({"embed", embed_, 1});

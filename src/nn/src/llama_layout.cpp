@@ -60,4 +60,29 @@ std::vector<LlamaParam> llama_parameters(const LlamaConfig& cfg) {
   return out;
 }
 
+LlamaIndex llama_index(const LlamaConfig& cfg, const std::vector<LlamaParam>& layout) {
+  LlamaIndex x;
+  x.layers.assign(std::size_t(cfg.n_layer), LlamaIndex::Layer{});
+  for (std::size_t id = 0; id < layout.size(); ++id) {
+    const LlamaParam& p = layout[id];
+    LlamaIndex::Layer* L = p.layer >= 0 ? &x.layers.at(std::size_t(p.layer)) : nullptr;
+    switch (p.role) {
+      case LlamaRole::Embedding: x.embed = id; break;
+      case LlamaRole::FinalNorm: x.normf = id; break;
+      case LlamaRole::LmHead: x.head = id; break;
+      case LlamaRole::QProj: L->q = id; break;
+      case LlamaRole::KProj: L->k = id; break;
+      case LlamaRole::VProj: L->v = id; break;
+      case LlamaRole::OProj: L->o = id; break;
+      case LlamaRole::GateProj: L->gate = id; break;
+      case LlamaRole::UpProj: L->up = id; break;
+      case LlamaRole::DownProj: L->down = id; break;
+      case LlamaRole::InputNorm: L->ln1 = id; break;
+      case LlamaRole::PostAttnNorm: L->ln2 = id; break;
+    }
+  }
+  if (cfg.tie_embeddings) x.head = x.embed;
+  return x;
+}
+
 }  // namespace ds::nn

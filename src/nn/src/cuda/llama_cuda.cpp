@@ -27,7 +27,7 @@ namespace ds::nn {
 namespace kc = ds::nn::cuda;
 
 struct LlamaCuda::Impl : kc::DecoderCuda {
-  struct LayerIdx { std::size_t q = 0, k = 0, v = 0, o = 0, gate = 0, up = 0, down = 0, ln1 = 0, ln2 = 0; };
+  using LayerIdx = LlamaIndex::Layer;
   // Saved activations of one decoder layer (dt elements; rstd fp32). q and k after the rotation.
   struct LayerAct {
     void *ln1, *q, *k, *v, *att, *atty, *x1, *ln2, *gate, *up, *h;
@@ -64,32 +64,19 @@ struct LlamaCuda::Impl : kc::DecoderCuda {
   void init() {
     hd = cfg.n_embd / cfg.n_head;
     KV = cfg.n_kv_head * hd;
-    layers.assign(std::size_t(cfg.n_layer), LayerIdx{});
     const auto layout = llama_parameters(cfg);
     const auto infos = twin.parameters();
     DS_CHECK(layout.size() == infos.size(), "LlamaCuda: layout has " << layout.size() << " parameters, Llama "
                                                                      << infos.size());
-    for (std::size_t id = 0; id < layout.size(); ++id) {
-      const LlamaParam& p = layout[id];
-      DS_CHECK(infos[id].name == p.name, "LlamaCuda: parameter " << id << " is '" << infos[id].name
-                                                                 << "', the layout says '" << p.name << "'");
-      LayerIdx* L = p.layer >= 0 ? &layers[std::size_t(p.layer)] : nullptr;
-      switch (p.role) {
-        case LlamaRole::Embedding: embed = id; break;
-        case LlamaRole::FinalNorm: normf = id; break;
-        case LlamaRole::LmHead: head = id; break;
-        case LlamaRole::QProj: L->q = id; break;
-        case LlamaRole::KProj: L->k = id; break;
-        case LlamaRole::VProj: L->v = id; break;
-        case LlamaRole::OProj: L->o = id; break;
-        case LlamaRole::GateProj: L->gate = id; break;
-        case LlamaRole::UpProj: L->up = id; break;
-        case LlamaRole::DownProj: L->down = id; break;
-        case LlamaRole::InputNorm: L->ln1 = id; break;
-        case LlamaRole::PostAttnNorm: L->ln2 = id; break;
-      }
-    }
-    if (cfg.tie_embeddings) head = embed;
+    for (std::size_t id = 0; id < layout.size(); ++id)
+      DS_CHECK(infos[id].name == layout[id].name, "LlamaCuda: parameter " << id << " is '" << infos[id].name
+                                                                          << "', the layout says '"
+                                                                          << layout[id].name << "'");
+    const LlamaIndex idx = llama_index(cfg, layout);
+    embed = idx.embed;
+    normf = idx.normf;
+    head = idx.head;
+    layers = idx.layers;
     groups = twin.parameter_groups();
 
     open_device();

@@ -69,7 +69,7 @@ class Llama : public Module {
                                      float temperature, std::uint64_t seed);
 
  private:
-  struct LayerIdx { std::size_t q, k, v, o, gate, up, down, ln1, ln2; };
+  using LayerIdx = LlamaIndex::Layer;
   struct LayerAct { float *ln1, *rstd1, *q, *k, *v, *att, *atty, *x1, *ln2, *rstd2, *gate, *up, *h; };
   void ensure_scratch(std::int64_t B, std::int64_t T);
   std::int64_t arena_floats(std::int64_t N, std::int64_t T, int slots, bool checkpointing) const;

@@ -7,6 +7,7 @@
 // follows HF's rotate_half convention (the two halves of each head, not interleaved pairs).
 #pragma once
 
+#include <cstddef>
 #include <cstdint>
 #include <string>
 #include <vector>
@@ -66,6 +67,15 @@ struct LlamaParam {
 // q, k, v, o, gate, up, down, input_layernorm, post_attention_layernorm, then model.norm and
 // (untied) lm_head. Validates cfg.
 std::vector<LlamaParam> llama_parameters(const LlamaConfig& cfg);
+
+// Where each parameter sits in a llama_parameters() list: the indices every implementation
+// reads its weights and gradients by.
+struct LlamaIndex {
+  struct Layer { std::size_t q = 0, k = 0, v = 0, o = 0, gate = 0, up = 0, down = 0, ln1 = 0, ln2 = 0; };
+  std::size_t embed = 0, normf = 0, head = 0;  // head == embed when tie_embeddings
+  std::vector<Layer> layers;                   // n_layer entries
+};
+LlamaIndex llama_index(const LlamaConfig& cfg, const std::vector<LlamaParam>& layout);
 
 // Init as HF's LlamaPreTrainedModel (initializer_range 0.02): every matrix N(0, 0.02), every
 // RMSNorm weight 1.
