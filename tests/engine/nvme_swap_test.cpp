@@ -7,6 +7,12 @@
 //     memory): every read right after it returns the new values, round after round, at
 //     unaligned offsets across chunk boundaries; a write that fails behind the call is
 //     thrown as the queue words it by the next read of its blocks.
+//   - asynchronous reads of the parameter file (the fetcher's gathers): one started right
+//     after a write behind sees the new values; one started before a write sees the old ones;
+//     map() finishes the open reads into their destinations.
+//   - the stage-3 fetcher over it (one rank): a prefetched group's piece is read while the
+//     "module" computes and waited when the group is acquired, never read synchronously; after
+//     a load wrote the partition behind, the next pass gathers the loaded values.
 #include <fcntl.h>
 #include <unistd.h>
 #include <gtest/gtest.h>
@@ -25,6 +31,7 @@
 #include "ds/engine/partition.h"
 #include "ds/optim/optimizer.h"
 #include "nvme_swap.h"
+#include "zero3_fetcher.h"
 #include "zero3_store.h"
 
 namespace {
@@ -152,6 +159,25 @@ std::vector<float> read_back(ds::engine::NvmeSwap& s, std::size_t offset, std::s
   return out;
 }
 
+// One rank: the fetcher calls no collective then (a call would be a bug: it throws).
+class OneRank final : public ds::Communicator {
+ public:
+  int rank() const override { return 0; }
+  int size() const override { return 1; }
+  std::string_view backend() const override { return "one-rank"; }
+  void all_reduce(ds::TensorView, ds::ReduceOp) override { fail(); }
+  ds::CommWork iall_reduce(ds::TensorView, ds::ReduceOp) override { fail(); }
+  void reduce_scatter(ds::TensorView, ds::TensorView, ds::ReduceOp) override { fail(); }
+  ds::CommWork ireduce_scatter(ds::TensorView, ds::TensorView, ds::ReduceOp) override { fail(); }
+  void all_gather(ds::TensorView, ds::TensorView) override { fail(); }
+  ds::CommWork iall_gather(ds::TensorView, ds::TensorView) override { fail(); }
+  void broadcast(ds::TensorView, int) override { fail(); }
+  void barrier() override {}
+
+ private:
+  [[noreturn]] static void fail() { DS_THROW("one rank: no collective expected"); }
+};
+
 // The master rounded to bf16 and back, element by element.
 std::vector<float> rounded(const float* master, std::size_t n) {
   std::vector<std::uint16_t> w(n);
@@ -263,4 +289,134 @@ TEST(NvmeSwap, AWriteBehindThatFailsIsThrownByTheNextReadOfItsBlocks) {
     EXPECT_NE(m.find("params.swap: write of"), std::string::npos) << m;
     EXPECT_NE(m.find(std::strerror(EBADF)), std::string::npos) << m;
   }
+}
+
+TEST(NvmeSwap, AsyncReadsSeeTheWritesBeforeThemAndNotTheOnesAfter) {
+  constexpr std::size_t kChunk = std::size_t(1) << 22;
+  const std::size_t n = 3 * kChunk + 12345;
+  auto swap = param_swap(n);
+  // Pieces as the fetcher reads them: unaligned, some across the chunks still in flight.
+  const std::vector<std::pair<std::size_t, std::size_t>> pieces{
+      {n - 20000, 20000}, {3 * kChunk - 777, 1555}, {2 * kChunk - 3, 4099}, {kChunk + 11, 300000}, {1, 4095}};
+  auto to_f32 = [](const std::vector<std::uint16_t>& w) {
+    std::vector<float> f(w.size());
+    ds::convert(w.data(), DType::BF16, f.data(), DType::F32, w.size());
+    return f;
+  };
+  auto same = [](const std::vector<float>& got, const std::vector<float>& want, std::size_t off) {
+    std::size_t diff = 0;
+    for (std::size_t i = 0; i < got.size(); ++i) diff += got[i] != want[off + i];
+    return diff;
+  };
+  std::vector<float> prev = round_values(n, 0);
+  swap->write_params_behind(prev.data());
+  for (int r = 1; r <= 4; ++r) {
+    const std::vector<float> next = round_values(n, r);
+    // Started before the write: the values of the round before.
+    std::vector<std::vector<std::uint16_t>> early(pieces.size());
+    std::vector<std::uint64_t> early_ids;
+    for (std::size_t p = 0; p < pieces.size(); ++p) {
+      early[p].resize(pieces[p].second);
+      early_ids.push_back(swap->start_read_params(pieces[p].first, pieces[p].second, early[p].data()));
+    }
+    const auto before = swap->counters();
+    swap->write_params_behind(next.data());
+    // The write finished those reads before it touched their blocks: their pieces are in
+    // already (the queue alone would seldom let a write overtake an older read: this is what
+    // says the swap does not count on it).
+    for (std::size_t p = 0; p < pieces.size(); ++p)
+      EXPECT_EQ(same(to_f32(early[p]), prev, pieces[p].first), 0u) << "round " << r << ": the write left the read at "
+                                                                   << pieces[p].first << " open";
+    // Started after it: the new values.
+    std::vector<std::vector<std::uint16_t>> late(pieces.size());
+    std::vector<std::uint64_t> late_ids;
+    for (std::size_t p = 0; p < pieces.size(); ++p) {
+      late[p].resize(pieces[p].second);
+      late_ids.push_back(swap->start_read_params(pieces[p].first, pieces[p].second, late[p].data()));
+    }
+    for (std::size_t p = 0; p < pieces.size(); ++p) {
+      swap->finish_read_params(early_ids[p]);  // finished by the write already: returns at once
+      swap->finish_read_params(late_ids[p]);
+      EXPECT_EQ(same(to_f32(early[p]), prev, pieces[p].first), 0u) << "round " << r << ": a read started before the "
+                                                                   "write saw its values at " << pieces[p].first;
+      ASSERT_EQ(same(to_f32(late[p]), next, pieces[p].first), 0u) << "round " << r << ": a read started after the "
+                                                                   "write saw older values at " << pieces[p].first;
+    }
+    const auto after = swap->counters();
+    EXPECT_EQ(after.param_async_reads - before.param_async_reads, pieces.size());
+    EXPECT_EQ(after.param_sync_reads, before.param_sync_reads);
+    prev = next;
+  }
+}
+
+TEST(NvmeSwap, MapFinishesTheOpenReadsIntoTheirDestinations) {
+  Stage3 s(2, 100000);
+  s.store->set_initial(s.flat(random_values(s.map.total_numel, 3)).data());
+  const auto& g = s.map.groups[1];
+  std::vector<std::uint16_t> piece(g.piece), direct(g.piece);
+  s.store->read_part_params(1, direct.data());
+  const std::uint64_t id = s.store->start_read_part_params(1, piece.data());
+  s.store->state_views(*s.opt);  // a checkpoint save while a prefetch is open
+  s.store->done_with_state_views(false);
+  EXPECT_EQ(piece, direct) << "map() left a read open";
+  s.store->finish_read_part_params(id);  // done already: returns at once
+  EXPECT_EQ(piece, direct);
+}
+
+TEST(NvmeSwap, FetcherReadsPrefetchedPiecesBehindTheComputeAndGathersLoadedValues) {
+  // 8 groups of 1 Mi elements (2 MiB of bf16 each), the parameters on NVMe, the master in
+  // memory; prefetch 3 groups ahead; each group "computes" for 4 ms between acquire and release.
+  constexpr std::size_t kGroups = 8, kPer = std::size_t(1) << 20;
+  Stage3 s(kGroups, kPer, /*optimizer_on_nvme=*/false);
+  const std::vector<float> first = random_values(s.map.total_numel, 5);
+  s.store->set_initial(s.flat(first).data());
+  OneRank comm;
+  ds::Timers timers;
+  ds::engine::FetchOptions fo;
+  fo.prefetch_elems = 3 * (kPer + kGroups);
+  fo.persistence_threshold = 0;
+  ds::engine::GroupFetcher f(s.map, *s.store, comm, fo, timers);
+  double acquire_ms = 0;  // the module's time inside acquire: what the reads cost it
+  auto pass = [&](const std::vector<float>& partition, double compute_ms) {
+    f.begin_forward();
+    for (std::size_t g = 0; g < kGroups; ++g) {
+      const auto a0 = std::chrono::steady_clock::now();
+      f.acquire(g, ds::Pass::Forward);
+      acquire_ms += std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - a0).count();
+      const auto& fg = s.map.groups[g];
+      std::vector<float> got(fg.numel);
+      ds::convert(s.store->params(fg.offset, fg.numel).data, DType::BF16, got.data(), DType::F32, fg.numel);
+      const std::vector<float> want = rounded(partition.data() + fg.part_offset, fg.numel);
+      EXPECT_EQ(got, want) << "group " << g << " gathered other values";
+      const auto t0 = std::chrono::steady_clock::now();
+      while (std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t0).count() < compute_ms) {
+      }
+      f.release(g, ds::Pass::Forward);
+    }
+    f.end_forward();
+  };
+  // The partition of the dense values: at one rank, the flat space without its gaps.
+  auto partition_of = [&](const std::vector<float>& dense) {
+    std::vector<float> p(s.map.partition_numel, 0.f);
+    for (const auto& fg : s.map.groups) std::copy_n(dense.begin() + std::ptrdiff_t(fg.dense_offset), fg.numel, p.begin() + std::ptrdiff_t(fg.part_offset));
+    return p;
+  };
+  pass(partition_of(first), 0);  // records the trace
+  // A load: the master through the views, the partition written behind, the gathered copies
+  // stale; the next pass's first acquire and its prefetches read at once after those writes.
+  const std::vector<float> loaded = random_values(s.map.partition_numel, 6);
+  const ds::engine::StateViews v = s.store->state_views(*s.opt);
+  std::copy(loaded.begin(), loaded.end(), v.master.begin());
+  s.store->done_with_state_views(true);
+  f.params_changed();
+  const auto before = s.swap().counters();
+  acquire_ms = 0;
+  pass(loaded, 4);
+  const auto after = s.swap().counters();
+  std::printf("[ measure  ] a pass over %zu groups of 2 MiB on NVMe, 4 ms of compute each: %.1f ms inside acquire, "
+              "%zu synchronous / %zu asynchronous reads\n",
+              kGroups, acquire_ms, after.param_sync_reads - before.param_sync_reads,
+              after.param_async_reads - before.param_async_reads);
+  EXPECT_EQ(after.param_sync_reads - before.param_sync_reads, 0u) << "the fetcher read a piece synchronously";
+  EXPECT_EQ(after.param_async_reads - before.param_async_reads, kGroups);
 }

@@ -112,8 +112,11 @@ void NvmeSwap::write_params(std::size_t offset, std::size_t count, const void* s
   if (count == 0) return;
   // A partial first or last block is read, patched and written whole: after the writes
   // behind of those blocks, or the patch would be built on older bytes (and an older write
-  // landing later would undo this one).
-  wait_param_writes(offset * es / io::kDirectAlign * io::kDirectAlign, io::align_up((offset + count) * es));
+  // landing later would undo this one); and after the open reads of them, which must not
+  // see it.
+  const std::size_t lo = offset * es / io::kDirectAlign * io::kDirectAlign, hi = io::align_up((offset + count) * es);
+  finish_param_reads(lo, hi);
+  wait_param_writes(lo, hi);
   counters_.param_sync_writes++;
   aio_->write_unaligned(*param_file_, offset * es, count * es, src);
 }
@@ -129,13 +132,64 @@ void NvmeSwap::write_params_behind(const float* master) {
     const std::size_t k = std::min(chunk, n_ - a), lo = a * es, hi = io::align_up((a + k) * es);
     io::AlignedBuffer& buf = param_ring_[c % kParamRing];
     aio_->wait(param_ring_writes_[c % kParamRing]);  // the buffer's last chunk is on disk
-    wait_param_writes(lo, hi);  // and so is any older write of this chunk's blocks
+    finish_param_reads(lo, hi);  // the open reads of its blocks got the older values
+    wait_param_writes(lo, hi);   // and any older write of them is on disk
     convert(master + a, DType::F32, buf.data(), wdtype_, k);
     std::memset(buf.as<char>() + k * es, 0, hi - lo - k * es);  // no stale tail on disk
     const io::Ticket t = aio_->write(*param_file_, lo, hi - lo, buf.data());
     param_ring_writes_[c % kParamRing] = t;
     param_writes_.push_back({lo, hi, t});
     counters_.param_writes_behind++;
+  }
+}
+
+std::uint64_t NvmeSwap::start_read_params(std::size_t offset, std::size_t count, void* dst) {
+  DS_CHECK(o_.params && offset + count <= n_, "NvmeSwap::start_read_params out of range");
+  const std::size_t es = dtype_size(wdtype_);
+  ParamRead r;
+  r.id = next_read_++;
+  r.lo = offset * es / io::kDirectAlign * io::kDirectAlign;
+  r.hi = io::align_up((offset + count) * es);
+  r.dst = static_cast<char*>(dst);
+  r.skip = offset * es - r.lo;
+  r.bytes = count * es;
+  if (count == 0) return r.id;  // nothing to read: finish_read_params finds no such read
+  wait_param_writes(r.lo, r.hi);  // the blocks hold the last values written
+  // A spare bounce buffer large enough, else a new one (the spares end up sized for the
+  // largest pieces read at once).
+  auto fit = std::find_if(spare_bounces_.begin(), spare_bounces_.end(),
+                          [&](const io::AlignedBuffer& b) { return b.bytes() >= r.hi - r.lo; });
+  if (fit != spare_bounces_.end()) {
+    r.bounce = std::move(*fit);
+    spare_bounces_.erase(fit);
+  } else {
+    r.bounce = io::AlignedBuffer(r.hi - r.lo);
+  }
+  r.ticket = aio_->read(*param_file_, r.lo, r.hi - r.lo, r.bounce.data());  // whole blocks, inside the file
+  counters_.param_async_reads++;
+  param_reads_.push_back(std::move(r));
+  return param_reads_.back().id;
+}
+
+void NvmeSwap::finish_read_params(std::uint64_t id) {
+  auto it = std::find_if(param_reads_.begin(), param_reads_.end(), [&](const ParamRead& r) { return r.id == id; });
+  if (it == param_reads_.end()) return;  // finished already (step, map, a write of its blocks)
+  ParamRead r = std::move(*it);
+  param_reads_.erase(it);
+  struct Spare {  // the bounce buffer goes back to the spares, also when the read failed
+    NvmeSwap& s;
+    io::AlignedBuffer& b;
+    ~Spare() { s.spare_bounces_.push_back(std::move(b)); }
+  } spare{*this, r.bounce};
+  aio_->wait(r.ticket);
+  std::memcpy(r.dst, r.bounce.as<char>() + r.skip, r.bytes);
+}
+
+void NvmeSwap::finish_param_reads(std::size_t lo, std::size_t hi) {
+  // Oldest first: a failure is thrown by the first read that had one, the rest stay open.
+  for (std::size_t i = 0; i < param_reads_.size();) {
+    if (param_reads_[i].lo < hi && lo < param_reads_[i].hi) finish_read_params(param_reads_[i].id);
+    else ++i;
   }
 }
 
@@ -170,7 +224,10 @@ void NvmeSwap::wait_writes(Slot& s) {
 void NvmeSwap::step(optim::Optimizer& opt, TensorView grads, TensorView working, const optim::StepContext& ctx) {
   DS_CHECK(o_.optimizer, "NvmeSwap::step without offload_optimizer nvme");
   DS_CHECK(grads.count == n_ && (o_.params || working.count == n_), "NvmeSwap::step: views of the wrong size");
-  if (o_.params) wait_param_writes(0, SIZE_MAX);  // a load's writes behind land before the step's
+  if (o_.params) {  // the open reads get the values before the step, a load's writes land first
+    finish_param_reads(0, SIZE_MAX);
+    wait_param_writes(0, SIZE_MAX);
+  }
   const auto t0 = std::chrono::steady_clock::now();
   const std::size_t read0 = aio_->bytes_read(), written0 = aio_->bytes_written();
   const std::size_t groups = (n_ + sub_ - 1) / sub_, B = slots_.size();
@@ -208,7 +265,8 @@ void NvmeSwap::step(optim::Optimizer& opt, TensorView grads, TensorView working,
 StateViews NvmeSwap::map() {
   DS_CHECK(o_.optimizer, "NvmeSwap::map without offload_optimizer nvme");
   unmap(true);  // views left from a failed load: what was written goes to disk first
-  param_writes_.clear();  // waited for (and their failure thrown) by wait_all
+  finish_param_reads(0, SIZE_MAX);  // their pieces go where they were asked to
+  param_writes_.clear();             // waited for (and their failure thrown) by wait_all
   aio_->wait_all();
   counters_.maps++;
   StateViews v;
@@ -248,6 +306,8 @@ void NvmeSwap::add_memory(ModelStateBytes& b) const {
     b.swap_buffers += s.out.bytes();
   }
   for (const auto& buf : param_ring_) b.swap_buffers += buf.bytes();
+  for (const auto& buf : spare_bounces_) b.swap_buffers += buf.bytes();
+  for (const auto& r : param_reads_) b.swap_buffers += r.bounce.bytes();
   for (const auto& f : files_) b.on_nvme += f.bytes();
   if (param_file_) b.on_nvme += param_file_->bytes();
 }

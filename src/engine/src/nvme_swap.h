@@ -7,9 +7,11 @@
 // a ring, the read of the next sub-groups and the write-back of the previous ones in flight
 // on the I/O threads while the current one is stepped. With offload_param device "nvme"
 // (stage 3), the working-dtype parameter partition lives in a swap file too: the fetcher
-// reads a group's piece straight into its place in the gathered buffer, and the step writes
-// the updated pieces back (with the master in memory: behind, asynchronously, and every later
-// read of the file waits for the writes of the blocks it reads).
+// reads a group's piece into its place in the gathered buffer (started when the gather is
+// decided, waited when the bytes are needed), and the step writes the updated pieces back
+// (with the master in memory: behind, asynchronously). Transfers of the parameter file are
+// ordered by the blocks they touch: a read waits for the writes before it, a write for the
+// reads and writes before it.
 //
 // The files are scratch: they sit in <nvme_path>/dstrain-swap/<host>-<pid>-rank<R>/ (io::SwapDir:
 // removed when the engine goes, cleaned at the next start after a crash), and checkpoints
@@ -93,6 +95,14 @@ class NvmeSwap {
   // AioQueue words it, by whichever call waits for them first: a read or write of their
   // blocks, the next write_params_behind, step(), map().
   void write_params_behind(const float* master);
+  // Starts reading [offset, offset + count) into dst (any alignment) on the I/O threads,
+  // after the writes behind of its blocks: the blocks go to a bounce buffer of the swap's,
+  // and finish_read_params(id) waits for them, copies the piece to dst and throws the read's
+  // failure. dst must stay valid until then; step() and map() finish every read still open
+  // (so finish_read_params returns at once afterwards). Writes of the same blocks wait for
+  // the read, which therefore returns what the file held when it was started.
+  std::uint64_t start_read_params(std::size_t offset, std::size_t count, void* dst);
+  void finish_read_params(std::uint64_t id);
 
   // Swap buffers (memory) and swap file bytes (disk).
   void add_memory(ModelStateBytes& b) const;
@@ -105,6 +115,7 @@ class NvmeSwap {
     // call found still in flight and had to wait for.
     std::size_t param_sync_reads = 0, param_sync_writes = 0;
     std::size_t param_writes_behind = 0, param_writes_waited = 0;
+    std::size_t param_async_reads = 0;  // start_read_params calls
   };
   const Counters& counters() const { return counters_; }
   // Bytes read and written by the last step() and its seconds (benchmarks).
@@ -122,6 +133,17 @@ class NvmeSwap {
   void wait_writes(Slot& s);
   // Waits for (and forgets) the writes behind that overlap bytes [lo, hi) of params.swap.
   void wait_param_writes(std::size_t lo, std::size_t hi);
+  // Finishes the open reads that overlap bytes [lo, hi) (before a write of those blocks).
+  void finish_param_reads(std::size_t lo, std::size_t hi);
+  // A read of params.swap in flight: its blocks, its bounce buffer and where the piece goes.
+  struct ParamRead {
+    std::uint64_t id = 0;
+    std::size_t lo = 0, hi = 0;
+    io::Ticket ticket = 0;
+    io::AlignedBuffer bounce;
+    char* dst = nullptr;
+    std::size_t skip = 0, bytes = 0;  // the piece: bounce[skip, skip + bytes)
+  };
   // A parameter write behind in flight: its bytes of params.swap and its request.
   struct ParamWrite {
     std::size_t lo = 0, hi = 0;
@@ -141,6 +163,9 @@ class NvmeSwap {
   std::vector<io::AlignedBuffer> param_ring_;  // write_params_behind's chunks (made on first use)
   std::vector<io::Ticket> param_ring_writes_;  // each ring buffer's last write
   std::vector<ParamWrite> param_writes_;       // writes behind not yet waited for
+  std::vector<ParamRead> param_reads_;         // open reads, in start order
+  std::vector<io::AlignedBuffer> spare_bounces_;  // finished reads' bounce buffers, for reuse
+  std::uint64_t next_read_ = 1;
   // After the files and buffers it reads and writes: destroyed (drained, joined) first.
   std::unique_ptr<io::AioQueue> aio_;
   std::vector<std::pair<void*, std::size_t>> maps_;  // map(): address, bytes

@@ -42,6 +42,13 @@ GroupFetcher::GroupFetcher(const PartitionMap& map, PartitionedParamStore& store
 }
 
 GroupFetcher::~GroupFetcher() {
+  // Reads land in the flat parameters, which the store frees after this.
+  for (std::size_t g : reading_) {
+    try {
+      store_.finish_read_part_params(groups_[g].read);
+    } catch (...) {
+    }
+  }
   for (auto& op : ops_) {
     try {
       if (op.work) op.work->wait();
@@ -58,20 +65,32 @@ void GroupFetcher::start_gather(std::size_t g) {
   live_ += fg.padded;
   peak_live_ = std::max(peak_live_, live_);
   const TensorView dst = store_.params(fg.offset, fg.padded);
+  if (store_.params_swapped()) {
+    // offload_param nvme: the piece is read from the swap file into its block of the gathered
+    // buffer (the all-gather then runs in place); the read runs while the module computes,
+    // until finish_read.
+    char* block = static_cast<char*>(dst.data) + std::size_t(comm_.rank()) * fg.piece * dtype_size(wdtype_);
+    s.read = store_.start_read_part_params(g, block);
+    s.state = State::Reading;
+    reading_.push_back(g);
+    return;
+  }
   if (world_ == 1) {
     store_.read_part_params(g, dst.data);
     s.state = State::Resident;
     return;
   }
-  // With offload_param nvme the piece is read from the swap file straight into its block of
-  // the gathered buffer, and the all-gather runs in place.
-  TensorView mine;
-  if (store_.params_swapped()) {
-    mine = TensorView{static_cast<char*>(dst.data) + std::size_t(comm_.rank()) * fg.piece * dtype_size(wdtype_), fg.piece, wdtype_};
-    store_.read_part_params(g, mine.data);
-  } else {
-    mine = store_.part_params(g);
-  }
+  start_all_gather(g);
+}
+
+void GroupFetcher::start_all_gather(std::size_t g) {
+  Group& s = groups_[g];
+  const FlatGroup& fg = map_.groups[g];
+  const TensorView dst = store_.params(fg.offset, fg.padded);
+  const TensorView mine =
+      store_.params_swapped()
+          ? TensorView{static_cast<char*>(dst.data) + std::size_t(comm_.rank()) * fg.piece * dtype_size(wdtype_), fg.piece, wdtype_}
+          : store_.part_params(g);
   Op op;
   op.id = next_id_++;
   op.gather = true;
@@ -80,6 +99,40 @@ void GroupFetcher::start_gather(std::size_t g) {
   s.state = State::Gathering;
   s.gather_op = op.id;
   ops_.push_back(std::move(op));
+}
+
+void GroupFetcher::finish_read(std::size_t g) {
+  Group& s = groups_[g];
+  reading_.erase(std::find(reading_.begin(), reading_.end(), g));
+  try {
+    store_.finish_read_part_params(s.read);
+  } catch (...) {  // the read failed: the group holds nothing
+    s.state = State::Released;
+    live_ -= map_.groups[g].padded;
+    throw;
+  }
+  if (world_ == 1) {
+    s.state = State::Resident;
+    return;
+  }
+  start_all_gather(g);
+}
+
+void GroupFetcher::finish_reads() {
+  while (!reading_.empty()) finish_read(reading_.front());
+}
+
+void GroupFetcher::drop_read(std::size_t g) {
+  Group& s = groups_[g];
+  reading_.erase(std::find(reading_.begin(), reading_.end(), g));
+  s.state = State::Resident;  // once its read is done, released like a gathered group
+  try {
+    store_.finish_read_part_params(s.read);  // it writes into the pages released here
+  } catch (...) {
+    release_params(g);
+    throw;
+  }
+  release_params(g);
 }
 
 void GroupFetcher::start_reduce_scatter(std::size_t g) {
@@ -170,17 +223,20 @@ void GroupFetcher::acquire(std::size_t g, Pass pass) {
     if (it == t.end()) diverged_[k] = true;
     else cursor_[k] = std::size_t(it - t.begin()) + 1;
   }
+  timers_.start("gather_wait");
+  // Several ranks: the reads started since the last acquire (prefetches) had that group's
+  // compute to run; they finish here and their all-gathers start, in the order the reads
+  // started -- at this call on every rank, so the collectives keep one order.
+  if (world_ > 1) finish_reads();
   if (s.state == State::Resident && s.stale) {  // a persistent group after a step: refresh in place
     live_ -= map_.groups[g].padded;
     s.state = State::Released;
     s.stale = false;
   }
   if (s.state == State::Released) start_gather(g);
-  if (s.state == State::Gathering) {
-    timers_.start("gather_wait");
-    wait_until(s.gather_op);
-    timers_.stop("gather_wait");
-  }
+  if (s.state == State::Reading) finish_read(g);
+  if (s.state == State::Gathering) wait_until(s.gather_op);
+  timers_.stop("gather_wait");
   if (o_.overlap) prefetch(pass);
 }
 
@@ -222,10 +278,11 @@ void GroupFetcher::prefetch(Pass pass) {
   std::size_t in_flight = 0;
   for (const Op& op : ops_)
     if (op.gather) in_flight += map_.groups[op.group].padded;
+  for (std::size_t g : reading_) in_flight += map_.groups[g].padded;
   const auto& t = trace_[k];
   for (std::size_t i = cursor_[k]; i < t.size(); ++i) {
     Group& s = groups_[t[i]];
-    if (s.state == State::Gathering) continue;
+    if (s.state == State::Gathering || s.state == State::Reading) continue;
     if (s.state == State::Resident && !s.stale) continue;
     const std::size_t n = map_.groups[t[i]].padded;
     if (in_flight + n > o_.prefetch_elems || live_ + n > o_.max_live) break;
@@ -243,6 +300,10 @@ void GroupFetcher::release_unused() {
   for (std::size_t g = 0; g < groups_.size(); ++g) {
     Group& s = groups_[g];
     if (s.refs == 0 && !s.persistent && s.state != State::Released) {
+      if (s.state == State::Reading) {  // prefetched but not used: no all-gather
+        drop_read(g);
+        continue;
+      }
       if (s.state == State::Gathering) wait_until(s.gather_op);
       release_params(g);
     }
@@ -305,6 +366,8 @@ void GroupFetcher::params_changed() {
   // released already.
   for (std::size_t g = 0; g < groups_.size(); ++g) {
     Group& s = groups_[g];
+    if (s.state == State::Reading) drop_read(g);  // read before the change, maybe (a prefetch)
+    if (s.state == State::Gathering) wait_until(s.gather_op);  // gathered before it, likewise
     if (s.state == State::Resident) s.stale = true;
   }
 }

@@ -7,7 +7,10 @@
 // the use, or now. Prediction: the first forward and backward record the order of
 // acquisitions (the trace); later passes follow it and keep gathers in flight ahead of the
 // module, up to stage3_prefetch_bucket_size elements and stage3_max_live_parameters
-// resident. release(g) frees the group's pages unless the group is persistent (at most
+// resident. With offload_param nvme a gather begins with the read of this rank's piece from
+// the swap file, started when the gather is decided (a prefetch's too) and finished when the
+// bytes are needed: at one rank when the group is acquired; at several, at the next acquire
+// (the read had the current group's compute to run), when the all-gather starts. release(g) frees the group's pages unless the group is persistent (at most
 // stage3_param_persistence_threshold elements; stage3_model_persistence_threshold in all) or
 // the trace says it is used again within stage3_max_reuse_distance elements. In backward,
 // once every parameter of a group reported its gradient final, the group's flat gradients
@@ -17,7 +20,8 @@
 //
 // Collective order: every rank's module acquires the same groups in the same order and
 // reports the same gradients, so the gathers and reduce-scatters the fetcher starts from
-// those calls form the same sequence on every rank. Non-blocking operations are completed
+// those calls form the same sequence on every rank (an all-gather behind a piece's read
+// starts at a fixed call too, never when the read happens to be done). Non-blocking operations are completed
 // strictly in the order they were started (the Communicator's rule): waiting for one
 // completes every older one first.
 #pragma once
@@ -76,13 +80,16 @@ class GroupFetcher final : public GroupHooks, public GradSync {
   std::size_t persistent_elements() const { return persistent_elems_; }
 
  private:
-  enum class State : std::uint8_t { Released, Gathering, Resident };
+  // Reading: this rank's piece is being read from the parameter swap file (offload_param
+  // nvme); the all-gather (world > 1) starts once the read is finished.
+  enum class State : std::uint8_t { Released, Reading, Gathering, Resident };
   struct Group {
     State state = State::Released;
     int refs = 0;
     bool persistent = false;
     bool stale = false;            // persistent and resident, but the step changed the pieces
     std::uint64_t gather_op = 0;   // id of the gather in flight (state Gathering)
+    std::uint64_t read = 0;        // the piece's read (state Reading)
     std::size_t grads_ready = 0;   // parameters that reported their gradient this backward
     bool reduced = false;          // its reduce-scatter was started this backward
   };
@@ -95,6 +102,10 @@ class GroupFetcher final : public GroupHooks, public GradSync {
   };
 
   void start_gather(std::size_t g);
+  void start_all_gather(std::size_t g);  // this rank's piece is in its block: gather in place
+  void finish_read(std::size_t g);       // Reading -> Gathering (world > 1) or Resident
+  void finish_reads();                   // every Reading group, in the order the reads started
+  void drop_read(std::size_t g);         // Reading -> Released (not used after all)
   void start_reduce_scatter(std::size_t g);
   void wait_until(std::uint64_t id);  // completes every operation up to id, oldest first
   void complete_front();
@@ -113,6 +124,7 @@ class GroupFetcher final : public GroupHooks, public GradSync {
   DType wdtype_;
   std::vector<Group> groups_;
   std::deque<Op> ops_;
+  std::vector<std::size_t> reading_;  // groups in state Reading, in the order their reads started
   std::uint64_t next_id_ = 1;
   std::size_t live_ = 0, peak_live_ = 0, persistent_elems_ = 0;
 

@@ -39,6 +39,14 @@ void PartitionedParamStore::read_part_params(std::size_t g, void* dst) const {
   else std::memcpy(dst, part_params(g).data, fg.piece * dtype_size(o_.wdtype));
 }
 
+std::uint64_t PartitionedParamStore::start_read_part_params(std::size_t g, void* dst) {
+  DS_CHECK(params_swapped(), "stage 3: start_read_part_params without offload_param nvme");
+  const FlatGroup& fg = map_.groups[g];
+  return swap_->start_read_params(fg.part_offset, fg.piece, dst);
+}
+
+void PartitionedParamStore::finish_read_part_params(std::uint64_t id) { swap_->finish_read_params(id); }
+
 float* PartitionedParamStore::part_grads(std::size_t g) const {
   return const_cast<float*>(part_grads_.as<float>()) + map_.groups[g].part_offset;
 }

@@ -46,6 +46,10 @@ class PartitionedParamStore final : public ParamStore {
   TensorView part_params(std::size_t g) const;
   // Copies group g's working-params piece to dst (from memory or the parameter swap file).
   void read_part_params(std::size_t g, void* dst) const;
+  // With offload_param nvme: starts reading group g's piece from the swap file into dst, and
+  // finishes that read (dst filled; its failure thrown). NvmeSwap::start_read_params.
+  std::uint64_t start_read_part_params(std::size_t g, void* dst);
+  void finish_read_part_params(std::uint64_t id);
   bool params_swapped() const { return swap_ && swap_->params(); }
   float* part_grads(std::size_t g) const;
   PagedBuffer& flat_params() { return flat_params_; }
