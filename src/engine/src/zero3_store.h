@@ -11,6 +11,8 @@
 // the optimizer state, against w + w + 4 + K at stage 0.
 #pragma once
 
+#include <cstdint>
+
 #include "ds/mpi/communicator.h"
 #include "param_store.h"
 
