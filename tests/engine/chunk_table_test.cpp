@@ -89,7 +89,9 @@ TEST(ChunkArithmetic, BucketsReleaseEveryUnitOnceAfterAllBucketsOverIt) {
       int last_over = -1;  // the highest bucket index holding a byte of unit u
       for (std::size_t k = 0; k < buckets.size(); ++k)
         if (buckets[k].first * es < (u + 1) * unit && buckets[k].second * es > u * unit) last_over = int(k);
-      if (last_over >= 0) EXPECT_EQ(released_by[u], last_over) << "unit " << u << " (trial " << trial << ")";
+      if (last_over >= 0) {
+        EXPECT_EQ(released_by[u], last_over) << "unit " << u << " (trial " << trial << ")";
+      }
     }
   }
 }

@@ -238,8 +238,11 @@ void run(bool hooks) {
     EXPECT_GE(red.peak_resident(), keep_hi - keep_lo);
     std::printf("%s, rank %d: %zu of %zu bytes mapped at most, %zu kept\n", hooks ? "groups" : "no groups", rank,
                 red.peak_resident(), st.pages_.mapped_bytes(), keep_hi - keep_lo);
-    if (hooks) EXPECT_LT(red.peak_resident(), st.pages_.mapped_bytes()) << "every chunk was mapped at once";
-    else EXPECT_EQ(red.peak_resident(), st.pages_.mapped_bytes());  // the whole space, for a moment
+    if (hooks) {
+      EXPECT_LT(red.peak_resident(), st.pages_.mapped_bytes()) << "every chunk was mapped at once";
+    } else {
+      EXPECT_EQ(red.peak_resident(), st.pages_.mapped_bytes());  // the whole space, for a moment
+    }
   }
 }
 
