@@ -3,7 +3,8 @@
 //   - the reservation: bytes rounded up to chunks of the device's granularity, nothing mapped;
 //     a chunk size asked for is rounded up to a multiple of it;
 //   - touch maps and zeroes; populate maps only what is missing, zeroes what it maps and keeps
-//     the contents of chunks already mapped; resident bytes follow;
+//     the contents of chunks already mapped; resident bytes follow; cudaPointerGetAttributes
+//     calls a mapped chunk device memory (the models' bind() checks every view that way);
 //   - release unmaps; a released chunk reads as zero when mapped again, although its old
 //     physical memory held a pattern (the memset after the map);
 //   - a release off the chunk boundaries is refused (ds::Error), the partial last chunk goes
@@ -72,6 +73,13 @@ void contract(cudaStream_t s) {
   CHECK(b.resident_bytes() == 2 * g && b.table().mapped(1) && b.table().mapped(2) && !b.table().mapped(0),
         "touch: resident %zu", b.resident_bytes());
   CHECK(all_equal(read(b, s, g, 3 * g), 0), "touch: not zero");
+  // What the models' bind() asks of every gradient view (DecoderCuda::bind_views): a mapped
+  // chunk must read as device memory of this device.
+  cudaPointerAttributes attr{};
+  DS_CUDA_CHECK(cudaPointerGetAttributes(&attr, static_cast<char*>(b.data()) + g + 100));
+  CHECK(attr.type == cudaMemoryTypeDevice && attr.device == 0,
+        "a mapped chunk is not device memory of device 0 to cudaPointerGetAttributes (type %d, device %d)",
+        int(attr.type), attr.device);
 
   fill(b, s, g, 3 * g, 0xAB);
   b.populate(0, 4 * g - 1);  // maps 0 and 3, keeps 1 and 2
