@@ -23,11 +23,12 @@ namespace ds::engine {
 struct ModelStateBytes {
   std::size_t params = 0;           // working parameters (fp32 | fp16 | bf16)
   std::size_t grads = 0;            // gradients (working dtype) resident between backwards;
-                                    // ZeRO-2: the pages of this rank's partition (measured)
+                                    // ZeRO-2: the pages (CUDA device: the mapped chunks) of
+                                    // this rank's partition (measured)
   std::size_t grad_buckets = 0;     // engine, ZeRO-2 only: the most gradient bytes seen
                                     // resident BEYOND `grads` during a backward (buckets being
-                                    // written or reduced; measured with mincore, 0 before the
-                                    // first backward)
+                                    // written or reduced; measured with mincore, or counted
+                                    // chunks on a device; 0 before the first backward)
   std::size_t master = 0;           // fp32 master weights (this rank's slice under ZeRO)
   std::size_t optimizer_state = 0;  // optimizer moments etc. (this rank's slice under ZeRO)
   std::size_t comm_scratch = 0;     // engine only: all-gather staging, comm-dtype copies
