@@ -19,7 +19,9 @@
 // paged buffer really unmaps the chunks outside a rank's slice after each bucket and maps them
 // again in the next backward (and the slice accumulates across micro-steps), same limits; its
 // memory report gives the slice's chunks as the gradient bytes, fewer than the whole
-// gradients, and after a step only those chunks are mapped.
+// gradients, and after a step only those chunks are mapped. And ZeRO-2 against ZeRO-1 on the
+// same ranks, model, buckets and rows (one accumulation step): equal bit for bit, losses, grad
+// norms and parameters (the same sums of the same buckets, the same slice stepped).
 // Also the device communicator rule on the live job: "staged" builds a StagedComm; "auto"
 // takes staged when the node's ranks outnumber its GPUs.
 // Before the device check, on any machine: without a GPU, make_device_communicator refuses
@@ -188,6 +190,52 @@ void matches_one_process(ds::DistributedContext& ctx, const std::shared_ptr<ds::
   }
 }
 
+// ZeRO-2 against ZeRO-1 on the same ranks, model (the 3.6M GPT), buckets and rows, one
+// accumulation step: the buckets are reduced in the same order with the same sums, the same
+// slice is stepped with the same gradients, so losses, grad norms and parameters must be
+// equal bit for bit -- whatever the paging of the gradients does, it must not change a value.
+void zero2_equals_zero1(ds::DistributedContext& ctx, const std::shared_ptr<ds::Communicator>& staged) {
+  const int W = ctx.world_size, r = ctx.rank;
+  struct Run {
+    std::vector<float> losses;
+    std::vector<double> norms;
+    std::vector<float> params;
+  };
+  // One engine at a time: the staged communicator orders its copies on the compute stream
+  // the last engine built gave it (set_compute_stream), so two engines must not share it at once.
+  auto train = [&](int stage) {
+    Run out;
+    const Case c{stage, false, chunky_gpt(), 1 << 20, 1};
+    ds::nn::GptCuda m(c.model, /*allow_tf32=*/false);
+    auto e = ds::initialize(ds::config::parse_config_text(config(kMicro, c), "test config"), m, ctx.comm, staged);
+    for (int s = 0; s < kSteps; ++s) {
+      const auto g = engine_test::global_tokens(W, kMicro, s, 3000u);
+      out.losses.push_back(train_step(*e.engine, rows_of(g, r * kMicro, kMicro).batch()));
+      out.norms.push_back(e.engine->get_global_grad_norm());
+    }
+    out.params = e.engine->gather_params_fp32();
+    return out;
+  };
+  const Run z1 = train(1), z2 = train(2);
+  int differ = 0;
+  for (int s = 0; s < kSteps; ++s) {
+    if (z1.losses[std::size_t(s)] == z2.losses[std::size_t(s)] && z1.norms[std::size_t(s)] == z2.norms[std::size_t(s)])
+      continue;
+    ++differ;
+    if (r == 0)
+      std::printf("step %d: ZeRO-1 loss %.9g norm %.17g, ZeRO-2 loss %.9g norm %.17g\n", s, z1.losses[std::size_t(s)],
+                  z1.norms[std::size_t(s)], z2.losses[std::size_t(s)], z2.norms[std::size_t(s)]);
+  }
+  std::size_t diff_params = z1.params.size() == z2.params.size() ? 0 : std::max(z1.params.size(), z2.params.size());
+  for (std::size_t i = 0; i < z1.params.size() && i < z2.params.size(); ++i) diff_params += z1.params[i] != z2.params[i];
+  if (r == 0)
+    std::printf("fp32 3.6M GPT, %d ranks: ZeRO-2 vs ZeRO-1 with the same buckets: %d of %d steps differ, %zu of %zu "
+                "parameters differ\n",
+                W, differ, kSteps, diff_params, z1.params.size());
+  CHECK_MSG(differ == 0, "ZeRO-2 and ZeRO-1 differ in loss or grad norm at %d steps", differ);
+  CHECK_MSG(diff_params == 0, "ZeRO-2 and ZeRO-1 differ in %zu parameters", diff_params);
+}
+
 // make_device_communicator(ctx, backend) on every rank; the error text, or "" when it built one.
 std::string error_of(ds::DistributedContext& ctx, const char* backend) {
   try {
@@ -245,6 +293,7 @@ int main(int argc, char**) {
         // ZeRO-2 where chunks really go and come back: 3.6M parameters, 1M-element buckets.
         matches_one_process(ctx, staged, Case{2, false, chunky_gpt(), 1 << 20, 1});
         matches_one_process(ctx, staged, Case{2, false, chunky_gpt(), 1 << 20, 2});
+        zero2_equals_zero1(ctx, staged);
         return engine_test::kChecksDone;  // staged, a local, is released before MPI finalizes
       });
 }
