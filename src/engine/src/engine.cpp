@@ -98,7 +98,7 @@ Engine::Engine(config::DsConfig cfg, Module& module, std::shared_ptr<Communicato
   grad_comm_ = cuda && device_comm_ ? device_comm_.get() : comm_.get();
   if (map_.stage == 3) {
     auto fetcher = std::make_unique<engine::GroupFetcher>(
-        map_, static_cast<engine::PartitionedParamStore&>(*store_), *grad_comm_, fetch_options(), timers_);
+        map_, static_cast<engine::Zero3Store&>(*store_), *grad_comm_, fetch_options(), timers_);
     fetcher_ = fetcher.get();
     module_->set_group_hooks(fetcher_);
     sync_ = std::move(fetcher);
@@ -137,7 +137,7 @@ Engine::Engine(config::DsConfig cfg, Module& module, std::shared_ptr<Communicato
 // its parameters (Module::init_parameter_range) is initialised a group at a time, so rank 0
 // does not hold it whole either; otherwise rank 0 initialises it whole once.
 void Engine::init_stage3_by_groups() {
-  auto& st = static_cast<engine::PartitionedParamStore&>(*store_);
+  auto& st = static_cast<engine::Zero3Store&>(*store_);
   const std::uint64_t seed = cfg_.seed.value_or(42);
   HostBuffer group(map_.largest_group(), DType::F32);
   HostBuffer whole;  // rank 0, when the module initialises only the whole model

@@ -59,7 +59,7 @@ bool Engine::save_16bit_model(const std::string& save_dir, const std::string& fi
   if (map_.stage == 3) {
     // One group at a time: every rank's pieces gathered into a group-sized buffer, which rank
     // 0 writes; no rank ever holds more than one group.
-    auto& store = static_cast<engine::PartitionedParamStore&>(*store_);
+    auto& store = static_cast<engine::Zero3Store&>(*store_);
     HostBuffer group(map_.largest_group(), wdtype_);
     const std::size_t es = dtype_size(wdtype_);
     for (std::size_t gi = 0; gi < map_.groups.size(); ++gi) {
@@ -68,7 +68,8 @@ bool Engine::save_16bit_model(const std::string& save_dir, const std::string& fi
       // This rank's piece into its block, then gathered in place (the piece may be on NVMe).
       char* mine = static_cast<char*>(group.data()) + std::size_t(rank_) * g.piece * es;
       store.read_part_params(gi, mine);
-      if (world_ > 1) grad_comm_->all_gather(TensorView{mine, g.piece, wdtype_}, dst);
+      // Host buffers: over the host communicator (the device one may take device memory only).
+      if (world_ > 1) comm_->all_gather(TensorView{mine, g.piece, wdtype_}, dst);
       if (!rank0) continue;
       for (std::size_t i = g.first_param; i < g.first_param + g.param_count; ++i) {
         const auto& p = map_.params[i];

@@ -7,7 +7,6 @@
 #include "ds/core/error.h"
 #include "ds/core/half.h"
 #include "ds/core/log.h"
-#include "add_into_f32.h"
 
 namespace ds::engine {
 
@@ -15,7 +14,7 @@ namespace {
 constexpr std::size_t pass_index(Pass p) { return p == Pass::Forward ? 0 : 1; }
 }  // namespace
 
-GroupFetcher::GroupFetcher(const PartitionMap& map, PartitionedParamStore& store, Communicator& comm,
+GroupFetcher::GroupFetcher(const PartitionMap& map, Zero3Store& store, Communicator& comm,
                            const FetchOptions& o, Timers& timers)
     : map_(map), store_(store), comm_(comm), o_(o), timers_(timers), world_(map.world_size), wdtype_(store.wdtype()) {
   DS_CHECK(map_.stage == 3 && !map_.groups.empty(), "the group fetcher needs a stage-3 partition map");
@@ -35,10 +34,12 @@ GroupFetcher::GroupFetcher(const PartitionMap& map, PartitionedParamStore& store
     slots_ = std::max<std::size_t>(2, std::min(fit, groups_.size()));
   }
   if (world_ > 1) {
-    rs_recv_ = HostBuffer(slots_ * max_piece_, o_.comm_dtype);
+    rs_recv_bytes_ = slots_ * max_piece_ * dtype_size(o_.comm_dtype);
+    rs_recv_ = store_.reduce_scratch(rs_recv_bytes_);
     if (o_.comm_dtype != wdtype_) rs_send_ = HostBuffer(slots_ * max_padded_, o_.comm_dtype);
   }
   store_.set_comm(&comm_);
+  store_.set_live_limit(o_.max_live);
 }
 
 GroupFetcher::~GroupFetcher() {
@@ -64,6 +65,7 @@ void GroupFetcher::start_gather(std::size_t g) {
   const FlatGroup& fg = map_.groups[g];
   live_ += fg.padded;
   peak_live_ = std::max(peak_live_, live_);
+  store_.params_needed(g);  // a device maps the range before the gather writes it
   const TensorView dst = store_.params(fg.offset, fg.padded);
   if (store_.params_swapped()) {
     // offload_param nvme: the piece is read from the swap file into its block of the gathered
@@ -139,11 +141,11 @@ void GroupFetcher::start_reduce_scatter(std::size_t g) {
   Group& s = groups_[g];
   s.reduced = true;
   const FlatGroup& fg = map_.groups[g];
+  store_.grads_needed(g);  // a device maps what backward never wrote: the collective reads it all
   const TensorView flat = store_.grads(fg.offset, fg.padded);
   if (world_ == 1) {  // nothing to reduce: fold the group's gradients and drop its pages
     fold_gradients(g, flat.data);
-    const auto [lo, hi] = store_.group_bytes(g);
-    store_.flat_grads().release(lo, hi);
+    store_.release_grads(g);
     return;
   }
   // At most slots_ in flight: wait for the oldest reduce-scatter (and what precedes it).
@@ -165,7 +167,7 @@ void GroupFetcher::start_reduce_scatter(std::size_t g) {
                       o_.comm_dtype};
     convert(flat.data, wdtype_, send.data, o_.comm_dtype, fg.padded);
   }
-  const TensorView recv{static_cast<char*>(rs_recv_.data()) + op.slot * max_piece_ * dtype_size(o_.comm_dtype), fg.piece,
+  const TensorView recv{static_cast<char*>(rs_recv_) + op.slot * max_piece_ * dtype_size(o_.comm_dtype), fg.piece,
                         o_.comm_dtype};
   op.work = comm_.ireduce_scatter(send, recv, ReduceOp::Sum);
   rs_in_flight_++;
@@ -176,7 +178,7 @@ void GroupFetcher::start_reduce_scatter(std::size_t g) {
 void GroupFetcher::fold_gradients(std::size_t g, const void* reduced) {
   // The piece's fp32 partition accumulates the reduced sums of every micro-step of the cycle.
   const DType t = world_ == 1 ? wdtype_ : o_.comm_dtype;
-  add_into_f32(store_.part_grads(g), TensorView{const_cast<void*>(reduced), map_.groups[g].piece, t});
+  store_.fold(g, TensorView{const_cast<void*>(reduced), map_.groups[g].piece, t});
 }
 
 void GroupFetcher::complete_front() {
@@ -184,13 +186,19 @@ void GroupFetcher::complete_front() {
   ops_.pop_front();
   if (op.work) op.work->wait();
   if (op.gather) {
-    groups_[op.group].state = State::Resident;
+    // A device store ordered the compute stream behind this gather at the acquire already
+    // (the group is Resident, maybe released or gathered again since): nothing left to do.
+    if (gather_pending(op)) groups_[op.group].state = State::Resident;
     return;
   }
   rs_in_flight_--;
-  fold_gradients(op.group, static_cast<const char*>(rs_recv_.data()) + op.slot * max_piece_ * dtype_size(o_.comm_dtype));
-  const auto [lo, hi] = store_.group_bytes(op.group);
-  store_.flat_grads().release(lo, hi);
+  fold_gradients(op.group, static_cast<const char*>(rs_recv_) + op.slot * max_piece_ * dtype_size(o_.comm_dtype));
+  store_.release_grads(op.group);
+}
+
+bool GroupFetcher::gather_pending(const Op& op) const {
+  const Group& s = groups_[op.group];
+  return op.gather && s.state == State::Gathering && s.gather_op == op.id;
 }
 
 void GroupFetcher::wait_until(std::uint64_t id) {
@@ -200,8 +208,7 @@ void GroupFetcher::wait_until(std::uint64_t id) {
 void GroupFetcher::release_params(std::size_t g) {
   Group& s = groups_[g];
   if (s.state == State::Released) return;
-  const auto [lo, hi] = store_.group_bytes(g);
-  store_.flat_params().release(lo, hi);
+  store_.release_params(g);
   s.state = State::Released;
   s.stale = false;
   live_ -= map_.groups[g].padded;
@@ -223,6 +230,9 @@ void GroupFetcher::acquire(std::size_t g, Pass pass) {
     if (it == t.end()) diverged_[k] = true;
     else cursor_[k] = std::size_t(it - t.begin()) + 1;
   }
+  // Backward writes the group's gradients: a device maps their chunks first (not once the
+  // reduce-scatter started: they are final, maybe released already).
+  if (pass == Pass::Backward && !s.reduced) store_.grads_needed(g);
   timers_.start("gather_wait");
   // Several ranks: the reads started since the last acquire (prefetches) had that group's
   // compute to run; they finish here and their all-gathers start, in the order the reads
@@ -235,7 +245,18 @@ void GroupFetcher::acquire(std::size_t g, Pass pass) {
   }
   if (s.state == State::Released) start_gather(g);
   if (s.state == State::Reading) finish_read(g);
-  if (s.state == State::Gathering) wait_until(s.gather_op);
+  if (s.state == State::Gathering) {
+    if (store_.orders_on_device()) {
+      // The compute stream waits for the gather on the device (NCCL: its completion event;
+      // StagedComm waits on the host, oldest operation first), so the host goes on and the
+      // prefetches stay in flight; the handle is still waited in order by wait_until.
+      for (Op& op : ops_)
+        if (op.id == s.gather_op) store_.order_after(*op.work);
+      s.state = State::Resident;
+    } else {
+      wait_until(s.gather_op);
+    }
+  }
   timers_.stop("gather_wait");
   if (o_.overlap) prefetch(pass);
 }
@@ -277,7 +298,7 @@ void GroupFetcher::prefetch(Pass pass) {
   if (!traced_[k] || diverged_[k]) return;
   std::size_t in_flight = 0;
   for (const Op& op : ops_)
-    if (op.gather) in_flight += map_.groups[op.group].padded;
+    if (gather_pending(op)) in_flight += map_.groups[op.group].padded;
   for (std::size_t g : reading_) in_flight += map_.groups[g].padded;
   const auto& t = trace_[k];
   for (std::size_t i = cursor_[k]; i < t.size(); ++i) {

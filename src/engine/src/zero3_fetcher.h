@@ -36,7 +36,7 @@
 #include "ds/core/timer.h"
 #include "ds/mpi/communicator.h"
 #include "grad_sync.h"
-#include "zero3_store.h"
+#include "zero3_space.h"
 
 namespace ds::engine {
 
@@ -54,7 +54,7 @@ struct FetchOptions {
 
 class GroupFetcher final : public GroupHooks, public GradSync {
  public:
-  GroupFetcher(const PartitionMap& map, PartitionedParamStore& store, Communicator& comm, const FetchOptions& o,
+  GroupFetcher(const PartitionMap& map, Zero3Store& store, Communicator& comm, const FetchOptions& o,
                Timers& timers);
   ~GroupFetcher() override;  // waits for operations in flight (they own their buffers)
   GroupFetcher(const GroupFetcher&) = delete;
@@ -73,7 +73,7 @@ class GroupFetcher final : public GroupHooks, public GradSync {
   void finish() override;
   void params_changed() override;
   double post_factor() const override { return 1.0 / double(world_); }
-  std::size_t scratch_bytes() const override { return rs_recv_.bytes() + rs_send_.bytes(); }
+  std::size_t scratch_bytes() const override { return rs_recv_bytes_ + rs_send_.bytes(); }
 
   // Reporting: the most parameter elements gathered at once, and the groups kept resident.
   std::size_t peak_live_elements() const { return peak_live_; }
@@ -111,12 +111,13 @@ class GroupFetcher final : public GroupHooks, public GradSync {
   void complete_front();
   void fold_gradients(std::size_t g, const void* reduced);  // piece += reduced (comm dtype)
   void release_params(std::size_t g);
+  bool gather_pending(const Op& op) const;  // a gather whose group still waits for it
   void prefetch(Pass pass);
   bool keep_for_reuse(std::size_t g, Pass pass) const;
   void release_unused();  // resident, unreferenced, not persistent: gathered but not used
 
   const PartitionMap& map_;
-  PartitionedParamStore& store_;
+  Zero3Store& store_;
   Communicator& comm_;
   FetchOptions o_;
   Timers& timers_;
@@ -139,7 +140,8 @@ class GroupFetcher final : public GroupHooks, public GradSync {
   // (DeepSpeed's two ipg buffers: one filling, one reducing); two when gradients travel in
   // another dtype (each slot then also holds a converted copy of a whole group).
   std::size_t slots_ = 2;
-  HostBuffer rs_recv_;   // slots_ x largest piece, comm dtype
+  void* rs_recv_ = nullptr;  // slots_ x largest piece, comm dtype (the store's reduce_scratch)
+  std::size_t rs_recv_bytes_ = 0;
   HostBuffer rs_send_;   // slots_ x largest group, comm dtype (only when it differs from wdtype)
   std::size_t max_piece_ = 0, max_padded_ = 0;
   std::size_t rs_in_flight_ = 0, rs_started_ = 0;

@@ -6,11 +6,12 @@
 
 #include "ds/core/error.h"
 #include "ds/core/half.h"
+#include "add_into_f32.h"
 
 namespace ds::engine {
 
 PartitionedParamStore::PartitionedParamStore(const PartitionMap& map, int rank, const StoreOptions& o)
-    : ParamStore(map, rank, o) {
+    : Zero3Store(map, rank, o) {
   DS_CHECK(map_.stage == 3, "PartitionedParamStore needs a stage-3 partition map");
   flat_params_ = PagedBuffer(map_.padded_numel, o_.wdtype, /*huge=*/true);
   flat_grads_ = PagedBuffer(map_.padded_numel, o_.wdtype, /*huge=*/true);
@@ -49,6 +50,23 @@ void PartitionedParamStore::finish_read_part_params(std::uint64_t id) { swap_->f
 
 float* PartitionedParamStore::part_grads(std::size_t g) const {
   return const_cast<float*>(part_grads_.as<float>()) + map_.groups[g].part_offset;
+}
+
+void PartitionedParamStore::release_params(std::size_t g) {
+  const auto [lo, hi] = group_bytes(g);
+  flat_params_.release(lo, hi);
+}
+
+void PartitionedParamStore::release_grads(std::size_t g) {
+  const auto [lo, hi] = group_bytes(g);
+  flat_grads_.release(lo, hi);
+}
+
+void PartitionedParamStore::fold(std::size_t g, TensorView reduced) { add_into_f32(part_grads(g), reduced); }
+
+void* PartitionedParamStore::reduce_scratch(std::size_t bytes) {
+  if (rs_scratch_.bytes() < bytes) rs_scratch_ = HostBuffer(bytes, DType::U8);
+  return rs_scratch_.data();
 }
 
 std::pair<std::size_t, std::size_t> PartitionedParamStore::group_bytes(std::size_t g) const {

@@ -14,11 +14,11 @@
 #include <cstdint>
 
 #include "ds/mpi/communicator.h"
-#include "param_store.h"
+#include "zero3_space.h"
 
 namespace ds::engine {
 
-class PartitionedParamStore final : public ParamStore {
+class PartitionedParamStore final : public Zero3Store {
  public:
   PartitionedParamStore(const PartitionMap& map, int rank, const StoreOptions& o);
 
@@ -27,7 +27,7 @@ class PartitionedParamStore final : public ParamStore {
   TensorView grads(std::size_t offset, std::size_t count) const override;
   void set_initial(const float* full) override;
   // Group g's initial values alone (its padded range, fp32): this rank keeps its piece.
-  void set_initial_group(std::size_t g, const float* group_values);
+  void set_initial_group(std::size_t g, const float* group_values) override;
   precision::GradStats grad_stats() override;
   void optimizer_step(optim::Optimizer& opt, optim::StepContext ctx) override;
   void gather_params(Communicator&) override {}  // the fetcher gathers groups on use
@@ -41,18 +41,22 @@ class PartitionedParamStore final : public ParamStore {
   std::vector<float> params_fp32() const override;
   void add_memory(ModelStateBytes& b) const override;
 
-  // For the fetcher.
-  void set_comm(Communicator* comm) { comm_ = comm; }
+  // For the fetcher (Zero3Store, zero3_space.h).
   // This rank's piece of group g: working params (wdtype; in memory only without
   // offload_param nvme) and reduced gradients (fp32).
-  TensorView part_params(std::size_t g) const;
+  TensorView part_params(std::size_t g) const override;
   // Copies group g's working-params piece to dst (from memory or the parameter swap file).
-  void read_part_params(std::size_t g, void* dst) const;
+  void read_part_params(std::size_t g, void* dst) const override;
   // With offload_param nvme: starts reading group g's piece from the swap file into dst, and
   // finishes that read (dst filled; its failure thrown). NvmeSwap::start_read_params.
-  std::uint64_t start_read_part_params(std::size_t g, void* dst);
-  void finish_read_part_params(std::uint64_t id);
-  bool params_swapped() const { return swap_ && swap_->params(); }
+  std::uint64_t start_read_part_params(std::size_t g, void* dst) override;
+  void finish_read_part_params(std::uint64_t id) override;
+  bool params_swapped() const override { return swap_ && swap_->params(); }
+  // The pages of group g's range go back at once (madvise); they read as zero when touched again.
+  void release_params(std::size_t g) override;
+  void release_grads(std::size_t g) override;
+  void fold(std::size_t g, TensorView reduced) override;  // add_into_f32
+  void* reduce_scratch(std::size_t bytes) override;
   float* part_grads(std::size_t g) const;
   PagedBuffer& flat_params() { return flat_params_; }
   PagedBuffer& flat_grads() { return flat_grads_; }
@@ -66,7 +70,7 @@ class PartitionedParamStore final : public ParamStore {
   PagedBuffer flat_params_, flat_grads_;  // padded_numel x wdtype, mostly not resident
   HostBuffer part_params_;                // partition_numel x wdtype (empty with offload_param nvme)
   HostBuffer part_grads_;                 // partition_numel x F32
-  Communicator* comm_ = nullptr;
+  HostBuffer rs_scratch_;                 // the fetcher's reduce-scatter receive slots
 };
 
 }  // namespace ds::engine
