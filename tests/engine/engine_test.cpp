@@ -802,7 +802,8 @@ TEST(Engine, CudaModuleWithoutAGpuIsAClearError) {
       EXPECT_NE(std::string(e.what()).find("gradients need a device communicator"), std::string::npos) << e.what();
     }
   }
-  // ZeRO-2 passes the GPU path's limits (then finds no device); ZeRO-3 is refused by them.
+  // ZeRO-2 and ZeRO-3 pass the GPU path's limits (then find no device); ZeRO-3 with
+  // offload_param is refused by them, naming the key.
   CudaClaimingMlp m2(kD, kH);
   auto c = base_config(2, 1);
   c["zero_optimization"] = {{"stage", 2}};
@@ -816,10 +817,18 @@ TEST(Engine, CudaModuleWithoutAGpuIsAClearError) {
   c["zero_optimization"] = {{"stage", 3}};
   try {
     ds::initialize(parse(c), m2, self());
-    ADD_FAILURE() << "ZeRO-3 accepted on the GPU path";
+    ADD_FAILURE() << "a CUDA module trained without a GPU at ZeRO-3";
   } catch (const ds::Error& e) {
-    EXPECT_NE(std::string(e.what()).find("zero_optimization.stage 3"), std::string::npos) << e.what();
-    EXPECT_NE(std::string(e.what()).find("stages 0 to 2"), std::string::npos) << e.what();
+    EXPECT_EQ(std::string(e.what()).find("zero_optimization"), std::string::npos) << e.what();
+    EXPECT_NE(std::string(e.what()).find("CUDA"), std::string::npos) << e.what();
+  }
+  c["zero_optimization"] = {{"stage", 3}, {"offload_param", {{"device", "cpu"}}}};
+  try {
+    ds::initialize(parse(c), m2, self());
+    ADD_FAILURE() << "ZeRO-3 with offload_param accepted on the GPU path";
+  } catch (const ds::Error& e) {
+    EXPECT_NE(std::string(e.what()).find("zero_optimization.offload_param.device \"cpu\""), std::string::npos)
+        << e.what();
   }
 }
 

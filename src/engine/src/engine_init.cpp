@@ -43,12 +43,18 @@ InitResult initialize(const std::string& config, Module& module, std::shared_ptr
 
 // What the GPU path (docs/dev/gpu.md) does not offer, refused at initialize naming the key.
 void Engine::check_device_limits() const {
-  // ZeRO stages 0-2: stage 2 keeps the gradients in a device paged buffer (chunks mapped and
-  // unmapped with the driver's virtual memory calls); stage 3's parameter partitioning has no
-  // device store yet.
-  DS_CHECK(cfg_.zero_optimization.stage <= 2,
+  // ZeRO stages 0-3: stage 2 keeps the gradients in a device paged buffer (chunks mapped and
+  // unmapped with the driver's virtual memory calls), stage 3 the flat parameters and gradients
+  // too (device_zero3_store.h), with every model state in device memory.
+  DS_CHECK(cfg_.zero_optimization.stage <= 3,
            cfg_.source << ": zero_optimization.stage " << cfg_.zero_optimization.stage
-                       << " with a model on a CUDA device: the GPU path supports stages 0 to 2; set stage 0, 1 or 2");
+                       << " with a model on a CUDA device: the GPU path supports stages 0 to 3");
+  // Stage 3 on the device gathers from this rank's pieces in device memory; nothing moves them
+  // to host memory or NVMe.
+  DS_CHECK(cfg_.zero_optimization.offload_param.device == "none",
+           cfg_.source << ": zero_optimization.offload_param.device \"" << cfg_.zero_optimization.offload_param.device
+                       << "\" with a model on a CUDA device: the GPU path keeps the parameters in device memory; set "
+                          "zero_optimization.offload_param.device to \"none\" (or remove it)");
   // ZeRO-Offload's early gradient copies assume one reduction per accumulation cycle (the
   // boundary backward), and stage 2 reduces every micro-step.
   DS_CHECK(cfg_.zero_optimization.stage <= 1 || cfg_.zero_optimization.offload_optimizer.device != "cpu",

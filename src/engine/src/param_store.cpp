@@ -7,6 +7,7 @@
 #include "ds/core/error.h"
 #include "ds/core/half.h"
 #include "add_into_f32.h"
+#include "device_zero3_store.h"
 #include "zero3_store.h"
 
 namespace ds::engine {
@@ -26,6 +27,7 @@ void zero_range(const PagedBuffer& b, DType t, std::size_t begin, std::size_t en
 }  // namespace
 
 std::unique_ptr<ParamStore> ParamStore::make(const PartitionMap& map, int rank, const StoreOptions& o, Module& module) {
+  if (module.device() == Device::Cuda && map.stage == 3) return make_device_zero3_store(map, rank, o, module.device_stream());
   if (module.device() == Device::Cuda && o.offload_optimizer)
     return make_offload_device_store(map, rank, o, module.device_stream());
   if (module.device() == Device::Cuda) return std::make_unique<DeviceParamStore>(map, rank, o, module.device_stream());
