@@ -2,7 +2,7 @@
 // (and ZeRO-1's parameter gathers) over StagedComm -- device buffers staged through pinned
 // host memory over MPI, because NCCL refuses two ranks on one device -- against one process
 // with the whole global batch (GptCuda on the same GPU, a world-size-1 communicator), on
-// every rank. ZeRO stages 0, 1 and 2 (the GPU path's stages), fp32 and bf16, AdamW + clipping,
+// every rank. ZeRO stages 0, 1, 2 and 3 (the GPU path's stages), fp32 and bf16, AdamW + clipping,
 // 6 steps, each rank training on its rows of the global batch:
 //   fp32: the mean over ranks of the ranks' losses equals the reference loss to 1e-4
 //         relative, the global grad norm to 1e-3, the parameters within 3 x lr (as the NCCL
@@ -22,6 +22,11 @@
 // gradients, and after a step only those chunks are mapped. And ZeRO-2 against ZeRO-1 on the
 // same ranks, model, buckets and rows (one accumulation step): equal bit for bit, losses, grad
 // norms and parameters (the same sums of the same buckets, the same slice stepped).
+// ZeRO-3 also on the 3.6M GPT with no persistent groups, small prefetch and live limits and 2
+// accumulation steps, so every group's flat chunks are mapped for its use and given back
+// behind the compute stream (DevicePartitionedParamStore), same limits; its memory report
+// after a step: the gradients are this rank's fp32 piece alone (every flat gradient chunk given
+// back), and without persistent groups the parameters too (the working piece alone).
 // Also the device communicator rule on the live job: "staged" builds a StagedComm; "auto"
 // takes staged when the node's ranks outnumber its GPUs.
 // Before the device check, on any machine: without a GPU, make_device_communicator refuses
@@ -68,6 +73,7 @@ struct Case {
   ds::nn::GptConfig model = engine_test::small_gpt();
   std::int64_t bucket = 0;
   std::int64_t gas = 1;
+  std::string zero_keys = "";  // more zero_optimization keys (stage 3), e.g. "\"stage3_max_live_parameters\": 1"
 };
 
 std::string config(std::int64_t micro, const Case& c) {
@@ -77,9 +83,10 @@ std::string config(std::int64_t micro, const Case& c) {
     if (at == std::string::npos) throw std::runtime_error("test config: no " + from + " in " + t);
     t.replace(at, from.size(), to);
   };
-  if (c.bucket > 0)
-    replace("\"stage\": " + std::to_string(c.stage) + "}",
-            "\"stage\": " + std::to_string(c.stage) + ", \"reduce_bucket_size\": " + std::to_string(c.bucket) + "}");
+  std::string keys = c.zero_keys;
+  if (c.bucket > 0) keys += (keys.empty() ? "" : ", ") + std::string("\"reduce_bucket_size\": ") + std::to_string(c.bucket);
+  if (!keys.empty())
+    replace("\"stage\": " + std::to_string(c.stage) + "}", "\"stage\": " + std::to_string(c.stage) + ", " + keys + "}");
   if (c.gas > 1) replace("\"gradient_accumulation_steps\": 1", "\"gradient_accumulation_steps\": " + std::to_string(c.gas));
   return t;
 }
@@ -121,13 +128,44 @@ void check_zero2_memory(const ds::Engine& e, const ds::nn::GptCuda& model, std::
               gm.partition, share);
 }
 
+// ZeRO-3: the memory report after a step (es: bytes per working element). The fp32 gradient
+// piece and the master are partition_numel x 4 bytes each; every flat gradient chunk has been
+// given back (released behind the compute stream, and the step's grad_stats synchronised it),
+// so the gradients are the piece alone; without persistent groups no flat parameter chunk
+// stays mapped either, so the parameters are the working piece alone.
+void check_zero3_memory(const ds::Engine& e, const ds::nn::GptCuda& model, std::size_t es, bool none_persistent,
+                        const char* what, int rank, int W) {
+  std::size_t numel = 0;
+  for (const auto& p : model.parameters()) numel += std::size_t(p.numel());
+  const std::size_t groups = model.parameter_groups().empty() ? 1 : model.parameter_groups().size();
+  const auto rep = e.memory_report();
+  const std::size_t piece = rep.master / 4;  // partition_numel
+  if (rank == 0)
+    std::printf("%s: memory report after a step: params %zu, grads %zu, master %zu bytes (%zu parameters, %zu groups, "
+                "%d ranks)\n",
+                what, std::size_t(rep.params), std::size_t(rep.grads), std::size_t(rep.master), numel, groups, W);
+  CHECK_MSG(piece * std::size_t(W) >= numel && piece * std::size_t(W) < numel + std::size_t(W) * groups,
+            "%s: the master holds %zu elements, not this rank's share of %zu parameters in %zu groups", what, piece,
+            numel, groups);
+  CHECK_MSG(std::size_t(rep.grads) == piece * 4,
+            "%s: the gradients take %zu bytes after a step, the fp32 piece alone is %zu (flat chunks still mapped)",
+            what, std::size_t(rep.grads), piece * 4);
+  CHECK_MSG(std::size_t(rep.params) >= piece * es, "%s: params %zu below the working piece %zu", what,
+            std::size_t(rep.params), piece * es);
+  if (none_persistent)
+    CHECK_MSG(std::size_t(rep.params) == piece * es,
+              "%s: the parameters take %zu bytes after a step, the working piece alone is %zu (flat chunks still "
+              "mapped without persistent groups)",
+              what, std::size_t(rep.params), piece * es);
+}
+
 void matches_one_process(ds::DistributedContext& ctx, const std::shared_ptr<ds::Communicator>& staged, const Case& c) {
   const int W = ctx.world_size, r = ctx.rank;
   const int stage = c.stage;
   const bool bf16 = c.bf16;
   char dtype[64];
-  std::snprintf(dtype, sizeof dtype, "%s%s%s", bf16 ? "bf16" : "fp32", c.model.n_embd > 32 ? " 3.6M GPT" : "",
-                c.gas > 1 ? " gas 2" : "");
+  std::snprintf(dtype, sizeof dtype, "%s%s%s%s", bf16 ? "bf16" : "fp32", c.model.n_embd > 32 ? " 3.6M GPT" : "",
+                c.gas > 1 ? " gas 2" : "", c.zero_keys.empty() ? "" : " (limits)");
   ds::nn::GptCuda model(c.model, /*allow_tf32=*/false);
   auto gpu = ds::initialize(ds::config::parse_config_text(config(kMicro / c.gas, c), "test config"), model, ctx.comm,
                             staged);
@@ -136,6 +174,7 @@ void matches_one_process(ds::DistributedContext& ctx, const std::shared_ptr<ds::
   ref_case.stage = 0;
   ref_case.bucket = 0;
   ref_case.gas = 1;
+  ref_case.zero_keys.clear();
   auto ref = ds::initialize(ds::config::parse_config_text(config(kMicro * W, ref_case), "reference config"), ref_model,
                             std::make_shared<ds::test::SelfComm>());
   double worst_loss = 0, worst_norm = 0;
@@ -188,6 +227,12 @@ void matches_one_process(ds::DistributedContext& ctx, const std::shared_ptr<ds::
     std::snprintf(what, sizeof what, "%s ZeRO-2, %d ranks", dtype, W);
     check_zero2_memory(*gpu.engine, model, bf16 ? 2 : 4, what, r, W);
   }
+  if (stage == 3) {
+    char what[96];
+    std::snprintf(what, sizeof what, "%s ZeRO-3, %d ranks", dtype, W);
+    const bool none_persistent = c.zero_keys.find("\"stage3_param_persistence_threshold\": 0") != std::string::npos;
+    check_zero3_memory(*gpu.engine, model, bf16 ? 2 : 4, none_persistent, what, r, W);
+  }
 }
 
 // ZeRO-2 against ZeRO-1 on the same ranks, model (the 3.6M GPT), buckets and rows, one
@@ -205,7 +250,7 @@ void zero2_equals_zero1(ds::DistributedContext& ctx, const std::shared_ptr<ds::C
   // the last engine built gave it (set_compute_stream), so two engines must not share it at once.
   auto train = [&](int stage) {
     Run out;
-    const Case c{stage, false, chunky_gpt(), 1 << 20, 1};
+    const Case c{stage, false, chunky_gpt(), 1 << 20, 1, ""};
     ds::nn::GptCuda m(c.model, /*allow_tf32=*/false);
     auto e = ds::initialize(ds::config::parse_config_text(config(kMicro, c), "test config"), m, ctx.comm, staged);
     for (int s = 0; s < kSteps; ++s) {
@@ -289,11 +334,20 @@ int main(int argc, char**) {
         CHECK_MSG(std::string(staged->backend()) == "staged" && ctx.device == 0, "\"staged\" built %s on device %d",
                   std::string(staged->backend()).c_str(), ctx.device);
         for (bool bf16 : {false, true})
-          for (int stage : {0, 1, 2}) matches_one_process(ctx, staged, Case{stage, bf16});
+          for (int stage : {0, 1, 2, 3}) matches_one_process(ctx, staged, Case{stage, bf16});
         // ZeRO-2 where chunks really go and come back: 3.6M parameters, 1M-element buckets.
-        matches_one_process(ctx, staged, Case{2, false, chunky_gpt(), 1 << 20, 1});
-        matches_one_process(ctx, staged, Case{2, false, chunky_gpt(), 1 << 20, 2});
+        matches_one_process(ctx, staged, Case{2, false, chunky_gpt(), 1 << 20, 1, ""});
+        matches_one_process(ctx, staged, Case{2, false, chunky_gpt(), 1 << 20, 2, ""});
         zero2_equals_zero1(ctx, staged);
+        // ZeRO-3 where every group's chunks go and come back: no persistent group, gathers at
+        // most 1M elements ahead, at most 2M gathered (the deferred releases then wait for the
+        // oldest), 2 accumulation steps (each micro-step's flat gradients released and mapped
+        // zeroed again).
+        const std::string limits =
+            "\"stage3_param_persistence_threshold\": 0, \"stage3_prefetch_bucket_size\": 1000000, "
+            "\"stage3_max_live_parameters\": 2000000";
+        matches_one_process(ctx, staged, Case{3, false, chunky_gpt(), 1 << 20, 1, limits});
+        matches_one_process(ctx, staged, Case{3, false, chunky_gpt(), 1 << 20, 2, limits});
         return engine_test::kChecksDone;  // staged, a local, is released before MPI finalizes
       });
 }
