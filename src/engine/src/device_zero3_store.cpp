@@ -2,6 +2,7 @@
 #include "device_zero3_store.h"
 
 #include <algorithm>
+#include <cstdint>
 #include <cstring>
 #include <limits>
 #include <unordered_map>
@@ -263,9 +264,8 @@ void DevicePartitionedParamStore::views_bound() {
 
 void DevicePartitionedParamStore::read_part_params(std::size_t g, void* dst) const {
   const TensorView src = part_params(g);
-  const char* d = static_cast<const char*>(dst);
-  const char* flat = static_cast<const char*>(flat_params_->data());
-  if (d >= flat && d < flat + flat_params_->mapped_bytes()) {
+  const auto d = reinterpret_cast<std::uintptr_t>(dst), flat = reinterpret_cast<std::uintptr_t>(flat_params_->data());
+  if (d >= flat && d - flat < flat_params_->mapped_bytes()) {
     // One rank's gather: into the flat space on the compute stream, which the module's
     // kernels follow; no host wait.
     DS_CUDA_CHECK(cudaMemcpyAsync(dst, src.data, src.bytes(), cudaMemcpyDeviceToDevice, as_stream(stream_)));
