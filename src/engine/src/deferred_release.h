@@ -42,7 +42,7 @@ class DeferredReleases {
   using Release = std::function<void(std::size_t begin, std::size_t end)>;  // bytes
 
   DeferredReleases(ReleaseEvents& events, Release release) : events_(events), release_(std::move(release)) {}
-  ~DeferredReleases() {  // drops the events; the owner flushes first (the ranges stay mapped)
+  ~DeferredReleases() {  // drops the events; the store flushes first (the ranges stay mapped)
     for (const Entry& e : queue_) events_.drop(e.event);
   }
   DeferredReleases(const DeferredReleases&) = delete;
