@@ -11,6 +11,7 @@
 #if DS_PRECISION_HAVE_CUDA
 #include <cuda_runtime.h>
 
+#include "device_grad_stats.h"
 #include "ds/core/cuda_check.h"
 #endif
 
@@ -97,8 +98,6 @@ std::unique_ptr<ParamStore> make_offload_device_store(const PartitionMap& map, i
 #if DS_PRECISION_HAVE_CUDA
 
 namespace {
-
-cudaStream_t as_stream(void* s) { return static_cast<cudaStream_t>(s); }
 
 // The copies on the module's stream: after backward (the gradients are final there) and
 // before the next forward (which reads the params copied back). One event per sub-group

@@ -7,6 +7,7 @@
 #if DS_PRECISION_HAVE_CUDA
 #include <cuda_runtime.h>
 
+#include "device_grad_stats.h"
 #include "ds/core/cuda_check.h"
 #include "ds/precision/cuda_kernels.h"
 #endif
@@ -16,11 +17,6 @@ namespace ds::engine {
 #if DS_PRECISION_HAVE_CUDA
 
 namespace {
-cudaStream_t as_stream(void* s) { return static_cast<cudaStream_t>(s); }
-struct HostStats {
-  double sumsq;
-  int found_inf;
-};
 
 // The ZeRO-2 gradient chunks under GradPages' names (what the GradReducer calls).
 class DeviceGradPages final : public GradPages {
@@ -80,7 +76,7 @@ DeviceParamStore::DeviceParamStore(const PartitionMap& map, int rank, const Stor
     if (!o_.offload_optimizer) DS_CUDA_CHECK(cudaMalloc(&d_master_, std::max<std::size_t>(master_n_, 1) * sizeof(float)));
     DS_CUDA_CHECK(cudaMalloc(&d_sumsq_, sizeof(double)));
     DS_CUDA_CHECK(cudaMalloc(&d_found_inf_, sizeof(int)));
-    DS_CUDA_CHECK(cudaMallocHost(&h_stats_, sizeof(HostStats)));
+    DS_CUDA_CHECK(cudaMallocHost(&h_stats_, sizeof(DeviceStatsHost)));
     DS_CUDA_CHECK(cudaMemsetAsync(d_params_, 0, wb, as_stream(stream_)));
     if (!grad_pages_) DS_CUDA_CHECK(cudaMemsetAsync(d_grads_, 0, wb, as_stream(stream_)));
   } catch (...) {
@@ -184,18 +180,8 @@ void DeviceParamStore::zero_grads() {
 
 precision::GradStats DeviceParamStore::grad_stats() {
   const std::size_t offset = step_offset(), count = step_count();
-  cudaStream_t s = as_stream(stream_);
-  DS_CUDA_CHECK(cudaMemsetAsync(d_sumsq_, 0, sizeof(double), s));
-  DS_CUDA_CHECK(cudaMemsetAsync(d_found_inf_, 0, sizeof(int), s));
-  if (count > 0) precision::cuda::grad_stats(grads(offset, count), d_sumsq_, d_found_inf_, s);
-  auto* h = static_cast<HostStats*>(h_stats_);
-  DS_CUDA_CHECK(cudaMemcpyAsync(&h->sumsq, d_sumsq_, sizeof(double), cudaMemcpyDeviceToHost, s));
-  DS_CUDA_CHECK(cudaMemcpyAsync(&h->found_inf, d_found_inf_, sizeof(int), cudaMemcpyDeviceToHost, s));
-  synchronize();
-  precision::GradStats st;
-  st.has_inf_or_nan = h->found_inf != 0;
-  st.sum_of_squares = h->sumsq;
-  return st;
+  return device_grad_stats(count > 0 ? grads(offset, count) : TensorView{}, d_sumsq_, d_found_inf_, h_stats_,
+                           as_stream(stream_));
 }
 
 void DeviceParamStore::optimizer_step(optim::Optimizer& opt, optim::StepContext ctx) {

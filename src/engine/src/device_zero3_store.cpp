@@ -16,6 +16,7 @@
 #include <cuda_runtime.h>
 
 #include "deferred_release.h"
+#include "device_grad_stats.h"
 #include "device_fold.h"
 #include "ds/core/cuda_check.h"
 #include "ds/precision/cuda_kernels.h"
@@ -26,13 +27,6 @@ namespace ds::engine {
 #if DS_PRECISION_HAVE_CUDA
 
 namespace {
-
-cudaStream_t as_stream(void* s) { return static_cast<cudaStream_t>(s); }
-
-struct HostStats {
-  double sumsq;
-  int found_inf;
-};
 
 // CUDA events recorded on one stream, under ReleaseEvents' names. Dropped events are kept for
 // reuse: a release is queued per group use, so creating one each time would be wasteful.
@@ -166,7 +160,7 @@ class DevicePartitionedParamStore final : public Zero3Store {
   std::size_t scratch_bytes_ = 0;
   double* d_sumsq_ = nullptr;
   int* d_found_inf_ = nullptr;
-  void* h_stats_ = nullptr;  // pinned HostStats
+  void* h_stats_ = nullptr;  // pinned DeviceStatsHost
 };
 
 DevicePartitionedParamStore::DevicePartitionedParamStore(const PartitionMap& map, int rank, const StoreOptions& o,
@@ -201,7 +195,7 @@ DevicePartitionedParamStore::DevicePartitionedParamStore(const PartitionMap& map
     DS_CUDA_CHECK(cudaMalloc(&d_master_, p * sizeof(float)));
     DS_CUDA_CHECK(cudaMalloc(&d_sumsq_, sizeof(double)));
     DS_CUDA_CHECK(cudaMalloc(&d_found_inf_, sizeof(int)));
-    DS_CUDA_CHECK(cudaMallocHost(&h_stats_, sizeof(HostStats)));
+    DS_CUDA_CHECK(cudaMallocHost(&h_stats_, sizeof(DeviceStatsHost)));
     cudaStream_t s = as_stream(stream_);
     DS_CUDA_CHECK(cudaMemsetAsync(d_part_params_, 0, p * es_, s));
     DS_CUDA_CHECK(cudaMemsetAsync(d_part_grads_, 0, p * sizeof(float), s));
@@ -320,20 +314,11 @@ void* DevicePartitionedParamStore::reduce_scratch(std::size_t bytes) {
 }
 
 precision::GradStats DevicePartitionedParamStore::grad_stats() {
-  cudaStream_t s = as_stream(stream_);
-  DS_CUDA_CHECK(cudaMemsetAsync(d_sumsq_, 0, sizeof(double), s));
-  DS_CUDA_CHECK(cudaMemsetAsync(d_found_inf_, 0, sizeof(int), s));
-  if (P_ > 0) precision::cuda::grad_stats(TensorView{d_part_grads_, P_, DType::F32}, d_sumsq_, d_found_inf_, s);
-  auto* h = static_cast<HostStats*>(h_stats_);
-  DS_CUDA_CHECK(cudaMemcpyAsync(&h->sumsq, d_sumsq_, sizeof(double), cudaMemcpyDeviceToHost, s));
-  DS_CUDA_CHECK(cudaMemcpyAsync(&h->found_inf, d_found_inf_, sizeof(int), cudaMemcpyDeviceToHost, s));
-  synchronize();
+  const precision::GradStats st = device_grad_stats(TensorView{d_part_grads_, P_, DType::F32}, d_sumsq_,
+                                                    d_found_inf_, h_stats_, as_stream(stream_));
   // The stream is idle: every queued release's event has completed, so they all go now.
   param_releases_->poll();
   grad_releases_->poll();
-  precision::GradStats st;
-  st.has_inf_or_nan = h->found_inf != 0;
-  st.sum_of_squares = h->sumsq;
   return st;
 }
 
