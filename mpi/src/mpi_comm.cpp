@@ -153,6 +153,43 @@ CommWork MpiComm::ireduce_scatter(TensorView send, TensorView recv, ReduceOp op)
   return std::make_unique<RequestHandle>(std::move(reqs), std::move(after), impl_->tag("ireduce_scatter", seq));
 }
 
+namespace {
+// The block layout of ireduce_scatter_in_place; returns each block's element offset.
+std::vector<std::size_t> check_rs_in_place(const TensorView& buf, std::span<const std::size_t> counts, int size) {
+  check_view(buf, "reduce_scatter_in_place", "buf");
+  if (counts.size() != static_cast<std::size_t>(size))
+    DS_THROW("MpiComm::reduce_scatter_in_place: " << counts.size() << " block counts for " << size << " ranks");
+  std::vector<std::size_t> offs(counts.size());
+  std::size_t sum = 0;
+  for (std::size_t r = 0; r < counts.size(); ++r) {
+    offs[r] = sum;
+    sum += counts[r];
+  }
+  if (sum != buf.count)
+    DS_THROW("MpiComm::reduce_scatter_in_place: the block counts sum to " << sum << ", buf.count is " << buf.count);
+  return offs;
+}
+}  // namespace
+
+CommWork MpiComm::ireduce_scatter_in_place(TensorView buf, std::span<const std::size_t> counts, ReduceOp op) {
+  check_op(op, buf.dtype, "ireduce_scatter_in_place");
+  std::vector<std::size_t> offs = check_rs_in_place(buf, counts, size());
+  if (buf.count == 0) return std::make_unique<DoneHandle>();
+  const std::uint64_t seq = impl_->arrive();
+  if (impl_->use_shm_reduce_scatter(buf.bytes(), true)) {
+    std::vector<std::size_t> cnt(counts.begin(), counts.end());
+    void* out = mptr(buf, offs[rank()]);
+    return impl_->submit([this, buf, offs = std::move(offs), cnt = std::move(cnt), out, op] {
+      impl_->shm_reduce_scatter_blocks(buf.data, offs, cnt, out, buf.dtype, op);
+    }, "ireduce_scatter_in_place", seq);
+  }
+  std::vector<MPI_Request> reqs;
+  auto icounts = std::make_shared<std::vector<int>>();  // read by MPI until the requests complete
+  std::function<void()> finish = impl_->mpi_reduce_scatter_in_place(buf, counts, op, &reqs, icounts.get());
+  return std::make_unique<RequestHandle>(std::move(reqs), [finish = std::move(finish), icounts] { finish(); },
+                                         impl_->tag("ireduce_scatter_in_place", seq));
+}
+
 void MpiComm::all_gather(TensorView send, TensorView recv) {
   check_ag(send, recv, size(), rank());
   if (send.count == 0) return;
@@ -222,6 +259,14 @@ void MpiComm::reduce_scatter_mpi(TensorView send, TensorView recv, ReduceOp op) 
   if (recv.count == 0) return;
   detail::CommWait w(*impl_->watchdog, detail::CommWatchdog::kCaller, "reduce_scatter", impl_->arrive());
   impl_->mpi_reduce_scatter(send, recv, op, nullptr);
+}
+
+void MpiComm::reduce_scatter_in_place_mpi(TensorView buf, std::span<const std::size_t> counts, ReduceOp op) {
+  check_op(op, buf.dtype, "reduce_scatter_in_place");
+  check_rs_in_place(buf, counts, size());
+  if (buf.count == 0) return;
+  detail::CommWait w(*impl_->watchdog, detail::CommWatchdog::kCaller, "reduce_scatter_in_place", impl_->arrive());
+  impl_->mpi_reduce_scatter_in_place(buf, counts, op, nullptr, nullptr);
 }
 
 void MpiComm::all_gather_mpi(TensorView send, TensorView recv) {

@@ -16,6 +16,7 @@
 #include <functional>
 #include <memory>
 #include <mutex>
+#include <span>
 #include <string>
 #include <thread>
 #include <vector>
@@ -191,12 +192,22 @@ struct MpiComm::Impl {
   void shm_all_reduce(TensorView buf, ReduceOp op);
   void shm_all_reduce_oneshot(TensorView buf, ReduceOp op);
   void shm_reduce_scatter(TensorView send, TensorView recv, ReduceOp op);
+  // The general form: block j of the input starts offs[j] elements into `send` and is
+  // counts[j] long; this rank's reduced block goes to `out` (which may be its own input block).
+  void shm_reduce_scatter_blocks(const void* send, std::span<const std::size_t> offs,
+                                 std::span<const std::size_t> counts, void* out, DType t, ReduceOp op);
   void shm_all_gather(TensorView send, TensorView recv);
 
   // --- plain path ---
   void mpi_all_reduce(TensorView buf, ReduceOp op, std::vector<MPI_Request>* reqs);
   void mpi_reduce_scatter(TensorView send, TensorView recv, ReduceOp op, std::vector<MPI_Request>* reqs);
   void mpi_all_gather(TensorView send, TensorView recv, std::vector<MPI_Request>* reqs);
+  // ireduce_scatter_in_place over plain MPI. Non-blocking (reqs != nullptr): `icounts` is the
+  // int count array MPI reads until completion (the caller keeps it alive with the requests),
+  // and the returned function finishes the operation (moves the result to the block, divides
+  // for avg) once they completed; blocking: done on return.
+  std::function<void()> mpi_reduce_scatter_in_place(TensorView buf, std::span<const std::size_t> counts, ReduceOp op,
+                                                    std::vector<MPI_Request>* reqs, std::vector<int>* icounts);
 
   // --- progress thread ---
   bool threaded() const { return opt.progress_thread && thread_level >= MPI_THREAD_MULTIPLE; }

@@ -12,6 +12,10 @@ struct MpiCommTesting {
   static void reduce_scatter_mpi(MpiComm& c, TensorView send, TensorView recv, ReduceOp op) {
     c.reduce_scatter_mpi(send, recv, op);
   }
+  static void reduce_scatter_in_place_mpi(MpiComm& c, TensorView buf, std::span<const std::size_t> counts,
+                                          ReduceOp op) {
+    c.reduce_scatter_in_place_mpi(buf, counts, op);
+  }
   static void all_gather_mpi(MpiComm& c, TensorView send, TensorView recv) { c.all_gather_mpi(send, recv); }
 };
 

@@ -240,6 +240,36 @@ static CommWork NcclComm_reduce_scatter(NcclComm::Impl& m, TensorView send, Tens
 void NcclComm::reduce_scatter(TensorView s, TensorView r, ReduceOp op) { NcclComm_reduce_scatter(*impl_, s, r, op, true); }
 CommWork NcclComm::ireduce_scatter(TensorView s, TensorView r, ReduceOp op) { return NcclComm_reduce_scatter(*impl_, s, r, op, false); }
 
+CommWork NcclComm::ireduce_scatter_in_place(TensorView buf, std::span<const std::size_t> counts, ReduceOp op) {
+  Impl& m = *impl_;
+  m.check_alive("reduce_scatter_in_place");
+  if (counts.size() != static_cast<std::size_t>(m.size))
+    DS_THROW("NcclComm::reduce_scatter_in_place: " << counts.size() << " block counts for " << m.size << " ranks");
+  std::size_t sum = 0;
+  for (std::size_t c : counts) sum += c;
+  if (sum != buf.count)
+    DS_THROW("NcclComm::reduce_scatter_in_place: the block counts sum to " << sum << ", buf.count is " << buf.count);
+  const ncclRedOp_t o = nccl_op(op, buf.dtype, "reduce_scatter_in_place");
+  const ncclDataType_t t = nccl_type(buf.dtype, "reduce_scatter_in_place");
+  const std::size_t es = dtype_size(buf.dtype);
+  CommWork w;
+  m.guarded([&] {
+    m.order_after_compute();
+    // NCCL has no variable-count reduce-scatter: the blocks' reduces in one group, each in
+    // place at its owner (the other ranks' receive buffer is not used).
+    DS_NCCL_CHECK(ncclGroupStart());
+    std::size_t at = 0;
+    for (int r = 0; r < m.size; ++r) {
+      char* p = static_cast<char*>(buf.data) + at * es;
+      if (counts[r] > 0) DS_NCCL_CHECK(ncclReduce(p, p, counts[r], t, o, r, m.comm, m.stream));
+      at += counts[r];
+    }
+    DS_NCCL_CHECK(ncclGroupEnd());
+    w = m.finish(false, "reduce_scatter_in_place");
+  });
+  return w;
+}
+
 static CommWork NcclComm_all_gather(NcclComm::Impl& m, TensorView send, TensorView recv, bool blocking) {
   m.check_alive("all_gather");
   nccl_check_ag(send, recv, m.size);

@@ -186,21 +186,34 @@ void MpiComm::Impl::shm_all_reduce(TensorView buf, ReduceOp op) {
 }
 
 void MpiComm::Impl::shm_reduce_scatter(TensorView send, TensorView recv, ReduceOp op) {
-  const std::size_t es = dtype_size(send.dtype);
-  const std::size_t n = recv.count;
+  std::vector<std::size_t> offs(node_size), counts(node_size, recv.count);
+  for (int b = 0; b < node_size; ++b) offs[b] = b * recv.count;
+  shm_reduce_scatter_blocks(send.data, offs, counts, recv.data, send.dtype, op);
+}
+
+void MpiComm::Impl::shm_reduce_scatter_blocks(const void* send, std::span<const std::size_t> offs,
+                                              std::span<const std::size_t> counts, void* out, DType t, ReduceOp op) {
+  const std::size_t es = dtype_size(t);
+  const std::size_t longest = *std::max_element(counts.begin(), counts.end());
+  // Each rank's half holds one chunk-long slot per destination block.
   const std::size_t chunk = std::max<std::size_t>(half_bytes / es / node_size / 16 * 16, 16);
+  const char* in = static_cast<const char*>(send);
+  const char* own = in + offs[node_rank] * es;
   std::vector<const char*> srcs(node_size);
-  for (std::size_t off = 0; off < n; off += chunk) {
-    const std::size_t len = std::min(chunk, n - off);
+  // The same number of rounds on every rank (counts are the same everywhere), so the
+  // barriers pair up even for a rank whose block is shorter or empty.
+  for (std::size_t off = 0; off < longest; off += chunk) {
+    auto piece = [&](int blk) { return counts[blk] > off ? std::min(chunk, counts[blk] - off) : std::size_t(0); };
     const std::uint64_t seq = chunk_seq++;
     char* mine = half(node_rank, seq);
     for (int blk = 0; blk < node_size; ++blk)  // the peers' blocks; mine is read from `send`
-      if (blk != node_rank) std::memcpy(mine + blk * len * es, ptr(send, blk * n + off), len * es);
+      if (blk != node_rank) std::memcpy(mine + blk * chunk * es, in + (offs[blk] + off) * es, piece(blk) * es);
     sync_barrier();
-    for (int r = 0; r < node_size; ++r)
-      srcs[r] = r == node_rank ? ptr(send, node_rank * n + off) : half(r, seq) + node_rank * len * es;
-    reduce_slices(mptr(recv, off), srcs, len, send.dtype, op);
-    if (op == ReduceOp::Avg) divide(mptr(recv, off), len, send.dtype, size);
+    const std::size_t len = piece(node_rank);
+    for (int r = 0; r < node_size; ++r) srcs[r] = r == node_rank ? own + off * es : half(r, seq) + node_rank * chunk * es;
+    // In place (out == own) is fine: reduce_slices reads a block in full before writing it.
+    reduce_slices(static_cast<char*>(out) + off * es, srcs, len, t, op);
+    if (op == ReduceOp::Avg) divide(static_cast<char*>(out) + off * es, len, t, size);
   }
 }
 

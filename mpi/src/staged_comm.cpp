@@ -319,6 +319,32 @@ CommWork staged_reduce_scatter(const std::shared_ptr<StagedComm::State>& sp, Ten
   return handle_for(sp, blocking);
 }
 
+CommWork staged_reduce_scatter_in_place(const std::shared_ptr<StagedComm::State>& sp, TensorView buf,
+                                        std::span<const std::size_t> counts, ReduceOp op) {
+  StagedComm::State& s = *sp;
+  const int rank = s.host->rank();
+  if (counts.size() != static_cast<std::size_t>(s.host->size()))
+    DS_THROW("StagedComm::reduce_scatter_in_place: " << counts.size() << " block counts for " << s.host->size()
+                                                     << " ranks");
+  std::size_t own = 0, sum = 0;
+  for (int r = 0; r < rank; ++r) own += counts[r];
+  for (std::size_t c : counts) sum += c;
+  if (sum != buf.count)
+    DS_THROW("StagedComm::reduce_scatter_in_place: the block counts sum to " << sum << ", buf.count is " << buf.count);
+  const std::size_t es = dtype_size(buf.dtype);
+  s.use_device();
+  std::vector<Lease> blocks;
+  blocks.emplace_back(s.pool, buf.bytes());
+  char* h = blocks[0].data();
+  s.copy_in(h, buf.data, buf.bytes());
+  s.sync();
+  const TensorView hv{h, buf.count, buf.dtype};
+  // Only this rank's block comes back to the device: the rest is unspecified anyway.
+  s.run(false, std::move(blocks), static_cast<char*>(buf.data) + own * es, h + own * es, counts[rank] * es,
+        [] {}, [&] { return s.host->ireduce_scatter_in_place(hv, counts, op); });
+  return handle_for(sp, false);
+}
+
 CommWork staged_all_gather(const std::shared_ptr<StagedComm::State>& sp, TensorView send, TensorView recv,
                            bool blocking) {
   StagedComm::State& s = *sp;
@@ -354,6 +380,9 @@ void StagedComm::reduce_scatter(TensorView s, TensorView r, ReduceOp op) {
 }
 CommWork StagedComm::ireduce_scatter(TensorView s, TensorView r, ReduceOp op) {
   return staged_reduce_scatter(state_, s, r, op, false);
+}
+CommWork StagedComm::ireduce_scatter_in_place(TensorView buf, std::span<const std::size_t> counts, ReduceOp op) {
+  return staged_reduce_scatter_in_place(state_, buf, counts, op);
 }
 void StagedComm::all_gather(TensorView s, TensorView r) { staged_all_gather(state_, s, r, true); }
 CommWork StagedComm::iall_gather(TensorView s, TensorView r) { return staged_all_gather(state_, s, r, false); }
@@ -395,6 +424,7 @@ void StagedComm::all_reduce(TensorView, ReduceOp) {}
 CommWork StagedComm::iall_reduce(TensorView, ReduceOp) { return nullptr; }
 void StagedComm::reduce_scatter(TensorView, TensorView, ReduceOp) {}
 CommWork StagedComm::ireduce_scatter(TensorView, TensorView, ReduceOp) { return nullptr; }
+CommWork StagedComm::ireduce_scatter_in_place(TensorView, std::span<const std::size_t>, ReduceOp) { return nullptr; }
 void StagedComm::all_gather(TensorView, TensorView) {}
 CommWork StagedComm::iall_gather(TensorView, TensorView) { return nullptr; }
 void StagedComm::broadcast(TensorView, int) {}

@@ -1,6 +1,6 @@
 // StagedComm (make_communicator(ctx, "staged")): every collective on device buffers against
 // the plain MpiComm on host copies of the same inputs, byte for byte: all_reduce (sum, avg,
-// max, min), reduce_scatter (also in place), all_gather (also in place), broadcast from every
+// max, min), reduce_scatter (also in place), reduce_scatter_in_place (uneven blocks), all_gather (also in place), broadcast from every
 // root, blocking and non-blocking, the inputs uploaded asynchronously on the compute stream
 // just before each call; non-blocking operations waited out of order (the newest first
 // completes the older ones), polled with test(), and dropped unwaited; argument errors.
@@ -137,6 +137,35 @@ struct Run {
     Bytes got(n * es);
     if (!got.empty()) CUDA_OK(cudaMemcpy(got.data(), recv, got.size(), cudaMemcpyDeviceToHost));
     CHECK_OK(got == want, "%s: result differs from MpiComm's", what.c_str());
+  }
+
+  // ireduce_scatter_in_place with uneven blocks (rank b owns n + 3b elements): this rank's
+  // block against MpiComm's; the bytes around it on the device must be the input's (only the
+  // block is copied back).
+  void reduce_scatter_in_place(DType t, std::size_t n, ReduceOp op) {
+    const std::string what = "reduce_scatter_in_place " + name(t) + " n=" + std::to_string(n) + " op=" +
+                             std::string(ds::reduce_op_name(op));
+    const std::size_t es = ds::dtype_size(t);
+    std::vector<std::size_t> counts(size);
+    std::size_t total = 0, own = 0;
+    for (int b = 0; b < size; ++b) {
+      counts[b] = n + 3 * std::size_t(b);
+      if (b < rank) own += counts[b];
+      total += counts[b];
+    }
+    const Bytes in = input(t, rank, total);
+    Bytes want = in;
+    ref.ireduce_scatter_in_place({want.data(), total, t}, counts, op)->wait();
+    Dev d(in.size());
+    d.upload(in, compute);
+    staged.ireduce_scatter_in_place({d.p, total, t}, counts, op)->wait();
+    const Bytes got = d.download();
+    const auto b0 = std::ptrdiff_t(own * es), b1 = std::ptrdiff_t((own + counts[rank]) * es);
+    CHECK_OK(Bytes(got.begin() + b0, got.begin() + b1) == Bytes(want.begin() + b0, want.begin() + b1),
+             "%s: this rank's block differs from MpiComm's", what.c_str());
+    CHECK_OK(Bytes(got.begin(), got.begin() + b0) == Bytes(in.begin(), in.begin() + b0) &&
+                 Bytes(got.begin() + b1, got.end()) == Bytes(in.begin() + b1, in.end()),
+             "%s: bytes outside this rank's block changed on the device", what.c_str());
   }
 
   void all_gather(DType t, std::size_t n, bool blocking, bool in_place) {
@@ -277,6 +306,7 @@ int main() {
               run.all_gather(t, n, blocking, in_place);
             }
           }
+          for (ReduceOp op : {ReduceOp::Sum, ReduceOp::Avg}) run.reduce_scatter_in_place(t, n, op);
           for (int root = 0; root < ctx.world_size; ++root) run.broadcast(t, n, root);
         }
       }

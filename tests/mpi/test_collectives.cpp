@@ -132,6 +132,31 @@ void run_variant(ds::MpiComm& c, const char* variant, bool nonblocking, bool com
         bad_mpi = mismatches(recv, rref, es);
         EXPECT(bad == 0 && bad_mpi == 0, "%s: %zu wrong vs expected, %zu differ from plain MPI",
                tag(variant, "reduce_scatter", t, op, count).c_str(), bad, bad_mpi);
+
+        // reduce_scatter_in_place: uneven blocks (rank b owns count + 5b elements; at count 7
+        // rank 1 owns none), element i of rank r's buffer is value(r, i); only this rank's
+        // block is compared.
+        std::vector<std::size_t> counts(n);
+        std::size_t total = 0, own = 0;
+        for (int b = 0; b < n; ++b) {
+          counts[b] = count == 7 && b == 1 ? 0 : count + 5 * std::size_t(b);
+          if (b < r) own += counts[b];
+          total += counts[b];
+        }
+        std::vector<char> ip(total * es), ipref(total * es), ipexp(counts[r] * es);
+        for (std::size_t i = 0; i < total; ++i) store(ip.data(), t, i, value(r, i));
+        ipref = ip;
+        for (std::size_t i = 0; i < counts[r]; ++i) expected(ipexp.data(), t, i, own + i, n, op);
+        c.ireduce_scatter_in_place(ds::TensorView{ip.data(), total, t}, counts, op)->wait();
+        std::vector<char> got(ip.begin() + own * es, ip.begin() + (own + counts[r]) * es), got_mpi = ipexp;
+        if (compare_mpi) {
+          ds::detail::MpiCommTesting::reduce_scatter_in_place_mpi(c, ds::TensorView{ipref.data(), total, t}, counts, op);
+          got_mpi.assign(ipref.begin() + own * es, ipref.begin() + (own + counts[r]) * es);
+        }
+        bad = mismatches(got, ipexp, es);
+        bad_mpi = mismatches(got, got_mpi, es);
+        EXPECT(bad == 0 && bad_mpi == 0, "%s: %zu wrong vs expected, %zu differ from plain MPI",
+               tag(variant, "reduce_scatter_in_place", t, op, count).c_str(), bad, bad_mpi);
       }
       // all_gather (out of place and in place)
       std::vector<char> send(count * es), recv(count * n * es), gexp(count * n * es), inplace(count * n * es);
@@ -207,6 +232,15 @@ void run_errors(ds::MpiComm& c) {
   const int n = c.size();
   EXPECT(throws([&] { c.reduce_scatter({v.data(), 10, ds::DType::F32}, {v.data(), 3, ds::DType::F32}, ds::ReduceOp::Sum); }, "send.count"),
          "reduce_scatter bad counts");
+  {
+    std::vector<std::size_t> short_counts(std::size_t(c.size()), 1), wrong_sum(std::size_t(c.size()), 1);
+    short_counts.pop_back();
+    EXPECT(throws([&] { c.ireduce_scatter_in_place({v.data(), short_counts.size(), ds::DType::F32}, short_counts, ds::ReduceOp::Sum); },
+                  "block counts for"),
+           "reduce_scatter_in_place: a count per rank");
+    EXPECT(throws([&] { c.ireduce_scatter_in_place({v.data(), 10, ds::DType::F32}, wrong_sum, ds::ReduceOp::Sum); }, "sum to"),
+           "reduce_scatter_in_place: counts sum to buf.count");
+  }
   std::vector<float> big(10 * n + 5);
   EXPECT(throws([&] { c.all_gather({v.data(), 10, ds::DType::F32}, {big.data(), std::size_t(10 * n + 5), ds::DType::F32}); }, "recv.count"),
          "all_gather bad counts");

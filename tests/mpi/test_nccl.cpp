@@ -122,6 +122,24 @@ int main() {
         comm->reduce_scatter({d, count * n, t}, {d2, count, t}, ds::ReduceOp::Sum);
         CUDA_OK(cudaMemcpy(back.data(), d2, count * es, cudaMemcpyDeviceToHost));
         CHECK_OK(back == sum_of(t, n, count, r * count), "reduce_scatter %s n=%zu", std::string(ds::dtype_name(t)).c_str(), count);
+        // reduce_scatter_in_place: the same input as one buffer of n blocks of `count`, except
+        // that rank 0's block is empty and the last rank's holds two blocks' worth
+        {
+          std::vector<std::size_t> counts(n, count);
+          if (n > 1) {
+            counts[0] = 0;
+            counts[n - 1] = 2 * count;
+          }
+          std::size_t own = 0;
+          for (int b = 0; b < r; ++b) own += counts[b];
+          CUDA_OK(cudaMemcpy(d, hs.data(), count * es * n, cudaMemcpyHostToDevice));
+          comm->ireduce_scatter_in_place({d, count * n, t}, counts, ds::ReduceOp::Sum)->wait();
+          std::vector<char> mine(counts[r] * es);
+          if (!mine.empty())
+            CUDA_OK(cudaMemcpy(mine.data(), static_cast<char*>(d) + own * es, mine.size(), cudaMemcpyDeviceToHost));
+          CHECK_OK(mine == sum_of(t, n, counts[r], own), "reduce_scatter_in_place %s n=%zu",
+                   std::string(ds::dtype_name(t)).c_str(), count);
+        }
         // all_gather
         CUDA_OK(cudaMemcpy(d, h.data(), count * es, cudaMemcpyHostToDevice));
         comm->all_gather({d, count, t}, {d2, count * n, t});

@@ -4,6 +4,8 @@
 
 #include <algorithm>
 #include <cstring>
+#include <tuple>
+#include <utility>
 
 #include "chunk_table.h"
 #include "ds/core/error.h"
@@ -48,7 +50,8 @@ void scale_in_place(TensorView v, float f) {
 
 GradReducer::GradReducer(const PartitionMap& map, ParamStore& store, Communicator& comm, const ReducerOptions& o,
                          Timers& timers)
-    : map_(map), store_(store), comm_(comm), o_(o), timers_(timers), wdtype_(store.wdtype()), world_(map.world_size) {
+    : map_(map), store_(store), comm_(comm), o_(o), timers_(timers), wdtype_(store.wdtype()), world_(map.world_size),
+      owner_only_(map.world_size > 1 && (map.stage == 1 || map.stage == 2)) {
   if (o_.release_grads) {
     pages_ = store_.grad_space();
     DS_CHECK(pages_ != nullptr, "ZeRO-2 gradient release needs a paged gradient buffer");
@@ -119,6 +122,21 @@ void GradReducer::build_buckets(std::int64_t bucket_size) {
     b.wire = begin;
     buckets_.push_back(std::move(b));
     end = begin;
+  }
+  if (owner_only_) {
+    // The slices are consecutive in rank order, so the blocks tile the bucket.
+    const std::size_t rank = std::size_t(comm_.rank());
+    for (Bucket& b : buckets_) {
+      b.blocks.assign(std::size_t(world_), 0);
+      b.own_begin = b.own_end = b.begin;
+      for (std::size_t r = 0; r < std::size_t(world_); ++r) {
+        const RankSlice& s = map_.slices[r];
+        const std::size_t lo = std::max(b.begin, s.offset), hi = std::min(b.end, s.offset + s.count);
+        if (hi <= lo) continue;
+        b.blocks[r] = hi - lo;
+        if (r == rank) std::tie(b.own_begin, b.own_end) = std::pair(lo, hi);
+      }
+    }
   }
   param_buckets_.assign(map_.params.size(), {});
   for (std::size_t k = 0; k < buckets_.size(); ++k) {
@@ -255,7 +273,8 @@ void GradReducer::launch_bucket(std::size_t k) {
     convert(g.data, wdtype_, wire.data, o_.comm_dtype, n);
   }
   scale_in_place(wire, float(pre_factor_));  // 1 on a device store
-  b.work = comm_.iall_reduce(wire, ReduceOp::Sum);
+  b.work = owner_only_ ? comm_.ireduce_scatter_in_place(wire, b.blocks, ReduceOp::Sum)
+                      : comm_.iall_reduce(wire, ReduceOp::Sum);
   b.launched = true;
   if (b.work) store_.grads_reducing(b.begin, n, *b.work);
   if (o_.release_grads) populate_bucket(k + 1);  // the bucket backward is writing now
@@ -282,9 +301,11 @@ void GradReducer::finish_bucket(Bucket& b) {
   b.work->wait();
   b.work.reset();
   if (comm_buf_.bytes() > 0) {
-    const std::size_t n = b.end - b.begin;
-    convert(sub_view(comm_buf_.data(), o_.comm_dtype, b.wire, n).data, o_.comm_dtype, store_.grads(b.begin, n).data,
-            wdtype_, n);
+    // Back into the working dtype: the whole bucket, or (stages 1/2) the part this rank owns,
+    // the only part reduced.
+    const std::size_t lo = owner_only_ ? b.own_begin : b.begin, hi = owner_only_ ? b.own_end : b.end;
+    convert(sub_view(comm_buf_.data(), o_.comm_dtype, b.wire + (lo - b.begin), hi - lo).data, o_.comm_dtype,
+            store_.grads(lo, hi - lo).data, wdtype_, hi - lo);
   }
 }
 

@@ -5,9 +5,13 @@
 // Buckets are ranges of the flat gradient space, reduce_bucket_size elements each, laid
 // from the END of the space backwards (backward finishes the last parameters first). The
 // engine tells the reducer when a backward starts, which parameters' gradients are ready
-// while it runs (a bucket launches its non-blocking all-reduce once all its parameters
+// while it runs (a bucket launches its non-blocking reduction once all its parameters
 // reported, in bucket order so every rank issues the same sequence), when it ended, and to
-// finish before the step. The reducer owns the communication-dtype copies, the averaging
+// finish before the step. Stage 0 all-reduces a bucket (every rank steps every element);
+// stages 1 and 2 reduce each rank's part of it only to that rank (the bucket's intersections
+// with the rank slices, Communicator::ireduce_scatter_in_place: half an all-reduce's bytes),
+// since a rank steps, norms and checks only its own slice; the rest of the bucket is left
+// unspecified and is zeroed (stage 1: zero_grads) or released (stage 2) before it is read. The reducer owns the communication-dtype copies, the averaging
 // factors (predivide / prescale, the rest applied by the optimizer as post_factor()) and,
 // under ZeRO-2, the release of the gradient pages (host) or chunks (CUDA device) outside this
 // rank's slice as soon as their bucket is reduced. On a device, released chunks have no
@@ -83,6 +87,9 @@ class GradReducer final : public GradSync, public GroupHooks {
     int params_ready = 0;            // grad_ready calls seen for them this backward
     bool launched = false;
     CommWork work;
+    // Stages 1/2: elements of the range in each rank's slice (rank order; sum = end - begin).
+    std::vector<std::size_t> blocks;
+    std::size_t own_begin = 0, own_end = 0;  // this rank's part of the range (global, may be empty)
   };
 
   void build_buckets(std::int64_t bucket_size);
@@ -102,6 +109,7 @@ class GradReducer final : public GradSync, public GroupHooks {
   Timers& timers_;
   DType wdtype_;
   int world_ = 1;
+  bool owner_only_ = false;  // stages 1/2 with several ranks: each bucket part goes to its owner only
   GradPages* pages_ = nullptr;             // ZeRO-2: the gradients' pages / chunks, else nullptr
   std::size_t keep_lo_ = 0, keep_hi_ = 0;  // byte range of pages_ never released
   std::size_t max_in_flight_ = 0;          // ZeRO-2: buckets reducing at once (waits for the oldest)

@@ -13,7 +13,9 @@
 // - An operation or dtype a backend does not support throws ds::Error naming both.
 #pragma once
 
+#include <cstddef>
 #include <memory>
+#include <span>
 #include <string_view>
 
 #include "ds/core/buffer.h"
@@ -55,6 +57,17 @@ class Communicator {
   // send.count == recv.count * size(); rank r receives op over ranks of block r of send.
   virtual void reduce_scatter(TensorView send, TensorView recv, ReduceOp op) = 0;
   virtual CommWork ireduce_scatter(TensorView send, TensorView recv, ReduceOp op) = 0;
+
+  // In place, each block reduced only to the rank that owns it (ZeRO's reduce-to-owner):
+  // buf is one block per rank in rank order, counts[r] elements for rank r (counts.size() ==
+  // size(), sum == buf.count, zeros allowed; counts is copied before the call returns). Once
+  // complete, this rank's block holds op over ranks of that block; the other blocks' contents
+  // are unspecified. Half the bytes of an all-reduce on the wire. The default all-reduces the
+  // whole buffer (a correct superset); MpiComm, NcclComm and StagedComm move each block only
+  // to its owner.
+  virtual CommWork ireduce_scatter_in_place(TensorView buf, std::span<const std::size_t> /*counts*/, ReduceOp op) {
+    return iall_reduce(buf, op);
+  }
 
   // recv.count == send.count * size(); block r of recv is rank r's send.
   virtual void all_gather(TensorView send, TensorView recv) = 0;

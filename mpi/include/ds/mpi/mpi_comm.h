@@ -129,6 +129,9 @@ class MpiComm final : public Communicator {
   CommWork iall_reduce(TensorView buf, ReduceOp op) override;
   void reduce_scatter(TensorView send, TensorView recv, ReduceOp op) override;
   CommWork ireduce_scatter(TensorView send, TensorView recv, ReduceOp op) override;
+  // The window when reduce_scatter of buf.bytes() would take it, else one MPI_Ireduce_scatter
+  // (MPI_Ireduce per block piece above max_count elements).
+  CommWork ireduce_scatter_in_place(TensorView buf, std::span<const std::size_t> counts, ReduceOp op) override;
   void all_gather(TensorView send, TensorView recv) override;
   CommWork iall_gather(TensorView send, TensorView recv) override;
   void broadcast(TensorView buf, int root) override;
@@ -162,6 +165,7 @@ class MpiComm final : public Communicator {
   // window path to bit for bit.
   void all_reduce_mpi(TensorView buf, ReduceOp op);
   void reduce_scatter_mpi(TensorView send, TensorView recv, ReduceOp op);
+  void reduce_scatter_in_place_mpi(TensorView buf, std::span<const std::size_t> counts, ReduceOp op);
   void all_gather_mpi(TensorView send, TensorView recv);
 
   std::unique_ptr<Impl> impl_;

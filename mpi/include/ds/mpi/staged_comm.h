@@ -54,6 +54,8 @@ class StagedComm final : public Communicator {
   CommWork iall_reduce(TensorView buf, ReduceOp op) override;
   void reduce_scatter(TensorView send, TensorView recv, ReduceOp op) override;
   CommWork ireduce_scatter(TensorView send, TensorView recv, ReduceOp op) override;
+  // Stages the whole buffer, reduces over MpiComm, copies back only this rank's block.
+  CommWork ireduce_scatter_in_place(TensorView buf, std::span<const std::size_t> counts, ReduceOp op) override;
   void all_gather(TensorView send, TensorView recv) override;
   CommWork iall_gather(TensorView send, TensorView recv) override;
   void broadcast(TensorView buf, int root) override;
