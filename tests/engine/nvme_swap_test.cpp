@@ -13,8 +13,18 @@
 //   - the stage-3 fetcher over it (one rank): a prefetched group's piece is read while the
 //     "module" computes and waited when the group is acquired, never read synchronously; after
 //     a load wrote the partition behind, the next pass gathers the loaded values.
+//   - a failed asynchronous read (the parameter file truncated underneath: pread meets its
+//     end): thrown by finish_read_params naming the file and the read, its destination left
+//     alone, nothing left open; in the fetcher, by the acquire that needs the piece, with the
+//     other prefetches still open finished by the destructor.
+//   - the optimizer step's writes behind (offload_optimizer nvme): reads of the parameter
+//     file, the next step and map() right after a step see its values (bit for bit the
+//     in-memory AdamW); a write that fails behind the step (a descriptor swapped for a
+//     read-only one) is thrown by the next step, map() or write_master, naming the file.
 #include <fcntl.h>
 #include <unistd.h>
+
+#include <cerrno>
 #include <gtest/gtest.h>
 
 #include <chrono>
@@ -142,6 +152,12 @@ int open_swap_fd(const std::string& name) {
       return std::stoi(e.path().filename().string());
   }
   return -1;
+}
+
+// The path of the swap file `name` this process holds open (empty: none).
+std::string swap_path(const std::string& name) {
+  const int fd = open_swap_fd(name);
+  return fd < 0 ? std::string() : fs::read_symlink("/proc/self/fd/" + std::to_string(fd)).string();
 }
 
 // Round r's master: every element differs from the last round's, also in bf16 (8 bits).
@@ -419,4 +435,217 @@ TEST(NvmeSwap, FetcherReadsPrefetchedPiecesBehindTheComputeAndGathersLoadedValue
               after.param_async_reads - before.param_async_reads);
   EXPECT_EQ(after.param_sync_reads - before.param_sync_reads, 0u) << "the fetcher read a piece synchronously";
   EXPECT_EQ(after.param_async_reads - before.param_async_reads, kGroups);
+}
+
+TEST(NvmeSwap, AFailedAsyncReadIsThrownWhereItIsFinishedNamingTheFile) {
+  const std::size_t n = (std::size_t(1) << 20) + 5000;  // ~2 MiB of bf16
+  auto swap = param_swap(n);
+  const std::vector<float> values = round_values(n, 1);
+  swap->write_params_behind(values.data());
+  ASSERT_EQ(read_back(*swap, 0, 1000), std::vector<float>(values.begin(), values.begin() + 1000));  // on disk
+  // The file cut underneath to its first MiB (a real failure: pread meets the end of the file).
+  const std::size_t cut = std::size_t(1) << 20, es = 2;
+  const std::string path = swap_path("params.swap");
+  ASSERT_FALSE(path.empty());
+  ASSERT_EQ(::truncate(path.c_str(), off_t(cut)), 0) << std::strerror(errno);
+  // Started in this order: a piece inside the cut, one past it, one across it, one inside.
+  const std::vector<std::pair<std::size_t, std::size_t>> pieces{
+      {100, 3000}, {cut / es + 777, 3000}, {cut / es - 1000, 2000}, {5000, 70000}};
+  const std::vector<bool> fails{false, true, true, false};
+  constexpr std::uint16_t kUntouched = 0xABCD;
+  std::vector<std::vector<std::uint16_t>> dst;
+  std::vector<std::uint64_t> ids;
+  for (const auto& [off, cnt] : pieces) {
+    dst.emplace_back(cnt, kUntouched);
+    ids.push_back(swap->start_read_params(off, cnt, dst.back().data()));
+  }
+  EXPECT_EQ(swap->open_param_reads(), pieces.size());
+  for (std::size_t p = 0; p < pieces.size(); ++p) {
+    const auto [off, cnt] = pieces[p];
+    if (!fails[p]) {
+      swap->finish_read_params(ids[p]);
+      std::vector<float> got(cnt);
+      ds::convert(dst[p].data(), DType::BF16, got.data(), DType::F32, cnt);
+      EXPECT_EQ(got, std::vector<float>(values.begin() + std::ptrdiff_t(off), values.begin() + std::ptrdiff_t(off + cnt)))
+          << "the read at " << off << " inside the cut";
+      continue;
+    }
+    try {
+      swap->finish_read_params(ids[p]);
+      ADD_FAILURE() << "the read at " << off << " past the end of the cut file finished without an error";
+    } catch (const ds::Error& e) {
+      const std::string m = e.what();
+      EXPECT_NE(m.find(path + ": read of"), std::string::npos) << m;
+      EXPECT_NE(m.find("the file ends before it"), std::string::npos) << m;
+    }
+    // Not a silent zero: the destination holds what it held.
+    EXPECT_EQ(dst[p], std::vector<std::uint16_t>(cnt, kUntouched)) << "the failed read at " << off << " wrote its destination";
+    swap->finish_read_params(ids[p]);  // thrown once: finished now
+  }
+  EXPECT_EQ(swap->open_param_reads(), 0u) << "a read left open";
+  // The swap goes on: the file back to its size (the cut part reads zero), a read past the old
+  // cut started and finished, a synchronous one, a write behind read back.
+  ASSERT_EQ(::truncate(path.c_str(), off_t(ds::io::align_up(n * es))), 0) << std::strerror(errno);
+  std::vector<std::uint16_t> again(3000, kUntouched);
+  swap->finish_read_params(swap->start_read_params(cut / es + 777, 3000, again.data()));
+  EXPECT_EQ(again, std::vector<std::uint16_t>(3000, 0));
+  const std::vector<float> next = round_values(n, 2);
+  swap->write_params_behind(next.data());
+  EXPECT_EQ(read_back(*swap, 0, n), next);
+}
+
+TEST(NvmeSwap, AFailedPrefetchReadIsThrownByTheAcquireThatNeedsIt) {
+  // 6 groups of 1 Mi elements, the parameters on NVMe; prefetch 2 groups ahead.
+  constexpr std::size_t kGroups = 6, kPer = std::size_t(1) << 20;
+  Stage3 s(kGroups, kPer, /*optimizer_on_nvme=*/false);
+  s.store->set_initial(s.flat(random_values(s.map.total_numel, 7)).data());
+  OneRank comm;
+  ds::Timers timers;
+  ds::engine::FetchOptions fo;
+  fo.prefetch_elems = 2 * (kPer + kGroups);
+  fo.persistence_threshold = 0;
+  auto f = std::make_unique<ds::engine::GroupFetcher>(s.map, *s.store, comm, fo, timers);
+  auto use = [&](std::size_t g) {
+    f->acquire(g, ds::Pass::Forward);
+    f->release(g, ds::Pass::Forward);
+  };
+  f->begin_forward();
+  for (std::size_t g = 0; g < kGroups; ++g) use(g);  // records the trace
+  f->end_forward();
+  // The parameter file cut after group 1's blocks: groups 0 and 1 read, 2.. run into its end.
+  const auto& g1 = s.map.groups[1];
+  const auto& g2 = s.map.groups[2];
+  const std::size_t cut = ds::io::align_up((g1.part_offset + g1.piece) * 2);
+  ASSERT_GT(ds::io::align_up((g2.part_offset + g2.piece) * 2), cut);
+  const std::string path = swap_path("params.swap");
+  ASSERT_FALSE(path.empty());
+  ASSERT_EQ(::truncate(path.c_str(), off_t(cut)), 0) << std::strerror(errno);
+  f->begin_forward();
+  use(0);
+  use(1);  // its acquire started the reads of groups 2 and 3 (prefetch), which fail
+  ASSERT_EQ(s.swap().open_param_reads(), 2u);
+  try {
+    f->acquire(2, ds::Pass::Forward);
+    FAIL() << "the acquire of a group whose read failed returned";
+  } catch (const ds::Error& e) {
+    const std::string m = e.what();
+    EXPECT_NE(m.find(path + ": read of"), std::string::npos) << m;
+    EXPECT_NE(m.find("the file ends before it"), std::string::npos) << m;
+  }
+  EXPECT_EQ(s.swap().open_param_reads(), 1u) << "group 3's prefetch stays open (the fetcher's destructor finishes it)";
+  f.reset();
+  EXPECT_EQ(s.swap().open_param_reads(), 0u) << "the fetcher's destructor left a read open";
+  // The store goes on (no failure thrown twice): group 0 reads as before.
+  std::vector<std::uint16_t> w(s.map.groups[0].piece);
+  s.store->read_part_params(0, w.data());
+}
+
+namespace {
+
+// An NvmeSwap with the master and AdamW's moments on NVMe (and, with params, the bf16
+// parameters): n elements in sub-groups of `sub`, `buffers` buffer sets.
+std::unique_ptr<ds::engine::NvmeSwap> optimizer_swap(std::size_t n, std::size_t sub, int buffers, bool params,
+                                                     const ds::optim::Optimizer& opt) {
+  ds::engine::NvmeOptions o;
+  o.optimizer = true;
+  o.params = params;
+  o.optimizer_path = o.params_path = swap_root().string();
+  o.optimizer_key = "offload_optimizer.nvme_path";
+  o.params_key = "offload_param.nvme_path";
+  o.sub_group = sub;
+  o.buffer_count = buffers;
+  return std::make_unique<ds::engine::NvmeSwap>(o, 0, n, opt, DType::BF16);
+}
+
+ds::optim::StepContext step_ctx(int s) {
+  ds::optim::StepContext c;
+  c.lr = 1e-3;
+  c.step = s;
+  return c;
+}
+
+}  // namespace
+
+TEST(NvmeSwap, AStepsWritesBehindAreWhatTheNextReadsSee) {
+  // 4 sub-groups (the last one short) through 2 buffer sets: the step returns with the last
+  // sub-groups' writes in flight -- the master, the moments and the bf16 parameters.
+  constexpr std::size_t kSub = std::size_t(1) << 20;
+  const std::size_t n = 4 * kSub - 1000;
+  auto opt = adamw(), ref = adamw();
+  auto swap = optimizer_swap(n, kSub, 2, /*params=*/true, *opt);
+  ref->init_state(n);
+  std::vector<float> master = random_values(n, 11);
+  const std::vector<float> grads = random_values(n, 12);
+  swap->write_master(0, n, master.data());
+  std::vector<std::uint16_t> ref_working(n);
+  // Pieces of the last sub-groups (whose writes are the last queued), unaligned.
+  const std::vector<std::pair<std::size_t, std::size_t>> pieces{{n - 5000, 5000}, {3 * kSub - 333, 700}, {2 * kSub + 5, 4000}};
+  for (int step = 1; step <= 4; ++step) {
+    const auto before = swap->counters();
+    swap->step(*opt, ds::TensorView{const_cast<float*>(grads.data()), n, DType::F32}, ds::TensorView{}, step_ctx(step));
+    ref->step(master, ds::TensorView{const_cast<float*>(grads.data()), n, DType::F32},
+              ds::TensorView{ref_working.data(), n, DType::BF16}, {}, step_ctx(step));
+    EXPECT_GT(swap->counters().step_writes_behind - before.step_writes_behind, 0u) << "the step waited for all its writes";
+    // At once: reads of the parameter file, synchronous (odd steps) or started (even ones).
+    for (const auto& [off, cnt] : pieces) {
+      std::vector<std::uint16_t> got(cnt);
+      if (step % 2) swap->read_params(off, cnt, got.data());
+      else swap->finish_read_params(swap->start_read_params(off, cnt, got.data()));
+      ASSERT_EQ(got, std::vector<std::uint16_t>(ref_working.begin() + std::ptrdiff_t(off), ref_working.begin() + std::ptrdiff_t(off + cnt)))
+          << "step " << step << ": the read at " << off << " saw older parameters";
+    }
+  }
+  // The next steps read what the steps before wrote (the values above are bit for bit the
+  // in-memory AdamW after 4 steps), and so does a checkpoint's map() right after a step.
+  const ds::engine::StateViews v = swap->map();
+  EXPECT_EQ(std::memcmp(v.master.data(), master.data(), n * sizeof(float)), 0) << "master";
+  const auto st = ref->state_tensors();
+  ASSERT_EQ(v.state.size(), st.size());
+  for (std::size_t t = 0; t < st.size(); ++t)
+    EXPECT_EQ(std::memcmp(v.state[t].second.data(), st[t].second.data(), n * sizeof(float)), 0) << v.state[t].first;
+  swap->unmap(false);
+}
+
+TEST(NvmeSwap, AStepWriteThatFailsBehindIsThrownByTheNextWaitNamingTheFile) {
+  // 2 sub-groups through 2 buffer sets: the step waits for none of its own writes.
+  constexpr std::size_t kSub = std::size_t(1) << 20;
+  const std::size_t n = 2 * kSub - 100;
+  const std::vector<float> grads = random_values(n, 13);
+  std::vector<std::uint16_t> working(n);
+  // What waits next after the failed step: the next step, a checkpoint's map(), a load's
+  // write_master.
+  for (int next = 0; next < 3; ++next) {
+    auto opt = adamw();
+    auto swap = optimizer_swap(n, kSub, 2, /*params=*/false, *opt);
+    const std::vector<float> master = random_values(n, 14);
+    swap->write_master(0, n, master.data());
+    auto step = [&](int s) {
+      swap->step(*opt, ds::TensorView{const_cast<float*>(grads.data()), n, DType::F32},
+                 ds::TensorView{working.data(), n, DType::BF16}, step_ctx(s));
+    };
+    step(1);
+    swap->map();  // its writes on disk (they are behind: the descriptor swap below would fail them)
+    swap->unmap(false);
+    // Every write to the first moment's file fails from here on: its descriptor now reads only
+    // (the step's reads of it still work).
+    const std::string name = opt->state_names()[0] + ".swap";
+    const int fd = open_swap_fd(name);
+    ASSERT_GE(fd, 0);
+    const std::string path = swap_path(name);
+    const int ro = ::open(path.c_str(), O_RDONLY | O_CLOEXEC);
+    ASSERT_GE(ro, 0);
+    ASSERT_EQ(::dup2(ro, fd), fd);
+    ::close(ro);
+    step(2);  // returns: its writes are behind
+    try {
+      if (next == 0) step(3);
+      else if (next == 1) swap->map();
+      else swap->write_master(0, n, master.data());
+      ADD_FAILURE() << "case " << next << ": the wait after a failed write behind succeeded";
+    } catch (const ds::Error& e) {
+      const std::string m = e.what();
+      EXPECT_NE(m.find(path + ": write of"), std::string::npos) << m;
+      EXPECT_NE(m.find(std::strerror(EBADF)), std::string::npos) << m;
+    }
+  }  // and the swap goes away with nothing in flight
 }

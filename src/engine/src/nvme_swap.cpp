@@ -8,6 +8,7 @@
 #include <cerrno>
 #include <chrono>
 #include <cstring>
+#include <exception>
 
 #include "ds/core/error.h"
 #include "ds/core/half.h"
@@ -93,6 +94,7 @@ std::size_t NvmeSwap::count_of(std::size_t i) const { return std::min(sub_, n_ -
 
 void NvmeSwap::write_master(std::size_t offset, std::size_t count, const float* src) {
   DS_CHECK(o_.optimizer && offset + count <= n_, "NvmeSwap::write_master out of range");
+  wait_step_writes();  // a step's write of these blocks landing later would undo this one
   if (count > 0) aio_->write_unaligned(files_[0], offset * sizeof(float), count * sizeof(float), src);
 }
 
@@ -209,6 +211,14 @@ void NvmeSwap::wait_param_writes(std::size_t lo, std::size_t hi) {
 
 void NvmeSwap::issue_read(Slot& s, std::size_t i) {
   wait_writes(s);  // the buffers are free only once their last contents are on disk
+  // Reads into them still open only after a step that threw half-way: their data is not
+  // used (this read replaces it), so their failures are not either.
+  for (io::Ticket t : s.reads) {
+    try {
+      aio_->wait(t);
+    } catch (const std::exception&) {
+    }
+  }
   s.sub_group = i;
   s.reads.clear();
   const std::size_t bytes = round_up(count_of(i) * sizeof(float), io::kDirectAlign);
@@ -217,8 +227,30 @@ void NvmeSwap::issue_read(Slot& s, std::size_t i) {
 }
 
 void NvmeSwap::wait_writes(Slot& s) {
-  for (io::Ticket t : s.writes) aio_->wait(t);
+  // All of them, also after a failure (the buffers are free afterwards); the first failure
+  // is thrown, once.
+  std::exception_ptr failed;
+  for (io::Ticket t : s.writes) {
+    try {
+      aio_->wait(t);
+    } catch (...) {
+      if (!failed) failed = std::current_exception();
+    }
+  }
   s.writes.clear();
+  if (failed) std::rethrow_exception(failed);
+}
+
+void NvmeSwap::wait_step_writes() {
+  std::exception_ptr failed;
+  for (Slot& s : slots_) {
+    try {
+      wait_writes(s);
+    } catch (...) {
+      if (!failed) failed = std::current_exception();
+    }
+  }
+  if (failed) std::rethrow_exception(failed);
 }
 
 void NvmeSwap::step(optim::Optimizer& opt, TensorView grads, TensorView working, const optim::StepContext& ctx) {
@@ -229,7 +261,7 @@ void NvmeSwap::step(optim::Optimizer& opt, TensorView grads, TensorView working,
     wait_param_writes(0, SIZE_MAX);
   }
   const auto t0 = std::chrono::steady_clock::now();
-  const std::size_t read0 = aio_->bytes_read(), written0 = aio_->bytes_written();
+  std::size_t moved = 0;  // bytes read and written (queued: the last writes finish after the return)
   const std::size_t groups = (n_ + sub_ - 1) / sub_, B = slots_.size();
   const std::size_t gs = dtype_size(grads.dtype), ws = dtype_size(wdtype_);
   // Reads run ahead by up to B - 1 sub-groups (B == 1: one at a time).
@@ -251,14 +283,22 @@ void NvmeSwap::step(optim::Optimizer& opt, TensorView grads, TensorView working,
     const std::size_t fbytes = round_up(k * sizeof(float), io::kDirectAlign);
     for (std::size_t t = 0; t < files_.size(); ++t)
       s.writes.push_back(aio_->write(files_[t], a * sizeof(float), fbytes, s.bufs[t].data()));
+    moved += 2 * files_.size() * fbytes;
     if (o_.params) {
       const std::size_t pbytes = round_up(k * ws, io::kDirectAlign);
       std::memset(static_cast<char*>(s.out.data()) + k * ws, 0, pbytes - k * ws);  // no stale tail on disk
-      s.writes.push_back(aio_->write(*param_file_, a * ws, pbytes, s.out.data()));
+      const io::Ticket t = aio_->write(*param_file_, a * ws, pbytes, s.out.data());
+      s.writes.push_back(t);
+      param_writes_.push_back({a * ws, a * ws + pbytes, t});  // the fetcher's reads of these blocks wait for it
+      moved += pbytes;
     }
   }
-  for (Slot& s : slots_) wait_writes(s);
-  last_bytes_ = (aio_->bytes_read() - read0) + (aio_->bytes_written() - written0);
+  // The writes of the last sub-groups stay in flight (behind the next forward and backward):
+  // the next step's read into a slot waits for the slot's writes (sub-group i always goes
+  // through slot i % B, so that is the write of the blocks it reads), write_master, map() and
+  // the parameter file's readers wait for theirs, the destructor drains the queue.
+  for (const Slot& s : slots_) counters_.step_writes_behind += s.writes.size();
+  last_bytes_ = moved;
   last_seconds_ = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
 }
 
@@ -266,7 +306,11 @@ StateViews NvmeSwap::map() {
   DS_CHECK(o_.optimizer, "NvmeSwap::map without offload_optimizer nvme");
   unmap(true);  // views left from a failed load: what was written goes to disk first
   finish_param_reads(0, SIZE_MAX);  // their pieces go where they were asked to
-  param_writes_.clear();             // waited for (and their failure thrown) by wait_all
+  param_writes_.clear();             // waited for (and their failure thrown) by wait_all,
+  for (Slot& s : slots_) {            // like the step's writes behind
+    s.writes.clear();
+    s.reads.clear();
+  }
   aio_->wait_all();
   counters_.maps++;
   StateViews v;

@@ -8,10 +8,11 @@
 // on the I/O threads while the current one is stepped. With offload_param device "nvme"
 // (stage 3), the working-dtype parameter partition lives in a swap file too: the fetcher
 // reads a group's piece into its place in the gathered buffer (started when the gather is
-// decided, waited when the bytes are needed), and the step writes the updated pieces back
-// (with the master in memory: behind, asynchronously). Transfers of the parameter file are
-// ordered by the blocks they touch: a read waits for the writes before it, a write for the
-// reads and writes before it.
+// decided, waited when the bytes are needed), and the step writes the updated pieces back.
+// The step's writes go behind (the call returns with the last ones in flight), like the
+// parameter file's writes after a step with the master in memory. Transfers are ordered by
+// the blocks they touch: a read waits for the writes before it, a write for the reads and
+// writes before it.
 //
 // The files are scratch: they sit in <nvme_path>/dstrain-swap/<host>-<pid>-rank<R>/ (io::SwapDir:
 // removed when the engine goes, cleaned at the next start after a crash), and checkpoints
@@ -74,7 +75,13 @@ class NvmeSwap {
   void write_master(std::size_t offset, std::size_t count, const float* src);
   // One optimizer update of the whole step range, streamed: grads (n elements, in memory)
   // times ctx.grad_scale; the updated working parameters go to `working` (n elements in
-  // memory) or, with params(), to the parameter file.
+  // memory, complete at the return) or, with params(), to the parameter file. Returns once
+  // the last sub-group is computed, with the writes of the last sub-groups still in flight
+  // (behind the next forward and backward); every later access waits for the writes of the
+  // blocks it touches: the next step's reads, write_master, map(), the parameter file's reads
+  // and writes; the destructor drains them. A failed write is thrown, as the AioQueue words
+  // it ("<file>: write of N bytes at offset O failed at offset P: ..."), by the first of
+  // those waits.
   void step(optim::Optimizer& opt, TensorView grads, TensorView working, const optim::StepContext& ctx);
   // The master and state files mapped into memory (shared): what checkpoints read and write.
   // Valid until unmap(); unmap(true) after writing through the views.
@@ -104,6 +111,8 @@ class NvmeSwap {
   // the read, which therefore returns what the file held when it was started.
   std::uint64_t start_read_params(std::size_t offset, std::size_t count, void* dst);
   void finish_read_params(std::uint64_t id);
+  // Reads started and not finished yet (a failed one is finished: it is thrown once).
+  std::size_t open_param_reads() const { return param_reads_.size(); }
 
   // Swap buffers (memory) and swap file bytes (disk).
   void add_memory(ModelStateBytes& b) const;
@@ -117,9 +126,11 @@ class NvmeSwap {
     std::size_t param_sync_reads = 0, param_sync_writes = 0;
     std::size_t param_writes_behind = 0, param_writes_waited = 0;
     std::size_t param_async_reads = 0;  // start_read_params calls
+    std::size_t step_writes_behind = 0;  // writes step() returned without waiting for
   };
   const Counters& counters() const { return counters_; }
-  // Bytes read and written by the last step() and its seconds (benchmarks).
+  // Bytes the last step() read and wrote (its writes behind included) and its seconds until
+  // it returned (benchmarks; the next step waits for what it left in flight).
   std::size_t last_step_bytes() const { return last_bytes_; }
   double last_step_seconds() const { return last_seconds_; }
 
@@ -132,6 +143,7 @@ class NvmeSwap {
   };
   void issue_read(Slot& s, std::size_t i);
   void wait_writes(Slot& s);
+  void wait_step_writes();  // every slot's writes: what a step left behind
   // Waits for (and forgets) the writes behind that overlap bytes [lo, hi) of params.swap.
   void wait_param_writes(std::size_t lo, std::size_t hi);
   // Finishes the open reads that overlap bytes [lo, hi) (before a write of those blocks).
