@@ -4,10 +4,14 @@
 #include <gtest/gtest.h>
 #include <sys/mman.h>
 
+#include <bit>
 #include <cmath>
+#include <cstdint>
 #include <cstdlib>
 #include <filesystem>
 #include <fstream>
+#include <optional>
+#include <set>
 #include <sstream>
 
 #include <nlohmann/json.hpp>
@@ -21,6 +25,7 @@
 #include "ds/mpi/init.h"
 #include "ds/mpi/mpi_comm.h"
 #include "ds/sched/lr_scheduler.h"
+#include "../../src/engine/src/engine_testing.h"
 #include "../common/mpi_gtest_main.h"
 #include "test_model.h"
 
@@ -984,4 +989,292 @@ TEST(Engine, GradAccumDtypeFp32OnTheGpuPathIsAClearError) {
               std::string::npos)
         << e.what();
   }
+}
+
+// ---------------------------------------------------------------------------------------
+// The boundary step's outcome applied lazily (docs/dev/engine.md "The boundary step"): on a
+// CUDA device the engine enqueues the step and applies its outcome (counters, loss scale,
+// scheduler, grad norm, progress line) when something depends on it. The switch below makes
+// the host store's outcome wait the same way, so this logic runs here, on the CPU.
+// ---------------------------------------------------------------------------------------
+
+namespace {
+
+// The host store's outcomes wait like a device store's while this lives.
+struct DeferHostOutcomes {
+  DeferHostOutcomes() { ds::engine::testing::defer_host_step_outcomes(true); }
+  ~DeferHostOutcomes() { ds::engine::testing::defer_host_step_outcomes(false); }
+  DeferHostOutcomes(const DeferHostOutcomes&) = delete;
+  DeferHostOutcomes& operator=(const DeferHostOutcomes&) = delete;
+};
+
+struct LazyCase {
+  LazyCase(const char* n, json c) : name(n), cfg(std::move(c)) {}
+  const char* name;
+  json cfg;
+  int steps = 6;
+  std::set<int> inf_backward_rank0;  // backward calls writing inf gradients on rank 0
+  std::set<int> nan_forward_last;    // forward calls returning NaN on the last rank
+  bool grouped = false;
+};
+
+struct LazyRun {
+  std::vector<std::uint32_t> params;  // the bits (a NaN parameter compares equal to itself)
+  std::vector<double> seen;  // per step(): loss_scale, lr, grad norm, applied, skipped (when observed)
+  std::int64_t skipped = 0, sched_iter = 0, global = 0;
+  double scale = 0, lr = 0, norm = 0;
+};
+
+// Trains the case; `observe`: reads the outcome-dependent values after every step() (each read
+// applies the outcome), else only at the end (each outcome is then applied by the next backward
+// or boundary).
+LazyRun lazy_run(const LazyCase& c, bool defer, bool observe) {
+  std::optional<DeferHostOutcomes> d;
+  if (defer) d.emplace();
+  ds::test::TestMlp model(kD, kH);
+  model.grouped = c.grouped;
+  if (g_world->rank() == 0) model.inf_grad_on_backward = c.inf_backward_rank0;
+  if (g_world->rank() == W() - 1) model.nan_loss_on_forward = c.nan_forward_last;
+  auto r = ds::initialize(parse(c.cfg), model, g_world);
+  auto& e = *r.engine;
+  const int micro = int(e.train_micro_batch_size_per_gpu()), gas = int(e.gradient_accumulation_steps());
+  const int tb = int(e.train_batch_size());
+  ds::test::Data data(c.steps * tb, kD);
+  LazyRun out;
+  for (int s = 0; s < c.steps; ++s) {
+    for (int k = 0; k < gas; ++k) {
+      const int first = s * tb + k * micro * W() + g_world->rank() * micro;
+      float loss = e.forward(data.batch(first, micro));
+      e.backward(loss);
+      e.step();
+      if (observe) {
+        out.seen.insert(out.seen.end(), {e.loss_scale(), e.get_lr(), e.get_global_grad_norm(),
+                                         e.was_step_applied() ? 1.0 : 0.0, double(e.skipped_steps())});
+      }
+    }
+  }
+  for (float p : e.gather_params_fp32()) out.params.push_back(std::bit_cast<std::uint32_t>(p));
+  out.skipped = e.skipped_steps();
+  out.sched_iter = e.lr_scheduler()->last_batch_iteration();
+  out.global = e.global_steps();
+  out.scale = e.loss_scale();
+  out.lr = e.get_lr();
+  out.norm = e.get_global_grad_norm();
+  return out;
+}
+
+std::vector<LazyCase> lazy_cases() {
+  std::vector<LazyCase> cs;
+  const json warmup = {{"type", "WarmupLR"}, {"params", {{"warmup_num_steps", 10}, {"warmup_type", "linear"}}}};
+  for (int stage : {0, 2, 3}) {
+    LazyCase c{"fp16 dynamic, overflow on rank 0", base_config(2, 1)};
+    c.cfg["fp16"] = {{"enabled", true}, {"initial_scale_power", 10}, {"hysteresis", 1}, {"loss_scale_window", 2}};
+    c.cfg["scheduler"] = warmup;
+    c.cfg["zero_optimization"] = stage == 3 ? zero3() : json{{"stage", stage}};
+    c.grouped = stage == 3;
+    c.steps = 8;
+    c.inf_backward_rank0 = {1, 4, 5};
+    cs.push_back(c);
+  }
+  {
+    LazyCase c{"fp16 dynamic, 2 accumulation steps, stage 1", base_config(1, 2, /*sgd=*/true)};
+    c.cfg["fp16"] = {{"enabled", true}, {"initial_scale_power", 8}, {"hysteresis", 2}, {"loss_scale_window", 3}};
+    c.cfg["scheduler"] = warmup;
+    c.cfg["zero_optimization"] = {{"stage", 1}};
+    c.inf_backward_rank0 = {3, 6, 7, 8};
+    cs.push_back(c);
+  }
+  {
+    // Real overflows: the scale halves until the gradients fit in fp16, so a backward that took
+    // the scale before the last outcome was applied would overflow once more.
+    LazyCase c{"fp16 from 2^24, overflowing until the scale fits", base_config(2, 1)};
+    c.cfg["fp16"] = {{"enabled", true}, {"initial_scale_power", 24}, {"hysteresis", 1}};
+    c.steps = 14;
+    cs.push_back(c);
+  }
+  {
+    LazyCase c{"fp16 static scale 128", base_config(2, 1)};
+    c.cfg["fp16"] = {{"enabled", true}, {"loss_scale", 128}};
+    c.cfg["scheduler"] = warmup;
+    c.inf_backward_rank0 = {2};
+    cs.push_back(c);
+  }
+  {
+    LazyCase c{"bf16 without check_grad_overflow: inf gradients step, a NaN loss skips", base_config(2, 1)};
+    c.cfg["bf16"] = {{"enabled", true}, {"check_grad_overflow", false}};
+    c.cfg["scheduler"] = warmup;
+    c.cfg["zero_optimization"] = {{"stage", 2}};
+    c.inf_backward_rank0 = {4};  // applied: the parameters go NaN, as DeepSpeed's would
+    c.nan_forward_last = {2};
+    cs.push_back(c);
+  }
+  {
+    LazyCase c{"fp32 SGD, no clipping, a NaN loss", base_config(2, 1, /*sgd=*/true)};
+    c.cfg["gradient_clipping"] = 0.0;
+    c.cfg["scheduler"] = warmup;
+    c.nan_forward_last = {3};
+    cs.push_back(c);
+  }
+  return cs;
+}
+
+}  // namespace
+
+TEST(LazyStepOutcome, SameTrainingAsTheImmediateOutcome) {
+  // The immediate outcome (the host path as it always was) against the deferred one, read after
+  // every step and read only at the end: the same parameters bit for bit, the same per-step
+  // values and counters. Fails when the boundary computes its lr before applying the previous
+  // outcome, or backward takes the scale before it (both checked).
+  for (const LazyCase& c : lazy_cases()) {
+    const LazyRun ref = lazy_run(c, false, true);
+    const LazyRun seen = lazy_run(c, true, true);
+    const LazyRun quiet = lazy_run(c, true, false);
+    EXPECT_EQ(seen.params, ref.params) << c.name;
+    EXPECT_EQ(quiet.params, ref.params) << c.name;
+    EXPECT_EQ(seen.seen, ref.seen) << c.name;
+    for (const LazyRun* x : {&seen, &quiet}) {
+      EXPECT_EQ(x->skipped, ref.skipped) << c.name;
+      EXPECT_EQ(x->sched_iter, ref.sched_iter) << c.name;
+      EXPECT_EQ(x->global, ref.global) << c.name;
+      EXPECT_EQ(x->scale, ref.scale) << c.name;
+      EXPECT_EQ(x->lr, ref.lr) << c.name;
+      EXPECT_EQ(x->norm, ref.norm) << c.name;
+    }
+    EXPECT_GT(ref.skipped, 0) << c.name << ": the case must skip a step";
+  }
+}
+
+TEST(LazyStepOutcome, AppliedWhenSomethingDependsOnIt) {
+  // fp16, WarmupLR, the inf gradients of backward 1 on rank 0. The scheduler pointer kept from
+  // initialize() shows whether the outcome was applied: not by step(), but by the first call
+  // that depends on it.
+  DeferHostOutcomes defer;
+  auto cfg = base_config(2, 1);
+  cfg["fp16"] = {{"enabled", true}, {"initial_scale_power", 10}, {"hysteresis", 1}};
+  cfg["scheduler"] = {{"type", "WarmupLR"}, {"params", {{"warmup_num_steps", 10}, {"warmup_type", "linear"}}}};
+  ds::test::TestMlp model(kD, kH);
+  if (g_world->rank() == 0) model.inf_grad_on_backward = {1};
+  auto r = ds::initialize(parse(cfg), model, g_world);
+  auto& e = *r.engine;
+  ds::sched::LrScheduler* raw = r.lr_scheduler;
+  ds::test::Data data(64, kD);
+  const auto it0 = raw->last_batch_iteration();
+  auto run_step = [&](int s) {
+    float l = e.forward(data.batch(2 * s, 2));
+    e.backward(l);
+    e.step();
+  };
+  run_step(0);
+  EXPECT_EQ(raw->last_batch_iteration(), it0) << "applied by step() itself";
+  const double lr1 = e.get_lr();  // applies it
+  EXPECT_EQ(raw->last_batch_iteration(), it0 + 1);
+  EXPECT_TRUE(e.was_step_applied());
+  EXPECT_EQ(e.get_lr(), lr1);  // once
+  EXPECT_EQ(raw->last_batch_iteration(), it0 + 1);
+  run_step(1);  // overflow on rank 0: skipped on every rank
+  EXPECT_EQ(raw->last_batch_iteration(), it0 + 1);
+  EXPECT_FALSE(e.was_step_applied());
+  EXPECT_EQ(e.skipped_steps(), 1);
+  EXPECT_EQ(e.loss_scale(), 512);
+  EXPECT_EQ(e.get_global_grad_norm(), -1.0);
+  EXPECT_EQ(e.get_lr(), lr1) << "the scheduler stepped on a skipped step";
+  run_step(2);
+  run_step(3);  // step 2's outcome applied by step 3's backward (the fp16 scale) at the latest
+  EXPECT_EQ(raw->last_batch_iteration(), it0 + 2);
+  EXPECT_TRUE(e.was_step_applied());
+  EXPECT_EQ(raw->last_batch_iteration(), it0 + 3);
+  EXPECT_EQ(e.global_steps(), 4);
+}
+
+TEST(LazyStepOutcome, AccumulationStepAfterAnUnresolvedBoundaryIsNotApplied) {
+  // gas 2: step() at a boundary, then step() of the next cycle's first micro-batch (not a
+  // boundary) before anything applied the boundary's outcome: was_step_applied() says false,
+  // as it does when the outcome is applied at once; the boundary itself still counts as applied.
+  // Fails when applying the late outcome overwrites the later "not applied" (checked).
+  DeferHostOutcomes defer;
+  auto cfg = base_config(1, 2);
+  ds::test::TestMlp model(kD, kH);
+  auto r = ds::initialize(parse(cfg), model, g_world);
+  auto& e = *r.engine;
+  ds::test::Data data(64, kD);
+  for (int k = 0; k < 3; ++k) {
+    float l = e.forward(data.batch(k, 1));
+    e.backward(l);
+    e.step();
+  }
+  EXPECT_FALSE(e.was_step_applied());
+  EXPECT_EQ(e.skipped_steps(), 0);
+  EXPECT_EQ(e.global_steps(), 1);
+  float l = e.forward(data.batch(3, 1));
+  e.backward(l);
+  e.step();
+  EXPECT_TRUE(e.was_step_applied());
+  EXPECT_EQ(e.global_steps(), 2);
+}
+
+TEST(LazyStepOutcome, StuckScaleErrorSurfacesWhereTheOutcomeIsApplied) {
+  // fp16 from scale 2 with min 1 and inf gradients every step: the second overflow sits at the
+  // minimum. Deferred, step() does not throw; the first call that applies the outcome does, with
+  // LossScaler's message.
+  DeferHostOutcomes defer;
+  auto cfg = base_config(2, 1);
+  cfg["fp16"] = {{"enabled", true}, {"initial_scale_power", 1}, {"hysteresis", 1}, {"min_loss_scale", 1}};
+  ds::test::TestMlp model(kD, kH);
+  model.inf_grad_on_backward = {0, 1, 2, 3};
+  auto r = ds::initialize(parse(cfg), model, g_world);
+  auto& e = *r.engine;
+  ds::test::Data data(64, kD);
+  for (int s = 0; s < 2; ++s) {
+    float l = e.forward(data.batch(2 * s, 2));
+    EXPECT_NO_THROW(e.backward(l)) << "step " << s;
+    EXPECT_NO_THROW(e.step()) << "step " << s;
+  }
+  std::string msg;
+  try {
+    (void)e.loss_scale();
+  } catch (const ds::Error& err) {
+    msg = err.what();
+  }
+  EXPECT_NE(msg.find("min_loss_scale"), std::string::npos) << msg;
+  EXPECT_EQ(e.skipped_steps(), 1) << "the stuck outcome was applied (or tried) twice";
+}
+
+TEST(LazyStepOutcome, CheckpointSaveAppliesTheOutcome) {
+  // A save right after step() writes the counters, scale and scheduler with the last outcome
+  // applied: a fresh engine that loads it reports what the immediate run reports.
+  namespace fs = std::filesystem;
+  const fs::path dir = fs::temp_directory_path() / ("dstrain_lazy_ckpt_" + std::to_string(W()));
+  if (g_world->rank() == 0) fs::remove_all(dir);
+  g_world->barrier();
+  LazyCase c{"fp16 with an overflow at the last step", base_config(2, 1)};
+  c.cfg["fp16"] = {{"enabled", true}, {"initial_scale_power", 10}, {"hysteresis", 1}};
+  c.cfg["scheduler"] = {{"type", "WarmupLR"}, {"params", {{"warmup_num_steps", 10}, {"warmup_type", "linear"}}}};
+  c.steps = 3;
+  c.inf_backward_rank0 = {2};
+  const LazyRun ref = lazy_run(c, false, false);
+  {
+    DeferHostOutcomes defer;
+    ds::test::TestMlp model(kD, kH);
+    if (g_world->rank() == 0) model.inf_grad_on_backward = c.inf_backward_rank0;
+    auto r = ds::initialize(parse(c.cfg), model, g_world);
+    ds::test::Data data(c.steps * int(r.engine->train_batch_size()), kD);
+    for (int s = 0; s < c.steps; ++s) {
+      float l = r.engine->forward(data.batch(s * 2 * W() + g_world->rank() * 2, 2));
+      r.engine->backward(l);
+      r.engine->step();
+    }
+    r.engine->save_checkpoint(dir.string(), "t");
+  }
+  ds::test::TestMlp model(kD, kH);
+  auto r = ds::initialize(parse(c.cfg), model, g_world);
+  ASSERT_TRUE(r.engine->load_checkpoint(dir.string(), "t").has_value());
+  EXPECT_EQ(r.engine->skipped_steps(), ref.skipped);
+  EXPECT_EQ(r.engine->skipped_steps(), 1);
+  EXPECT_EQ(r.engine->loss_scale(), ref.scale);
+  EXPECT_EQ(r.engine->get_lr(), ref.lr);
+  std::vector<std::uint32_t> loaded;
+  for (float p : r.engine->gather_params_fp32()) loaded.push_back(std::bit_cast<std::uint32_t>(p));
+  EXPECT_EQ(loaded, ref.params);
+  g_world->barrier();
+  if (g_world->rank() == 0) fs::remove_all(dir);
 }

@@ -7,7 +7,10 @@
 #if DS_PRECISION_HAVE_CUDA
 #include <cuda_runtime.h>
 
+#include <atomic>
+
 #include "device_grad_stats.h"
+#include "device_step.h"
 #include "ds/core/cuda_check.h"
 #include "ds/precision/cuda_kernels.h"
 #endif
@@ -15,6 +18,14 @@
 namespace ds::engine {
 
 #if DS_PRECISION_HAVE_CUDA
+
+namespace {
+std::atomic<std::uint64_t> g_stream_syncs{0};
+}  // namespace
+
+void note_device_stream_sync() { g_stream_syncs.fetch_add(1, std::memory_order_relaxed); }
+std::uint64_t device_stream_syncs() { return g_stream_syncs.load(std::memory_order_relaxed); }
+bool device_async_step_built() { return kOptimizerTakesDeviceControl; }
 
 namespace {
 
@@ -77,6 +88,7 @@ DeviceParamStore::DeviceParamStore(const PartitionMap& map, int rank, const Stor
     DS_CUDA_CHECK(cudaMalloc(&d_sumsq_, sizeof(double)));
     DS_CUDA_CHECK(cudaMalloc(&d_found_inf_, sizeof(int)));
     DS_CUDA_CHECK(cudaMallocHost(&h_stats_, sizeof(DeviceStatsHost)));
+    async_ = std::make_unique<DeviceAsyncStep>(stream_);
     DS_CUDA_CHECK(cudaMemsetAsync(d_params_, 0, wb, as_stream(stream_)));
     if (!grad_pages_) DS_CUDA_CHECK(cudaMemsetAsync(d_grads_, 0, wb, as_stream(stream_)));
   } catch (...) {
@@ -101,6 +113,7 @@ void DeviceParamStore::release() {
   cudaFree(d_sumsq_);
   cudaFree(d_found_inf_);
   cudaFreeHost(h_stats_);
+  async_.reset();
   d_params_ = d_grads_ = nullptr;
   d_master_ = nullptr;
   d_sumsq_ = nullptr;
@@ -165,8 +178,8 @@ void DeviceParamStore::zero_grads() {
   if (grad_pages_) {
     // ZeRO-2: only the slice's chunks are mapped here normally (end_backward released every
     // other chunk as its bucket finished). Should any other be mapped, it goes as on the host
-    // store -- after a synchronisation, so that no queued kernel still uses it (cheap: the
-    // boundary step synchronised at grad_stats(), a checkpoint load at its upload).
+    // store -- after a synchronisation, so that no queued kernel still uses it (only after a
+    // failed backward: a complete one leaves no other chunk mapped).
     if (grad_pages_->resident_bytes() > grad_pages_->resident_bytes(keep_lo_, keep_hi_)) {
       synchronize();
       grad_pages_->release(0, keep_lo_);
@@ -191,6 +204,24 @@ void DeviceParamStore::optimizer_step(optim::Optimizer& opt, optim::StepContext 
   opt.step(std::span<float>(d_master_, n), grads(off, n), params(off, n), segments_, ctx);
 }
 
+bool DeviceParamStore::async_step() const { return kOptimizerTakesDeviceControl && !o_.offload_optimizer; }
+
+void DeviceParamStore::launch_step(optim::Optimizer& opt, optim::StepContext ctx, const precision::StepInputs& in,
+                                   Communicator* stats_comm) {
+  const std::size_t off = step_offset(), n = step_count();
+  const optim::cuda::DeviceStepControl ctl =
+      async_->decide(n > 0 ? grads(off, n) : TensorView{}, d_sumsq_, d_found_inf_, in, stats_comm);
+  if (n > 0) {
+    ctx.stream = stream_;
+    ctx.grad_scale = 1.0;  // the kernels multiply by exactly *ctl.d_grad_scale
+    set_device_control(ctx, &ctl);
+    opt.step(std::span<float>(d_master_, n), grads(off, n), params(off, n), segments_, ctx);
+  }
+  async_->record();
+}
+
+precision::StepDecision DeviceParamStore::finish_step() { return async_->wait(); }
+
 void DeviceParamStore::gather_params(Communicator& comm) {
   // NCCL gathers the whole partition in place (send is block `rank` of the receive buffer).
   const std::size_t S = map_.partition_numel, W = std::size_t(map_.world_size);
@@ -205,9 +236,16 @@ void DeviceParamStore::add_memory(ModelStateBytes& b) const {
   b.master = master_.bytes();
 }
 
-void DeviceParamStore::synchronize() const { DS_CUDA_CHECK(cudaStreamSynchronize(as_stream(stream_))); }
+void DeviceParamStore::synchronize() const {
+  note_device_stream_sync();
+  DS_CUDA_CHECK(cudaStreamSynchronize(as_stream(stream_)));
+}
 
 #else  // built without CUDA
+
+class DeviceAsyncStep {};
+std::uint64_t device_stream_syncs() { return 0; }
+bool device_async_step_built() { return false; }
 
 DeviceParamStore::DeviceParamStore(const PartitionMap& map, int rank, const StoreOptions& o, void*)
     : ParamStore(map, rank, o) {
@@ -227,6 +265,9 @@ void DeviceParamStore::zero_grads() {}
 void DeviceParamStore::views_bound() {}
 precision::GradStats DeviceParamStore::grad_stats() { return {}; }
 void DeviceParamStore::optimizer_step(optim::Optimizer&, optim::StepContext) {}
+bool DeviceParamStore::async_step() const { return false; }
+void DeviceParamStore::launch_step(optim::Optimizer&, optim::StepContext, const precision::StepInputs&, Communicator*) {}
+precision::StepDecision DeviceParamStore::finish_step() { return {}; }
 void DeviceParamStore::gather_params(Communicator&) {}
 void DeviceParamStore::add_memory(ModelStateBytes&) const {}
 void DeviceParamStore::synchronize() const {}

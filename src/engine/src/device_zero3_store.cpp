@@ -16,8 +16,9 @@
 #include <cuda_runtime.h>
 
 #include "deferred_release.h"
-#include "device_grad_stats.h"
 #include "device_fold.h"
+#include "device_grad_stats.h"
+#include "device_step.h"
 #include "ds/core/cuda_check.h"
 #include "ds/precision/cuda_kernels.h"
 #endif
@@ -99,6 +100,10 @@ class DevicePartitionedParamStore final : public Zero3Store {
   void views_bound() override;
   precision::GradStats grad_stats() override;
   void optimizer_step(optim::Optimizer& opt, optim::StepContext ctx) override;
+  bool async_step() const override { return kOptimizerTakesDeviceControl; }
+  void launch_step(optim::Optimizer& opt, optim::StepContext ctx, const precision::StepInputs& in,
+                   Communicator* stats_comm) override;
+  precision::StepDecision finish_step() override;
   void gather_params(Communicator&) override {}  // the fetcher gathers groups on use
   void zero_grads() override;
   void to_host(optim::Optimizer& opt) override;
@@ -144,7 +149,10 @@ class DevicePartitionedParamStore final : public Zero3Store {
     const std::size_t hi = ((fg.offset + fg.padded) * es_ + c - 1) / c * c;
     return {fg.offset * es_, std::min(hi, flat_params_->mapped_bytes())};
   }
-  void synchronize() const { DS_CUDA_CHECK(cudaStreamSynchronize(as_stream(stream_))); }
+  void synchronize() const {
+    note_device_stream_sync();
+    DS_CUDA_CHECK(cudaStreamSynchronize(as_stream(stream_)));
+  }
   void free_all() noexcept;
 
   void* stream_ = nullptr;
@@ -161,6 +169,7 @@ class DevicePartitionedParamStore final : public Zero3Store {
   double* d_sumsq_ = nullptr;
   int* d_found_inf_ = nullptr;
   void* h_stats_ = nullptr;  // pinned DeviceStatsHost
+  std::unique_ptr<DeviceAsyncStep> async_;  // the asynchronous boundary step's scalars
 };
 
 DevicePartitionedParamStore::DevicePartitionedParamStore(const PartitionMap& map, int rank, const StoreOptions& o,
@@ -196,6 +205,7 @@ DevicePartitionedParamStore::DevicePartitionedParamStore(const PartitionMap& map
     DS_CUDA_CHECK(cudaMalloc(&d_sumsq_, sizeof(double)));
     DS_CUDA_CHECK(cudaMalloc(&d_found_inf_, sizeof(int)));
     DS_CUDA_CHECK(cudaMallocHost(&h_stats_, sizeof(DeviceStatsHost)));
+    async_ = std::make_unique<DeviceAsyncStep>(stream_);
     cudaStream_t s = as_stream(stream_);
     DS_CUDA_CHECK(cudaMemsetAsync(d_part_params_, 0, p * es_, s));
     DS_CUDA_CHECK(cudaMemsetAsync(d_part_grads_, 0, p * sizeof(float), s));
@@ -230,6 +240,7 @@ void DevicePartitionedParamStore::free_all() noexcept {
   cudaFree(d_sumsq_);
   cudaFree(d_found_inf_);
   cudaFreeHost(h_stats_);
+  async_.reset();
   d_part_params_ = d_scratch_ = h_stats_ = nullptr;
   d_part_grads_ = d_master_ = nullptr;
   d_sumsq_ = nullptr;
@@ -330,11 +341,36 @@ void DevicePartitionedParamStore::optimizer_step(optim::Optimizer& opt, optim::S
            TensorView{d_part_params_, P_, o_.wdtype}, segments_, ctx);
 }
 
+void DevicePartitionedParamStore::launch_step(optim::Optimizer& opt, optim::StepContext ctx,
+                                              const precision::StepInputs& in, Communicator* stats_comm) {
+  const optim::cuda::DeviceStepControl ctl =
+      async_->decide(TensorView{d_part_grads_, P_, DType::F32}, d_sumsq_, d_found_inf_, in, stats_comm);
+  if (P_ > 0) {
+    ctx.stream = stream_;
+    ctx.grad_scale = 1.0;  // the kernels multiply by exactly *ctl.d_grad_scale
+    set_device_control(ctx, &ctl);
+    opt.step(std::span<float>(d_master_, P_), TensorView{d_part_grads_, P_, DType::F32},
+             TensorView{d_part_params_, P_, o_.wdtype}, segments_, ctx);
+  }
+  async_->record();
+}
+
+precision::StepDecision DevicePartitionedParamStore::finish_step() {
+  const precision::StepDecision d = async_->wait();
+  // The stream ran past the step: the releases queued before it can all go (without waiting).
+  param_releases_->poll();
+  grad_releases_->poll();
+  return d;
+}
+
 void DevicePartitionedParamStore::zero_grads() {
-  // Normally every group's flat gradients were released as their reduce-scatter finished; any
-  // still mapped (a failed backward) go after the stream ran past their users.
-  grad_releases_->flush();
-  if (flat_grads_->resident_bytes() > 0) {
+  // Normally every group's flat gradients were released as their reduce-scatter finished:
+  // mapped are only ranges whose release is queued behind the stream, which go when it passes
+  // them (no wait here: the asynchronous step does not synchronise). Chunks mapped beyond those
+  // (a failed backward) go after the stream ran past their users.
+  grad_releases_->poll();
+  if (flat_grads_->resident_bytes() > grad_releases_->queued_bytes()) {
+    grad_releases_->flush();
     synchronize();
     flat_grads_->release(0, flat_grads_->mapped_bytes());
   }

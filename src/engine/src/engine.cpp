@@ -8,6 +8,7 @@
 #include <cmath>
 
 #include "async_save.h"
+#include "engine_testing.h"
 #include "ds/config/parse.h"
 #include "ds/config/validate.h"
 #include "ds/core/error.h"
@@ -21,6 +22,14 @@
 #include "zero3_store.h"
 
 namespace ds {
+
+namespace engine::testing {
+namespace {
+bool g_defer_host_outcomes = false;
+}  // namespace
+void defer_host_step_outcomes(bool on) { g_defer_host_outcomes = on; }
+bool host_step_outcomes_deferred() { return g_defer_host_outcomes; }
+}  // namespace engine::testing
 
 Engine::Engine(config::DsConfig cfg, Module& module, std::shared_ptr<Communicator> comm,
                std::shared_ptr<void> dist_keepalive, std::shared_ptr<Communicator> device_comm)
@@ -171,6 +180,13 @@ void Engine::init_stage3_by_groups() {
 }
 
 Engine::~Engine() {
+  // The last boundary's outcome: its counters and progress line (a device step's copy arrived
+  // long ago). An error of it (the scale stuck at its minimum) can only be logged here.
+  try {
+    resolve_step();
+  } catch (const std::exception& e) {
+    DS_WARN("the last optimizer step's outcome: " << e.what());
+  }
   // ZeRO-2 on a device set the reducer as the module's hooks: it goes with this engine, so the
   // module must not call it from a later engine's passes.
   if (device_ == Device::Cuda && map_.stage == 2 && world_ > 1) module_->set_group_hooks(nullptr);
@@ -222,6 +238,8 @@ float Engine::forward(const Batch& batch) {
 float Engine::backward(float loss) {
   timers_.start("backward");
   const double gas = double(cfg_.gradient_accumulation_steps);
+  // A dynamic fp16 scale may have changed at the last boundary: apply its outcome first.
+  if (scaler_.dynamic()) resolve_step();
   backward_scale_ = scaler_.scale();
   // Gradients start reducing, bucket by bucket, as the module reports them final.
   sync_->begin_backward(is_gradient_accumulation_boundary());
@@ -236,6 +254,8 @@ void Engine::step() {
   if (is_gradient_accumulation_boundary()) {
     boundary_step();
   } else {
+    // An unresolved boundary before this step keeps "not applied" as the last word.
+    if (pending_.active) pending_.superseded = true;
     last_step_applied_ = false;
   }
   micro_steps_ += 1;
@@ -246,65 +266,112 @@ void Engine::boundary_step() {
   timers_.start("reduce");
   sync_->finish();
   timers_.stop("reduce");
+  // The previous boundary's outcome first: DeepSpeed steps the scheduler only after an applied
+  // step, so this step's lr depends on it, as does the optimizer's step count.
+  resolve_step();
 
   timers_.start("step");
-  // 2. Overflow and norm: one fused pass over this rank's gradients (sum of squares +
-  //    inf/NaN), agreed across ranks together with the loss in ONE small all-reduce.
-  const precision::GradStats st = store_->grad_stats();
-  double red[4] = {st.has_inf_or_nan ? 0.0 : st.sum_of_squares, st.has_inf_or_nan ? 1.0 : 0.0,
-                   cycle_loss_nonfinite_ ? 1.0 : 0.0, cycle_losses_ > 0 ? cycle_loss_sum_ / cycle_losses_ : 0.0};
-  if (world_ > 1) comm_->all_reduce(TensorView{red, 4, DType::F64}, ReduceOp::Sum);
-  const double sumsq = store_->partitioned() ? red[0] : (st.has_inf_or_nan ? 0.0 : st.sum_of_squares);
-  const bool grads_bad = red[1] > 0, loss_bad = red[2] > 0;
-  const double mean_loss = red[3] / world_;
-  const double used_scale = backward_scale_;  // the scale backward multiplied by
-  const double post = sync_->post_factor();
-  global_grad_norm_ = grads_bad ? -1.0 : std::sqrt(sumsq) * post / used_scale;
-  const bool overflow = (grads_bad && (wdtype_ != DType::BF16 || cfg_.bf16.check_grad_overflow)) || loss_bad;
-
-  // 3. The loss scaler sees every boundary; other dtypes warn about a skipped step.
+  // 2. What the decision needs from the host: the scale backward used, the averaging post
+  //    factor, clipping, and the cycle's loss (a non-finite one skips the step on every rank).
+  precision::StepInputs in;
+  in.used_scale = backward_scale_;
+  in.post = sync_->post_factor();
+  in.clip = cfg_.gradient_clipping;
+  in.world = world_;
+  in.partitioned = store_->partitioned() ? 1 : 0;
+  in.grads_can_skip = (wdtype_ != DType::BF16 || cfg_.bf16.check_grad_overflow) ? 1 : 0;
+  in.loss_nonfinite = cycle_loss_nonfinite_ ? 1 : 0;
+  in.loss_mean = cycle_losses_ > 0 ? cycle_loss_sum_ / cycle_losses_ : 0.0;
   const double lr = scheduler_->lr();
   last_lr_ = lr;
-  if (wdtype_ == DType::F16) {
-    scaler_.update(overflow);  // throws when stuck at the minimum scale; logs OVERFLOW lines
-  } else if (overflow) {
-    DS_WARN("non-finite " << (loss_bad ? "loss" : "gradients") << " at step " << global_steps_ + 1
-            << ": skipping the optimizer step (skipped steps so far: " << skipped_steps_ + 1 << ")");
-  }
+  optim::StepContext ctx;
+  ctx.lr = lr;
+  ctx.step = applied_steps_ + 1;  // the step count if this one is applied
+  ctx.betas = scheduler_->betas();
 
-  if (overflow) {
-    skipped_steps_ += 1;
-    last_step_applied_ = false;
-  } else {
-    // 4. Clip (as DeepSpeed's clip_grad_norm_): coef = 1 / max(1, (norm + 1e-6) / clip) on the
-    //    unscaled averaged grads; 1/loss_scale, the averaging post-factor and the clip
-    //    coefficient fold into one grad_scale the optimizer applies in its single pass.
-    double coef = 1.0;
-    if (cfg_.gradient_clipping > 0) {
-      const double f = (global_grad_norm_ + 1e-6) / cfg_.gradient_clipping;
-      if (f > 1.0) coef = 1.0 / f;
-    }
-    optim::StepContext ctx;
-    ctx.lr = lr;
-    ctx.step = ++applied_steps_;
-    ctx.grad_scale = post / used_scale * coef;
-    ctx.betas = scheduler_->betas();
-    // 5. Optimizer, then (ZeRO) every rank gets every updated slice, then the scheduler.
-    store_->optimizer_step(*optimizer_, ctx);
+  pending_ = PendingStep{};
+  pending_.step = global_steps_ + 1;
+  if (store_->async_step()) {
+    // 3a. On the device, without waiting: statistics, their all-reduce, the decision, the
+    //     optimizer (a no-op there when skipped), then (ZeRO) the gather -- of unchanged
+    //     slices after a skip, which is harmless -- as on the synchronous path.
+    store_->launch_step(*optimizer_, ctx, in, world_ > 1 ? grad_comm_ : nullptr);
     if (store_->partitioned() && world_ > 1) store_->gather_params(*grad_comm_);
     sync_->params_changed();
-    scheduler_->step();
-    last_step_applied_ = true;
+    pending_.from_store = true;
+    pending_.active = true;
+  } else {
+    // 3b. Overflow and norm: one fused pass over this rank's gradients (sum of squares +
+    //     inf/NaN), agreed across ranks together with the loss in ONE small all-reduce, then
+    //     the scaler sees the boundary (it throws when stuck at the minimum scale) before the
+    //     optimizer, as always.
+    const precision::StepDecision d = host_step_decision(in);
+    pending_.decision = d;
+    pending_.active = true;
+    const bool now = !engine::testing::host_step_outcomes_deferred();
+    if (now) {
+      pending_.active = false;
+      apply_step_outcome(d);
+    }
+    if (!d.skip) {
+      // 4. Optimizer (grad_scale: 1/loss_scale x averaging x clip coefficient), then (ZeRO)
+      //    every rank gets every updated slice.
+      ctx.grad_scale = d.grad_scale;
+      store_->optimizer_step(*optimizer_, ctx);
+      if (store_->partitioned() && world_ > 1) store_->gather_params(*grad_comm_);
+      sync_->params_changed();
+    }
   }
   store_->zero_grads();
   global_steps_ += 1;
   global_samples_ += cfg_.train_batch_size;
   timers_.stop("step");
 
-  const double step_ms = step_clock_.elapsed_ms();
+  pending_.step_ms = step_clock_.elapsed_ms();
   step_clock_.reset();
-  report_progress(overflow, mean_loss, step_ms);
+  if (!pending_.active) report_progress(pending_.decision.skip != 0, pending_.decision.mean_loss, pending_.step_ms);
   reset_cycle();
+}
+
+precision::StepDecision Engine::host_step_decision(const precision::StepInputs& in) {
+  const precision::GradStats st = store_->grad_stats();
+  const int own_inf = st.has_inf_or_nan ? 1 : 0;
+  precision::StepStats red = precision::pack_step_stats(st.sum_of_squares, own_inf, in);
+  if (world_ > 1) comm_->all_reduce(TensorView{red.v, 4, DType::F64}, ReduceOp::Sum);
+  return precision::decide_step(red, st.sum_of_squares, own_inf, in);
+}
+
+void Engine::resolve_step() const {
+  // Engines are never created const, so the accessors may apply the outcome they report.
+  if (pending_.active) const_cast<Engine*>(this)->apply_pending_step();
+}
+
+void Engine::apply_pending_step() {
+  pending_.active = false;  // first: an outcome that throws is not applied twice
+  const precision::StepDecision d = pending_.from_store ? store_->finish_step() : pending_.decision;
+  pending_.decision = d;
+  apply_step_outcome(d);
+  report_progress(d.skip != 0, d.mean_loss, pending_.step_ms);
+}
+
+void Engine::apply_step_outcome(const precision::StepDecision& d) {
+  global_grad_norm_ = d.grad_norm;
+  const bool overflow = d.skip != 0;
+  // The loss scaler sees every boundary; other dtypes warn about a skipped step.
+  if (wdtype_ == DType::F16) {
+    scaler_.update(overflow);  // throws when stuck at the minimum scale; logs OVERFLOW lines
+  } else if (overflow) {
+    DS_WARN("non-finite " << (d.loss_bad ? "loss" : "gradients") << " at step " << pending_.step
+            << ": skipping the optimizer step (skipped steps so far: " << skipped_steps_ + 1 << ")");
+  }
+  if (overflow) {
+    skipped_steps_ += 1;
+    last_step_applied_ = false;
+  } else {
+    applied_steps_ += 1;
+    scheduler_->step();  // DeepSpeed does not step the scheduler on a skipped step
+    last_step_applied_ = !pending_.superseded;
+  }
 }
 
 void Engine::reset_cycle() {

@@ -162,6 +162,7 @@ std::string Engine::wait_for_checkpoint() {
 
 void Engine::save_checkpoint(const std::string& save_dir, std::optional<std::string> tag,
                              const io::StateValue& client_state, bool save_latest) {
+  resolve_step();  // the counters, scaler and scheduler a save writes include the last step's outcome
   wait_for_checkpoint();
   const std::string t = tag.value_or("global_step" + std::to_string(global_steps_));
   if (micro_steps_ % cfg_.gradient_accumulation_steps != 0) {
@@ -221,6 +222,7 @@ void Engine::save_checkpoint(const std::string& save_dir, std::optional<std::str
 std::optional<std::pair<std::string, io::StateValue>> Engine::load_checkpoint(const std::string& load_dir,
                                                                                std::optional<std::string> tag,
                                                                                const LoadOptions& opt) {
+  resolve_step();  // the last step's outcome now, not over the loaded state later
   wait_for_checkpoint();
   std::string t;
   if (tag) {

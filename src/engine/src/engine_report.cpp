@@ -46,9 +46,13 @@ void Engine::report_progress(bool overflow, double loss, double step_ms) {
   }
 }
 
-double Engine::get_lr() const { return scheduler_->lr(); }
+double Engine::get_lr() const {
+  resolve_step();  // the scheduler steps only when the last boundary's step was applied
+  return scheduler_->lr();
+}
 
 engine::ModelStateBytes Engine::memory_report() const {
+  resolve_step();  // a device step's queued releases go once the stream passed it
   engine::ModelStateBytes b;
   store_->add_memory(b);
   if (store_->grad_space() && map_.stage == 2 && world_ > 1) {  // ZeRO-2: measured (host or device)
@@ -64,6 +68,7 @@ engine::ModelStateBytes Engine::memory_report() const {
 }
 
 Engine::GradientMemory Engine::gradient_memory() const {
+  resolve_step();
   GradientMemory g;
   // Host pages, or a device store's chunks at ZeRO-2 (resident: mapped).
   const engine::GradPages* pages = store_->grad_space();

@@ -15,23 +15,28 @@
 #pragma once
 
 #include <cstddef>
+#include <cstdint>
 #include <memory>
 #include <span>
 #include <utility>
 #include <vector>
 
 #include "ds/core/buffer.h"
+#include "ds/core/error.h"
 #include "ds/core/module.h"
 #include "ds/engine/memory.h"
 #include "ds/engine/partition.h"
 #include "ds/mpi/communicator.h"
 #include "ds/optim/optimizer.h"
 #include "ds/precision/grad_stats.h"
+#include "ds/precision/step_decision.h"
 #include "device_paged_buffer.h"
 #include "grad_pages.h"
 #include "nvme_swap.h"
 
 namespace ds::engine {
+
+class DeviceAsyncStep;  // device_step.h (CUDA builds)
 
 struct StoreOptions {
   DType wdtype = DType::F32;        // working params and grads
@@ -85,6 +90,25 @@ class ParamStore {
   virtual precision::GradStats grad_stats() = 0;
   // One optimizer update of this rank's range: master and working params from its gradients.
   virtual void optimizer_step(optim::Optimizer& opt, optim::StepContext ctx) = 0;
+  // The boundary step without a host synchronisation (docs/dev/engine.md "The boundary
+  // step"): true when this store can enqueue the whole decision and update on its device
+  // (launch_step), the host reading the outcome later (finish_step). The host store, and a
+  // device store whose optimizer runs on the host (ZeRO-Offload), take the synchronous path:
+  // grad_stats(), a host all-reduce, precision::decide_step, optimizer_step.
+  virtual bool async_step() const { return false; }
+  // Enqueues, in stream order: the gradient statistics into device scalars; with stats_comm
+  // (several ranks) their sum over the ranks on the stream; precision::decide_step on the
+  // device (`in`: the host's part, the non-finite loss flag included); the optimizer update of
+  // this rank's range driven by the device's skip flag and grad_scale (ctx: lr, step, betas;
+  // its grad_scale is ignored); an asynchronous copy of the decision into pinned host memory
+  // and an event. No host synchronisation. One launch at a time, each followed by finish_step.
+  virtual void launch_step(optim::Optimizer& /*opt*/, optim::StepContext /*ctx*/, const precision::StepInputs& /*in*/,
+                           Communicator* /*stats_comm*/) {
+    DS_THROW("this parameter store has no asynchronous boundary step");
+  }
+  // The launched step's decision: waits for its event (the device finished it long ago,
+  // normally) and for the statistics' all-reduce handle.
+  virtual precision::StepDecision finish_step() { DS_THROW("this parameter store has no asynchronous boundary step"); }
   // ZeRO: every rank gets every rank's updated slice of the working params.
   virtual void gather_params(Communicator& comm) = 0;
   // The gradients read zero for the next backward.
@@ -189,6 +213,10 @@ class DeviceParamStore : public ParamStore {
   TensorView grads(std::size_t offset, std::size_t count) const override;
   precision::GradStats grad_stats() override;
   void optimizer_step(optim::Optimizer& opt, optim::StepContext ctx) override;
+  bool async_step() const override;
+  void launch_step(optim::Optimizer& opt, optim::StepContext ctx, const precision::StepInputs& in,
+                   Communicator* stats_comm) override;
+  precision::StepDecision finish_step() override;
   void gather_params(Communicator& comm) override;
   void zero_grads() override;
   void to_host(optim::Optimizer& opt) override;
@@ -220,7 +248,16 @@ class DeviceParamStore : public ParamStore {
   double* d_sumsq_ = nullptr;  // grad_stats results on the device...
   int* d_found_inf_ = nullptr;
   void* h_stats_ = nullptr;    // ... and their pinned host copy
+  std::unique_ptr<DeviceAsyncStep> async_;  // the asynchronous boundary step's scalars (device_step.h)
 };
+
+// Host synchronisations the device stores made so far (cudaStreamSynchronize and the
+// blocking statistics read-back), process-wide: the tests count them around Engine::step().
+// 0 in a build without CUDA.
+std::uint64_t device_stream_syncs();
+// Whether the device stores' asynchronous boundary step is built in: it needs an optimizer
+// that takes a device step control (optim::StepContext::device_control, device_step.h).
+bool device_async_step_built();
 
 // OffloadDeviceParamStore (device_offload_store.h): ParamStore::make's choice for a CUDA
 // module with StoreOptions::offload_optimizer. Throws without CUDA in the build.

@@ -162,6 +162,20 @@ __global__ void prologue_kernel(DeviceScalerState* st, LossScalerConfig cfg, con
   if (step != nullptr) *step += 1;
 }
 
+__global__ void pack_stats_kernel(const double* sumsq, const int* found, StepInputs in, double* red) {
+  const StepStats st = pack_step_stats(*sumsq, *found, in);
+  for (int k = 0; k < 4; ++k) red[k] = st.v[k];
+}
+
+__global__ void decide_kernel(const double* red, const double* sumsq, const int* found, StepInputs in,
+                              StepDecision* out, int* skip, float* grad_scale) {
+  const StepStats st{{red[0], red[1], red[2], red[3]}};
+  const StepDecision d = decide_step(st, *sumsq, *found, in);
+  *out = d;
+  *skip = d.skip;
+  *grad_scale = float(d.grad_scale);
+}
+
 template <class F>
 void by_dtype(DType t, const char* who, F&& f) {
   switch (t) {
@@ -221,6 +235,18 @@ void step_prologue(DeviceScalerState* state, const LossScalerConfig& cfg, const 
                    const double* d_sumsq, float clip, int* d_skip, float* d_grad_scale, float* d_grad_norm,
                    std::int64_t* d_step, cudaStream_t stream) {
   prologue_kernel<<<1, 1, 0, stream>>>(state, cfg, d_found_inf, d_sumsq, clip, d_skip, d_grad_scale, d_grad_norm, d_step);
+  DS_CUDA_CHECK_LAUNCH();
+}
+
+void pack_step_stats(const double* d_sumsq, const int* d_found_inf, const StepInputs& in, double* d_red,
+                     cudaStream_t stream) {
+  pack_stats_kernel<<<1, 1, 0, stream>>>(d_sumsq, d_found_inf, in, d_red);
+  DS_CUDA_CHECK_LAUNCH();
+}
+
+void decide_step(const double* d_red, const double* d_sumsq, const int* d_found_inf, const StepInputs& in,
+                 StepDecision* d_out, int* d_skip, float* d_grad_scale, cudaStream_t stream) {
+  decide_kernel<<<1, 1, 0, stream>>>(d_red, d_sumsq, d_found_inf, in, d_out, d_skip, d_grad_scale);
   DS_CUDA_CHECK_LAUNCH();
 }
 

@@ -30,6 +30,7 @@
 #include "ds/io/state_value.h"
 #include "ds/mpi/communicator.h"
 #include "ds/precision/loss_scaler.h"
+#include "ds/precision/step_decision.h"
 
 namespace ds::optim { class Optimizer; struct Segment; }
 namespace ds::sched { class LrScheduler; }
@@ -76,7 +77,12 @@ class Engine {
   // their non-blocking reduction while backward runs.
   float backward(float loss);
   // Called on every micro-batch: micro_steps += 1; at the boundary averages, unscales,
-  // checks overflow, clips, updates, steps the scheduler (see docs/dev/engine.md).
+  // checks overflow, clips, updates, steps the scheduler (see docs/dev/engine.md). On a CUDA
+  // device the boundary step is enqueued without waiting for the GPU; its outcome (skipped or
+  // applied, grad norm, loss scale, the scheduler's step, the progress line) is applied when
+  // something depends on it: the next boundary, the next backward (fp16 dynamic scale), an
+  // accessor below that reads it, a checkpoint. Errors of that outcome (the loss scale stuck
+  // at its minimum) surface there.
   void step();
   // Validation loss (no gradients, no counters).
   float evaluate(const Batch& batch);
@@ -106,16 +112,16 @@ class Engine {
   std::int64_t global_steps() const { return global_steps_; }
   std::int64_t global_samples() const { return global_samples_; }
   std::int64_t micro_steps() const { return micro_steps_; }
-  std::int64_t skipped_steps() const { return skipped_steps_; }
+  std::int64_t skipped_steps() const { resolve_step(); return skipped_steps_; }
   // DeepSpeed: (micro_steps + 1) % gas == 0, evaluated before step() increments micro_steps.
   bool is_gradient_accumulation_boundary() const {
     return (micro_steps_ + 1) % cfg_.gradient_accumulation_steps == 0;
   }
   // True when the last step() applied an optimizer update (boundary and no overflow).
-  bool was_step_applied() const { return last_step_applied_; }
+  bool was_step_applied() const { resolve_step(); return last_step_applied_; }
   double get_lr() const;                                   // lr the NEXT optimizer step applies
-  double loss_scale() const { return scaler_.scale(); }    // scale the next backward uses
-  double get_global_grad_norm() const { return global_grad_norm_; }  // last boundary, unscaled, pre-clip
+  double loss_scale() const { resolve_step(); return scaler_.scale(); }  // scale the next backward uses
+  double get_global_grad_norm() const { resolve_step(); return global_grad_norm_; }  // last boundary, unscaled, pre-clip
   std::int64_t train_batch_size() const { return cfg_.train_batch_size; }
   std::int64_t train_micro_batch_size_per_gpu() const { return cfg_.train_micro_batch_size_per_gpu; }
   std::int64_t gradient_accumulation_steps() const { return cfg_.gradient_accumulation_steps; }
@@ -129,8 +135,10 @@ class Engine {
   const engine::PartitionMap& partition_map() const { return map_; }
   Module& module() const { return *module_; }
   optim::Optimizer* optimizer() const { return optimizer_.get(); }
-  sched::LrScheduler* lr_scheduler() const { return scheduler_.get(); }
-  const precision::LossScaler& loss_scaler() const { return scaler_; }
+  // The scheduler and the scaler with the last boundary's outcome applied (a pointer kept from
+  // initialize() sees the outcome only once something applied it, e.g. get_lr()).
+  sched::LrScheduler* lr_scheduler() const { resolve_step(); return scheduler_.get(); }
+  const precision::LossScaler& loss_scaler() const { resolve_step(); return scaler_; }
 
   // Bytes this rank really holds for model states (no activations). ZeRO-2 gradients are
   // measured (resident pages), see docs/dev/engine.md "Stage 2".
@@ -163,6 +171,12 @@ class Engine {
   engine::FetchOptions fetch_options() const;  // stage 3: the zero_optimization keys (engine_init.cpp)
   engine::NvmeOptions nvme_options() const;    // offload_* device nvme (engine_init.cpp)
   void boundary_step();
+  precision::StepDecision host_step_decision(const precision::StepInputs& in);  // the synchronous path
+  // Applies the launched boundary step's outcome if it is not applied yet (const: the
+  // accessors call it; it waits for the device's event when the step ran there).
+  void resolve_step() const;
+  void apply_pending_step();
+  void apply_step_outcome(const precision::StepDecision& d);  // counters, scaler, scheduler
   void report_progress(bool overflow, double loss, double step_ms);
   void reset_cycle();
   // Checkpoints (engine_checkpoint.cpp).
@@ -207,6 +221,20 @@ class Engine {
   std::int64_t applied_steps_ = 0;   // optimizer updates applied (the optimizer's `step` t)
   double global_grad_norm_ = 0.0;    // last boundary: unscaled, pre-clip; -1 if inf/NaN
   bool last_step_applied_ = false;
+
+  // ---- the last boundary step, launched but its outcome not applied yet ----
+  // The host store's decision is known at once (and applied at once); a device store's
+  // arrives through store_->finish_step(). Applied by resolve_step() (docs/dev/engine.md
+  // "The boundary step").
+  struct PendingStep {
+    bool active = false;
+    bool from_store = false;          // the decision comes from store_->finish_step()
+    bool superseded = false;          // a later non-boundary step() said "not applied"
+    precision::StepDecision decision;  // from_store false: the host's decision
+    std::int64_t step = 0;            // its global step (1-based), for the warning
+    double step_ms = 0.0;             // its time since the previous boundary
+  };
+  PendingStep pending_;
 
   // ---- per accumulation cycle ----
   double backward_scale_ = 1.0;                  // the loss scale the cycle's backwards used

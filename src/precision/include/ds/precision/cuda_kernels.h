@@ -16,6 +16,7 @@
 
 #include "ds/core/buffer.h"
 #include "ds/precision/loss_scaler.h"
+#include "ds/precision/step_decision.h"
 
 namespace ds::precision::cuda {
 
@@ -51,5 +52,18 @@ LossScalerState from_device_state(const DeviceScalerState& s);
 void step_prologue(DeviceScalerState* state, const LossScalerConfig& cfg, const int* d_found_inf,
                    const double* d_sumsq, float clip, int* d_skip, float* d_grad_scale, float* d_grad_norm,
                    std::int64_t* d_step, cudaStream_t stream);
+
+// The engine's boundary step without a host round trip (ds/precision/step_decision.h), one
+// thread each:
+// pack_step_stats: d_red[0..3] = pack_step_stats(*d_sumsq, *d_found_inf, in) -- the values
+//   the ranks then sum on the stream (in carries the host's loss flag and mean loss).
+// decide_step: *d_out = decide_step(d_red, *d_sumsq, *d_found_inf, in); *d_skip = its skip;
+//   *d_grad_scale = float(its grad_scale) (the optimizer's DeviceStepControl; the host
+//   grad_scale is then 1, so the kernel multiplies by exactly this float, as the host path
+//   multiplies by float(grad_scale)).
+void pack_step_stats(const double* d_sumsq, const int* d_found_inf, const StepInputs& in, double* d_red,
+                     cudaStream_t stream);
+void decide_step(const double* d_red, const double* d_sumsq, const int* d_found_inf, const StepInputs& in,
+                 StepDecision* d_out, int* d_skip, float* d_grad_scale, cudaStream_t stream);
 
 }  // namespace ds::precision::cuda
