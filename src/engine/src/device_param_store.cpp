@@ -3,6 +3,7 @@
 
 #include "ds/core/error.h"
 #include "ds/core/half.h"
+#include "engine_testing.h"
 
 #if DS_PRECISION_HAVE_CUDA
 #include <cuda_runtime.h>

@@ -26,9 +26,12 @@ namespace ds {
 namespace engine::testing {
 namespace {
 bool g_defer_host_outcomes = false;
+bool g_sync_device_steps = false;
 }  // namespace
 void defer_host_step_outcomes(bool on) { g_defer_host_outcomes = on; }
 bool host_step_outcomes_deferred() { return g_defer_host_outcomes; }
+void synchronous_device_steps(bool on) { g_sync_device_steps = on; }
+bool device_steps_synchronous() { return g_sync_device_steps; }
 }  // namespace engine::testing
 
 Engine::Engine(config::DsConfig cfg, Module& module, std::shared_ptr<Communicator> comm,
@@ -291,7 +294,7 @@ void Engine::boundary_step() {
 
   pending_ = PendingStep{};
   pending_.step = global_steps_ + 1;
-  if (store_->async_step()) {
+  if (store_->async_step() && !engine::testing::device_steps_synchronous()) {
     // 3a. On the device, without waiting: statistics, their all-reduce, the decision, the
     //     optimizer (a no-op there when skipped), then (ZeRO) the gather -- of unchanged
     //     slices after a skip, which is harmless -- as on the synchronous path.

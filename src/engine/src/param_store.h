@@ -251,14 +251,6 @@ class DeviceParamStore : public ParamStore {
   std::unique_ptr<DeviceAsyncStep> async_;  // the asynchronous boundary step's scalars (device_step.h)
 };
 
-// Host synchronisations the device stores made so far (cudaStreamSynchronize and the
-// blocking statistics read-back), process-wide: the tests count them around Engine::step().
-// 0 in a build without CUDA.
-std::uint64_t device_stream_syncs();
-// Whether the device stores' asynchronous boundary step is built in: it needs an optimizer
-// that takes a device step control (optim::StepContext::device_control, device_step.h).
-bool device_async_step_built();
-
 // OffloadDeviceParamStore (device_offload_store.h): ParamStore::make's choice for a CUDA
 // module with StoreOptions::offload_optimizer. Throws without CUDA in the build.
 std::unique_ptr<ParamStore> make_offload_device_store(const PartitionMap& map, int rank, const StoreOptions& o,
