@@ -208,7 +208,7 @@ void DeviceParamStore::optimizer_step(optim::Optimizer& opt, optim::StepContext 
 bool DeviceParamStore::async_step() const { return kOptimizerTakesDeviceControl && !o_.offload_optimizer; }
 
 void DeviceParamStore::launch_step(optim::Optimizer& opt, optim::StepContext ctx, const precision::StepInputs& in,
-                                   Communicator* stats_comm) {
+                                   Communicator* stats_comm, Communicator* gather_comm) {
   const std::size_t off = step_offset(), n = step_count();
   const optim::cuda::DeviceStepControl ctl =
       async_->decide(n > 0 ? grads(off, n) : TensorView{}, d_sumsq_, d_found_inf_, in, stats_comm);
@@ -217,6 +217,12 @@ void DeviceParamStore::launch_step(optim::Optimizer& opt, optim::StepContext ctx
     ctx.grad_scale = 1.0;  // the kernels multiply by exactly *ctl.d_grad_scale
     set_device_control(ctx, &ctl);
     opt.step(std::span<float>(d_master_, n), grads(off, n), params(off, n), segments_, ctx);
+  }
+  if (gather_comm) {
+    // As gather_params, but not blocking: NCCL's blocking gather would make the host wait for
+    // its stream, i.e. for this whole step.
+    const std::size_t S = map_.partition_numel, W = std::size_t(map_.world_size);
+    async_->keep(gather_comm->iall_gather(params(slice_.offset, S), TensorView{d_params_, S * W, o_.wdtype}));
   }
   async_->record();
 }
@@ -267,7 +273,8 @@ void DeviceParamStore::views_bound() {}
 precision::GradStats DeviceParamStore::grad_stats() { return {}; }
 void DeviceParamStore::optimizer_step(optim::Optimizer&, optim::StepContext) {}
 bool DeviceParamStore::async_step() const { return false; }
-void DeviceParamStore::launch_step(optim::Optimizer&, optim::StepContext, const precision::StepInputs&, Communicator*) {}
+void DeviceParamStore::launch_step(optim::Optimizer&, optim::StepContext, const precision::StepInputs&, Communicator*,
+                                   Communicator*) {}
 precision::StepDecision DeviceParamStore::finish_step() { return {}; }
 void DeviceParamStore::gather_params(Communicator&) {}
 void DeviceParamStore::add_memory(ModelStateBytes&) const {}

@@ -7,6 +7,7 @@
 #include <cuda_runtime.h>
 
 #include <memory>
+#include <vector>
 
 #include "device_grad_stats.h"
 #include "ds/core/cuda_check.h"
@@ -58,17 +59,22 @@ class DeviceAsyncStep {
     DS_CHECK(!launched_, "a device boundary step was launched while the previous one is unresolved");
     enqueue_device_grad_stats(grads, d_sumsq, d_found_inf, s_);
     precision::cuda::pack_step_stats(d_sumsq, d_found_inf, in, d_red_, s_);
-    if (comm) {
-      // NCCL: on its stream behind the compute stream, which waits for it on the device.
-      // StagedComm stages through pinned host memory and synchronises inside (its design).
-      work_ = comm->iall_reduce(TensorView{d_red_, 4, DType::F64}, ReduceOp::Sum);
-      if (work_) work_->order_stream(s_);
-    }
+    // NCCL: on its stream behind the compute stream, which waits for it on the device.
+    // StagedComm stages through pinned host memory and synchronises inside (its design).
+    if (comm) keep(comm->iall_reduce(TensorView{d_red_, 4, DType::F64}, ReduceOp::Sum));
     precision::cuda::decide_step(d_red_, d_sumsq, d_found_inf, in, d_decision_, d_skip_, d_grad_scale_, s_);
     optim::cuda::DeviceStepControl ctl;
     ctl.d_skip = d_skip_;
     ctl.d_grad_scale = d_grad_scale_;
     return ctl;
+  }
+  // A collective of this step (the statistics' all-reduce, ZeRO's parameter gather): the
+  // stream waits for it on the device where the communicator can; its handle is waited for
+  // (complete by then) in wait().
+  void keep(CommWork w) {
+    if (!w) return;
+    w->order_stream(s_);
+    work_.push_back(std::move(w));
   }
   // After the optimizer: the decision to pinned memory and the event that says it arrived.
   void record() {
@@ -82,10 +88,8 @@ class DeviceAsyncStep {
     DS_CHECK(launched_, "no device boundary step was launched");
     launched_ = false;
     DS_CUDA_CHECK(cudaEventSynchronize(done_));
-    if (work_) {
-      work_->wait();
-      work_.reset();
-    }
+    for (CommWork& w : work_) w->wait();
+    work_.clear();
     return *h_decision_;
   }
 
@@ -93,7 +97,7 @@ class DeviceAsyncStep {
   void free_all() noexcept {
     // The owning store synchronised its stream before (release / free_all), so nothing queued
     // still writes these.
-    work_.reset();
+    work_.clear();
     cudaFree(d_red_);
     cudaFree(d_decision_);
     cudaFree(d_skip_);
@@ -115,7 +119,7 @@ class DeviceAsyncStep {
   float* d_grad_scale_ = nullptr;                      // DeviceStepControl::d_grad_scale
   precision::StepDecision* h_decision_ = nullptr;      // pinned
   cudaEvent_t done_ = nullptr;
-  CommWork work_;                                      // the statistics' all-reduce (several ranks)
+  std::vector<CommWork> work_;                         // this step's collectives (several ranks)
   bool launched_ = false;
 };
 

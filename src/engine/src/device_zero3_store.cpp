@@ -102,7 +102,7 @@ class DevicePartitionedParamStore final : public Zero3Store {
   void optimizer_step(optim::Optimizer& opt, optim::StepContext ctx) override;
   bool async_step() const override { return kOptimizerTakesDeviceControl; }
   void launch_step(optim::Optimizer& opt, optim::StepContext ctx, const precision::StepInputs& in,
-                   Communicator* stats_comm) override;
+                   Communicator* stats_comm, Communicator* gather_comm) override;
   precision::StepDecision finish_step() override;
   void gather_params(Communicator&) override {}  // the fetcher gathers groups on use
   void zero_grads() override;
@@ -342,7 +342,8 @@ void DevicePartitionedParamStore::optimizer_step(optim::Optimizer& opt, optim::S
 }
 
 void DevicePartitionedParamStore::launch_step(optim::Optimizer& opt, optim::StepContext ctx,
-                                              const precision::StepInputs& in, Communicator* stats_comm) {
+                                              const precision::StepInputs& in, Communicator* stats_comm,
+                                              Communicator* /*gather_comm*/) {  // the fetcher gathers on use
   const optim::cuda::DeviceStepControl ctl =
       async_->decide(TensorView{d_part_grads_, P_, DType::F32}, d_sumsq_, d_found_inf_, in, stats_comm);
   if (P_ > 0) {

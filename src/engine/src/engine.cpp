@@ -296,10 +296,10 @@ void Engine::boundary_step() {
   pending_.step = global_steps_ + 1;
   if (store_->async_step() && !engine::testing::device_steps_synchronous()) {
     // 3a. On the device, without waiting: statistics, their all-reduce, the decision, the
-    //     optimizer (a no-op there when skipped), then (ZeRO) the gather -- of unchanged
-    //     slices after a skip, which is harmless -- as on the synchronous path.
-    store_->launch_step(*optimizer_, ctx, in, world_ > 1 ? grad_comm_ : nullptr);
-    if (store_->partitioned() && world_ > 1) store_->gather_params(*grad_comm_);
+    //     optimizer (a no-op there when skipped), then (ZeRO 1/2) the gather -- of unchanged
+    //     slices after a skip, which is harmless.
+    Communicator* across = world_ > 1 ? grad_comm_ : nullptr;
+    store_->launch_step(*optimizer_, ctx, in, across, store_->partitioned() ? across : nullptr);
     sync_->params_changed();
     pending_.from_store = true;
     pending_.active = true;

@@ -100,10 +100,12 @@ class ParamStore {
   // (several ranks) their sum over the ranks on the stream; precision::decide_step on the
   // device (`in`: the host's part, the non-finite loss flag included); the optimizer update of
   // this rank's range driven by the device's skip flag and grad_scale (ctx: lr, step, betas;
-  // its grad_scale is ignored); an asynchronous copy of the decision into pinned host memory
-  // and an event. No host synchronisation. One launch at a time, each followed by finish_step.
+  // its grad_scale is ignored); with gather_comm (ZeRO 1/2, several ranks) the non-blocking
+  // gather of the working params (of unchanged slices after a skip: harmless); an asynchronous
+  // copy of the decision into pinned host memory and an event. No host synchronisation. One
+  // launch at a time, each followed by finish_step.
   virtual void launch_step(optim::Optimizer& /*opt*/, optim::StepContext /*ctx*/, const precision::StepInputs& /*in*/,
-                           Communicator* /*stats_comm*/) {
+                           Communicator* /*stats_comm*/, Communicator* /*gather_comm*/) {
     DS_THROW("this parameter store has no asynchronous boundary step");
   }
   // The launched step's decision: waits for its event (the device finished it long ago,
@@ -215,7 +217,7 @@ class DeviceParamStore : public ParamStore {
   void optimizer_step(optim::Optimizer& opt, optim::StepContext ctx) override;
   bool async_step() const override;
   void launch_step(optim::Optimizer& opt, optim::StepContext ctx, const precision::StepInputs& in,
-                   Communicator* stats_comm) override;
+                   Communicator* stats_comm, Communicator* gather_comm) override;
   precision::StepDecision finish_step() override;
   void gather_params(Communicator& comm) override;
   void zero_grads() override;
