@@ -8,7 +8,6 @@
 #include <cmath>
 
 #include "async_save.h"
-#include "engine_testing.h"
 #include "ds/config/parse.h"
 #include "ds/config/validate.h"
 #include "ds/core/error.h"
@@ -16,6 +15,7 @@
 #include "ds/engine/monitor.h"
 #include "ds/optim/optimizer.h"
 #include "ds/sched/lr_scheduler.h"
+#include "engine_testing.h"
 #include "grad_reducer.h"
 #include "param_store.h"
 #include "zero3_fetcher.h"
