@@ -15,8 +15,6 @@
 // - bf16 with check_grad_overflow false does not skip on inf gradients (norm -1);
 // - the device stores synchronise the host 0 times inside step() on the asynchronous path
 //   (engine::device_stream_syncs), at least once per boundary on the synchronous one.
-// Until ds_optim passes a DeviceStepControl (engine::device_async_step_built() false) both runs
-// take the synchronous path: the test says so and checks what still holds.
 // Without a GPU: exit 77.
 #include <cuda_runtime.h>
 #include <mpi.h>
@@ -151,7 +149,6 @@ Run train(ds::DistributedContext& ctx, const std::shared_ptr<ds::Communicator>& 
 
 void run_case(ds::DistributedContext& ctx, const std::shared_ptr<ds::Communicator>& dcomm, const Case& c) {
   const int W = ctx.world_size;
-  const bool async_built = ds::engine::device_async_step_built();
   const Run sync = train(ctx, dcomm, c, true, true);
   const Run async = train(ctx, dcomm, c, false, true);
   const Run quiet = train(ctx, dcomm, c, false, false);
@@ -182,15 +179,14 @@ void run_case(ds::DistributedContext& ctx, const std::shared_ptr<ds::Communicato
   // Host synchronisations by the stores inside step().
   CHECK_MSG(sync.syncs_in_step >= std::uint64_t(kSteps), "%s: the synchronous step synchronised %llu times in %d steps",
             c.name, (unsigned long long)sync.syncs_in_step, kSteps);
-  if (async_built)
-    CHECK_MSG(async.syncs_in_step == 0 && quiet.syncs_in_step == 0,
-              "%s: the asynchronous step synchronised the host %llu + %llu times", c.name,
-              (unsigned long long)async.syncs_in_step, (unsigned long long)quiet.syncs_in_step);
+  CHECK_MSG(async.syncs_in_step == 0 && quiet.syncs_in_step == 0,
+            "%s: the asynchronous step synchronised the host %llu + %llu times", c.name,
+            (unsigned long long)async.syncs_in_step, (unsigned long long)quiet.syncs_in_step);
   if (ctx.rank == 0)
     std::printf("%s, %d rank(s): skipped %lld of %d, scale %g; host syncs in step(): synchronous %llu, asynchronous "
-                "%llu%s\n",
+                "%llu\n",
                 c.name, W, (long long)sync.skipped, kSteps, sync.scale, (unsigned long long)sync.syncs_in_step,
-                (unsigned long long)async.syncs_in_step, async_built ? "" : " (asynchronous step NOT BUILT)");
+                (unsigned long long)async.syncs_in_step);
 }
 
 }  // namespace
@@ -207,9 +203,6 @@ int main(int argc, char**) {
         DS_CUDA_CHECK(cudaSetDevice(0));
         std::shared_ptr<ds::Communicator> dcomm;
         if (ctx.world_size > 1) dcomm = ds::make_device_communicator(ctx, "staged");
-        if (ctx.rank == 0 && !ds::engine::device_async_step_built())
-          std::printf("test_cuda_async_step: the asynchronous device step is NOT BUILT (optim::StepContext has no "
-                      "device_control): both runs take the synchronous path\n");
         const std::string fp16 = R"(, "fp16": {"enabled": true, "initial_scale_power": 10, "hysteresis": 1})";
         const std::string bf16_nocheck = R"(, "bf16": {"enabled": true, "check_grad_overflow": false})";
         // inf gradients at backward 2, a NaN loss at forward 4, on the last rank.

@@ -26,7 +26,6 @@ std::atomic<std::uint64_t> g_stream_syncs{0};
 
 void note_device_stream_sync() { g_stream_syncs.fetch_add(1, std::memory_order_relaxed); }
 std::uint64_t device_stream_syncs() { return g_stream_syncs.load(std::memory_order_relaxed); }
-bool device_async_step_built() { return kOptimizerTakesDeviceControl; }
 
 namespace {
 
@@ -205,7 +204,7 @@ void DeviceParamStore::optimizer_step(optim::Optimizer& opt, optim::StepContext 
   opt.step(std::span<float>(d_master_, n), grads(off, n), params(off, n), segments_, ctx);
 }
 
-bool DeviceParamStore::async_step() const { return kOptimizerTakesDeviceControl && !o_.offload_optimizer; }
+bool DeviceParamStore::async_step() const { return !o_.offload_optimizer; }
 
 void DeviceParamStore::launch_step(optim::Optimizer& opt, optim::StepContext ctx, const precision::StepInputs& in,
                                    Communicator* stats_comm, Communicator* gather_comm) {
@@ -215,7 +214,7 @@ void DeviceParamStore::launch_step(optim::Optimizer& opt, optim::StepContext ctx
   if (n > 0) {
     ctx.stream = stream_;
     ctx.grad_scale = 1.0;  // the kernels multiply by exactly *ctl.d_grad_scale
-    set_device_control(ctx, &ctl);
+    ctx.device_control = &ctl;  // read during opt.step
     opt.step(std::span<float>(d_master_, n), grads(off, n), params(off, n), segments_, ctx);
   }
   if (gather_comm) {
@@ -252,7 +251,6 @@ void DeviceParamStore::synchronize() const {
 
 class DeviceAsyncStep {};
 std::uint64_t device_stream_syncs() { return 0; }
-bool device_async_step_built() { return false; }
 
 DeviceParamStore::DeviceParamStore(const PartitionMap& map, int rank, const StoreOptions& o, void*)
     : ParamStore(map, rank, o) {

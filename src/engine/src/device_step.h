@@ -20,19 +20,6 @@
 
 namespace ds::engine {
 
-// The optimizer must take the device's skip flag and grad_scale: optim::StepContext needs a
-// `device_control` member (a pointer the CUDA kernels' DeviceStepControl is passed through,
-// read during Optimizer::step). Until ds_optim has it, the device stores stay on the
-// synchronous path; with it, they take the asynchronous one -- no change here.
-template <class Ctx>
-concept TakesDeviceControl = requires(Ctx c) { c.device_control; };
-inline constexpr bool kOptimizerTakesDeviceControl = TakesDeviceControl<optim::StepContext>;
-
-template <class Ctx>
-void set_device_control([[maybe_unused]] Ctx& ctx, [[maybe_unused]] const optim::cuda::DeviceStepControl* c) {
-  if constexpr (TakesDeviceControl<Ctx>) ctx.device_control = c;
-}
-
 class DeviceAsyncStep {
  public:
   explicit DeviceAsyncStep(void* stream) : s_(as_stream(stream)) {

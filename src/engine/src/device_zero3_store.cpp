@@ -100,7 +100,7 @@ class DevicePartitionedParamStore final : public Zero3Store {
   void views_bound() override;
   precision::GradStats grad_stats() override;
   void optimizer_step(optim::Optimizer& opt, optim::StepContext ctx) override;
-  bool async_step() const override { return kOptimizerTakesDeviceControl; }
+  bool async_step() const override { return true; }
   void launch_step(optim::Optimizer& opt, optim::StepContext ctx, const precision::StepInputs& in,
                    Communicator* stats_comm, Communicator* gather_comm) override;
   precision::StepDecision finish_step() override;
@@ -349,7 +349,7 @@ void DevicePartitionedParamStore::launch_step(optim::Optimizer& opt, optim::Step
   if (P_ > 0) {
     ctx.stream = stream_;
     ctx.grad_scale = 1.0;  // the kernels multiply by exactly *ctl.d_grad_scale
-    set_device_control(ctx, &ctl);
+    ctx.device_control = &ctl;  // read during opt.step
     opt.step(std::span<float>(d_master_, P_), TensorView{d_part_grads_, P_, DType::F32},
              TensorView{d_part_params_, P_, o_.wdtype}, segments_, ctx);
   }

@@ -25,8 +25,5 @@ namespace ds::engine {
 // statistics read-back), process-wide: the tests count them around Engine::step(). 0 in a
 // build without CUDA (device_param_store.cpp).
 std::uint64_t device_stream_syncs();
-// Whether the device stores' asynchronous boundary step is built in: it needs an optimizer
-// that takes a device step control (optim::StepContext::device_control, device_step.h).
-bool device_async_step_built();
 
 }  // namespace ds::engine

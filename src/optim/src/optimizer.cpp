@@ -119,6 +119,10 @@ class Base : public Optimizer {
   std::array<double, 2> betas(const StepContext& ctx) const { return ctx.betas.value_or(cfg_.betas); }
 #if DS_OPTIM_HAVE_CUDA
   static cudaStream_t stream_of(const StepContext& ctx) { return static_cast<cudaStream_t>(ctx.stream); }
+  static cuda::DeviceStepControl control_of(const StepContext& ctx) {
+    return ctx.device_control ? *static_cast<const cuda::DeviceStepControl*>(ctx.device_control)
+                              : cuda::DeviceStepControl{};
+  }
 #endif
 
   OptimizerParams cfg_;
@@ -156,7 +160,7 @@ class Adam final : public Base {
     h.adam_w_mode = adamw_;
     h.grad_scale = float(ctx.grad_scale);
 #if DS_OPTIM_HAVE_CUDA
-    if (k == Kernel::Cuda) return cuda::adam(master, st[0], st[1], grad, working, n, h, {}, stream_of(ctx));
+    if (k == Kernel::Cuda) return cuda::adam(master, st[0], st[1], grad, working, n, h, control_of(ctx), stream_of(ctx));
 #endif
     (k == Kernel::Cpu ? adam_cpu : adam_ref)(master, st[0], st[1], grad, working, n, h);
   }
@@ -184,7 +188,7 @@ class Sgd final : public Base {
     h.grad_scale = float(ctx.grad_scale);
     float* buf = cfg_.momentum != 0.0 ? st[0] : nullptr;
 #if DS_OPTIM_HAVE_CUDA
-    if (k == Kernel::Cuda) return cuda::sgd(master, buf, grad, working, n, h, {}, stream_of(ctx));
+    if (k == Kernel::Cuda) return cuda::sgd(master, buf, grad, working, n, h, control_of(ctx), stream_of(ctx));
 #endif
     (k == Kernel::Cpu ? sgd_cpu : sgd_ref)(master, buf, grad, working, n, h);
   }
@@ -208,7 +212,7 @@ class Adagrad final : public Base {
     h.weight_decay = float(cfg_.weight_decay);
     h.grad_scale = float(ctx.grad_scale);
 #if DS_OPTIM_HAVE_CUDA
-    if (k == Kernel::Cuda) return cuda::adagrad(master, st[0], grad, working, n, h, {}, stream_of(ctx));
+    if (k == Kernel::Cuda) return cuda::adagrad(master, st[0], grad, working, n, h, control_of(ctx), stream_of(ctx));
 #endif
     (k == Kernel::Cpu ? adagrad_cpu : adagrad_ref)(master, st[0], grad, working, n, h);
   }
@@ -255,7 +259,7 @@ class Lamb final : public Base {
         plan_ = std::make_unique<cuda::LambPlan>(segments, n);
         plan_segments_.assign(segments.begin(), segments.end());
       }
-      return cuda::lamb(master, st[0], st[1], grad, working, n, *plan_, h, {}, stream_of(ctx));
+      return cuda::lamb(master, st[0], st[1], grad, working, n, *plan_, h, control_of(ctx), stream_of(ctx));
     }
 #endif
     coeffs_.assign(segments.empty() ? 1 : segments.size(), 1.f);

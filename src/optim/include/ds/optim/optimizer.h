@@ -33,6 +33,10 @@ struct StepContext {
   double grad_scale = 1.0;    // multiply each gradient by this first (1/loss_scale x clip coefficient)
   std::optional<std::array<double, 2>> betas;  // scheduler override (OneCycle); Adam/AdamW/Lamb only
   void* stream = nullptr;     // Kernel::Cuda: the cudaStream_t to enqueue on (nullptr: legacy default)
+  // Kernel::Cuda: a const cuda::DeviceStepControl* (ds/optim/cuda_kernels.h) whose device
+  // skip flag and grad_scale the kernels read on the stream, so the engine's boundary step
+  // needs no host round trip (void* keeps CUDA headers out); nullptr: no device control.
+  const void* device_control = nullptr;
 };
 
 class Optimizer {
