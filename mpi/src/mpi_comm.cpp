@@ -154,19 +154,12 @@ CommWork MpiComm::ireduce_scatter(TensorView send, TensorView recv, ReduceOp op)
 }
 
 namespace {
-// The block layout of ireduce_scatter_in_place; returns each block's element offset.
+// The block layout of ireduce_scatter_in_place, checked; returns each block's element offset.
 std::vector<std::size_t> check_rs_in_place(const TensorView& buf, std::span<const std::size_t> counts, int size) {
   check_view(buf, "reduce_scatter_in_place", "buf");
-  if (counts.size() != static_cast<std::size_t>(size))
-    DS_THROW("MpiComm::reduce_scatter_in_place: " << counts.size() << " block counts for " << size << " ranks");
+  in_place_block_offset(counts, size, 0, buf.count, "MpiComm");
   std::vector<std::size_t> offs(counts.size());
-  std::size_t sum = 0;
-  for (std::size_t r = 0; r < counts.size(); ++r) {
-    offs[r] = sum;
-    sum += counts[r];
-  }
-  if (sum != buf.count)
-    DS_THROW("MpiComm::reduce_scatter_in_place: the block counts sum to " << sum << ", buf.count is " << buf.count);
+  for (std::size_t r = 1; r < counts.size(); ++r) offs[r] = offs[r - 1] + counts[r - 1];
   return offs;
 }
 }  // namespace

@@ -243,12 +243,7 @@ CommWork NcclComm::ireduce_scatter(TensorView s, TensorView r, ReduceOp op) { re
 CommWork NcclComm::ireduce_scatter_in_place(TensorView buf, std::span<const std::size_t> counts, ReduceOp op) {
   Impl& m = *impl_;
   m.check_alive("reduce_scatter_in_place");
-  if (counts.size() != static_cast<std::size_t>(m.size))
-    DS_THROW("NcclComm::reduce_scatter_in_place: " << counts.size() << " block counts for " << m.size << " ranks");
-  std::size_t sum = 0;
-  for (std::size_t c : counts) sum += c;
-  if (sum != buf.count)
-    DS_THROW("NcclComm::reduce_scatter_in_place: the block counts sum to " << sum << ", buf.count is " << buf.count);
+  in_place_block_offset(counts, m.size, m.rank, buf.count, "NcclComm");
   const ncclRedOp_t o = nccl_op(op, buf.dtype, "reduce_scatter_in_place");
   const ncclDataType_t t = nccl_type(buf.dtype, "reduce_scatter_in_place");
   const std::size_t es = dtype_size(buf.dtype);

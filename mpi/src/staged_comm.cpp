@@ -287,14 +287,20 @@ CommWork handle_for(const std::shared_ptr<StagedComm::State>& s, bool blocking) 
   return std::make_unique<StagedHandle>(s, s->inflight.back());
 }
 
-CommWork staged_all_reduce(const std::shared_ptr<StagedComm::State>& sp, TensorView buf, ReduceOp op, bool blocking) {
-  StagedComm::State& s = *sp;
+// The device buffer `buf` copied into one pinned block (after the compute stream's work so far).
+std::vector<Lease> stage_whole(StagedComm::State& s, TensorView buf) {
   s.use_device();
   std::vector<Lease> blocks;
   blocks.emplace_back(s.pool, buf.bytes());
-  char* h = blocks[0].data();
-  s.copy_in(h, buf.data, buf.bytes());
+  s.copy_in(blocks[0].data(), buf.data, buf.bytes());
   s.sync();
+  return blocks;
+}
+
+CommWork staged_all_reduce(const std::shared_ptr<StagedComm::State>& sp, TensorView buf, ReduceOp op, bool blocking) {
+  StagedComm::State& s = *sp;
+  std::vector<Lease> blocks = stage_whole(s, buf);
+  char* h = blocks[0].data();
   const TensorView hv{h, buf.count, buf.dtype};
   s.run(blocking, std::move(blocks), buf.data, h, buf.bytes(), [&] { s.host->all_reduce(hv, op); },
         [&] { return s.host->iall_reduce(hv, op); });
@@ -323,21 +329,10 @@ CommWork staged_reduce_scatter_in_place(const std::shared_ptr<StagedComm::State>
                                         std::span<const std::size_t> counts, ReduceOp op) {
   StagedComm::State& s = *sp;
   const int rank = s.host->rank();
-  if (counts.size() != static_cast<std::size_t>(s.host->size()))
-    DS_THROW("StagedComm::reduce_scatter_in_place: " << counts.size() << " block counts for " << s.host->size()
-                                                     << " ranks");
-  std::size_t own = 0, sum = 0;
-  for (int r = 0; r < rank; ++r) own += counts[r];
-  for (std::size_t c : counts) sum += c;
-  if (sum != buf.count)
-    DS_THROW("StagedComm::reduce_scatter_in_place: the block counts sum to " << sum << ", buf.count is " << buf.count);
+  const std::size_t own = in_place_block_offset(counts, s.host->size(), rank, buf.count, "StagedComm");
   const std::size_t es = dtype_size(buf.dtype);
-  s.use_device();
-  std::vector<Lease> blocks;
-  blocks.emplace_back(s.pool, buf.bytes());
+  std::vector<Lease> blocks = stage_whole(s, buf);
   char* h = blocks[0].data();
-  s.copy_in(h, buf.data, buf.bytes());
-  s.sync();
   const TensorView hv{h, buf.count, buf.dtype};
   // Only this rank's block comes back to the device: the rest is unspecified anyway.
   s.run(false, std::move(blocks), static_cast<char*>(buf.data) + own * es, h + own * es, counts[rank] * es,

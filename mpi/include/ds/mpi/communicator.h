@@ -25,6 +25,12 @@ namespace ds {
 enum class ReduceOp { Sum, Avg, Max, Min };
 std::string_view reduce_op_name(ReduceOp op);
 
+// ireduce_scatter_in_place's block layout, for its implementations: throws ds::Error (naming
+// `who`) unless counts has one entry per rank summing to `total`; returns the element offset
+// of `rank`'s block.
+std::size_t in_place_block_offset(std::span<const std::size_t> counts, int size, int rank, std::size_t total,
+                                  std::string_view who);
+
 class CommHandle {
  public:
   virtual ~CommHandle() = default;
