@@ -177,10 +177,8 @@ CommWork MpiComm::ireduce_scatter_in_place(TensorView buf, std::span<const std::
     }, "ireduce_scatter_in_place", seq);
   }
   std::vector<MPI_Request> reqs;
-  auto icounts = std::make_shared<std::vector<int>>();  // read by MPI until the requests complete
-  std::function<void()> finish = impl_->mpi_reduce_scatter_in_place(buf, counts, op, &reqs, icounts.get());
-  return std::make_unique<RequestHandle>(std::move(reqs), [finish = std::move(finish), icounts] { finish(); },
-                                         impl_->tag("ireduce_scatter_in_place", seq));
+  std::function<void()> after = impl_->mpi_reduce_scatter_in_place(buf, counts, op, &reqs);
+  return std::make_unique<RequestHandle>(std::move(reqs), std::move(after), impl_->tag("ireduce_scatter_in_place", seq));
 }
 
 void MpiComm::all_gather(TensorView send, TensorView recv) {
@@ -259,7 +257,7 @@ void MpiComm::reduce_scatter_in_place_mpi(TensorView buf, std::span<const std::s
   check_rs_in_place(buf, counts, size());
   if (buf.count == 0) return;
   detail::CommWait w(*impl_->watchdog, detail::CommWatchdog::kCaller, "reduce_scatter_in_place", impl_->arrive());
-  impl_->mpi_reduce_scatter_in_place(buf, counts, op, nullptr, nullptr);
+  impl_->mpi_reduce_scatter_in_place(buf, counts, op, nullptr);
 }
 
 void MpiComm::all_gather_mpi(TensorView send, TensorView recv) {

@@ -202,12 +202,11 @@ struct MpiComm::Impl {
   void mpi_all_reduce(TensorView buf, ReduceOp op, std::vector<MPI_Request>* reqs);
   void mpi_reduce_scatter(TensorView send, TensorView recv, ReduceOp op, std::vector<MPI_Request>* reqs);
   void mpi_all_gather(TensorView send, TensorView recv, std::vector<MPI_Request>* reqs);
-  // ireduce_scatter_in_place over plain MPI. Non-blocking (reqs != nullptr): `icounts` is the
-  // int count array MPI reads until completion (the caller keeps it alive with the requests),
-  // and the returned function finishes the operation (moves the result to the block, divides
-  // for avg) once they completed; blocking: done on return.
+  // ireduce_scatter_in_place over plain MPI. Non-blocking (reqs != nullptr): returns what to
+  // run once the requests completed (the avg division; empty otherwise); blocking: done on
+  // return.
   std::function<void()> mpi_reduce_scatter_in_place(TensorView buf, std::span<const std::size_t> counts, ReduceOp op,
-                                                    std::vector<MPI_Request>* reqs, std::vector<int>* icounts);
+                                                    std::vector<MPI_Request>* reqs);
 
   // --- progress thread ---
   bool threaded() const { return opt.progress_thread && thread_level >= MPI_THREAD_MULTIPLE; }

@@ -59,55 +59,36 @@ void MpiComm::Impl::mpi_reduce_scatter(TensorView send, TensorView recv, ReduceO
 }
 
 std::function<void()> MpiComm::Impl::mpi_reduce_scatter_in_place(TensorView buf, std::span<const std::size_t> counts,
-                                                               ReduceOp op, std::vector<MPI_Request>* reqs,
-                                                               std::vector<int>* icounts) {
+                                                               ReduceOp op, std::vector<MPI_Request>* reqs) {
+  // One MPI_Reduce per non-empty block, rooted at its owner and in place there (in pieces of
+  // max_count elements). Not MPI_Reduce_scatter with uneven counts: Open MPI ran that slower
+  // than an all-reduce of the whole buffer at some sizes, the rooted reduces never
+  // (bench/results/2026-12-04-bucket-reduce.md).
   const MPI_Datatype t = mpi_datatype(buf.dtype);
   const MPI_Op mop = mpi_reduce_op(op == ReduceOp::Avg ? ReduceOp::Sum : op, buf.dtype);
-  std::size_t own = 0;  // this rank's block offset
-  for (int r = 0; r < rank; ++r) own += counts[r];
-  const std::size_t mine = counts[rank];
-  const std::size_t es = dtype_size(buf.dtype);
-  char* block = mptr(buf, own);
-  bool moved = false;  // the result lands at the start of buf (MPI_IN_PLACE) and moves to the block after
-  if (buf.count <= opt.max_count) {
-    // One MPI_Reduce_scatter: MPI_IN_PLACE takes the input from buf and leaves this rank's
-    // result at its start.
-    std::vector<int> local;
-    std::vector<int>& ic = icounts ? *icounts : local;
-    ic.assign(counts.begin(), counts.end());
-    if (reqs) {
-      reqs->emplace_back();
-      DS_MPI_CHECK(MPI_Ireduce_scatter(MPI_IN_PLACE, buf.data, ic.data(), t, mop, comm, &reqs->back()));
-    } else {
-      DS_MPI_CHECK(MPI_Reduce_scatter(MPI_IN_PLACE, buf.data, ic.data(), t, mop, comm));
-    }
-    moved = own != 0;
-  } else {
-    // Too many elements for one int count: block r is reduced to rank r in pieces, in place
-    // at the root.
-    std::size_t at = 0;
-    for (int r = 0; r < size; ++r) {
-      for (std::size_t off = 0; off < counts[r]; off += opt.max_count) {
-        const int k = static_cast<int>(std::min(opt.max_count, counts[r] - off));
-        char* p = mptr(buf, at + off);
-        const void* sbuf = r == rank ? MPI_IN_PLACE : p;
-        void* rbuf = r == rank ? p : nullptr;
-        if (reqs) {
-          reqs->emplace_back();
-          DS_MPI_CHECK(MPI_Ireduce(sbuf, rbuf, k, t, mop, r, comm, &reqs->back()));
-        } else {
-          DS_MPI_CHECK(MPI_Reduce(sbuf, rbuf, k, t, mop, r, comm));
-        }
+  std::size_t at = 0, own = 0;
+  for (int r = 0; r < size; ++r) {
+    if (r == rank) own = at;
+    for (std::size_t off = 0; off < counts[r]; off += opt.max_count) {
+      const int k = static_cast<int>(std::min(opt.max_count, counts[r] - off));
+      char* p = mptr(buf, at + off);
+      const void* sbuf = r == rank ? MPI_IN_PLACE : p;
+      void* rbuf = r == rank ? p : nullptr;
+      if (reqs) {
+        reqs->emplace_back();
+        DS_MPI_CHECK(MPI_Ireduce(sbuf, rbuf, k, t, mop, r, comm, &reqs->back()));
+      } else {
+        DS_MPI_CHECK(MPI_Reduce(sbuf, rbuf, k, t, mop, r, comm));
       }
-      at += counts[r];
     }
+    at += counts[r];
   }
-  std::function<void()> finish = [buf, block, mine, es, moved, op, n = size] {
-    if (moved) std::memmove(block, buf.data, mine * es);
-    if (op == ReduceOp::Avg) divide(block, mine, buf.dtype, n);
+  std::function<void()> finish;
+  if (op == ReduceOp::Avg) finish = [block = mptr(buf, own), mine = counts[rank], t = buf.dtype, n = size] {
+    divide(block, mine, t, n);
   };
   if (reqs) return finish;
-  finish();
+  if (finish) finish();
   return nullptr;
 }
 
