@@ -15,9 +15,7 @@
 #include <vector>
 
 #include "bench_report.h"
-#include "ds/config/ds_config.h"
-#include "ds/optim/optimizer.h"
-#include "nvme_swap.h"
+#include "nvme_adamw_fixture.h"
 
 int main(int argc, char** argv) {
   std::string dir = "/tmp", min_ratio_s = "0";
@@ -40,52 +38,22 @@ int main(int argc, char** argv) {
   ds::bench::Report rep("nvme_step_bench");
   rep.min_ratio(ds::bench::parse_min_ratio("nvme_step_bench", min_ratio_s));
   try {
-    ds::config::OptimizerConfig oc;
-    oc.type = "adamw";
-    oc.lr = 1e-3;
-    oc.weight_decay = 0.01;
-    auto opt = ds::optim::make_optimizer(oc, ds::optim::Kernel::Cpu);
-    auto ref = ds::optim::make_optimizer(oc, ds::optim::Kernel::Cpu);
-    ref->init_state(elements);
-    ds::engine::NvmeOptions o;
-    o.optimizer = true;
-    o.optimizer_path = dir;
-    o.optimizer_key = "--dir";
-    o.sub_group = sub_group;
-    o.buffer_count = buffer_count;
-    o.aio = {block_size, queue_depth, thread_count};
-    ds::engine::NvmeSwap swap(o, 0, elements, *opt, ds::DType::BF16);
-    std::vector<float> master(elements), grad(elements);
-    std::mt19937 g(5);
-    std::normal_distribution<float> nd(0.f, 1.f);
-    for (auto& v : master) v = nd(g);
-    for (auto& v : grad) v = nd(g) * 1e-2f;
-    swap.write_master(0, elements, master.data());
-    std::vector<std::uint16_t> working(elements), ref_working(elements);
+    ds::bench::NvmeAdamwFixture f(dir, elements, sub_group, buffer_count, {block_size, queue_depth, thread_count});
+    ds::engine::NvmeSwap& swap = *f.swap;
     std::vector<double> secs, gbs;
     for (int s = 1; s <= steps; ++s) {
       ds::optim::StepContext ctx;
       ctx.lr = 1e-3;
       ctx.step = s;
-      swap.step(*opt, ds::TensorView{grad.data(), elements, ds::DType::F32},
-                ds::TensorView{working.data(), elements, ds::DType::BF16}, ctx);
-      ref->step(master, ds::TensorView{grad.data(), elements, ds::DType::F32},
-                ds::TensorView{ref_working.data(), elements, ds::DType::BF16}, {}, ctx);
+      f.step_swapped(ctx);
+      f.step_reference(ctx);
       secs.push_back(swap.last_step_seconds());
       gbs.push_back(double(swap.last_step_bytes()) / swap.last_step_seconds() / 1e9);
       std::printf("step %d: %.3f s, %.2f GB read+written, %.3f GB/s\n", s, secs.back(), swap.last_step_bytes() / 1e9,
                   gbs.back());
     }
     // Check: the files and the working params equal the in-memory steps bit for bit.
-    const ds::engine::StateViews v = swap.map();
-    std::size_t bad = 0;
-    bad += std::memcmp(v.master.data(), master.data(), elements * 4) != 0;
-    auto st = ref->state_tensors();
-    for (std::size_t t = 0; t < st.size(); ++t) bad += std::memcmp(v.state[t].second.data(), st[t].second.data(), elements * 4) != 0;
-    bad += working != ref_working;
-    swap.unmap(false);
-    rep.check("master, exp_avg, exp_avg_sq and bf16 params equal in-memory AdamW after every step", bad == 0,
-              std::to_string(bad) + " of 4 arrays differ");
+    f.check(rep);
     const double med = ds::bench::median(gbs);
     rep["elements"] = elements;
     rep["sub_group"] = swap.sub_group();

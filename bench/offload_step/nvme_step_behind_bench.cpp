@@ -20,9 +20,7 @@
 #include <vector>
 
 #include "bench_report.h"
-#include "ds/config/ds_config.h"
-#include "ds/optim/optimizer.h"
-#include "nvme_swap.h"
+#include "nvme_adamw_fixture.h"
 
 namespace {
 
@@ -55,27 +53,8 @@ int main(int argc, char** argv) {
   CLI11_PARSE(app, argc, argv);
   ds::bench::Report rep("nvme_step_behind_bench");
   try {
-    ds::config::OptimizerConfig oc;
-    oc.type = "adamw";
-    oc.lr = 1e-3;
-    oc.weight_decay = 0.01;
-    auto opt = ds::optim::make_optimizer(oc, ds::optim::Kernel::Cpu);
-    auto ref = ds::optim::make_optimizer(oc, ds::optim::Kernel::Cpu);
-    ref->init_state(elements);
-    ds::engine::NvmeOptions o;
-    o.optimizer = true;
-    o.optimizer_path = dir;
-    o.optimizer_key = "--dir";
-    o.sub_group = sub_group;
-    o.buffer_count = buffer_count;
-    ds::engine::NvmeSwap swap(o, 0, elements, *opt, ds::DType::BF16);
-    std::vector<float> master(elements), grad(elements);
-    std::mt19937 g(5);
-    std::normal_distribution<float> nd(0.f, 1.f);
-    for (auto& v : master) v = nd(g);
-    for (auto& v : grad) v = nd(g) * 1e-2f;
-    swap.write_master(0, elements, master.data());
-    std::vector<std::uint16_t> working(elements), ref_working(elements);
+    ds::bench::NvmeAdamwFixture f(dir, elements, sub_group, buffer_count);
+    ds::engine::NvmeSwap& swap = *f.swap;
     std::vector<double> ret[2], per_step[2];  // [0] behind, [1] waited
     int s = 0;
     for (int round = 0; round < rounds; ++round)
@@ -86,8 +65,7 @@ int main(int argc, char** argv) {
           ctx.lr = 1e-3;
           ctx.step = ++s;
           const auto t0 = Clock::now();
-          swap.step(*opt, ds::TensorView{grad.data(), elements, ds::DType::F32},
-                    ds::TensorView{working.data(), elements, ds::DType::BF16}, ctx);
+          f.step_swapped(ctx);
           if (k > 0) ret[mode].push_back(since(t0));
           if (mode == 1) {
             swap.map();
@@ -96,8 +74,7 @@ int main(int argc, char** argv) {
           compute(compute_ms);
           // The reference's step runs outside the loop's clock.
           const auto r0 = Clock::now();
-          ref->step(master, ds::TensorView{grad.data(), elements, ds::DType::F32},
-                    ds::TensorView{ref_working.data(), elements, ds::DType::BF16}, {}, ctx);
+          f.step_reference(ctx);
           excluded += since(r0);
         }
         swap.map();
@@ -108,15 +85,7 @@ int main(int argc, char** argv) {
                     mode ? "waited" : "behind", per_step[mode].back(),
                     ds::bench::median(std::vector<double>(ret[mode].end() - (steps - 1), ret[mode].end())));
       }
-    const ds::engine::StateViews v = swap.map();
-    std::size_t bad = 0;
-    bad += std::memcmp(v.master.data(), master.data(), elements * 4) != 0;
-    auto st = ref->state_tensors();
-    for (std::size_t t = 0; t < st.size(); ++t) bad += std::memcmp(v.state[t].second.data(), st[t].second.data(), elements * 4) != 0;
-    bad += working != ref_working;
-    swap.unmap(false);
-    rep.check("master, exp_avg, exp_avg_sq and bf16 params equal in-memory AdamW after every step", bad == 0,
-              std::to_string(bad) + " of 4 arrays differ");
+    f.check(rep);
     using ds::bench::median;
     rep["elements"] = elements;
     rep["sub_group"] = swap.sub_group();
