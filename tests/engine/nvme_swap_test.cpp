@@ -524,6 +524,7 @@ TEST(NvmeSwap, AFailedPrefetchReadIsThrownByTheAcquireThatNeedsIt) {
   use(0);
   use(1);  // its acquire started the reads of groups 2 and 3 (prefetch), which fail
   ASSERT_EQ(s.swap().open_param_reads(), 2u);
+  const int waits_before = timers.count("gather_wait");
   try {
     f->acquire(2, ds::Pass::Forward);
     FAIL() << "the acquire of a group whose read failed returned";
@@ -533,6 +534,10 @@ TEST(NvmeSwap, AFailedPrefetchReadIsThrownByTheAcquireThatNeedsIt) {
     EXPECT_NE(m.find("the file ends before it"), std::string::npos) << m;
   }
   EXPECT_EQ(s.swap().open_param_reads(), 1u) << "group 3's prefetch stays open (the fetcher's destructor finishes it)";
+  // The failed acquire left nothing behind: no reference (a nested acquire would otherwise
+  // return at once without the group) and no running timer.
+  EXPECT_EQ(timers.count("gather_wait"), waits_before + 1) << "the failed acquire's wait timer was not stopped";
+  EXPECT_THROW(f->acquire(2, ds::Pass::Forward), ds::Error) << "a second acquire of the failed group returned";
   f.reset();
   EXPECT_EQ(s.swap().open_param_reads(), 0u) << "the fetcher's destructor left a read open";
   // The store goes on (no failure thrown twice): group 0 reads as before.

@@ -220,6 +220,19 @@ void GroupFetcher::acquire(std::size_t g, Pass pass) {
   DS_CHECK(g < groups_.size(), "GroupHooks::acquire(" << g << "): the module declared " << groups_.size() << " groups");
   Group& s = groups_[g];
   if (s.refs++ > 0) return;  // nested bracket: already resident
+  try {
+    make_resident(g, pass);
+  } catch (...) {
+    // Not acquired (a failed read, map or gather): the caller's bracket never got the group,
+    // so no release() comes for it; the wait timer stops here (a no-op if it never started).
+    --s.refs;
+    timers_.stop("gather_wait");
+    throw;
+  }
+}
+
+void GroupFetcher::make_resident(std::size_t g, Pass pass) {
+  Group& s = groups_[g];
   const std::size_t k = pass_index(pass);
   if (!traced_[k]) {
     trace_[k].push_back(g);

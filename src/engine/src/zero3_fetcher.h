@@ -107,6 +107,7 @@ class GroupFetcher final : public GroupHooks, public GradSync {
   void finish_reads();                   // every Reading group, in the order the reads started
   void drop_read(std::size_t g);         // Reading -> Released (not used after all)
   void start_reduce_scatter(std::size_t g);
+  void make_resident(std::size_t g, Pass pass);  // acquire's work for the outermost bracket
   void wait_until(std::uint64_t id);  // completes every operation up to id, oldest first
   void complete_front();
   void fold_gradients(std::size_t g, const void* reduced);  // piece += reduced (comm dtype)
