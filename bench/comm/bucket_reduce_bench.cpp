@@ -1,5 +1,5 @@
 // bucket_reduce_bench: the ZeRO-1/2 gradient bucket's collective, a reduce of each part to
-// its owner (Communicator::ireduce_scatter_in_place), against the all-reduce of the same
+// the rank whose slice holds it (Communicator::ireduce_scatter_in_place), against the all-reduce of the same
 // bucket that every rank would otherwise receive (iall_reduce), on the same MpiComm, in the
 // same run. The bucket is cut at two rank slices the way a bucket straddling a slice boundary
 // is (--split of it to rank 0, the rest to rank 1, nothing to the others), fp32, sizes 256 KiB
@@ -8,7 +8,7 @@
 // Each row: the median over --repeats of the slowest rank's time for each collective (they
 // alternate repeat by repeat, which goes first alternates too). Check: every rank's own block
 // equals the expected sum after every timed reduce (small integers: exact). Headline: the
-// median over the rows of all-reduce time / owner-reduce time (>1: the owner reduce is faster).
+// median over the rows of all-reduce time / reduce-to-slice-rank time (>1: the reduce to the slices' ranks is faster).
 // --no_shm: plain MPI (MPI_Ireduce_scatter against MPI_Iallreduce) instead of the window.
 //
 //   mpirun -np 2 --bind-to none build/bench/comm/bucket_reduce_bench [--max_mib 64] [--no_shm]
@@ -30,7 +30,7 @@ float value(int r, std::size_t i) { return float(int((i * 7 + std::size_t(r) * 3
 }  // namespace
 
 int main(int argc, char** argv) {
-  CLI::App app{"ZeRO bucket: reduce to owners vs all-reduce"};
+  CLI::App app{"ZeRO bucket: reduce to the slices' ranks vs all-reduce"};
   double max_mib = 64, split = 0.3;
   int repeats = 15;
   bool no_shm = false;
@@ -56,7 +56,7 @@ int main(int argc, char** argv) {
   if (r == 0)
     std::printf("%d ranks, %s; bucket split %.2f / %.2f between ranks 0 and 1\n%10s %14s %14s %8s\n", n,
                 no_shm ? "plain MPI" : "shared-memory window (where it applies)", split, 1 - split, "MiB",
-                "all_reduce ms", "to-owner ms", "ratio");
+                "all_reduce ms", "to-rank ms", "ratio");
   for (double mib = 0.25; mib <= max_mib + 1e-9; mib *= 4) {
     const std::size_t count = std::size_t(mib * (1 << 20) / sizeof(float));
     std::vector<std::size_t> blocks(std::size_t(n), 0);
@@ -68,15 +68,15 @@ int main(int argc, char** argv) {
     auto fill = [&] {
       for (std::size_t i = 0; i < count; ++i) buf[i] = value(r, i);
     };
-    std::vector<double> t_all, t_owner;
+    std::vector<double> t_all, t_slice;
     for (int rep = -2; rep < repeats; ++rep) {  // two untimed warm-ups
       for (int k = 0; k < 2; ++k) {
-        const bool owner = (k == 0) == (rep % 2 == 0);
+        const bool to_slice = (k == 0) == (rep % 2 == 0);
         fill();
         MPI_Barrier(ctx.mpi_comm);
         const double t0 = MPI_Wtime();
         ds::TensorView v{buf.data(), count, ds::DType::F32};
-        if (owner) c.ireduce_scatter_in_place(v, blocks, ds::ReduceOp::Sum)->wait();
+        if (to_slice) c.ireduce_scatter_in_place(v, blocks, ds::ReduceOp::Sum)->wait();
         else c.iall_reduce(v, ds::ReduceOp::Sum)->wait();
         double dt = MPI_Wtime() - t0;
         MPI_Allreduce(MPI_IN_PLACE, &dt, 1, MPI_DOUBLE, MPI_MAX, ctx.mpi_comm);
@@ -85,12 +85,12 @@ int main(int argc, char** argv) {
           for (int q = 0; q < n; ++q) want += value(q, i);
           wrong += buf[i] != want;
         }
-        if (rep >= 0) (owner ? t_owner : t_all).push_back(dt);
+        if (rep >= 0) (to_slice ? t_slice : t_all).push_back(dt);
       }
     }
-    const double a = ds::bench::median(t_all), b = ds::bench::median(t_owner);
+    const double a = ds::bench::median(t_all), b = ds::bench::median(t_slice);
     ratios.push_back(a / b);
-    rows.push_back({{"mib", mib}, {"all_reduce_s", a}, {"to_owner_s", b}});
+    rows.push_back({{"mib", mib}, {"all_reduce_s", a}, {"to_slice_ranks_s", b}});
     if (r == 0) std::printf("%10.2f %14.3f %14.3f %8.2f\n", mib, a * 1e3, b * 1e3, a / b);
   }
   unsigned long long wrong_all = wrong;
@@ -101,7 +101,7 @@ int main(int argc, char** argv) {
   report["rows"] = rows;
   report.check("each rank's block equals the expected sum after every reduce", wrong_all == 0,
                std::to_string(wrong_all) + " wrong elements");
-  report.headline("all-reduce time / reduce-to-owner time, median over sizes", ds::bench::median(ratios));
+  report.headline("all-reduce time / reduce-to-slice-rank time, median over sizes", ds::bench::median(ratios));
   const int code = report.finish(r == 0);
   ds::finalize_distributed(ctx);
   return code;

@@ -251,7 +251,7 @@ CommWork NcclComm::ireduce_scatter_in_place(TensorView buf, std::span<const std:
   m.guarded([&] {
     m.order_after_compute();
     // NCCL has no variable-count reduce-scatter: the blocks' reduces in one group, each in
-    // place at its owner (the other ranks' receive buffer is not used).
+    // place at the rank that holds it (the other ranks' receive buffer is not used).
     DS_NCCL_CHECK(ncclGroupStart());
     std::size_t at = 0;
     for (int r = 0; r < m.size; ++r) {

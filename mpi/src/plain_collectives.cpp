@@ -60,7 +60,7 @@ void MpiComm::Impl::mpi_reduce_scatter(TensorView send, TensorView recv, ReduceO
 
 std::function<void()> MpiComm::Impl::mpi_reduce_scatter_in_place(TensorView buf, std::span<const std::size_t> counts,
                                                                ReduceOp op, std::vector<MPI_Request>* reqs) {
-  // One MPI_Reduce per non-empty block, rooted at its owner and in place there (in pieces of
+  // One MPI_Reduce per non-empty block, rooted at the rank that holds it and in place there (in pieces of
   // max_count elements). Not MPI_Reduce_scatter with uneven counts: Open MPI ran that slower
   // than an all-reduce of the whole buffer at some sizes, the rooted reduces never
   // (bench/results/2026-12-04-bucket-reduce.md).

@@ -51,7 +51,7 @@ void scale_in_place(TensorView v, float f) {
 GradReducer::GradReducer(const PartitionMap& map, ParamStore& store, Communicator& comm, const ReducerOptions& o,
                          Timers& timers)
     : map_(map), store_(store), comm_(comm), o_(o), timers_(timers), wdtype_(store.wdtype()), world_(map.world_size),
-      owner_only_(map.world_size > 1 && (map.stage == 1 || map.stage == 2)) {
+      slice_ranks_only_(map.world_size > 1 && (map.stage == 1 || map.stage == 2)) {
   if (o_.release_grads) {
     pages_ = store_.grad_space();
     DS_CHECK(pages_ != nullptr, "ZeRO-2 gradient release needs a paged gradient buffer");
@@ -123,7 +123,7 @@ void GradReducer::build_buckets(std::int64_t bucket_size) {
     buckets_.push_back(std::move(b));
     end = begin;
   }
-  if (owner_only_) {
+  if (slice_ranks_only_) {
     // The slices are consecutive in rank order, so the blocks tile the bucket.
     const std::size_t rank = std::size_t(comm_.rank());
     for (Bucket& b : buckets_) {
@@ -273,7 +273,7 @@ void GradReducer::launch_bucket(std::size_t k) {
     convert(g.data, wdtype_, wire.data, o_.comm_dtype, n);
   }
   scale_in_place(wire, float(pre_factor_));  // 1 on a device store
-  b.work = owner_only_ ? comm_.ireduce_scatter_in_place(wire, b.blocks, ReduceOp::Sum)
+  b.work = slice_ranks_only_ ? comm_.ireduce_scatter_in_place(wire, b.blocks, ReduceOp::Sum)
                       : comm_.iall_reduce(wire, ReduceOp::Sum);
   b.launched = true;
   if (b.work) store_.grads_reducing(b.begin, n, *b.work);
@@ -303,7 +303,7 @@ void GradReducer::finish_bucket(Bucket& b) {
   if (comm_buf_.bytes() > 0) {
     // Back into the working dtype: the whole bucket, or (stages 1/2) the part this rank owns,
     // the only part reduced.
-    const std::size_t lo = owner_only_ ? b.own_begin : b.begin, hi = owner_only_ ? b.own_end : b.end;
+    const std::size_t lo = slice_ranks_only_ ? b.own_begin : b.begin, hi = slice_ranks_only_ ? b.own_end : b.end;
     convert(sub_view(comm_buf_.data(), o_.comm_dtype, b.wire + (lo - b.begin), hi - lo).data, o_.comm_dtype,
             store_.grads(lo, hi - lo).data, wdtype_, hi - lo);
   }

@@ -109,7 +109,7 @@ class GradReducer final : public GradSync, public GroupHooks {
   Timers& timers_;
   DType wdtype_;
   int world_ = 1;
-  bool owner_only_ = false;  // stages 1/2 with several ranks: each bucket part goes to its owner only
+  bool slice_ranks_only_ = false;  // stages 1/2 with several ranks: each bucket part goes to the rank that holds it only
   GradPages* pages_ = nullptr;             // ZeRO-2: the gradients' pages / chunks, else nullptr
   std::size_t keep_lo_ = 0, keep_hi_ = 0;  // byte range of pages_ never released
   std::size_t max_in_flight_ = 0;          // ZeRO-2: buckets reducing at once (waits for the oldest)

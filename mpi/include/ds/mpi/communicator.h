@@ -64,13 +64,13 @@ class Communicator {
   virtual void reduce_scatter(TensorView send, TensorView recv, ReduceOp op) = 0;
   virtual CommWork ireduce_scatter(TensorView send, TensorView recv, ReduceOp op) = 0;
 
-  // In place, each block reduced only to the rank that owns it (ZeRO's reduce-to-owner):
+  // In place, each block reduced only to the rank that owns it (ZeRO's reduce to the slice's rank):
   // buf is one block per rank in rank order, counts[r] elements for rank r (counts.size() ==
   // size(), sum == buf.count, zeros allowed; counts is copied before the call returns). Once
   // complete, this rank's block holds op over ranks of that block; the other blocks' contents
   // are unspecified. Half the bytes of an all-reduce on the wire. The default all-reduces the
   // whole buffer (a correct superset); MpiComm, NcclComm and StagedComm move each block only
-  // to its owner.
+  // to the rank that holds it.
   virtual CommWork ireduce_scatter_in_place(TensorView buf, std::span<const std::size_t> /*counts*/, ReduceOp op) {
     return iall_reduce(buf, op);
   }

@@ -130,7 +130,7 @@ class MpiComm final : public Communicator {
   void reduce_scatter(TensorView send, TensorView recv, ReduceOp op) override;
   CommWork ireduce_scatter(TensorView send, TensorView recv, ReduceOp op) override;
   // The window when reduce_scatter of buf.bytes() would take it, else one MPI_Ireduce per
-  // non-empty block, rooted at its owner (in max_count pieces).
+  // non-empty block, rooted at the rank that holds it (in max_count pieces).
   CommWork ireduce_scatter_in_place(TensorView buf, std::span<const std::size_t> counts, ReduceOp op) override;
   void all_gather(TensorView send, TensorView recv) override;
   CommWork iall_gather(TensorView send, TensorView recv) override;

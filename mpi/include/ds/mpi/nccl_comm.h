@@ -44,7 +44,7 @@ class NcclComm final : public Communicator {
   CommWork iall_reduce(TensorView buf, ReduceOp op) override;
   void reduce_scatter(TensorView send, TensorView recv, ReduceOp op) override;
   CommWork ireduce_scatter(TensorView send, TensorView recv, ReduceOp op) override;
-  // One ncclReduce per non-empty block, rooted at its owner, in one NCCL group.
+  // One ncclReduce per non-empty block, rooted at the rank that holds it, in one NCCL group.
   CommWork ireduce_scatter_in_place(TensorView buf, std::span<const std::size_t> counts, ReduceOp op) override;
   void all_gather(TensorView send, TensorView recv) override;
   CommWork iall_gather(TensorView send, TensorView recv) override;
