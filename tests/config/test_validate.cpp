@@ -132,4 +132,26 @@ TEST(ConfigValidate, ParserReportsRulesAtTheKey) {
              "ds.json:2:11: bf16.enabled: fp16 and bf16 cannot both be enabled");
 }
 
+// csv_monitor.job_name names one directory inside output_path: "../../x" used to write the
+// CSV outside it. Parsed: located at the key; built in code: the engine's form.
+TEST(ConfigValidate, CsvMonitorJobNameIsOneDirectoryName) {
+  for (const char* bad : {"../../x", "..", ".", "", "a/b", "/abs"}) {
+    const std::string doc = std::string("{\"csv_monitor\": {\"enabled\": true,\n \"job_name\": \"") + bad + "\"}}";
+    EXPECT_HAS(parse_error(doc), "ds.json:2:2: csv_monitor.job_name: \"" + std::string(bad) +
+                                     "\" is not a single directory name");
+    DsConfig c = code_built();
+    c.csv_monitor.enabled = true;
+    c.csv_monitor.job_name = bad;
+    EXPECT_HAS(validate_error(c), "<code>: csv_monitor.job_name: \"" + std::string(bad) + "\" is not a single");
+  }
+  EXPECT_HAS(parse_error(R"({"csv_monitor": {"enabled": true, "job_name": "../x"}})"),
+             "the directory must lie inside csv_monitor.output_path");
+  for (const char* good : {"run1", "..x", "a.b", "DeepSpeedJobName"}) {
+    EXPECT_EQ(parse_error(std::string(R"({"csv_monitor": {"enabled": true, "job_name": ")") + good + "\"}}"),
+              "<no error>") << good;
+  }
+  // Not written when the monitor is off: DeepSpeed configs that carry one load as before.
+  EXPECT_EQ(parse_error(R"({"csv_monitor": {"enabled": false, "job_name": "a/b"}})"), "<no error>");
+}
+
 }  // namespace
