@@ -347,7 +347,11 @@ int launch(int argc, char** argv) {
     std::erase_if(env, [](const auto& kv) { return kv.first == "CUDA_VISIBLE_DEVICES"; });
   }
   std::string cwd = current_dir();
-  EnvList from_files = read_env_files(env_file_paths(env, cwd));
+  // An env file named by DS_ENV_FILE must exist (a typo is not skipped in silence); the
+  // default .deepspeed_env is optional.
+  std::vector<std::string> env_file_warnings;
+  EnvList from_files = read_env_files(env_file_paths(env, cwd), env_file_named(env), &env_file_warnings);
+  for (const auto& w : env_file_warnings) say(2, "warning: " + w);
   EnvList exports = collect_exports(env, from_files, cwd, res.multi_node);
   Command cmd = build_command(res, co, exports, env);
   // Before anything starts (and in --dry_run): a variable too big for exec is named here.

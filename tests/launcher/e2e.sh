@@ -116,6 +116,21 @@ PY
       fail "malformed env file accepted"
     fi
     grep -q "custom.env:2: malformed line" "$T/err" || { cat "$T/err"; fail "env error message"; }
+    # A DS_ENV_FILE found nowhere is an error naming where it was looked for; an empty one a
+    # warning; the default .deepspeed_env may be missing without a word.
+    if (cd "$T/work" && HOME=$T/home DS_ENV_FILE=typo.env "$DSRUN" --dry_run -H "$T/hf" "$HELLO") > "$T/err" 2>&1; then
+      fail "missing DS_ENV_FILE accepted"
+    fi
+    grep -q "dsrun: error: DS_ENV_FILE: environment file $T/home/typo.env or $T/work/typo.env does not exist" "$T/err" \
+      || { cat "$T/err"; fail "missing DS_ENV_FILE message"; }
+    : > "$T/work/empty.env"
+    (cd "$T/work" && HOME=$T/home DS_ENV_FILE=empty.env "$DSRUN" --dry_run -H "$T/hf" "$HELLO") > "$T/out" 2>&1 \
+      || { cat "$T/out"; fail "empty DS_ENV_FILE refused"; }
+    grep -q "dsrun: warning: DS_ENV_FILE: environment file $T/work/empty.env sets no variable (it is empty)" "$T/out" \
+      || { cat "$T/out"; fail "empty DS_ENV_FILE: no warning"; }
+    rm -f "$T/home/.deepspeed_env" "$T/work/.deepspeed_env"
+    (cd "$T/work" && HOME=$T/home "$DSRUN" --dry_run -H "$T/hf" "$HELLO") > "$T/out" 2>&1 || { cat "$T/out"; fail "no .deepspeed_env refused"; }
+    if grep -q "deepspeed_env" "$T/out"; then cat "$T/out"; fail "a missing default .deepspeed_env was reported"; fi
     ;;
   failure)  # rank 1 exits 7: the others are stopped, dsrun exits 7, no rank is left
     printf 'localhost slots=4\n' > "$T/hf"

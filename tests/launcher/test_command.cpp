@@ -97,6 +97,40 @@ TEST(EnvFile, OnlyRegularFilesAreRead) {
   fs::remove_all(d);
 }
 
+// DS_ENV_FILE named explicitly: a file found in neither place is an error naming both paths
+// (a typo used to be skipped in silence); a file that sets nothing is a warning. The default
+// .deepspeed_env stays optional and quiet.
+TEST(EnvFile, ANamedFileMustExistAndSetSomething) {
+  TempDir d("ds_env_named");
+  const std::string home = (d.path / "home").string(), work = (d.path / "work").string();
+  std::filesystem::create_directories(home);
+  std::filesystem::create_directories(work);
+  EXPECT_FALSE(env_file_named({{"DS_ENV_FILE", ""}}));
+  EXPECT_FALSE(env_file_named({{"HOME", home}}));
+  const EnvList named = {{"HOME", home}, {"DS_ENV_FILE", "custom.env"}};
+  ASSERT_TRUE(env_file_named(named));
+  const V paths = env_file_paths(named, work);
+  EXPECT_HAS(error_of([&] { read_env_files(paths, true); }),
+             "DS_ENV_FILE: environment file " + home + "/custom.env or " + work + "/custom.env does not exist");
+  V warnings;
+  EXPECT_TRUE(read_env_files(paths, false, &warnings).empty());  // not named: optional
+  EXPECT_TRUE(warnings.empty());
+
+  std::ofstream(work + "/custom.env");  // empty
+  EXPECT_TRUE(read_env_files(paths, true, &warnings).empty());
+  ASSERT_EQ(warnings.size(), 1u);
+  EXPECT_HAS(warnings[0], "environment file " + work + "/custom.env sets no variable (it is empty)");
+  std::ofstream(home + "/custom.env") << "# only a comment\n\n";
+  warnings.clear();
+  read_env_files(paths, true, &warnings);
+  ASSERT_EQ(warnings.size(), 2u);
+  EXPECT_HAS(warnings[0], home + "/custom.env sets no variable (only blank and comment lines)");
+  std::ofstream(work + "/custom.env") << "NCCL_X=1\n";
+  warnings.clear();
+  EXPECT_EQ(read_env_files(paths, true, &warnings).size(), 1u);
+  EXPECT_EQ(warnings.size(), 1u);  // the home file still sets nothing
+}
+
 TEST(Shell, QuoteAndSplit) {
   EXPECT_EQ(shell_quote("abc/d-e.f:1,2=3@%+"), "abc/d-e.f:1,2=3@%+");
   EXPECT_EQ(shell_quote(""), "''");

@@ -83,14 +83,31 @@ std::vector<std::string> env_file_paths(const EnvList& environ, const std::strin
   return out;
 }
 
-EnvList read_env_files(const std::vector<std::string>& paths) {
+bool env_file_named(const EnvList& environ) {
+  const std::string* custom = env_get(environ, "DS_ENV_FILE");
+  return custom != nullptr && !custom->empty();
+}
+
+EnvList read_env_files(const std::vector<std::string>& paths, bool named, std::vector<std::string>* warnings) {
   EnvList out;
+  bool found = false;
   for (const auto& p : paths) {
     // Missing is fine (both places are optional); a FIFO, device or directory is an error, not
     // a hang or an unbounded read, and the file is capped like every control file.
     if (!check_regular_file(p, "environment file", /*missing_ok=*/true)) continue;
+    found = true;
     const std::string text = read_regular_file(p, "environment file");
-    for (const auto& [k, v] : parse_env_file(text, p)) env_set(out, k, v);
+    const EnvList vars = parse_env_file(text, p);
+    if (named && vars.empty() && warnings != nullptr)
+      warnings->push_back("DS_ENV_FILE: environment file " + p + " sets no variable (" +
+                          (text.empty() ? "it is empty" : "only blank and comment lines") + "): nothing is exported from it");
+    for (const auto& [k, v] : vars) env_set(out, k, v);
+  }
+  if (named && !found) {
+    std::string where;
+    for (const auto& p : paths) where += (where.empty() ? "" : " or ") + p;
+    DS_THROW("DS_ENV_FILE: environment file " << where << " does not exist (unset DS_ENV_FILE to read the "
+                                                "optional .deepspeed_env instead)");
   }
   return out;
 }

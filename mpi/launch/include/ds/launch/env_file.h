@@ -25,9 +25,15 @@ EnvList default_exports(const EnvList& environ);
 // $DS_ENV_FILE or ".deepspeed_env" (an absolute DS_ENV_FILE is read once).
 std::vector<std::string> env_file_paths(const EnvList& environ, const std::string& cwd);
 
+// Whether $DS_ENV_FILE names a file (set and not empty): then the user expects it to be read.
+bool env_file_named(const EnvList& environ);
+
 // Reads the files that exist among `paths`, in order (later entries win). Throws on a read
-// or parse error.
-EnvList read_env_files(const std::vector<std::string>& paths);
+// or parse error. named (env_file_named): none of `paths` existing is an error naming them,
+// and each file found that sets no variable (empty, or only blank and comment lines) adds a
+// line to `warnings`. Not named, both places are optional and nothing is said.
+EnvList read_env_files(const std::vector<std::string>& paths, bool named = false,
+                       std::vector<std::string>* warnings = nullptr);
 
 // Sets key=value in list, replacing an existing key in place (later wins).
 void env_set(EnvList& list, const std::string& key, const std::string& value);
