@@ -7,7 +7,7 @@
 // MPI is then initialized in a child process (so a failing MPI_Init cannot take the report
 // down) to report the thread level and MPI's own rank and size, checked against the
 // environment. --json prints one JSON object whose keys are a contract:
-// version, compiler, mpi, hdf5, cuda, nccl, cpu {features, threads}, distributed {rank,
+// version, compiler, mpi, hdf5, cuda, nccl, cpu {features, threads, isa, isa_reason}, distributed {rank,
 // world_size, local_rank, local_size, node_rank, master_addr, master_port, source}.
 #include <hdf5.h>
 #include <mpi.h>
@@ -134,7 +134,8 @@ json build_report(bool use_mpi) {
     r["cuda"] = nullptr;
   }
   r["nccl"] = opt(b.nccl);
-  r["cpu"] = json{{"features", ds::cpu_features_string()}, {"threads", ds::cpu_threads()}};
+  r["cpu"] = json{{"features", ds::cpu_features_string()}, {"threads", ds::cpu_threads()},
+                  {"isa", ds::isa_name(ds::cpu_isa())}, {"isa_reason", ds::cpu_isa_reason()}};
 
   std::optional<ds::EnvDiscovery> env;
   try {
@@ -210,6 +211,7 @@ void print_human(const json& r) {
   }
   line("NCCL", show(r["nccl"]));
   line("CPU features", show(r["cpu"]["features"]));
+  line("CPU kernels", r["cpu"]["isa_reason"].get<std::string>());
   line("CPU threads", show(r["cpu"]["threads"]));
   const json& d = r["distributed"];
   std::cout << "--------------------------------------------------\n"

@@ -15,7 +15,6 @@
 // states within 4 fp32 ulps, the working copy within 1 ulp of its dtype (tests/optim holds
 // the exact bounds); a difference fails the run (exit 1). Headline: the median over the rows
 // of ours / the pattern-kernel limit (GB/s); --min_ratio X fails the run (exit 3) below X.
-#include <immintrin.h>
 #include <omp.h>
 
 #include <time.h>
@@ -38,7 +37,9 @@
 #include "ds/core/half.h"
 #include "ds/optim/optimizer.h"
 #include "bench_report.h"
-#include "simd.h"  // src/optim/src: the kernels' loop and prefetch, shared by the pattern kernel
+#include "simd.h"  // src/optim/src: the kernels' prefetch and vector rows, shared by the pattern kernel
+#include "vec_avx2.h"
+#include "vec_avx512.h"
 
 using ds::DType;
 using ds::TensorView;
@@ -98,49 +99,22 @@ namespace simd = ds::optim::simd;
 
 volatile float g_zero = 0.0f;
 
+#if defined(__x86_64__)
 #pragma GCC push_options
 #pragma GCC target("avx512f,avx512bw,avx512vl,avx512dq,avx512bf16,f16c,fma")
-template <int NRW, int NRO, DType G, DType W, bool PF>
-__attribute__((noinline)) void pattern_avx512(const Pattern& pt, std::size_t lo, std::size_t hi, bool nt) {
-  const __m512 zero = _mm512_set1_ps(pt.zero);
-  float* rw[NRW];
-  const float* ro[NRO > 0 ? NRO : 1] = {};
-  for (int j = 0; j < NRW; ++j) rw[j] = pt.rw[std::size_t(j)];
-  for (int j = 0; j < NRO; ++j) ro[j] = pt.ro[std::size_t(j)];
-  const void* g = pt.g.data;
-  void* w = pt.w.data;
-  auto prefetch = [&](std::size_t i) {
-    if constexpr (PF) {
-      if constexpr (G != simd::kNone) simd::prefetch_g32<G>(g, i);
-      for (int j = 0; j < NRO; ++j) simd::prefetch32<4>(ro[j], i);
-      for (int j = 0; j < NRW; ++j) simd::prefetch32<4>(rw[j], i);
-      simd::prefetch_w32<W>(w, i, nt);
-    }
-  };
-  simd::stream_loop(lo, hi, prefetch, [&](std::size_t i, __mmask16 k) {
-    __m512 acc = _mm512_setzero_ps();
-    if constexpr (G == DType::F32) acc = _mm512_maskz_loadu_ps(k, static_cast<const float*>(g) + i);
-    if constexpr (G == DType::F16) acc = _mm512_cvtph_ps(_mm256_maskz_loadu_epi16(k, static_cast<const std::uint16_t*>(g) + i));
-    if constexpr (G == DType::BF16)
-      acc = _mm512_castsi512_ps(
-          _mm512_slli_epi32(_mm512_cvtepu16_epi32(_mm256_maskz_loadu_epi16(k, static_cast<const std::uint16_t*>(g) + i)), 16));
-    for (int j = 0; j < NRO; ++j) acc = _mm512_add_ps(acc, _mm512_maskz_loadu_ps(k, ro[j] + i));
-    __m512 first = acc;
-    for (int j = 0; j < NRW; ++j) {
-      const __m512 x = _mm512_fmadd_ps(acc, zero, _mm512_maskz_loadu_ps(k, rw[j] + i));
-      _mm512_mask_storeu_ps(rw[j] + i, k, x);
-      if (j == 0) first = x;
-    }
-    if constexpr (W == DType::F32) {
-      if (nt && k == __mmask16(0xffff)) _mm512_stream_ps(static_cast<float*>(w) + i, first);
-      else _mm512_mask_storeu_ps(static_cast<float*>(w) + i, k, first);
-    }
-    if constexpr (W == DType::F16) simd::store16(w, i, _mm512_cvtps_ph(first, _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC), k, nt);
-    if constexpr (W == DType::BF16) simd::store16(w, i, _mm512_cvtepi32_epi16(_mm512_srli_epi32(_mm512_castps_si512(first), 16)), k, nt);
-  });
-  if (nt) _mm_sfence();
-}
+namespace on_avx512 {
+using V = simd::Avx512;
+#include "pattern_kernel.inc"
+}  // namespace on_avx512
 #pragma GCC pop_options
+#pragma GCC push_options
+#pragma GCC target("avx2,fma,f16c")
+namespace on_avx2 {
+using V = simd::Avx2;
+#include "pattern_kernel.inc"
+}  // namespace on_avx2
+#pragma GCC pop_options
+#endif
 
 void pattern_plain(const Pattern& pt, std::size_t lo, std::size_t hi) {
   for (std::size_t i = lo; i < hi; ++i) {
@@ -161,41 +135,13 @@ void pattern_plain(const Pattern& pt, std::size_t lo, std::size_t hi) {
   }
 }
 
-template <int NRW, int NRO, bool PF>
-void pattern_dispatch(const Pattern& pt, DType g, DType w, std::size_t lo, std::size_t hi, bool nt) {
-  auto by_w = [&]<DType G>() {
-    switch (w) {
-      case DType::F32: pattern_avx512<NRW, NRO, G, DType::F32, PF>(pt, lo, hi, nt); break;
-      case DType::F16: pattern_avx512<NRW, NRO, G, DType::F16, PF>(pt, lo, hi, nt); break;
-      case DType::BF16: pattern_avx512<NRW, NRO, G, DType::BF16, PF>(pt, lo, hi, nt); break;
-      default: pattern_avx512<NRW, NRO, G, simd::kNone, PF>(pt, lo, hi, nt); break;
-    }
-  };
-  switch (g) {
-    case DType::F32: by_w.template operator()<DType::F32>(); break;
-    case DType::F16: by_w.template operator()<DType::F16>(); break;
-    case DType::BF16: by_w.template operator()<DType::BF16>(); break;
-    default: by_w.template operator()<simd::kNone>(); break;
-  }
-}
-
-// The access patterns the optimizers have: (read-write arrays, read-only arrays).
-template <bool PF>
-void pattern_counts(const Pattern& pt, DType g, DType w, std::size_t lo, std::size_t hi, bool nt) {
-  const std::size_t nrw = pt.rw.size(), nro = pt.ro.size();
-  if (nrw == 1 && nro == 0) pattern_dispatch<1, 0, PF>(pt, g, w, lo, hi, nt);
-  else if (nrw == 2 && nro == 0) pattern_dispatch<2, 0, PF>(pt, g, w, lo, hi, nt);
-  else if (nrw == 3 && nro == 0) pattern_dispatch<3, 0, PF>(pt, g, w, lo, hi, nt);
-  else if (nrw == 2 && nro == 1) pattern_dispatch<2, 1, PF>(pt, g, w, lo, hi, nt);
-  else if (nrw == 1 && nro == 2) pattern_dispatch<1, 2, PF>(pt, g, w, lo, hi, nt);
-  else pattern_plain(pt, lo, hi);
-}
-
 // prefetch: the optimizer kernels' software prefetch on or off; nt: the working copy (if any)
 // written with non-temporal stores (simd::store16, as the kernels do from
 // simd::kStreamWorkingBytes up) or plain ones.
+// The vector row is that of the ISA in use (ds::cpu_isa(), DS_CPU_ISA lowers it), as the
+// optimizers' kernels are chosen.
 void run_pattern(const Pattern& pt, std::size_t n, bool prefetch, bool nt) {
-  const bool vec = ds::cpu_features().avx512f && ds::cpu_features().avx512bw;
+  const ds::CpuIsa isa = ds::cpu_isa();
   const DType g = pt.g.data ? pt.g.dtype : simd::kNone, w = pt.w.data ? pt.w.dtype : simd::kNone;
 #pragma omp parallel
   {
@@ -203,9 +149,12 @@ void run_pattern(const Pattern& pt, std::size_t n, bool prefetch, bool nt) {
     const std::size_t per = ((n + T - 1) / T + 15) & ~std::size_t(15);
     const std::size_t lo = std::min(n, t * per), hi = std::min(n, lo + per);
     if (lo < hi) {
-      if (!vec) pattern_plain(pt, lo, hi);
-      else if (prefetch) pattern_counts<true>(pt, g, w, lo, hi, nt);
-      else pattern_counts<false>(pt, g, w, lo, hi, nt);
+      bool done = false;
+#if defined(__x86_64__)
+      if (isa == ds::CpuIsa::avx512) done = on_avx512::run_range(pt, g, w, lo, hi, prefetch, nt);
+      if (isa == ds::CpuIsa::avx2) done = on_avx2::run_range(pt, g, w, lo, hi, prefetch, nt);
+#endif
+      if (!done) pattern_plain(pt, lo, hi);
     }
   }
 }
@@ -325,8 +274,8 @@ int main(int argc, char** argv) {
     }
   }
   const std::size_t nmax = std::size_t(*std::max_element(sizes.begin(), sizes.end()));
-  std::printf("# optim_bench: cpu features: %s; repeats %d (median after 1 warm-up)\n", ds::cpu_features_string().c_str(),
-              repeats);
+  std::printf("# optim_bench: cpu features: %s; kernels %s; repeats %d (median after 1 warm-up)\n",
+              ds::cpu_features_string().c_str(), ds::cpu_isa_reason().c_str(), repeats);
   // Allocate and first-touch once (fresh pages are slow here).
   ds::HostBuffer p(nmax, DType::F32), s0(nmax, DType::F32), s1(nmax, DType::F32), g32(nmax, DType::F32);
   ds::HostBuffer g16(nmax, DType::F16), gbf16(nmax, DType::BF16), w16(nmax, DType::F16);
@@ -348,6 +297,7 @@ int main(int argc, char** argv) {
   report.min_ratio(min_ratio);
   report["repeats"] = repeats;
   report["cpu_features"] = ds::cpu_features_string();
+  report["isa"] = ds::isa_name(ds::cpu_isa());
   {  // the result check: fast kernels against the reference, one step (plus one on non-zero state)
     const std::size_t nc = 100003;  // odd: the vector loops' masked tails run too
     std::string worst_row;
@@ -368,9 +318,10 @@ int main(int argc, char** argv) {
   }
   std::vector<double> ratios;
   nlohmann::json rows = nlohmann::json::array();
-  std::printf("| optimizer | precision | params | threads | B/param | ours G params/s | ours GB/s | pattern limit GB/s | ours / limit "
+  const char* isa = ds::isa_name(ds::cpu_isa());
+  std::printf("| isa | optimizer | precision | params | threads | B/param | ours G params/s | ours GB/s | pattern limit GB/s | ours / limit "
               "| pattern kernels GB/s (hw: hardware prefetch only, pf: + software prefetch, nt: non-temporal working stores) |\n");
-  std::printf("| --- | --- | --- | --- | --- | --- | --- | --- | --- | --- |\n");
+  std::printf("| --- | --- | --- | --- | --- | --- | --- | --- | --- | --- | --- |\n");
   for (long long nn : sizes) {
     const std::size_t n = std::size_t(nn);
     for (long long th : threads) {
@@ -433,10 +384,10 @@ int main(int argc, char** argv) {
         }
         const double gbs = double(bytes) * double(n) / t_opt / 1e9, lim = double(bytes) * double(n) / t_pat / 1e9;
         ratios.push_back(gbs / lim);
-        rows.push_back({{"optimizer", v.opt}, {"precision", v.prec}, {"params", nn}, {"threads", th},
+        rows.push_back({{"isa", isa}, {"optimizer", v.opt}, {"precision", v.prec}, {"params", nn}, {"threads", th},
                         {"bytes_per_param", bytes}, {"gparams_per_s", double(n) / t_opt / 1e9}, {"gbs", gbs},
                         {"limit_gbs", lim}, {"ratio", gbs / lim}});
-        std::printf("| %s | %s | %lldM | %lld | %zu | %.2f | %.1f | %.1f | %.2f | %s (limit: %s) |\n", v.opt, v.prec,
+        std::printf("| %s | %s | %s | %lldM | %lld | %zu | %.2f | %.1f | %.1f | %.2f | %s (limit: %s) |\n", isa, v.opt, v.prec,
                     nn / 1000000, th, bytes, double(n) / t_opt / 1e9, gbs, lim, gbs / lim, variants_gbs.c_str(),
                     pvs[best - 1].name);
         std::fflush(stdout);
@@ -445,10 +396,10 @@ int main(int argc, char** argv) {
         const double t = torch_adamw_seconds(python, n, int(th), repeats);
         if (t > 0) {
           report["torch_adamw"].push_back({{"params", nn}, {"threads", th}, {"gparams_per_s", double(n) / t / 1e9}});
-          std::printf("| torch.optim.AdamW(foreach=True) 1.13 | fp32 | %lldM | %lld | 28 | %.3f | %.1f | - | - | - |\n", nn / 1000000,
+          std::printf("| - | torch.optim.AdamW(foreach=True) 1.13 | fp32 | %lldM | %lld | 28 | %.3f | %.1f | - | - | - |\n", nn / 1000000,
                       th, double(n) / t / 1e9, 28.0 * double(n) / t / 1e9);
         } else {
-          std::printf("| torch.optim.AdamW(foreach=True) | fp32 | %lldM | %lld | 28 | (failed to run %s) | | | | |\n", nn / 1000000, th,
+          std::printf("| - | torch.optim.AdamW(foreach=True) | fp32 | %lldM | %lld | 28 | (failed to run %s) | | | | |\n", nn / 1000000, th,
                       python.c_str());
         }
         std::fflush(stdout);

@@ -4,6 +4,7 @@
 #include <cstdlib>
 #include <cstring>
 
+#include "ds/core/cpu_features.h"
 #include "ds/core/env.h"
 
 #if defined(__x86_64__)
@@ -220,7 +221,8 @@ std::uint32_t crc32c_ref(const void* data, std::size_t bytes, std::uint32_t crc)
 
 std::uint32_t crc32c(const void* data, std::size_t bytes, std::uint32_t crc) {
 #if defined(__x86_64__)
-  static const bool fold = have_avx512_clmul() && !env::get_bool("DS_CRC32C_NO_AVX512");
+  static const bool fold =
+      have_avx512_clmul() && cpu_isa() == CpuIsa::avx512 && !env::get_bool("DS_CRC32C_NO_AVX512");
   static const bool hw = have_sse42();
   if (fold && bytes >= 256) return crc32c_avx512(data, bytes, crc);
   if (hw) return crc32c_sse42(data, bytes, crc);

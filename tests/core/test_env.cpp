@@ -95,7 +95,7 @@ TEST(Env, NamesForTheReport) {
   EXPECT_STREQ(env::type_name(env::Type::Seconds), "seconds");
   EXPECT_STREQ(env::type_name(env::Type::Choice), "choice");
   EXPECT_EQ(env::accepted(env::find("DS_NN_ROWS")), "one of auto|plain");
-  EXPECT_EQ(env::accepted(env::find("DS_CPU_SIMD")), "0 or 1");
+  EXPECT_EQ(env::accepted(env::find("DS_CPU_ISA")), "one of auto|avx512|avx2|neon|plain");
   for (const env::Var& v : env::table()) EXPECT_FALSE(env::accepted(v).empty()) << v.name;
 }
 

@@ -24,13 +24,17 @@
 #include <optional>
 #include <tuple>
 #include <random>
+#include <string>
 #include <vector>
 
 #include "ds/core/buffer.h"
+#include "ds/core/cpu_features.h"
 #include "ds/core/half.h"
 #include "ds/optim/kernels.h"
 // The private kernel header, for the streaming-store threshold (simd::stream_min_bytes).
+#include "../../src/optim/src/kernel_set.h"
 #include "../../src/optim/src/simd.h"
+#include "scoped_isa.h"
 
 using ds::DType;
 using ds::TensorView;
@@ -154,31 +158,33 @@ void compare_kernels(const char* what, std::size_t nstates, std::int64_t max_ulp
 
 }  // namespace
 
-// DS_CPU_SIMD=0 forces the plain (non-AVX-512) loops of the fast kernels, the path a CPU
-// without AVX-512 takes; they round exactly like the references.
-struct PlainPath {
-  PlainPath() { setenv("DS_CPU_SIMD", "0", 1); }
-  ~PlainPath() { unsetenv("DS_CPU_SIMD"); }
+// DS_CPU_ISA=plain forces the portable loops of the fast kernels; they round exactly like
+// the references.
+struct PlainPath : ds_test::ScopedIsa {
+  PlainPath() : ScopedIsa("plain") {}
 };
 
-TEST(Kernels, PlainFallbackEqualsRefBitwise) {
-  PlainPath plain;
-  compare_kernels("adamw (plain path)", 2, 0, [&](bool fast, int step, std::vector<float>& p,
-                                                 std::vector<std::vector<float>>& s, TensorView g, TensorView w,
-                                                 std::size_t n) {
+// The kernel sets whose division is exact (the portable loops, AVX2's vdivps) are bitwise
+// equal to the references, Lamb's chunked norms aside.
+void expect_bitwise_equal_to_ref(const char* isa) {
+  ds_test::ScopedIsa scoped(isa);
+  const std::string tag = std::string(" (") + isa + ")";
+  compare_kernels(("adamw" + tag).c_str(), 2, 0, [&](bool fast, int step, std::vector<float>& p,
+                                                   std::vector<std::vector<float>>& s, TensorView g, TensorView w,
+                                                   std::size_t n) {
     AdamHyper h;
     h.lr = 1e-2f; h.weight_decay = 0.05f; h.grad_scale = 0.25f;
     h.bc1 = float(1 - std::pow(0.9, step)); h.bc2 = float(1 - std::pow(0.999, step));
     (fast ? adam_cpu : adam_ref)(p.data(), s[0].data(), s[1].data(), g, w, n, h);
   });
-  compare_kernels("adagrad (plain path)", 1, 0, [&](bool fast, int step, std::vector<float>& p,
-                                                   std::vector<std::vector<float>>& s, TensorView g, TensorView w,
-                                                   std::size_t n) {
+  compare_kernels(("adagrad" + tag).c_str(), 1, 0, [&](bool fast, int step, std::vector<float>& p,
+                                                     std::vector<std::vector<float>>& s, TensorView g, TensorView w,
+                                                     std::size_t n) {
     AdagradHyper h;
     h.clr = 0.05f; h.weight_decay = 0.01f;
     (fast ? adagrad_cpu : adagrad_ref)(p.data(), s[0].data(), g, w, n, h);
   });
-  // Lamb's plain path: same chunked norms as its AVX-512 path, so compare to the reference.
+  // Lamb: moments bitwise; the parameters within the norms' summation-order difference.
   const std::size_t n = 278011;
   std::vector<float> p1 = randv(n, 1, 1.f), p2 = p1, m1(n), v1(n), m2(n), v2(n);
   std::vector<float> g = randv(n, 7, 0.5f);
@@ -186,8 +192,38 @@ TEST(Kernels, PlainFallbackEqualsRefBitwise) {
   LambHyper h;
   lamb_ref(p1.data(), m1.data(), v1.data(), TensorView{g.data(), n, DType::F32}, {}, n, segs, h, {});
   lamb_cpu(p2.data(), m2.data(), v2.data(), TensorView{g.data(), n, DType::F32}, {}, n, segs, h, {});
-  EXPECT_TRUE(same_bits(m1, m2));
-  for (std::size_t i = 0; i < n; ++i) ASSERT_NEAR(p1[i], p2[i], 2e-6f * std::fabs(p1[i]) + 1e-9f);
+  EXPECT_TRUE(same_bits(m1, m2)) << isa;
+  EXPECT_TRUE(same_bits(v1, v2)) << isa;
+  for (std::size_t i = 0; i < n; ++i) ASSERT_NEAR(p1[i], p2[i], 2e-6f * std::fabs(p1[i]) + 1e-9f) << isa;
+}
+
+TEST(Kernels, PlainFallbackEqualsRefBitwise) { expect_bitwise_equal_to_ref("plain"); }
+
+TEST(Kernels, Avx2RowEqualsRefBitwise) {
+  const ds::CpuIsa best = ds::cpu_isa_best();
+  if (best != ds::CpuIsa::avx2 && best != ds::CpuIsa::avx512) {
+    std::printf("this CPU has no AVX2 row (best: %s): its other kernel sets are tested\n", ds::isa_name(best));
+    return;
+  }
+  expect_bitwise_equal_to_ref("avx2");
+}
+
+// The kernel table gives the row of exactly the ISA in use, and none for plain.
+TEST(Kernels, KernelRowIsTheIsaInUse) {
+  const ds::CpuIsa best = ds::cpu_isa_best();
+  std::vector<ds::CpuIsa> runnable = {ds::CpuIsa::plain};
+  if (best == ds::CpuIsa::avx2 || best == ds::CpuIsa::avx512) runnable.push_back(ds::CpuIsa::avx2);
+  if (best == ds::CpuIsa::avx512) runnable.push_back(ds::CpuIsa::avx512);
+  for (ds::CpuIsa isa : runnable) {
+    ds_test::ScopedIsa scoped(ds::isa_name(isa));
+    const ds::optim::simd::KernelSet* row = ds::optim::simd::cpu_kernels();
+    if (isa == ds::CpuIsa::plain) {
+      EXPECT_EQ(row, nullptr);
+    } else {
+      ASSERT_NE(row, nullptr) << ds::isa_name(isa);
+      EXPECT_EQ(row->isa, isa);
+    }
+  }
 }
 
 TEST(Kernels, AdamFastMatchesRefWithin2Ulps) {

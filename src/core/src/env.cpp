@@ -6,6 +6,7 @@
 #include <cstdlib>
 #include <cstring>
 
+#include "ds/core/cpu_features.h"
 #include "ds/core/error.h"
 
 namespace ds::env {
@@ -157,6 +158,8 @@ void check_all() {
       case Type::String: case Type::Choice: get_string(v.name); break;
     }
   }
+  // A kernel set this CPU lacks is as much a bad value as a misspelt one.
+  if (is_set("DS_CPU_ISA")) (void)cpu_isa();
 }
 
 std::optional<std::string> external(const char* name) {

@@ -20,8 +20,9 @@ constexpr Var kTable[] = {
     {"DS_ENV_FILE", Type::String, "", Class::System,
      "dsrun: an environment file exported to every rank instead of ./.deepspeed_env"},
     // ---- debug: force a plain or alternative code path ----
-    {"DS_CPU_SIMD", Type::Bool, "1", Class::Debug,
-     "0 runs the plain loops instead of the AVX-512 kernels (optimizers, scaler, norms)"},
+    {"DS_CPU_ISA", Type::Choice, "auto", Class::Debug,
+     "CPU kernel set: auto (the best the CPU has), or a lower one to run its paths: avx512, avx2, "
+     "neon or plain (the portable loops)", "auto|avx512|avx2|neon|plain"},
     {"DS_COMM_SHM", Type::Bool, "1", Class::Debug,
      "0 turns the shared-memory collectives off (plain MPI); wins over communication.shared_memory"},
     {"DS_COMM_PROGRESS_THREAD", Type::Bool, "1", Class::Debug,

@@ -1,7 +1,10 @@
-// fp16 / bf16 conversions: scalar reference plus F16C and AVX-512 bulk paths chosen at run time.
+// fp16 / bf16 conversions: scalar reference plus bulk paths for the CPU kernel set in use
+// (ds::cpu_isa(): F16C from avx2 up; bf16 on 8 AVX2 or 16 AVX-512 lanes).
 #include "ds/core/half.h"
 
+#if defined(__x86_64__)
 #include <immintrin.h>
+#endif
 
 #include "ds/core/bf16_simd.h"
 #include "ds/core/cpu_features.h"
@@ -42,6 +45,7 @@ f16 float_to_f16(float f) {
 
 namespace {
 
+#if defined(__x86_64__)
 // --- F16C (8 lanes) ---
 __attribute__((target("f16c,avx"))) void f32_to_f16_f16c(const float* s, f16* d, std::size_t n, std::size_t& i) {
   for (; i + 8 <= n; i += 8) {
@@ -66,26 +70,47 @@ __attribute__((target("avx512f,avx512bw"))) void bf16_to_f32_avx512(const bf16* 
     _mm512_storeu_ps(d + i, bf16x16_to_f32(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(s + i))));
 }
 
+// --- AVX2 bf16 (8 lanes), identical to the scalar code ---
+__attribute__((target("avx2"))) void f32_to_bf16_avx2(const float* s, bf16* d, std::size_t n, std::size_t& i) {
+  for (; i + 8 <= n; i += 8)
+    _mm_storeu_si128(reinterpret_cast<__m128i*>(d + i), f32x8_to_bf16_rne(_mm256_loadu_ps(s + i)));
+}
+__attribute__((target("avx2"))) void bf16_to_f32_avx2(const bf16* s, float* d, std::size_t n, std::size_t& i) {
+  for (; i + 8 <= n; i += 8)
+    _mm256_storeu_ps(d + i, bf16x8_to_f32(_mm_loadu_si128(reinterpret_cast<const __m128i*>(s + i))));
+}
+#endif  // __x86_64__
+
 }  // namespace
 
 void convert_f32_to_f16(const float* src, f16* dst, std::size_t n) {
   std::size_t i = 0;
-  if (cpu_features().f16c) f32_to_f16_f16c(src, dst, n, i);
+#if defined(__x86_64__)
+  if (isa_at_least(CpuIsa::avx2)) f32_to_f16_f16c(src, dst, n, i);
+#endif
   for (; i < n; ++i) dst[i] = float_to_f16(src[i]);
 }
 void convert_f16_to_f32(const f16* src, float* dst, std::size_t n) {
   std::size_t i = 0;
-  if (cpu_features().f16c) f16_to_f32_f16c(src, dst, n, i);
+#if defined(__x86_64__)
+  if (isa_at_least(CpuIsa::avx2)) f16_to_f32_f16c(src, dst, n, i);
+#endif
   for (; i < n; ++i) dst[i] = f16_to_float(src[i]);
 }
 void convert_f32_to_bf16(const float* src, bf16* dst, std::size_t n) {
   std::size_t i = 0;
-  if (cpu_features().avx512bw) f32_to_bf16_avx512(src, dst, n, i);
+#if defined(__x86_64__)
+  if (isa_at_least(CpuIsa::avx512)) f32_to_bf16_avx512(src, dst, n, i);
+  else if (isa_at_least(CpuIsa::avx2)) f32_to_bf16_avx2(src, dst, n, i);
+#endif
   for (; i < n; ++i) dst[i] = float_to_bf16(src[i]);
 }
 void convert_bf16_to_f32(const bf16* src, float* dst, std::size_t n) {
   std::size_t i = 0;
-  if (cpu_features().avx512bw) bf16_to_f32_avx512(src, dst, n, i);
+#if defined(__x86_64__)
+  if (isa_at_least(CpuIsa::avx512)) bf16_to_f32_avx512(src, dst, n, i);
+  else if (isa_at_least(CpuIsa::avx2)) bf16_to_f32_avx2(src, dst, n, i);
+#endif
   for (; i < n; ++i) dst[i] = bf16_to_float(src[i]);
 }
 

@@ -182,9 +182,7 @@ bool use_openblas_f32() {
 }
 
 bool f32_gemm_supported() {
-  static const bool ok = cpu_features().avx512f && cpu_features().avx512bw &&
-                         cpu_features().avx512vl && cpu_features().fma;
-  return ok;
+  return cpu_isa() == CpuIsa::avx512;
 }
 
 namespace {

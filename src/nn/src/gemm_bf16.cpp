@@ -168,9 +168,7 @@ __attribute__((target("avx512f,avx512bw,avx512vl,avx512bf16,fma"))) void micro_k
 }  // namespace
 
 bool bf16_gemm_supported() {
-  static const bool ok = cpu_features().avx512f && cpu_features().avx512bw &&
-                         cpu_features().avx512vl && cpu_features().avx512_bf16;
-  return ok;
+  return cpu_isa() == CpuIsa::avx512 && cpu_features().avx512_bf16;
 }
 
 void detail::gemm_bf16_epilogue(bool trans_a, bool trans_b, std::int64_t M, std::int64_t N, std::int64_t K,

@@ -268,12 +268,11 @@ DS_CLONES void emb_fwd_row(float* __restrict o, const float* __restrict a, const
 
 constexpr std::int64_t kChunk = 4096;
 
-// The explicit AVX-512 row kernels (softmax rows) when the CPU has them; DS_NN_ROWS=plain
-// forces the vectorized plain loops (the tests cover both; read once).
+// The explicit AVX-512 row kernels (softmax rows) when the ISA in use is avx512;
+// DS_NN_ROWS=plain (or DS_CPU_ISA below avx512) forces the vectorized plain loops (the tests
+// cover both).
 bool use_avx512_rows() {
-  static const bool on =
-      cpu_features().avx512f && cpu_features().fma && env::get_string("DS_NN_ROWS") != "plain";
-  return on;
+  return cpu_isa() == CpuIsa::avx512 && env::get_string("DS_NN_ROWS") != "plain";
 }
 // Below this much work a parallel region costs more than it saves (and on a loaded machine a
 // descheduled thread stalls the barrier): run on the calling thread.

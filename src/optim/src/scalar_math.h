@@ -4,6 +4,7 @@
 #pragma once
 
 #include <cmath>
+#include <cstring>
 
 #include "ds/core/error.h"
 #include "ds/core/half.h"
@@ -12,19 +13,33 @@
 
 namespace ds::optim::detail {
 
+// Views need not be aligned to their element size (a working copy may start at any byte of
+// a packed buffer; the vector kernels load and store unaligned), so element i goes through
+// memcpy, which compiles to one plain move.
+template <class T>
+inline T load_elem(const void* base, std::size_t i) {
+  T x;
+  std::memcpy(&x, static_cast<const unsigned char*>(base) + i * sizeof(T), sizeof(T));
+  return x;
+}
+template <class T>
+inline void store_elem(void* base, std::size_t i, T x) {
+  std::memcpy(static_cast<unsigned char*>(base) + i * sizeof(T), &x, sizeof(T));
+}
+
 inline float load_grad(const TensorView& g, std::size_t i) {
   switch (g.dtype) {
-    case DType::F16: return f16_to_float(g.as<const f16>()[i]);
-    case DType::BF16: return bf16_to_float(g.as<const bf16>()[i]);
-    default: return g.as<const float>()[i];
+    case DType::F16: return f16_to_float(load_elem<f16>(g.data, i));
+    case DType::BF16: return bf16_to_float(load_elem<bf16>(g.data, i));
+    default: return load_elem<float>(g.data, i);
   }
 }
 
 inline void store_working(const TensorView& w, std::size_t i, float x) {
   switch (w.dtype) {
-    case DType::F16: w.as<f16>()[i] = float_to_f16(x); break;
-    case DType::BF16: w.as<bf16>()[i] = float_to_bf16(x); break;
-    default: w.as<float>()[i] = x; break;
+    case DType::F16: store_elem(w.data, i, float_to_f16(x)); break;
+    case DType::BF16: store_elem(w.data, i, float_to_bf16(x)); break;
+    default: store_elem(w.data, i, x); break;
   }
 }
 

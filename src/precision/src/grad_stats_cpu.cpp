@@ -80,9 +80,8 @@ template <DType D, typename T>
 GradStats run(TensorView g, double multiplier) {
   const std::size_t n = g.count;
   const std::size_t nblocks = (n + kBlock - 1) / kBlock;
-  // DS_CPU_SIMD=0: the plain loop (tests cover it)
-  const bool avx512 = cpu_features().avx512f && cpu_features().avx512bw && cpu_features().avx512vl &&
-                      env::get_bool("DS_CPU_SIMD");
+  // Below avx512 (DS_CPU_ISA=avx2|plain forces it): the plain loop (tests cover it)
+  const bool avx512 = cpu_isa() == CpuIsa::avx512;
   auto block = [&](std::size_t b) {
     const std::size_t lo = b * kBlock, hi = std::min(n, lo + kBlock);
     if (avx512) return block_sum_avx512<D>(g.data, lo, hi);

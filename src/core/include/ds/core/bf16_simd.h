@@ -1,9 +1,11 @@
-// fp32 -> bf16 on 16 AVX-512 lanes, rounded to nearest even by integer arithmetic: the same
-// bits as ds::float_to_bf16 (NaN kept quiet), unlike vcvtneps2bf16, which flushes
-// denormals. Shared by the bulk converters, the optimizer kernels, the GEMMs' 16-bit epilogue
-// and the bf16 GEMM's operand packing; call only after ds::cpu_features() reported AVX-512F/BW.
+// fp32 -> bf16 on 16 AVX-512 lanes (and 8 AVX2 lanes), rounded to nearest even by integer
+// arithmetic: the same bits as ds::float_to_bf16 (NaN kept quiet), unlike vcvtneps2bf16, which
+// flushes denormals. Shared by the bulk converters, the optimizer kernels, the GEMMs' 16-bit
+// epilogue and the bf16 GEMM's operand packing; call only when ds::cpu_isa() is at least the
+// function's ISA (x86-64 only).
 #pragma once
 
+#if defined(__x86_64__)
 #include <immintrin.h>
 
 namespace ds {
@@ -32,4 +34,23 @@ __attribute__((target("avx512f,avx512bw"))) inline __m512 bf16x16_to_f32(__m256i
   return _mm512_castsi512_ps(_mm512_slli_epi32(_mm512_cvtepu16_epi32(h), 16));
 }
 
+// The same on 8 AVX2 lanes.
+__attribute__((target("avx2"))) inline __m128i f32x8_to_bf16_rne(__m256 x) {
+  const __m256i u = _mm256_castps_si256(x);
+  const __m256i rounded = _mm256_add_epi32(
+      u, _mm256_add_epi32(_mm256_set1_epi32(0x7fff), _mm256_and_si256(_mm256_srli_epi32(u, 16), _mm256_set1_epi32(1))));
+  // |x| > inf as signed 32-bit (both sides are non-negative): a NaN, kept quiet.
+  const __m256i nan = _mm256_cmpgt_epi32(_mm256_and_si256(u, _mm256_set1_epi32(0x7fffffff)), _mm256_set1_epi32(0x7f800000));
+  const __m256i r = _mm256_srli_epi32(
+      _mm256_blendv_epi8(rounded, _mm256_or_si256(u, _mm256_set1_epi32(0x00400000)), nan), 16);
+  // packus works within 128-bit halves: [r0..r3 r0..r3 | r4..r7 r4..r7]; gather qwords 0 and 2.
+  const __m256i packed = _mm256_permute4x64_epi64(_mm256_packus_epi32(r, r), 0x08);
+  return _mm256_castsi256_si128(packed);
+}
+
+__attribute__((target("avx2"))) inline __m256 bf16x8_to_f32(__m128i h) {
+  return _mm256_castsi256_ps(_mm256_slli_epi32(_mm256_cvtepu16_epi32(h), 16));
+}
+
 }  // namespace ds
+#endif  // __x86_64__
