@@ -5,9 +5,9 @@
 #include <cstring>
 #include <map>
 #include <optional>
-#include <sstream>
 
 #include "ds/core/error.h"
+#include "ds/core/excerpt.h"
 
 namespace ds::io::hf {
 
@@ -88,14 +88,6 @@ const Rule* rule_for(const Architecture& arch, std::string_view ours, std::strin
   for (const Rule& r : arch.rules)
     if (match(r.ours, ours, layer)) return &r;
   return nullptr;
-}
-
-std::string shape_text(const std::vector<std::int64_t>& shape) {
-  std::ostringstream os;
-  os << '[';
-  for (std::size_t i = 0; i < shape.size(); ++i) os << (i ? ", " : "") << shape[i];
-  os << ']';
-  return os.str();
 }
 
 // Our shape as rows x cols (a 1-D tensor is one row).
@@ -180,7 +172,7 @@ LoadPlan plan_load(const SafetensorsReader& file, std::span<const ParamInfo> par
       used[t] = true;
     }
     for (const auto& [t, u] : used)
-      DS_CHECK(u, path << ": tensor '" << t->name << "' is not a parameter of this model");
+      DS_CHECK(u, path << ": tensor '" << excerpt(t->name) << "' is not a parameter of this model");
     return plan;
   }
 
@@ -195,7 +187,7 @@ LoadPlan plan_load(const SafetensorsReader& file, std::span<const ParamInfo> par
     for (auto pre : arch->prefixes)
       if (n.substr(0, pre.size()) == pre) n.remove_prefix(pre.size());
     auto [it, fresh] = bare.emplace(std::string(n), t);
-    DS_CHECK(fresh, path << ": tensors '" << it->second->name << "' and '" << t->name << "' are the same "
+    DS_CHECK(fresh, path << ": tensors '" << excerpt(it->second->name) << "' and '" << excerpt(t->name) << "' are the same "
                          << arch->name << " tensor (with and without a prefix)");
   }
   const auto hf = to_hf(*arch, params);
@@ -215,7 +207,7 @@ LoadPlan plan_load(const SafetensorsReader& file, std::span<const ParamInfo> par
         t->shape[0] > p.shape[0])
       crop = true;
     DS_CHECK(crop || t->shape == hf[i].shape,
-             path << ": tensor '" << t->name << "' has shape " << shape_text(t->shape) << ", the model needs "
+             path << ": tensor '" << excerpt(t->name) << "' has shape " << shape_text(t->shape) << ", the model needs "
                   << shape_text(hf[i].shape)
                   << (r->transpose ? " (Conv1D layout [in, out] of its parameter '" + p.name + "' " + shape_text(p.shape) + ")"
                                    : std::string())
@@ -231,7 +223,7 @@ LoadPlan plan_load(const SafetensorsReader& file, std::span<const ParamInfo> par
     if (tie) {
       auto orig = bare.find(tie->same_as);
       DS_CHECK(orig != bare.end() && used[orig->second] && orig->second->shape == t->shape,
-               path << ": tensor '" << t->name << "' " << shape_text(t->shape) << " should be a tied copy of '"
+               path << ": tensor '" << excerpt(t->name) << "' " << shape_text(t->shape) << " should be a tied copy of '"
                     << tie->same_as << "'" << (orig == bare.end() ? std::string(", which the file lacks")
                                                                   : " " + shape_text(orig->second->shape)));
       plan.tied.emplace_back(t, orig->second);
@@ -239,7 +231,7 @@ LoadPlan plan_load(const SafetensorsReader& file, std::span<const ParamInfo> par
     }
     bool buffer = false;
     for (auto pat : arch->ignored) buffer = buffer || match(pat, name, nullptr);
-    DS_CHECK(buffer, path << ": tensor '" << t->name << "' " << shape_text(t->shape)
+    DS_CHECK(buffer, path << ": tensor '" << excerpt(t->name) << "' " << shape_text(t->shape)
                           << " is not a parameter of this model (" << arch->name
                           << "): the file's model has more layers or another architecture?");
     ++plan.ignored;

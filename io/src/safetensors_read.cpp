@@ -10,8 +10,10 @@
 #include <limits>
 #include <nlohmann/json.hpp>
 #include <sstream>
+#include <unordered_set>
 
 #include "ds/core/error.h"
+#include "ds/core/excerpt.h"
 #include "ds/core/file_read.h"
 #include "ds/core/half.h"
 #include "ds/io/safetensors.h"
@@ -24,6 +26,9 @@ namespace {
 
 // The reference implementation's cap: a header larger than this is refused unread.
 constexpr std::uint64_t kMaxHeaderBytes = 100'000'000;
+// A header nests 3 levels (header, entry, shape); deeper input is refused while parsing, so
+// nothing later (dump, destruction) recurses through a hostile 100 MB of brackets.
+constexpr int kMaxJsonDepth = 32;
 
 // Every dtype the format defines, with its element size; F32/F16/BF16 are readable as fp32.
 struct DtypeRow { const char* name; std::uint64_t size; std::optional<DType> dt; };
@@ -33,12 +38,36 @@ constexpr DtypeRow kDtypes[] = {
     {"I16", 2, std::nullopt}, {"U16", 2, std::nullopt}, {"I8", 1, std::nullopt}, {"U8", 1, std::nullopt},
     {"BOOL", 1, std::nullopt}, {"F8_E4M3", 1, std::nullopt}, {"F8_E5M2", 1, std::nullopt}};
 
-std::string shape_text(const std::vector<std::int64_t>& shape) {
-  std::ostringstream os;
-  os << '[';
-  for (std::size_t i = 0; i < shape.size(); ++i) os << (i ? ", " : "") << shape[i];
-  os << ']';
-  return os.str();
+// A JSON value for a message: bounded, so a 50 MB value cannot become a 50 MB error line.
+std::string json_excerpt(const nlohmann::json& v) {
+  return excerpt(v.dump(-1, ' ', false, nlohmann::json::error_handler_t::replace));
+}
+
+// Parses a header or index strictly: nesting deeper than kMaxJsonDepth and a key repeated in
+// one object are errors (nlohmann alone keeps the last of duplicates, so a second tensor of
+// the same name would silently replace the first).
+nlohmann::json parse_checked_json(const std::string& text, const std::string& path, const std::string& what) {
+  std::vector<std::unordered_set<std::string>> open_objects;  // keys seen so far, per open object
+  auto check = [&](int depth, nlohmann::json::parse_event_t event, nlohmann::json& parsed) {
+    using E = nlohmann::json::parse_event_t;
+    if ((event == E::object_start || event == E::array_start) && depth >= kMaxJsonDepth)
+      DS_THROW(path << ": " << what << " nests deeper than " << kMaxJsonDepth << " levels (not a safetensors "
+                    << what << ")");
+    if (event == E::object_start) open_objects.emplace_back();
+    if (event == E::object_end) open_objects.pop_back();
+    if (event == E::key) {
+      auto& keys = open_objects.back();
+      const auto& key = parsed.get_ref<const std::string&>();
+      DS_CHECK(keys.insert(key).second, path << ": " << what << " has the key '" << excerpt(key) << "' twice"
+                                             << (open_objects.size() == 1 ? std::string() : " in one object"));
+    }
+    return true;
+  };
+  try {
+    return nlohmann::json::parse(text, check);
+  } catch (const nlohmann::json::exception& e) {
+    DS_THROW(path << ": " << what << " is not valid JSON (" << excerpt(e.what(), 200) << ")");
+  }
 }
 
 void pread_all(int fd, void* buf, std::uint64_t bytes, std::uint64_t offset, const std::string& path,
@@ -56,8 +85,8 @@ void pread_all(int fd, void* buf, std::uint64_t bytes, std::uint64_t offset, con
 }
 
 SafetensorsTensor parse_entry(const std::string& path, const std::string& name, const nlohmann::json& e) {
-  const std::string where = path + ": tensor '" + name + "'";
-  DS_CHECK(e.is_object(), where << " must be an object {dtype, shape, data_offsets}, got " << e.dump());
+  const std::string where = path + ": tensor '" + excerpt(name) + "'";
+  DS_CHECK(e.is_object(), where << " must be an object {dtype, shape, data_offsets}, got " << json_excerpt(e));
   SafetensorsTensor t;
   t.name = name;
   t.file = path;
@@ -66,22 +95,22 @@ SafetensorsTensor parse_entry(const std::string& path, const std::string& name, 
   const DtypeRow* row = nullptr;
   for (const auto& r : kDtypes)
     if (t.dtype == r.name) row = &r;
-  DS_CHECK(row, where << ": unknown dtype \"" << t.dtype << "\"");
+  DS_CHECK(row, where << ": unknown dtype \"" << excerpt(t.dtype) << "\"");
   t.float_dtype = row->dt;
   DS_CHECK(e.contains("shape") && e["shape"].is_array(), where << ": \"shape\" missing or not an array");
   std::uint64_t numel = 1;
   for (const auto& d : e["shape"]) {
-    DS_CHECK(d.is_number_unsigned(), where << ": shape " << e["shape"].dump() << " must hold non-negative integers");
+    DS_CHECK(d.is_number_unsigned(), where << ": shape " << json_excerpt(e["shape"]) << " must hold non-negative integers");
     const auto v = d.get<std::uint64_t>();
     DS_CHECK(v <= std::uint64_t(std::numeric_limits<std::int64_t>::max()) &&
                  (v == 0 || numel <= std::numeric_limits<std::uint64_t>::max() / v / row->size),
-             where << ": shape " << e["shape"].dump() << " is too large");
+             where << ": shape " << json_excerpt(e["shape"]) << " is too large");
     numel *= v;
     t.shape.push_back(std::int64_t(v));
   }
   const auto& off = e.contains("data_offsets") ? e["data_offsets"] : nlohmann::json();
   DS_CHECK(off.is_array() && off.size() == 2 && off[0].is_number_unsigned() && off[1].is_number_unsigned(),
-           where << ": \"data_offsets\" must be [begin, end] (non-negative integers), got " << off.dump());
+           where << ": \"data_offsets\" must be [begin, end] (non-negative integers), got " << json_excerpt(off));
   t.begin = off[0].get<std::uint64_t>();
   t.end = off[1].get<std::uint64_t>();
   DS_CHECK(t.begin <= t.end, where << ": data_offsets [" << t.begin << ", " << t.end << "] end before they begin");
@@ -92,6 +121,16 @@ SafetensorsTensor parse_entry(const std::string& path, const std::string& name, 
 }
 
 }  // namespace
+
+std::string shape_text(std::span<const std::int64_t> shape) {
+  std::ostringstream os;
+  os << '[';
+  std::size_t i = 0;
+  for (; i < shape.size() && os.tellp() < std::streamoff(kExcerptBytes); ++i) os << (i ? ", " : "") << shape[i];
+  if (i < shape.size()) os << ", ... (" << shape.size() << " dimensions)";
+  os << ']';
+  return os.str();
+}
 
 std::size_t SafetensorsTensor::numel() const {
   std::size_t n = 1;
@@ -117,18 +156,14 @@ SafetensorsFile::SafetensorsFile(const std::string& path) : path_(path) {
     std::string text(n, '\0');
     pread_all(fd_, text.data(), n, 8, path, "the header");
     data_start_ = 8 + n;
-    nlohmann::json h;
-    try {
-      h = nlohmann::json::parse(text);
-    } catch (const nlohmann::json::exception& e) {
-      DS_THROW(path << ": the header is not valid JSON (" << e.what() << ")");
-    }
+    const nlohmann::json h = parse_checked_json(text, path, "the header");
+    text = std::string();  // the parsed copy is enough
     DS_CHECK(h.is_object(), path << ": the header must be a JSON object, got " << h.type_name());
     for (const auto& [key, value] : h.items()) {
       if (key == "__metadata__") {
         DS_CHECK(value.is_object(), path << ": \"__metadata__\" must be an object of strings");
         for (const auto& [k, v] : value.items()) {
-          DS_CHECK(v.is_string(), path << ": __metadata__." << k << " must be a string, got " << v.dump());
+          DS_CHECK(v.is_string(), path << ": __metadata__." << excerpt(k) << " must be a string, got " << json_excerpt(v));
           metadata_[k] = v.get<std::string>();
         }
         continue;
@@ -142,15 +177,15 @@ SafetensorsFile::SafetensorsFile(const std::string& path) : path_(path) {
     std::uint64_t at = 0;
     const SafetensorsTensor* prev = nullptr;
     for (const auto& t : tensors_) {
-      DS_CHECK(t.begin >= at, path << ": tensor '" << t.name << "' data_offsets [" << t.begin << ", " << t.end
-                                   << "] overlap tensor '" << prev->name << "' [" << prev->begin << ", " << prev->end << "]");
-      DS_CHECK(t.begin == at, path << ": tensor '" << t.name << "' data_offsets [" << t.begin << ", " << t.end
+      DS_CHECK(t.begin >= at, path << ": tensor '" << excerpt(t.name) << "' data_offsets [" << t.begin << ", " << t.end
+                                   << "] overlap tensor '" << excerpt(prev->name) << "' [" << prev->begin << ", " << prev->end << "]");
+      DS_CHECK(t.begin == at, path << ": tensor '" << excerpt(t.name) << "' data_offsets [" << t.begin << ", " << t.end
                                    << "] leave a gap after byte " << at << " of the data section");
       at = t.end;
       prev = &t;
     }
     const std::uint64_t data_bytes = size - data_start_;
-    DS_CHECK(at <= data_bytes, path << ": tensor '" << (prev ? prev->name : std::string()) << "' data_offsets end at byte "
+    DS_CHECK(at <= data_bytes, path << ": tensor '" << (prev ? excerpt(prev->name) : std::string()) << "' data_offsets end at byte "
                                     << at << " but the file's data section holds " << data_bytes
                                     << " bytes (truncated file?)");
     DS_CHECK(at == data_bytes, path << ": the data section holds " << data_bytes << " bytes but the tensors cover "
@@ -172,11 +207,11 @@ const SafetensorsTensor* SafetensorsFile::find(std::string_view name) const {
 }
 
 void SafetensorsFile::read_f32(const SafetensorsTensor& t, std::span<float> out) const {
-  DS_CHECK(t.float_dtype, path_ << ": tensor '" << t.name << "' has dtype " << t.dtype
+  DS_CHECK(t.float_dtype, path_ << ": tensor '" << excerpt(t.name) << "' has dtype " << t.dtype
                                 << "; only F32, F16 and BF16 tensors can be read as floats");
-  DS_CHECK(out.size() == t.numel(), path_ << ": tensor '" << t.name << "' has " << t.numel()
+  DS_CHECK(out.size() == t.numel(), path_ << ": tensor '" << excerpt(t.name) << "' has " << t.numel()
                                           << " elements, the destination " << out.size());
-  const std::string what = "tensor '" + t.name + "'";
+  const std::string what = "tensor '" + excerpt(t.name) + "'";
   if (*t.float_dtype == DType::F32) {
     pread_all(fd_, out.data(), out.size_bytes(), data_start_ + t.begin, path_, what);
     return;
@@ -203,21 +238,18 @@ SafetensorsReader::SafetensorsReader(const std::string& path) : path_(path) {
     const fs::path index = dir / "model.safetensors.index.json";
     if (fs::exists(index, ec)) {
       const std::string text = read_regular_file(index.string(), "safetensors index");
-      nlohmann::json j;
-      try {
-        j = nlohmann::json::parse(text);
-      } catch (const nlohmann::json::exception& e) {
-        DS_THROW(index.string() << ": not valid JSON (" << e.what() << ")");
-      }
+      const nlohmann::json j = parse_checked_json(text, index.string(), "the index");
       DS_CHECK(j.is_object() && j.contains("weight_map") && j["weight_map"].is_object(),
                index.string() << ": no \"weight_map\" object ({\"weight_map\": {tensor: file}})");
       weight_map = j["weight_map"];
       for (const auto& [name, file] : weight_map.items()) {
-        DS_CHECK(file.is_string(), index.string() << ": weight_map." << name << " must be a file name, got " << file.dump());
+        DS_CHECK(file.is_string(), index.string() << ": weight_map." << excerpt(name) << " must be a file name, got "
+                                                  << json_excerpt(file));
         const std::string f = file.get<std::string>();
         // Shards sit beside the index: a path that leaves the directory is refused.
         DS_CHECK(!f.empty() && f.find('/') == std::string::npos && f != "." && f != "..",
-                 index.string() << ": weight_map." << name << " names \"" << f << "\", not a file in " << path);
+                 index.string() << ": weight_map." << excerpt(name) << " names \"" << excerpt(f) << "\", not a file in "
+                                << path);
         if (std::find(shard_files.begin(), shard_files.end(), f) == shard_files.end()) shard_files.push_back(f);
       }
       DS_CHECK(!shard_files.empty(), index.string() << ": the weight_map is empty");
@@ -233,7 +265,7 @@ SafetensorsReader::SafetensorsReader(const std::string& path) : path_(path) {
   for (const auto& f : files_) {
     for (const auto& t : f->tensors()) {
       auto [it, fresh] = by_name_.emplace(t.name, std::make_pair(f.get(), &t));
-      DS_CHECK(fresh, path << ": tensor '" << t.name << "' is in both " << it->second.first->path() << " and " << f->path());
+      DS_CHECK(fresh, path << ": tensor '" << excerpt(t.name) << "' is in both " << it->second.first->path() << " and " << f->path());
     }
   }
   if (!weight_map.is_null()) {
@@ -241,7 +273,7 @@ SafetensorsReader::SafetensorsReader(const std::string& path) : path_(path) {
       auto it = by_name_.find(name);
       const std::string want = (dir / file.get<std::string>()).string();
       DS_CHECK(it != by_name_.end() && it->second.first->path() == want,
-               path << ": the index puts tensor '" << name << "' in " << file.get<std::string>() << ", "
+               path << ": the index puts tensor '" << excerpt(name) << "' in " << excerpt(file.get<std::string>()) << ", "
                     << (it == by_name_.end() ? std::string("which does not hold it") : "but it is in " + it->second.first->path()));
     }
   }

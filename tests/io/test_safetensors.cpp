@@ -143,6 +143,54 @@ TEST(Safetensors, HeaderErrorsNameFileAndTensor) {
   EXPECT_HAS(error_of([&] { r.read_f32("nope", v); }), "no tensor 'nope'");
 }
 
+// Hostile headers: nesting, huge values and repeated names give a short error naming the file
+// (a 200k-deep header used to overflow the stack, a 50 MB value to fill the error line).
+TEST(Safetensors, HostileHeadersGiveShortErrors) {
+  TempDir d("ds_st");
+  const fs::path p = d.path / "bad.safetensors";
+  auto err = [&] { return error_of([&] { SafetensorsFile f(p.string()); }); };
+
+  const std::size_t deep = 200'000;
+  write_raw(p, R"({"t": )" + std::string(deep, '[') + std::string(deep, ']') + "}", 0);
+  EXPECT_HAS(err(), p.string() + ": the header nests deeper than 32 levels");
+  std::string objects;
+  for (std::size_t i = 0; i < deep; ++i) objects += R"({"a":)";
+  write_raw(p, objects + "1" + std::string(deep, '}'), 0);
+  EXPECT_HAS(err(), "the header nests deeper than 32 levels");
+
+  const std::string huge(50u << 20, 'x');
+  write_raw(p, R"({"t": {"dtype": "F32", "shape": [1], "data_offsets": ")" + huge + R"("}})", 4);
+  std::string e = err();
+  EXPECT_HAS(e, R"(tensor 't': "data_offsets" must be [begin, end] (non-negative integers), got "xxx)");
+  EXPECT_HAS(e, "... (52428802 bytes)");
+  EXPECT_LT(e.size(), 400u) << e.substr(0, 400);
+  write_raw(p, R"({")" + huge + R"(": {"dtype": "Q7", "shape": [1], "data_offsets": [0, 4]}})", 4);
+  e = err();
+  EXPECT_HAS(e, "xxx... (52428800 bytes)': unknown dtype \"Q7\"");
+  EXPECT_LT(e.size(), 400u) << e.substr(0, 400);
+  // A valid shape of 100000 dimensions of 1 is echoed cut.
+  const std::string many = shape_text(std::vector<std::int64_t>(100'000, 1));
+  EXPECT_HAS(many, "[1, 1, 1, ");
+  EXPECT_HAS(many, ", ... (100000 dimensions)]");
+  EXPECT_LT(many.size(), 120u);
+
+  // A tensor named twice: nlohmann alone keeps the last entry (or reports a gap in the data).
+  write_raw(p, R"({"w": {"dtype": "F32", "shape": [1], "data_offsets": [0, 4]}, )"
+               R"("w": {"dtype": "F32", "shape": [1], "data_offsets": [4, 8]}})", 8);
+  EXPECT_HAS(err(), p.string() + ": the header has the key 'w' twice");
+  write_raw(p, R"({"w": {"dtype": "F32", "dtype": "F16", "shape": [1], "data_offsets": [0, 4]}})", 4);
+  EXPECT_HAS(err(), "the header has the key 'dtype' twice in one object");
+
+  // The same rules for a sharded directory's index.
+  SafetensorsWriter w((d.path / "a.safetensors").string(), {{"x", DType::F32, {1}}}, {});
+  w.write(std::vector<float>{1.0f});
+  w.close();
+  std::ofstream(d.path / "model.safetensors.index.json")
+      << R"({"weight_map": {"x": "a.safetensors", "x": "a.safetensors"}})";
+  EXPECT_HAS(error_of([&] { SafetensorsReader r(d.path.string()); }),
+             "model.safetensors.index.json: the index has the key 'x' twice in one object");
+}
+
 // --- Hugging Face GPT-2 names -------------------------------------------------------------
 
 namespace {

@@ -7,7 +7,9 @@
 // the tensors' raw little-endian bytes, [begin, end) relative to its start. The reader checks
 // what the reference implementation checks: the header fits the file, every entry has a known
 // dtype and a byte range of exactly numel * dtype size, and the ranges tile the data section
-// (no overlap, no gap, nothing past its end). Every error names the file and the tensor.
+// (no overlap, no gap, nothing past its end); beyond it, a key repeated in one object (a tensor
+// named twice) and nesting deeper than 32 levels are refused. Every error names the file and
+// the tensor, quoting file values cut to 80 bytes (ds/core/excerpt.h).
 //
 // Reading streams (pread) tensor by tensor and converts F16 / BF16 to fp32; other dtypes may
 // be present (buffers a model ignores) but cannot be read as floats. A directory is read as
@@ -28,6 +30,9 @@
 #include "ds/core/dtype.h"
 
 namespace ds::io {
+
+// "[2, 3]", for messages: a shape of very many dimensions is cut (ds::excerpt).
+std::string shape_text(std::span<const std::int64_t> shape);
 
 // A tensor as a header describes it.
 struct SafetensorsTensor {
