@@ -1,11 +1,13 @@
 // Private to ds_io: what the checkpoint sources share. The store is split by job:
 //   checkpoint.cpp              names, tag rules, layout signature, the test kill points
 //   checkpoint_save.cpp         begin_save / write_local / commit_save (the protocol)
+//   checkpoint_commit.cpp       rank 0's commit: the tag put in place, `latest` moved forward
 //   checkpoint_collectives.cpp  the save's collectives (int64 and byte messages)
 //   checkpoint_manifest.cpp     manifest.json: written by rank 0, parsed by the reader
 //   checkpoint_reader.cpp       read_latest, CheckpointReader (verified, elastic reads)
 #pragma once
 
+#include <cstddef>
 #include <cstdint>
 #include <string>
 #include <string_view>
@@ -16,6 +18,9 @@
 namespace ds::io::detail {
 
 std::string hex32(std::uint32_t v);  // 8 lower-case hex digits
+
+// A tag names a directory: at most NAME_MAX bytes.
+inline constexpr std::size_t kMaxTagBytes = 255;
 
 // A name read from a checkpoint (or given for one) must name an entry directly inside the
 // checkpoint directory: `latest` holding "../x" or "/abs", or a manifest naming "../../f",
@@ -70,6 +75,20 @@ std::string tiling_problem(std::vector<RankRange> ranges, std::size_t flat_numel
 // Empty when one rank's ranges are valid (increasing, non-overlapping, inside
 // [0, flat_numel), counts summing to shard_count); otherwise what is wrong.
 std::string local_ranges_problem(const std::vector<ShardRange>& ranges, std::size_t shard_count, std::size_t flat_numel);
+
+// ---- rank 0's commit (checkpoint_commit.cpp) ----
+
+// Puts the complete tmp dir in place as <tag>, never over a tag this save did not see: a tag
+// absent at begin_save by a no-replace rename, an overwrite by an exchange with the very copy
+// begin_save saw (checked again after the exchange, swapped back otherwise). ds::Error naming
+// the other writer (from its manifest) when another save took the tag in between; nothing of
+// that writer's is changed then.
+void place_tag(const PendingSave& pending);
+// Points <save_dir>/latest at pending.tag, unless it names a checkpoint of a later global step
+// (then it stays, with a warning). Serialised with other writers by a lock on save_dir.
+void move_latest(const PendingSave& pending, std::int64_t global_steps);
+// Creates (or truncates) `path` with `text`, fsynced.
+void write_text_file_synced(const std::string& path, const std::string& text);
 
 // ---- manifest.json (checkpoint_manifest.cpp) ----
 

@@ -8,6 +8,7 @@
 #include "checkpoint_internal.h"
 #include "ds/core/error.h"
 #include "ds/core/file_read.h"
+#include "save_claim.h"
 
 namespace ds::io::detail {
 
@@ -31,6 +32,10 @@ std::string manifest_text(const PendingSave& pending, int size, const LocalWrite
   m["params"] = params;
   m["shard_datasets"] = local.shard_names;
   m["params_in_master"] = local.params_in_master;
+  // Who saved, and at which step: a job that loses a race for the same tag names this writer,
+  // and `latest` is moved only to a checkpoint at least as late as the one it names.
+  if (local.global_steps >= 0) m["global_steps"] = local.global_steps;
+  m["writer"] = writer_description();
   // Multi-range shards (stage 3): one partition per range, each with its position inside the
   // rank's datasets; written only then, so a contiguous checkpoint's manifest is unchanged.
   bool ranged = false;
@@ -148,6 +153,8 @@ Manifest parse_manifest(const std::string& path) {
                                       << "' is not a plain file name inside the checkpoint directory");
     }
     m.params_in_master = j.value("params_in_master", false);
+    m.global_steps = j.value("global_steps", std::int64_t(-1));
+    m.writer = j.value("writer", std::string());
     for (const auto& [file, sums] : j.at("checksums").items()) {
       for (const auto& [ds, v] : sums.items()) m.checksums[file][ds] = parse_crc(v, path + " checksums." + file + "." + ds);
     }

@@ -21,6 +21,7 @@ namespace ds::io {
 
 using detail::hex32;
 using detail::is_plain_name;
+using detail::kMaxTagBytes;
 
 std::optional<std::string> read_latest(const std::string& load_dir) {
   DS_CHECK(fs::is_directory(load_dir), "checkpoint directory '" << load_dir << "' does not exist");
@@ -31,16 +32,24 @@ std::optional<std::string> read_latest(const std::string& load_dir) {
   auto e = t.find_last_not_of(" \t\r\n");
   DS_CHECK(b != std::string::npos, latest.string() << " is empty");
   t = t.substr(b, e - b + 1);
-  DS_CHECK(is_plain_name(t), latest.string() << " names tag '" << t << "', which is not a plain directory name inside "
-                                             << load_dir << " (a tag has no '/' and is not '.' or '..')");
+  // What is echoed is escaped and cut short: a `latest` of random bytes must not put control
+  // sequences into the error line.
+  DS_CHECK(is_plain_name(t), latest.string() << " names tag '" << printable_excerpt(t)
+                                             << "', which is not a plain directory name inside " << load_dir
+                                             << " (a tag has no '/' and is not '.' or '..')");
+  const bool control = std::any_of(t.begin(), t.end(), [](char c) { return (unsigned char)c < 0x20 || c == 0x7f; });
+  DS_CHECK(!control && t.size() <= kMaxTagBytes,
+           latest.string() << " does not hold a checkpoint tag: '" << printable_excerpt(t) << "' ("
+                           << (control ? "control bytes" : "longer than 255 bytes")
+                           << "; dstrain writes the tag's name, as DeepSpeed does)");
   return t;
 }
 
 CheckpointReader::CheckpointReader(const std::string& load_dir, const std::string& tag, const LoadOptions& options)
     : io_threads_(options.io_threads) {
   DS_CHECK(fs::is_directory(load_dir), "checkpoint directory '" << load_dir << "' does not exist");
-  DS_CHECK(is_plain_name(tag), "checkpoint tag '" << tag << "' is not a plain directory name inside " << load_dir
-                                                  << " (a tag has no '/' and is not '.' or '..')");
+  DS_CHECK(is_plain_name(tag), "checkpoint tag '" << printable_excerpt(tag) << "' is not a plain directory name inside "
+                                                  << load_dir << " (a tag has no '/' and is not '.' or '..')");
   dir_ = (fs::path(load_dir) / tag).string();
   if (!fs::is_directory(dir_)) {
     std::ostringstream tags;
@@ -51,7 +60,8 @@ CheckpointReader::CheckpointReader(const std::string& load_dir, const std::strin
     }
     std::sort(names.begin(), names.end());
     for (const auto& n : names) tags << (tags.tellp() ? ", " : "") << n;
-    DS_THROW("checkpoint tag '" << tag << "' not found: " << dir_ << " does not exist (tags in " << load_dir << ": "
+    DS_THROW("checkpoint tag '" << printable_excerpt(tag) << "' not found: " << printable_excerpt(dir_, 4096)
+                                << " does not exist (tags in " << load_dir << ": "
                                 << (names.empty() ? std::string("none") : tags.str()) << ")");
   }
   std::string mpath = (fs::path(dir_) / kManifestFile).string();

@@ -29,28 +29,6 @@ namespace ds::io {
 
 namespace {
 
-void write_text_file_synced(const std::string& path, const std::string& text) {
-  int fd = ::open(path.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
-  DS_CHECK(fd >= 0, "cannot create " << path << ": " << std::strerror(errno));
-  const char* p = text.data();
-  std::size_t left = text.size();
-  while (left > 0) {
-    ssize_t n = ::write(fd, p, left);
-    if (n < 0 && errno == EINTR) continue;
-    if (n < 0) {
-      int err = errno;
-      ::close(fd);
-      DS_THROW("writing " << path << " failed: " << std::strerror(err));
-    }
-    p += n;
-    left -= std::size_t(n);
-  }
-  int rc = ::fsync(fd);
-  int err = errno;
-  ::close(fd);
-  DS_CHECK(rc == 0, "fsync of " << path << " failed: " << std::strerror(err));
-}
-
 void check_tag(const std::string& tag) {
   DS_CHECK(!tag.empty(), "checkpoint tag is empty");
   DS_CHECK(tag != "." && tag != ".." && tag.find('/') == std::string::npos && tag.find('\0') == std::string::npos,
@@ -98,10 +76,6 @@ void ensure_space(const std::string& path, std::size_t bytes) {
     return;
   }
   DS_THROW("not enough disk space for " << path << " (about " << bytes << " bytes): " << std::strerror(err));
-}
-
-bool exchange_dirs(const std::string& a, const std::string& b) {
-  return ::renameat2(AT_FDCWD, a.c_str(), AT_FDCWD, b.c_str(), RENAME_EXCHANGE) == 0;
 }
 
 }  // namespace
@@ -161,12 +135,14 @@ PendingSave begin_save(Communicator& comm, const std::string& save_dir, const st
       std::error_code ec;
       fs::create_directories(save_dir, ec);
       DS_CHECK(!ec && fs::is_directory(save_dir), "cannot create checkpoint directory " << save_dir << ": " << ec.message());
-      if (fs::exists(p.final_dir) && !options.overwrite) {
+      p.tag_seen = dir_identity(p.final_dir);  // the commit places the save only over this
+      if (p.tag_seen.exists && !options.overwrite) {
         status = 1;
       } else {
         clean_stale_tmp_dirs(save_dir);
         try {
           p.claim = detail::create_claimed_dir(p.tmp_dir);  // the marker goes in first, locked
+          p.tmp_made = dir_identity(p.tmp_dir);
           fsync_path(save_dir);
         } catch (...) {
           p.claim.reset();
@@ -204,6 +180,8 @@ LocalWriteResult write_local(const PendingSave& pending, int rank, const Checkpo
   if (!res.shard_ranges.empty()) res.shard_offset = res.shard_ranges.front().offset;
   res.params_in_master = c.params_in_master;
   for (const auto& s : c.shard) res.shard_names.push_back(s.name);
+  if (c.engine_state.is_map() && c.engine_state.contains("global_steps") && c.engine_state.at("global_steps").is_int())
+    res.global_steps = c.engine_state.at("global_steps").as_int();
   // HDF5 lays out both files (metadata, attributes, state trees, and storage for every
   // tensor dataset, allocated but not written) and closes them; then the tensors' bytes go
   // to their extents through detail::write_raw (parallel chunks, CRC per chunk, writeback
@@ -400,45 +378,24 @@ std::string commit_save(Communicator& comm, PendingSave& pending, const LocalWri
   std::string commit_error;
   if (rank == 0) {
     try {
-      write_text_file_synced((fs::path(pending.tmp_dir) / kManifestFile).string(),
-                             detail::manifest_text(pending, size, local, reports));
+      detail::write_text_file_synced((fs::path(pending.tmp_dir) / kManifestFile).string(),
+                                     detail::manifest_text(pending, size, local, reports));
       fsync_path(pending.tmp_dir);
       detail::test_kill_point("before_rename", rank);
-      if (fs::exists(pending.final_dir)) {
-        // overwrite (begin_save refused otherwise): swap atomically, then drop the old copy,
-        // which now sits under the tmp name; marked and locked first, so that it is cleaned
-        // as an abandoned tmp dir if we die before removing it.
-        detail::SaveClaim old_copy = detail::claim_existing_dir(pending.final_dir);
-        DS_CHECK(exchange_dirs(pending.tmp_dir, pending.final_dir),
-                 "cannot replace " << pending.final_dir << " (renameat2 RENAME_EXCHANGE): " << std::strerror(errno));
-        fsync_path(pending.save_dir);
-        std::error_code ec;
-        fs::remove_all(pending.tmp_dir, ec);
-      } else {
-        DS_CHECK(::rename(pending.tmp_dir.c_str(), pending.final_dir.c_str()) == 0,
-                 "cannot rename " << pending.tmp_dir << " to " << pending.final_dir << ": " << std::strerror(errno));
-      }
+      detail::place_tag(pending);
       fsync_path(pending.save_dir);
       // The committed tag needs no marker (only tmp names are ever cleaned); best effort.
       ::unlink((fs::path(pending.final_dir) / detail::kSaveMarker).c_str());
       detail::test_kill_point("before_latest", rank);
-      if (pending.options.save_latest) {
-        std::string latest = (fs::path(pending.save_dir) / kLatestFile).string();
-        // Written inside the committed tag, then renamed over `latest`: a crash in between
-        // leaves a stray file there, never a file in the save directory that a cleaner
-        // would have to recognise.
-        std::string tmp = (fs::path(pending.final_dir) / "latest.new").string();
-        write_text_file_synced(tmp, pending.tag);  // no newline, as DeepSpeed
-        DS_CHECK(::rename(tmp.c_str(), latest.c_str()) == 0,
-                 "cannot rename " << tmp << " to " << latest << ": " << std::strerror(errno));
-        fsync_path(pending.save_dir);
-      }
+      if (pending.options.save_latest) detail::move_latest(pending, local.global_steps);
       detail::test_kill_point("after_latest", rank);
     } catch (const std::exception& e) {
       commit_status = 1;
       commit_error = e.what();
+      // Only while the tmp name still holds this save's directory (after a failed exchange it
+      // could hold another writer's checkpoint).
       std::error_code ec;
-      if (fs::exists(pending.tmp_dir)) fs::remove_all(pending.tmp_dir, ec);
+      if (dir_identity(pending.tmp_dir) == pending.tmp_made) fs::remove_all(pending.tmp_dir, ec);
     }
     pending.claim.reset();  // the save is over: committed, or its tmp dir removed
   }

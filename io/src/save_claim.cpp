@@ -12,6 +12,7 @@
 #include <map>
 #include <sstream>
 
+#include "ds/core/env.h"
 #include "ds/core/error.h"
 #include "ds/core/log.h"
 
@@ -120,6 +121,12 @@ bool writer_gone(const fs::path& dir, Fd& lock) {
 }
 
 }  // namespace
+
+std::string writer_description() {
+  std::string s = "pid " + std::to_string(::getpid()) + " on host " + host_name();
+  if (auto job = env::external("SLURM_JOB_ID")) s += ", Slurm job " + *job;
+  return s;
+}
 
 bool is_tmp_dir_name(std::string_view name) {
   constexpr std::string_view kSep = ".tmp-";

@@ -32,6 +32,10 @@ SaveClaim create_claimed_dir(const std::string& dir);
 // old copy of a tag replaced by an overwrite, which sits under the tmp name until removed.
 SaveClaim claim_existing_dir(const std::string& dir);
 
+// This process as a save's writer, for messages: "pid 12 on host h" (", Slurm job 7" when
+// Slurm started it).
+std::string writer_description();
+
 // Removes leftover tmp directories of saves whose writer is gone (see above); returns how many.
 int remove_abandoned_tmp_dirs(const std::string& save_dir);
 

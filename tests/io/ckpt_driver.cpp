@@ -12,8 +12,17 @@
 //       a NEW process: loads D/<combo>/ckpt (tag from `latest`), takes the data position from
 //       the client state, trains to N, and compares every loss and the final parameters with
 //       full.txt: bit for bit (T = 0) or within relative tolerance T (elastic runs).
+//   ckpt_driver ... --async --meet FILE
+//       two such jobs meet before committing their last save (the first to arrive creates
+//       FILE and waits until the second removes it): both saves are begun, their tag checked,
+//       and their commits race (tests/io/concurrent_save_test.sh).
 // The global batch is 8 samples for every world size (micro batch 2, gas = 8 / (2 W)).
+#include <fcntl.h>
+#include <unistd.h>
+
+#include <cerrno>
 #include <cmath>
+#include <cstring>
 #include <cstdio>
 #include <cstdlib>
 #include <filesystem>
@@ -109,13 +118,31 @@ std::map<std::string, std::string> read_kv(const fs::path& p) {
   return m;
 }
 
+// --meet: this job and one other pass here together (rank 0 meets, then every rank).
+void meet_other_job(const std::string& file, Communicator& comm) {
+  if (comm.rank() == 0) {
+    const int fd = ::open(file.c_str(), O_CREAT | O_EXCL | O_WRONLY | O_CLOEXEC, 0644);
+    if (fd >= 0) {
+      ::close(fd);
+      for (int i = 0; i < 6000 && fs::exists(file); ++i) ::usleep(10000);  // a bound, not a timing
+      DS_CHECK(!fs::exists(file), "--meet " << file << ": no other job arrived within 60 s");
+    } else {
+      DS_CHECK(errno == EEXIST, "--meet " << file << ": " << std::strerror(errno));
+      fs::remove(file);
+    }
+  }
+  float token = 0;
+  comm.all_reduce(TensorView{&token, 1, DType::F32}, ReduceOp::Sum);
+}
+
 }  // namespace
 
 int main(int argc, char** argv) {
   DistributedContext ctx;
   try {
     ctx = init_distributed();
-    std::string dir, combos = "fp32:0,fp32:1,fp32:2,fp32:3,fp16:0,fp16:1,fp16:2,fp16:3,bf16:0,bf16:1,bf16:2,bf16:3", kill, must_fail;
+    std::string dir, combos = "fp32:0,fp32:1,fp32:2,fp32:3,fp16:0,fp16:1,fp16:2,fp16:3,bf16:0,bf16:1,bf16:2,bf16:3", kill, must_fail,
+                     meet;
     int hidden = 5;
     std::vector<std::int64_t> save_at;
     std::int64_t steps = 6;
@@ -137,6 +164,7 @@ int main(int argc, char** argv) {
       else if (a == "--tol") tol = std::stod(val());
       else if (a == "--load-must-fail") must_fail = val();
       else if (a == "--hidden") hidden = std::stoi(val());
+      else if (a == "--meet") meet = val();
       else DS_THROW("unknown argument " << a);
     }
     DS_CHECK(!dir.empty(), "--dir is required");
@@ -199,6 +227,7 @@ int main(int argc, char** argv) {
           e.save_checkpoint((cdir / "ckpt").string(), std::nullopt, client);
         }
       }
+      if (!meet.empty()) meet_other_job(meet, *ctx.comm);
       if (async) e.wait_for_checkpoint();
       std::vector<float> params = e.gather_params_fp32();
       for (std::size_t i = 0; i < params.size(); ++i) lines.emplace_back("param" + std::to_string(i), hexf(params[i]));

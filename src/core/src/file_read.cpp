@@ -7,6 +7,7 @@
 #include <algorithm>
 #include <cerrno>
 #include <cstdint>
+#include <cstdio>
 #include <cstring>
 
 #include "ds/core/error.h"
@@ -110,6 +111,24 @@ std::string read_regular_file(const std::string& path, std::string_view what, st
   ::close(fd);
   DS_CHECK(got <= max_bytes, what << " " << path << " is larger than the limit of " << describe_size(max_bytes));
   out.resize(got);
+  return out;
+}
+
+std::string printable_excerpt(std::string_view bytes, std::size_t max_bytes) {
+  std::string out;
+  const std::string_view shown = bytes.substr(0, max_bytes);
+  for (unsigned char c : shown) {
+    if (c == '\\') {
+      out += "\\\\";
+    } else if (c >= 0x20 && c < 0x7f) {
+      out.push_back(char(c));
+    } else {
+      char hex[8];
+      std::snprintf(hex, sizeof hex, "\\x%02x", c);
+      out += hex;
+    }
+  }
+  if (shown.size() < bytes.size()) out += "... (" + std::to_string(bytes.size()) + " bytes)";
   return out;
 }
 

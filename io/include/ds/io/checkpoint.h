@@ -103,8 +103,12 @@ struct CheckpointContent {
 };
 
 struct SaveOptions {
+  // Move `latest` to this tag, unless `latest` names a checkpoint of a later global step (the
+  // manifests' global_steps): `latest` only moves forward.
   bool save_latest = true;
-  bool overwrite = false;  // replace an existing <tag> (atomically, renameat2 RENAME_EXCHANGE)
+  // Replace an existing <tag> (atomically, renameat2 RENAME_EXCHANGE), but only the copy that
+  // begin_save saw: one replaced or created by another writer since fails the commit.
+  bool overwrite = false;
   TagValidation tag_validation = TagValidation::Warn;
   // Deadline of the save's first collective: a save entered by only some ranks fails with a
   // clear error instead of hanging. < 0: the communicator's deadline (Communicator::timeout():
@@ -115,12 +119,22 @@ struct SaveOptions {
   int io_threads = 0;
 };
 
+// A directory entry's identity (lstat's device and inode), or its absence.
+struct DirIdentity {
+  bool exists = false;
+  std::uint64_t dev = 0, ino = 0;
+  bool operator==(const DirIdentity&) const = default;
+};
+DirIdentity dir_identity(const std::string& path);
+
 // Saving in three steps, so that the file writing can run on a background thread while the
 // collectives stay on the caller's thread (async save):
 //   begin_save   (collective)  tag validation under a deadline, tmp dir created
 //   write_local  (local)       this rank's files into the tmp dir, fsynced; no collectives
 //   commit_save  (collective)  failure flags + checksums gathered; rank 0 writes the manifest,
-//                              renames the tmp dir to <tag>, then moves `latest`
+//                              renames the tmp dir to <tag> (never over a tag it did not see
+//                              at begin_save: another job's commit of the same tag in between
+//                              fails this save), then moves `latest` forward
 // save_checkpoint() runs the three in a row.
 struct PendingSave {
   std::string save_dir, tag, tmp_dir, final_dir;
@@ -132,6 +146,9 @@ struct PendingSave {
   // Rank 0: the lock on the tmp dir's marker file, held until the save ends, so that no
   // other save (this job's or another's) takes the tmp dir for abandoned and removes it.
   std::shared_ptr<void> claim;
+  // Rank 0: <tag> as begin_save saw it (absent, or the copy an overwrite may replace), and the
+  // tmp dir it created (a failed commit removes the tmp name only while it is still that one).
+  DirIdentity tag_seen, tmp_made;
 };
 
 struct LocalWriteResult {
@@ -149,6 +166,7 @@ struct LocalWriteResult {
   std::vector<ShardRange> shard_ranges;  // CheckpointContent::shard_ranges (empty: one slice)
   bool params_in_master = false;
   std::vector<std::string> shard_names;
+  std::int64_t global_steps = -1;  // the engine state's "global_steps" (rank 0); -1: it has none
 };
 
 // `content` is only inspected for its layout (layout_signature) here.
@@ -206,6 +224,8 @@ struct Manifest {
   bool shard_ranges = false;
   // No params/<name> datasets: the weights are "fp32_master" rounded to working_dtype.
   bool params_in_master = false;
+  std::int64_t global_steps = -1;  // the engine's step at the save; -1: not recorded
+  std::string writer;              // "pid 12 on host h" of the saving rank 0; "": not recorded
 };
 
 // Expected parameter (name + shape) for model checks.

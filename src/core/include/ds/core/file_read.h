@@ -33,4 +33,10 @@ int open_regular_file(const std::string& path, std::string_view what);
 std::string read_regular_file(const std::string& path, std::string_view what,
                               std::uint64_t max_bytes = kMaxControlFileBytes);
 
+// Bytes read from such a file, made safe to echo in a message: printable ASCII as is, a
+// backslash as "\\", any other byte as "\xNN", and at most `max_bytes` of the input shown
+// ("... (N bytes)" after a cut), so a file of random bytes cannot put control sequences or
+// megabytes into an error line.
+std::string printable_excerpt(std::string_view bytes, std::size_t max_bytes = 64);
+
 }  // namespace ds
