@@ -46,6 +46,7 @@
 #include "ds/nn/gpt_cuda.h"
 #include "ds/nn/llama_cuda.h"
 #endif
+#include "batch_check.h"
 #include "client_state_check.h"
 #include "init_from.h"
 #include "model_spec.h"
@@ -472,6 +473,11 @@ JobPtr prepare(const TrainOptions& opts, const DistributedContext& dist) {
   if (!opts.init_from.empty())
     j.model = init_from_file(std::move(j.model), opts.init_from, dist.rank == 0, &j.init_from_note);
   choose_threads(dist);
+  // A micro-batch the data cannot fill (a warning), or more memory than this machine has (an
+  // error now, not the OOM killer's silent end of a rank once training touches the pages).
+  check_micro_batch(j.cfg, *j.model,
+                    BatchPlan{std::int64_t(mb), seq, train_samples, dist.world_size, dist.local_size, j.on_gpu, data_name},
+                    dist.rank == 0);
   return job;
 }
 

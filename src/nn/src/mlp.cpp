@@ -50,14 +50,22 @@ void Mlp::bind(std::span<const TensorView> params, std::span<const TensorView> g
   have_cache_ = false;
 }
 
+namespace {
+std::int64_t pad(std::int64_t n) { return (n + 15) / 16 * 16; }
+}  // namespace
+
+std::int64_t Mlp::arena_floats(std::int64_t B) const {
+  const std::int64_t H = cfg_.hidden, NL = cfg_.n_hidden_layers, F = cfg_.in_features;
+  const std::int64_t K = cfg_.n_classes, W = std::max({H, K, F});
+  return pad(B * F) + 2 * NL * pad(B * H) + pad(B * K) + pad(B) + 2 * pad(B * W);
+}
+
 void Mlp::ensure_scratch(std::int64_t B) {
   if (B <= cap_b_) return;
   cap_b_ = B;
   const std::int64_t H = cfg_.hidden, NL = cfg_.n_hidden_layers, F = cfg_.in_features;
   const std::int64_t K = cfg_.n_classes, W = std::max({H, K, F});
-  auto pad = [](std::int64_t n) { return (n + 15) / 16 * 16; };
-  const std::int64_t total = pad(B * F) + 2 * NL * pad(B * H) + pad(B * K) + pad(B) + 2 * pad(B * W);
-  arena_ = HostBuffer(std::size_t(total), DType::F32);
+  arena_ = HostBuffer(std::size_t(arena_floats(B)), DType::F32);
   float* p = arena_.as<float>();
   auto take = [&](std::int64_t n) { float* r = p; p += pad(n); return r; };
   input_ = take(B * F);

@@ -42,9 +42,13 @@ class Mlp : public Module {
   const MlpConfig& config() const { return cfg_; }
   // Training FLOPs per sample: 6 * (weights in GEMMs).
   double flops_per_sample() const;
+  // Bytes of the activation arena (activations and backward scratch) a batch of B samples
+  // allocates.
+  std::size_t activation_bytes(std::int64_t B) const { return std::size_t(arena_floats(B)) * sizeof(float); }
 
  private:
   float run(const Batch& batch);
+  std::int64_t arena_floats(std::int64_t B) const;
   void ensure_scratch(std::int64_t B);
 
   MlpConfig cfg_;
