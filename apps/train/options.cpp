@@ -137,6 +137,15 @@ ParseResult parse_options(int argc, const char* const* argv) {
     r.message_is_error = true;
     return r;
   }
+  // An empty --load_dir (an unset shell variable) would start a fresh run in silence, where a
+  // missing directory is an error.
+  if (app.count("--load_dir") > 0 && o.load_dir.empty()) {
+    r.message = "--load_dir is empty: give the checkpoint directory to resume from (or leave --load_dir out to "
+                "start a new run)";
+    r.exit_code = 2;
+    r.message_is_error = true;
+    return r;
+  }
   // A resume restores the checkpoint's weights, so a start from other weights contradicts it.
   if (!o.init_from.empty() && !o.load_dir.empty()) {
     r.message = "--init_from and --load_dir exclude each other: --load_dir resumes a run with its checkpoint's "

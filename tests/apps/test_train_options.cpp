@@ -1,6 +1,7 @@
 // The train app's flag parsing and model-shape resolution (no MPI needed).
 #include <gtest/gtest.h>
 
+#include <string>
 #include <vector>
 
 #include "ds/core/error.h"
@@ -96,6 +97,24 @@ TEST(TrainOptions, Errors) {
   EXPECT_EQ(help.exit_code, 0);
   EXPECT_FALSE(help.message_is_error);
   EXPECT_NE(help.message.find("--save_interval"), std::string::npos);
+}
+
+// An empty directory flag (an unset shell variable) is an error, not "no directory".
+TEST(TrainOptions, EmptyDirectoryFlags) {
+  for (const char* flag : {"--load_dir", "--save_dir"}) {
+    auto r = parse({"--config", "c", flag, ""});
+    EXPECT_FALSE(r.options) << flag;
+    EXPECT_TRUE(r.message_is_error);
+    EXPECT_EQ(r.exit_code, 2);
+    EXPECT_NE(r.message.find(std::string(flag) + " is empty"), std::string::npos) << r.message;
+    const std::string joined = std::string(flag) + "=";  // CLI11: a missing value
+    auto j = parse({"--config", "c", joined.c_str()});
+    EXPECT_FALSE(j.options) << joined;
+    EXPECT_NE(j.message.find(flag), std::string::npos) << j.message;
+  }
+  auto ok = parse({"--config", "c", "--load_dir", "ck"});
+  ASSERT_TRUE(ok.options) << ok.message;
+  EXPECT_EQ(ok.options->load_dir, "ck");
 }
 
 TEST(ModelSpec, DefaultsConfigThenFlags) {
