@@ -1,6 +1,9 @@
 #include "client_state_check.h"
 
+#include <cstdio>
+
 #include "ds/core/error.h"
+#include "ds/core/file_read.h"
 
 namespace ds::train {
 
@@ -19,7 +22,41 @@ std::int64_t int_field(const io::StateValue& m, const char* key, const std::stri
   return x;
 }
 
+std::string fingerprint_text(std::uint64_t h) {
+  char b[32];
+  std::snprintf(b, sizeof b, "fnv1a64:%016llx", static_cast<unsigned long long>(h));
+  return b;
+}
+
+std::string describe(const std::string& source, std::int64_t tokens, const std::string& fingerprint) {
+  return "'" + source + "' (" + std::to_string(tokens) + " tokens, " + fingerprint + ")";
+}
+
 }  // namespace
+
+io::StateValue data_identity_state(const DataIdentity& data) {
+  io::StateValue v;
+  v["source"] = data.source;
+  v["tokens"] = data.tokens;
+  v["fingerprint"] = fingerprint_text(data.fingerprint);
+  return v;
+}
+
+std::string data_change_warning(const io::StateValue& cs, const std::string& dir, const DataIdentity& here) {
+  if (!cs.is_map() || !cs.contains("data")) return "";
+  const io::StateValue& d = cs.at("data");
+  const bool readable = d.is_map() && d.contains("source") && d.at("source").is_string() && d.contains("tokens") &&
+                        d.at("tokens").is_int() && d.contains("fingerprint") && d.at("fingerprint").is_string();
+  const std::string this_run = describe(here.source, here.tokens, fingerprint_text(here.fingerprint));
+  if (!readable)
+    return "checkpoint " + dir + ": client state 'data' is not readable; cannot tell whether this run's data " +
+           this_run + " is what it was trained on";
+  const std::string there = d.at("fingerprint").as_string();
+  if (d.at("tokens").as_int() == here.tokens && there == fingerprint_text(here.fingerprint)) return "";
+  return "checkpoint " + dir + " was trained on " +
+         describe(printable_excerpt(d.at("source").as_string(), 256), d.at("tokens").as_int(), printable_excerpt(there)) +
+         "; this run trains on " + this_run + ": the data position continues from the checkpoint's, in other data";
+}
 
 std::uint64_t rescaled_sampler_step(std::int64_t step, std::int64_t saved_global_micro_batch,
                                     std::int64_t global_micro_batch) {

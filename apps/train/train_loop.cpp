@@ -223,6 +223,12 @@ bool stdout_is_terminal() {
 
 std::string tag_for_step(std::int64_t step) { return "global_step" + std::to_string(step); }
 
+// What the run trains on, as its checkpoints record it (a resume on other data warns).
+DataIdentity data_identity(const Job& j) {
+  return {j.opts.data.empty() ? std::string("the embedded corpus") : j.opts.data,
+          std::int64_t(j.train_src().size() + j.val_src().size()), j.data_hash};
+}
+
 }  // namespace
 
 JobPtr prepare(const TrainOptions& opts, const DistributedContext& dist) {
@@ -603,6 +609,12 @@ void run(Job& j, DistributedContext& dist) {
     }
     if (rank0)
       std::printf("[train] resumed from %s at step %lld\n", loaded->first.c_str(), static_cast<long long>(start_step));
+    const std::string data_changed = data_change_warning(cs, loaded->first, data_identity(j));
+    if (rank0 && !data_changed.empty()) {
+      std::fflush(stdout);
+      std::fprintf(stderr, "train: warning: %s\n", data_changed.c_str());
+      std::fflush(stderr);
+    }
   }
 
   // Before the first step: every tag this run will save is free in --save_dir, and there is
@@ -684,6 +696,7 @@ void run(Job& j, DistributedContext& dist) {
     cs["rng"] = os.str();
     cs["seed"] = std::int64_t(j.seed);
     cs["model"] = j.spec.describe();  // a resume compares it: n_head changes no tensor shape
+    cs["data"] = data_identity_state(data_identity(j));
     const std::string tag = tag_for_step(step);
     engine.save_checkpoint(j.opts.save_dir, tag, cs);  // the engine reports it
   };

@@ -2,7 +2,8 @@
 # The state tree of a checkpoint is not checksummed: train validates it before anything is
 # applied. Values edited in place (h5py) -- negative or absurd steps, epochs, micro-batch
 # counts, a zero loss scale -- give one error naming the field, before "loaded checkpoint";
-# a checkpoint saved with another head count (same tensor shapes) is refused too.
+# a checkpoint saved with another head count (same tensor shapes) is refused too. Resuming on
+# other data than the checkpoint's warns, naming both.
 source "$(dirname "$0")/lib.sh"
 
 must_run 2 base --config "$CONFIGS/default.json" "${TINY[@]}" --steps 2 --save_dir ck
@@ -49,4 +50,14 @@ echo "ok: heads: $(grep -m1 'train: error: ' heads.err)"
 # The untouched checkpoint still resumes.
 must_run 2 resumed --config "$CONFIGS/default.json" "${TINY[@]}" --steps 3 --load_dir ck
 grep -q 'resumed from ck/global_step2 at step 2' resumed.out || fail "no resume from ck/global_step2"
+if grep -q 'was trained on' resumed.err; then cat resumed.err; fail "a data warning on the same data"; fi
+
+# Other data than the checkpoint was trained on: the resume goes on, with a warning naming both.
+"$PY" -c "import random; random.seed(3); open('other.txt', 'w').write(''.join(random.choice('abcdefgh \n') for _ in range(20000)))"
+must_run 2 otherdata --config "$CONFIGS/default.json" "${TINY[@]}" --steps 3 --load_dir ck --data other.txt
+grep -qF "train: warning: checkpoint ck/global_step2 was trained on 'the embedded corpus' (" otherdata.err ||
+  { cat otherdata.err; fail "otherdata: no warning naming the checkpoint's data"; }
+grep -qF "; this run trains on 'other.txt' (20000 tokens, fnv1a64:" otherdata.err ||
+  { cat otherdata.err; fail "otherdata: the warning does not name this run's data"; }
+echo "ok: otherdata: $(grep -m1 'train: warning: ' otherdata.err)"
 echo "PASS"
