@@ -295,8 +295,9 @@ JobPtr prepare(const TrainOptions& opts, const DistributedContext& dist) {
   const std::int64_t seq = j.spec.block_size;
   const auto min_val_tokens = std::size_t(seq * dist.world_size + 1);
   if (shards) {
-    // Token shards carry no vocabulary: the largest id + 1 unless model.vocab_size is set.
-    if (j.spec.vocab_size == 0) j.spec.vocab_size = std::int64_t(shards->max_token()) + 1;
+    // Token shards carry no vocabulary: the largest id + 1 unless model.vocab_size is set (an
+    // id past kMaxImpliedVocab is an error naming its file, not a model sized by it).
+    if (j.spec.vocab_size == 0) j.spec.vocab_size = shards->implied_vocab_size();
     shards->check_vocab(j.spec.vocab_size, "model.vocab_size");
     const auto& ps = shards->pieces();
     j.shards_note = std::to_string(ps.size()) + (ps[0].header_bytes > 0 ? " llm.c shard" : " raw token file") +

@@ -73,6 +73,11 @@ write_config v256.json flat.json 'c["model"]["vocab_size"] = 256'
 if run_train 1 vocab --config v256.json "${TINY[@]}" --steps 1 --data 'shards/train_*.bin'; then fail "vocab: exited 0"; fi
 grep -qF "train: error: token file 'shards/train_000000.bin': token id $big at byte offset $off is >= model.vocab_size 256" vocab.err \
   || { cat vocab.err; fail "vocab: no error naming the token's file and offset"; }
+# Without model.vocab_size the data sizes the model: a corrupt id of 4e9 is an error naming
+# it (it was a 1 TB allocation naming neither the id nor the file).
+"$PY" -c 'import struct; open("huge_id.bin", "wb").write(struct.pack("<3i", 20240520, 2, 3) + bytes(1012) + struct.pack("<3I", 1, 4000000000, 2))'
+expect_error huge_id "token file 'huge_id.bin': token id 4000000000 at byte offset 1028 is >= the largest vocab size taken from the data (set model.vocab_size for more): 2097152" \
+  --data huge_id.bin
 printf 'abc' > odd.bin
 expect_error odd "token file 'odd.bin': odd-sized raw file: 3 bytes" --data odd.bin
 mkdir mixed && cp shards/train_000000.bin mixed/a.bin && printf 'xxxxyyyy' > mixed/b.bin

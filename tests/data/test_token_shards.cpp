@@ -220,4 +220,48 @@ TEST_F(TokenShardsTest, ResumeIsExactAcrossShards) {
   }
 }
 
+// Without model.vocab_size the data sizes the model: a corrupt id of 4e9 is an error naming
+// its file, byte offset and value, not a 1 TB allocation.
+TEST_F(TokenShardsTest, ImpliedVocabIsBounded) {
+  write_llmc_shard(path("ok.bin"), {1, 2, 70000}, 2);
+  EXPECT_EQ(TokenShards::open(path("ok.bin")).implied_vocab_size(), 70001);
+  write_llmc_shard(path("bad.bin"), {1, 2, 4000000000u, 5}, 2);
+  const auto s = TokenShards::open(path("bad.bin"));
+  std::string e;
+  try {
+    (void)s.implied_vocab_size();
+  } catch (const ds::Error& err) {
+    e = err.what();
+  }
+  EXPECT_HAS(e, "token file '" + path("bad.bin") + "': token id 4000000000 at byte offset 1032 is >= the largest "
+                "vocab size taken from the data (set model.vocab_size for more): 2097152");
+}
+
+// More files than memory maps: the count and the limit, not mmap's "Cannot allocate memory"
+// (the check itself: 66,000 real files would make a slow test).
+TEST_F(TokenShardsTest, MapCountLimitIsNamed) {
+  EXPECT_NO_THROW(TokenShards::check_map_count("p_*.bin", 60000, 400, 65530));
+  std::string e;
+  try {
+    TokenShards::check_map_count("p_*.bin", 66000, 400, 65530);
+  } catch (const ds::Error& err) {
+    e = err.what();
+  }
+  EXPECT_HAS(e, "token data 'p_*.bin': 66000 files need 66000 memory maps (one each), but the process may hold 65530 "
+                "(/proc/sys/vm/max_map_count) and holds 400 already, with 1024 kept free");
+  // open() reads the real limit and count: a small set passes.
+  write_llmc_shard(path("m_0.bin"), {1, 2});
+  EXPECT_EQ(error_of(path("m_*.bin")), "");
+}
+
+// A glob through a symlink loop says so instead of "matches no file".
+TEST_F(TokenShardsTest, SymlinkLoopIsNamed) {
+  std::filesystem::create_directory_symlink(path("loop"), path("loop"));
+  EXPECT_HAS(error_of(path("loop/*.bin")), "token data '" + path("loop/*.bin") + "': cannot ");
+  EXPECT_HAS(error_of(path("loop/*.bin")), "'" + path("loop") + "': Too many levels of symbolic links (a symbolic link loop)");
+  EXPECT_HAS(error_of(path("loop/sub/*.bin")), "Too many levels of symbolic links (a symbolic link loop)");
+  EXPECT_HAS(error_of(path("loop/a.bin")), "Too many levels of symbolic links");
+  EXPECT_HAS(error_of(path("none/*.bin")), "the pattern matches no file");
+}
+
 }  // namespace

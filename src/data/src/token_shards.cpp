@@ -8,6 +8,7 @@
 #include <algorithm>
 #include <cerrno>
 #include <cstring>
+#include <fstream>
 
 #include "ds/core/error.h"
 #include "ds/core/file_read.h"
@@ -19,6 +20,23 @@ namespace {
 
 bool has_glob_chars(const std::string& s) { return s.find_first_of("*?[") != std::string::npos; }
 
+// The first directory glob() could not read (its error callback takes no user pointer).
+thread_local std::string glob_error_path;
+thread_local int glob_error = 0;
+
+int note_glob_error(const char* path, int err) {
+  // A missing directory is a pattern that matches no file; a loop or no permission is not.
+  if (glob_error == 0 && err != ENOENT && err != ENOTDIR) {
+    glob_error_path = path;
+    glob_error = err;
+  }
+  return 0;  // GLOB_ERR stops the expansion
+}
+
+std::string errno_text(int err) {
+  return std::string(std::strerror(err)) + (err == ELOOP ? " (a symbolic link loop)" : "");
+}
+
 // The files a pattern names, sorted by name (byte order, whatever the locale).
 std::vector<std::string> expand(const std::string& pattern) {
   if (!has_glob_chars(pattern)) {
@@ -26,15 +44,27 @@ std::vector<std::string> expand(const std::string& pattern) {
     return {pattern};
   }
   glob_t g{};
-  const int rc = ::glob(pattern.c_str(), GLOB_ERR, nullptr, &g);
+  glob_error = 0;
+  const int rc = ::glob(pattern.c_str(), GLOB_ERR, note_glob_error, &g);
   std::vector<std::string> out;
   if (rc == 0)
     for (std::size_t i = 0; i < g.gl_pathc; ++i) out.emplace_back(g.gl_pathv[i]);
   ::globfree(&g);
   DS_CHECK(rc != GLOB_NOSPACE, "token data '" << pattern << "': out of memory expanding the pattern");
+  DS_CHECK(rc != GLOB_ABORTED || glob_error == 0, "token data '" << pattern << "': cannot read directory '"
+                                                                 << glob_error_path << "': " << errno_text(glob_error));
   DS_CHECK(!out.empty(), "token data '" << pattern << "': the pattern matches no file");
   std::sort(out.begin(), out.end());
   return out;
+}
+
+// The process's memory maps now and the most it may hold; 0 when /proc does not say.
+std::pair<std::size_t, std::size_t> map_count_and_limit() {
+  std::size_t limit = 0, in_use = 0;
+  std::ifstream("/proc/sys/vm/max_map_count") >> limit;
+  std::ifstream maps("/proc/self/maps");
+  for (std::string line; std::getline(maps, line);) ++in_use;
+  return {in_use, limit};
 }
 
 struct Mapped {
@@ -59,7 +89,10 @@ Mapped map_file(const std::string& path) {
   void* p = ::mmap(nullptr, size, PROT_READ, MAP_SHARED, fd, 0);
   const int err = errno;
   ::close(fd);  // the mapping keeps the file
-  DS_CHECK(p != MAP_FAILED, "token file '" << path << "': mmap of " << size << " bytes failed: " << std::strerror(err));
+  DS_CHECK(p != MAP_FAILED, "token file '" << path << "': mmap of " << size << " bytes failed: " << std::strerror(err)
+                                             << (err == ENOMEM ? " (each file takes one of the process's vm.max_map_count "
+                                                                 "memory maps, or memory is short)"
+                                                               : ""));
   Mapped m;
   m.size = size;
   m.map = std::shared_ptr<const void>(p, [size](const void* q) { ::munmap(const_cast<void*>(q), size); });
@@ -151,6 +184,7 @@ TokenShards TokenShards::open(const std::string& pattern, int raw_width) {
                                                             << " bytes (expected 2 for uint16 or 4 for uint32)");
   TokenShards s;
   const auto files = expand(pattern);
+  if (const auto [in_use, limit] = map_count_and_limit(); limit > 0) check_map_count(pattern, files.size(), in_use, limit);
   bool llmc = false;
   for (std::size_t i = 0; i < files.size(); ++i) {
     const Mapped m = map_file(files[i]);
@@ -187,6 +221,15 @@ std::uint32_t TokenShards::max_token() const {
   return std::uint32_t(max_token_);
 }
 
+void TokenShards::check_map_count(const std::string& pattern, std::size_t files, std::size_t maps_in_use,
+                                  std::size_t max_map_count) {
+  DS_CHECK(files + maps_in_use + kMapCountReserve <= max_map_count,
+           "token data '" << pattern << "': " << files << " files need " << files
+                          << " memory maps (one each), but the process may hold " << max_map_count
+                          << " (/proc/sys/vm/max_map_count) and holds " << maps_in_use << " already, with "
+                          << kMapCountReserve << " kept free: use fewer, larger files, or raise vm.max_map_count");
+}
+
 void TokenShards::check_vocab(std::int64_t vocab_size, const std::string& what) const {
   if (std::int64_t(max_token()) < vocab_size) return;
   for (std::size_t k = 0; k < pieces_.size(); ++k) {
@@ -200,6 +243,11 @@ void TokenShards::check_vocab(std::int64_t vocab_size, const std::string& what) 
                                 << vocab_size);
     }
   }
+}
+
+std::int64_t TokenShards::implied_vocab_size() const {
+  check_vocab(kMaxImpliedVocab, "the largest vocab size taken from the data (set model.vocab_size for more):");
+  return std::int64_t(max_token()) + 1;
 }
 
 std::pair<TokenShards, TokenShards> TokenShards::split(double val_fraction, std::size_t min_val_tokens) const {

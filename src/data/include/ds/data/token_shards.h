@@ -32,6 +32,12 @@ namespace ds::data {
 inline constexpr std::int32_t kLlmcMagic = 20240520;        // GPT-2 shards (uint16; v2: uint32)
 inline constexpr std::int32_t kLlmcMagicLlama3 = 20240801;  // Llama 3 shards (v7: uint32)
 inline constexpr std::size_t kLlmcHeaderBytes = 256 * sizeof(std::int32_t);
+// The largest vocabulary taken from the data when the model's is not set (real ones are up to
+// a few hundred thousand ids): one corrupt id of 4e9 must not size a model's embedding.
+inline constexpr std::int64_t kMaxImpliedVocab = std::int64_t(1) << 21;
+// Memory maps kept free for the rest of the process (allocations, threads, libraries) when
+// checking that a set of files can be mapped, one map each, under vm.max_map_count.
+inline constexpr std::size_t kMapCountReserve = 1024;
 
 class TokenShards : public WindowSource {
  public:
@@ -49,9 +55,15 @@ class TokenShards : public WindowSource {
 
   // Opens one file or every file matching a glob (sorted by name). raw_width (2 or 4) is the
   // token width of files without an llm.c header. Throws ds::Error naming the pattern when
-  // nothing matches, and the file and byte offset on a wrong magic, an unsupported version,
-  // a truncated or odd-sized file.
+  // nothing matches (or names the symlink loop that hides the files), when the files are
+  // more than the process may map (vm.max_map_count), and the file and byte offset on a wrong
+  // magic, an unsupported version, a truncated or odd-sized file.
   static TokenShards open(const std::string& pattern, int raw_width = 2);
+
+  // Throws ds::Error naming the pattern, the file count and the limit unless `files` more
+  // memory maps fit beside `maps_in_use` under `max_map_count` with kMapCountReserve to spare.
+  static void check_map_count(const std::string& pattern, std::size_t files, std::size_t maps_in_use,
+                              std::size_t max_map_count);
 
   // True when the first bytes of `path` are an llm.c shard header (magic 20240520 or 20240801).
   static bool has_llmc_magic(const std::string& path);
@@ -65,6 +77,9 @@ class TokenShards : public WindowSource {
   // Throws ds::Error naming the first token >= vocab_size: its file, byte offset and value;
   // `what` names the limit in the message ("model.vocab_size").
   void check_vocab(std::int64_t vocab_size, const std::string& what = "the vocab size") const;
+  // The vocabulary the data implies when the model sets none: max_token() + 1, after
+  // check_vocab against kMaxImpliedVocab (an error naming the file, byte offset and id).
+  std::int64_t implied_vocab_size() const;
 
   // (train, validation): validation is the last `val_fraction` of the tokens (at least
   // min_val_tokens when val_fraction > 0), as TextDataset::split; a file cut by the split
