@@ -72,6 +72,20 @@ TEST(Load, VocabErrors) {
   EXPECT_HAS(gpt2_error("{\"a\": 1", ""), "vocab.json:1:");  // the JSON reader's own errors keep the file
 }
 
+// Tables are indexed by id: an id far above the entry count is refused by name instead of
+// allocating that many entries (a 50M id was a silent 50M-entry vocabulary).
+TEST(Load, IdsMustBeNearlyDense) {
+  const std::string members = std::string("{") + tiny::vocab_members();  // 270 tokens
+  EXPECT_HAS(gpt2_error(members + ",\n\"xyz\": 50000000}", ""),
+             "vocab.json:2:8: key \"xyz\": id 50000000 is too large: the file has 271 tokens, so its ids must be "
+             "below 65807 (the count + 65536 unused ids)");
+  const BpeTokenizer gaps = BpeTokenizer::from_gpt2_files(members + ",\"xyz\": 65806}", "vocab.json", "", "merges.txt");
+  EXPECT_EQ(gaps.vocab_size(), 65807);
+  std::string added = tiny::tokenizer_json();
+  added.replace(added.find("\"id\": 269"), 9, "\"id\": 2000000000");
+  EXPECT_HAS(json_error(added), "key \"added_tokens[0].id\": id 2000000000 is too large: the file has 271 tokens");
+}
+
 TEST(Load, MergesErrors) {
   const std::string v = tiny::vocab_json();
   EXPECT_HAS(gpt2_error(v, "#version: 0.2\nh e\nhe\n"),

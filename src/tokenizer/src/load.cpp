@@ -9,6 +9,7 @@
 
 #include "byte_unicode.h"
 #include "ds/core/error.h"
+#include "ds/core/excerpt.h"
 #include "ds/core/file_read.h"
 #include "ds/core/text_lines.h"
 #include "impl.h"
@@ -37,9 +38,21 @@ std::string quoted(const std::string& s) {
   return config::describe(n);
 }
 
-std::int32_t token_id(const JsonNode& v, const std::string& source, const std::string& key) {
+// Room for ids a file leaves unused (reserved or removed tokens) above its entry count. The
+// tables are indexed by id, so without a bound one id of 2e9 would allocate 2e9 entries.
+constexpr std::int64_t kUnusedIdAllowance = 65536;
+
+// The ids a file with `entries` tokens (vocabulary and added tokens) may use: [0, limit).
+std::int64_t id_limit(std::size_t entries) { return std::int64_t(entries) + kUnusedIdAllowance; }
+
+std::int32_t token_id(const JsonNode& v, const std::string& source, const std::string& key, std::int64_t limit) {
   if (v.kind != Kind::Int || v.int_value < 0 || v.int_value >= std::numeric_limits<std::int32_t>::max())
     fail_at(source, v.pos, "key " + key + ": a token id must be an integer from 0 to 2147483646, got " + config::describe(v));
+  if (v.int_value >= limit)
+    fail_at(source, v.pos, "key " + key + ": id " + std::to_string(v.int_value) + " is too large: the file has " +
+                               std::to_string(limit - kUnusedIdAllowance) + " tokens, so its ids must be below " +
+                               std::to_string(limit) + " (the count + " + std::to_string(kUnusedIdAllowance) +
+                               " unused ids)");
   return std::int32_t(v.int_value);
 }
 
@@ -49,16 +62,17 @@ const JsonNode* member(const JsonNode& obj, std::string_view key) {
 }
 
 // Adds the vocabulary object's entries (spelling -> id), skipping entries that are special
-// tokens already added with the same id.
-void add_vocab(BpeTokenizer::Impl& t, const JsonNode& vocab, const std::string& source, const std::string& key_prefix) {
+// tokens already added with the same id. Ids must be below `limit` (id_limit).
+void add_vocab(BpeTokenizer::Impl& t, const JsonNode& vocab, const std::string& source, const std::string& key_prefix,
+               std::int64_t limit) {
   if (vocab.kind != Kind::Object)
     fail_at(source, vocab.pos, (key_prefix.empty() ? std::string("the document") : "key \"" + key_prefix + "\"") +
                                    " must be an object of token -> id, got " + config::describe(vocab));
   for (const auto& m : vocab.members) {
     std::string key = "\"";
     if (!key_prefix.empty()) key.append(key_prefix).append(".");
-    key.append(m.key).append("\"");
-    const std::int32_t id = token_id(m.value, source, key);
+    key.append(excerpt(m.key)).append("\"");
+    const std::int32_t id = token_id(m.value, source, key, limit);
     bool is_special = false;
     for (const auto& [content, sid] : t.specials) is_special |= (content == m.key && sid == id);
     if (is_special) continue;
@@ -115,7 +129,8 @@ BpeTokenizer BpeTokenizer::from_gpt2_files(std::string_view vocab_json, const st
                                            std::string_view merges_txt, const std::string& merges_source) {
   auto t = std::make_shared<Impl>();
   t->source = vocab_source;
-  add_vocab(*t, config::parse_json(vocab_json, vocab_source), vocab_source, "");
+  const JsonNode vocab = config::parse_json(vocab_json, vocab_source);
+  add_vocab(*t, vocab, vocab_source, "", id_limit(vocab.members.size()));
   check_bytes(*t, vocab_source);
   // GPT-2's one special token; tiktoken and Hugging Face treat it as special too.
   if (const auto it = t->vocab.find("<|endoftext|>"); it != t->vocab.end())
@@ -186,13 +201,16 @@ BpeTokenizer BpeTokenizer::from_tokenizer_json(std::string_view json, const std:
     only(*v, "pre_tokenizer.use_regex", "only true (GPT-2's pattern) is supported");
 
   // Added tokens first: they are matched before pre-tokenization and may repeat a vocab entry.
-  if (const JsonNode* added = member(root, "added_tokens"); added && added->kind != Kind::Null) {
+  const JsonNode& vocab = require(model, "vocab", "model.vocab");
+  const JsonNode* added = member(root, "added_tokens");
+  const std::int64_t limit = id_limit(vocab.members.size() + (added ? added->items.size() : 0));
+  if (added && added->kind != Kind::Null) {
     if (added->kind != Kind::Array) only(*added, "added_tokens", "must be an array of token objects");
     for (std::size_t i = 0; i < added->items.size(); ++i) {
       const JsonNode& a = added->items[i];
       const std::string path = "added_tokens[" + std::to_string(i) + "]";
       if (a.kind != Kind::Object) only(a, path, "must be an object with \"id\" and \"content\"");
-      const std::int32_t id = token_id(require(a, "id", path + ".id"), source, "\"" + path + ".id\"");
+      const std::int32_t id = token_id(require(a, "id", path + ".id"), source, "\"" + path + ".id\"", limit);
       const JsonNode& content = require(a, "content", path + ".content");
       if (content.kind != Kind::String || content.str.empty())
         only(content, path + ".content", "must be a non-empty string");
@@ -201,7 +219,7 @@ BpeTokenizer BpeTokenizer::from_tokenizer_json(std::string_view json, const std:
       t->specials.emplace_back(content.str, id);
     }
   }
-  add_vocab(*t, require(model, "vocab", "model.vocab"), source, "model.vocab");
+  add_vocab(*t, vocab, source, "model.vocab", limit);
   check_bytes(*t, source);
 
   const JsonNode& merges = require(model, "merges", "model.merges");

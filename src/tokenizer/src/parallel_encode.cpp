@@ -5,10 +5,10 @@
 // differently when cut, see `\s+(?!\S)`) and with no special token spanning the cut. The
 // pre-tokenizer never looks behind, so the piece after the cut starts the same either way.
 #include <exception>
-#include <thread>
 
 #include "ds/core/error.h"
 #include "impl.h"
+#include "run_parallel.h"
 #include "unicode_class.h"
 
 namespace ds::tokenizer {
@@ -73,18 +73,14 @@ std::vector<std::int32_t> BpeTokenizer::encode_parallel(std::string_view text, i
   if (cuts.size() == 1) return encode(text);
   std::vector<std::vector<std::int32_t>> parts(cuts.size());
   std::vector<std::exception_ptr> errors(cuts.size());
-  std::vector<std::thread> pool;
-  for (std::size_t k = 0; k < cuts.size(); ++k) {
+  detail::run_parallel(cuts.size(), [&](std::size_t k) {
     const std::size_t end = k + 1 < cuts.size() ? cuts[k + 1] : text.size();
-    pool.emplace_back([&, k, end] {
-      try {
-        parts[k] = encode(text.substr(cuts[k], end - cuts[k]));
-      } catch (...) {
-        errors[k] = std::current_exception();
-      }
-    });
-  }
-  for (auto& th : pool) th.join();
+    try {
+      parts[k] = encode(text.substr(cuts[k], end - cuts[k]));
+    } catch (...) {
+      errors[k] = std::current_exception();
+    }
+  });
   for (const auto& e : errors)
     if (e) std::rethrow_exception(e);
   std::size_t total = 0;
