@@ -1,7 +1,7 @@
 // dstok: byte-level BPE tokenization of text into llm.c token shards, and back.
 //   dstok encode --tokenizer DIR_OR_JSON --input text.txt --output out/prefix [--shard_tokens N]
-//                [--threads T] [--eot]
-//   dstok decode --tokenizer DIR_OR_JSON --input out/prefix_000000.bin
+//                [--threads T] [--eot] [--force]
+//   dstok decode --tokenizer DIR_OR_JSON --input out/prefix_000000.bin [--data_dtype uint16|uint32]
 // Encoding is deterministic: the same shards for any --threads (ds/tokenizer/bpe.h).
 #include <CLI/CLI.hpp>
 #include <cstdint>
@@ -17,8 +17,10 @@
 #include "ds/core/env.h"
 #include "ds/core/error.h"
 #include "ds/core/file_read.h"
+#include "ds/data/token_shards.h"
 #include "ds/tokenizer/bpe.h"
 #include "shard_file.h"
+#include "shard_output.h"
 
 namespace fs = std::filesystem;
 using namespace ds;
@@ -32,31 +34,40 @@ struct EncodeArgs {
   std::int64_t shard_tokens = 100'000'000;  // llm.c's fineweb.py shard size
   int threads = int(std::max(1u, std::thread::hardware_concurrency()));
   bool eot = false;
+  bool force = false;
 };
 
-std::string shard_path(const std::string& prefix, std::size_t index) {
-  char suffix[32];
-  std::snprintf(suffix, sizeof suffix, "_%06zu.bin", index);
-  return prefix + suffix;
+struct DecodeArgs {
+  std::string tokenizer;
+  std::vector<std::string> inputs;
+  std::string data_dtype;  // raw token files: "uint16" or "uint32", as train --data_dtype
+};
+
+// Typical text is 3 to 5 bytes per BPE token; 6 keeps the check before encoding from
+// refusing output that would fit. The exact size is checked again before writing.
+constexpr std::uint64_t kBytesPerTokenEstimate = 6;
+
+std::uint64_t input_bytes(const std::vector<std::string>& inputs) {
+  std::uint64_t total = 0;
+  for (const std::string& in : inputs) {
+    std::error_code ec;
+    const auto n = fs::file_size(in, ec);
+    if (!ec) total += n;  // a bad input is reported when it is read
+  }
+  return total;
 }
 
-int encode(const EncodeArgs& a) {
-  const fs::path parent = fs::path(a.output).parent_path();
-  DS_CHECK(parent.empty() || fs::is_directory(parent),
-           "--output " << a.output << ": directory " << parent.string() << " does not exist");
-  DS_CHECK(!a.output.empty() && a.output.back() != '/',
-           "--output " << a.output << ": give a file name prefix (shards are PREFIX_000000.bin, ...)");
-  const tokenizer::BpeTokenizer tok = tokenizer::BpeTokenizer::load(a.tokenizer);
+// The text's tokens, each input one document (with --eot each starts with <|endoftext|>, as
+// llm.c's data scripts write them). `bytes` receives the text size.
+std::vector<std::int32_t> encode_inputs(const EncodeArgs& a, const tokenizer::BpeTokenizer& tok, std::uint64_t& bytes) {
   std::int32_t eot = -1;
   if (a.eot) {
     const auto id = tok.special_token("<|endoftext|>");
     DS_CHECK(id, "--eot: tokenizer " << tok.source() << " has no <|endoftext|> token");
     eot = *id;
   }
-  // Each input is one document; with --eot each starts with <|endoftext|>, as llm.c's data
-  // scripts write them.
   std::vector<std::int32_t> tokens;
-  std::uint64_t bytes = 0;
+  bytes = 0;
   for (const std::string& in : a.inputs) {
     const std::string text = read_regular_file(in, "--input", std::numeric_limits<std::uint64_t>::max());
     bytes += text.size();
@@ -65,30 +76,61 @@ int encode(const EncodeArgs& a) {
     tokens.insert(tokens.end(), ids.begin(), ids.end());
   }
   DS_CHECK(!tokens.empty(), "--input " << a.inputs.front() << ": nothing to encode (empty input)");
+  return tokens;
+}
 
+int encode(const EncodeArgs& a) {
+  tools::ShardOutput out(a.output, a.force);  // existing shards, directory: before any work
+  const tokenizer::BpeTokenizer tok = tokenizer::BpeTokenizer::load(a.tokenizer);
   const int version = tools::shard_version_for(tok.vocab_size());
-  std::size_t shards = 0;
-  for (std::size_t at = 0; at < tokens.size(); at += std::size_t(a.shard_tokens), ++shards) {
-    const std::size_t n = std::min(tokens.size() - at, std::size_t(a.shard_tokens));
-    const std::string path = shard_path(a.output, shards);
-    tools::write_shard(path, std::span<const std::int32_t>(tokens).subspan(at, n), version);
-    std::printf("dstok: wrote %s (%zu tokens)\n", path.c_str(), n);
+  out.check_space(tools::shard_file_bytes(input_bytes(a.inputs) / kBytesPerTokenEstimate, version),
+                  "estimated before encoding at one token per " + std::to_string(kBytesPerTokenEstimate) +
+                      " bytes of text");
+  std::uint64_t bytes = 0;
+  const std::vector<std::int32_t> tokens = encode_inputs(a, tok, bytes);
+
+  const auto per_shard = std::size_t(a.shard_tokens);
+  const std::size_t shards = (tokens.size() + per_shard - 1) / per_shard;
+  out.check_space(tools::shard_file_bytes(tokens.size(), version) + (shards - 1) * data::kLlmcHeaderBytes,
+                  std::to_string(tokens.size()) + " tokens in " + std::to_string(shards) + " shard(s)");
+  std::vector<std::pair<std::string, std::size_t>> written;
+  for (std::size_t at = 0; at < tokens.size(); at += per_shard) {
+    const std::size_t n = std::min(tokens.size() - at, per_shard);
+    written.emplace_back(out.write(std::span<const std::int32_t>(tokens).subspan(at, n), version), n);
   }
+  out.commit();
+  for (const auto& [path, n] : written) std::printf("dstok: wrote %s (%zu tokens)\n", path.c_str(), n);
   std::printf("dstok: %zu tokens from %llu bytes in %zu shard(s), vocab size %lld, %s tokens (version %d)\n",
               tokens.size(), static_cast<unsigned long long>(bytes), shards,
               static_cast<long long>(tok.vocab_size()), version == 1 ? "uint16" : "uint32", version);
   return 0;
 }
 
-int decode(const std::string& tokenizer_path, const std::vector<std::string>& inputs) {
-  const tokenizer::BpeTokenizer tok = tokenizer::BpeTokenizer::load(tokenizer_path);
-  for (const std::string& in : inputs) {
-    const std::vector<std::int32_t> ids = tools::read_shard(in, "--input");
-    for (std::size_t i = 0; i < ids.size(); ++i)
-      DS_CHECK(tok.token_bytes(ids[i]), "--input " << in << ": token " << ids[i] << " at position " << i
-                                                   << " is not in the vocabulary of " << tok.source()
-                                                   << " (vocab size " << tok.vocab_size() << ")");
-    const std::string text = tok.decode(ids);
+// One file's ids, read as train --data reads it (llm.c shards of either magic, or raw tokens
+// with --data_dtype), checked against the tokenizer.
+std::vector<std::int32_t> read_ids(const std::string& in, const DecodeArgs& d, const tokenizer::BpeTokenizer& tok) {
+  DS_CHECK(!d.data_dtype.empty() || data::TokenShards::has_llmc_magic(in),
+           "--input " << in << " is not an llm.c token shard (no magic " << data::kLlmcMagic << " or "
+                      << data::kLlmcMagicLlama3 << " at byte 0); for a raw token file give --data_dtype uint16 or uint32");
+  const data::TokenShards shards = data::TokenShards::open(in, d.data_dtype == "uint32" ? 4 : 2);
+  std::vector<std::int32_t> ids;
+  ids.reserve(shards.size());
+  for (std::size_t k = 0; k < shards.pieces().size(); ++k) {
+    for (std::size_t i = 0; i < shards.pieces()[k].count; ++i) {
+      const std::uint32_t t = shards.token(k, i);
+      DS_CHECK(std::int64_t(t) < tok.vocab_size() && tok.token_bytes(std::int32_t(t)),
+               "--input " << in << ": token " << t << " at position " << ids.size() << " is not in the vocabulary of "
+                          << tok.source() << " (vocab size " << tok.vocab_size() << ")");
+      ids.push_back(std::int32_t(t));
+    }
+  }
+  return ids;
+}
+
+int decode(const DecodeArgs& d) {
+  const tokenizer::BpeTokenizer tok = tokenizer::BpeTokenizer::load(d.tokenizer);
+  for (const std::string& in : d.inputs) {
+    const std::string text = tok.decode(read_ids(in, d, tok));
     if (!text.empty() && std::fwrite(text.data(), text.size(), 1, stdout) != 1)
       DS_THROW("writing the decoded text to stdout failed");
   }
@@ -111,13 +153,15 @@ int main(int argc, char** argv) {
   enc->add_option("--threads", e.threads, "encoding threads (default: the CPU count; same output for any)")
       ->check(CLI::Range(1, 1024));
   enc->add_flag("--eot", e.eot, "start each input with <|endoftext|> (llm.c's document separator)");
+  enc->add_flag("--force", e.force, "replace the prefix's existing shards (and remove its higher-numbered ones)");
 
-  std::string dec_tokenizer;
-  std::vector<std::string> dec_inputs;
+  DecodeArgs d;
   auto* dec = app.add_subcommand("decode", "shard(s) -> text on stdout");
-  dec->add_option("--tokenizer", dec_tokenizer, "directory with vocab.json + merges.txt, or a tokenizer.json")
+  dec->add_option("--tokenizer", d.tokenizer, "directory with vocab.json + merges.txt, or a tokenizer.json")
       ->required();
-  dec->add_option("--input", dec_inputs, "token shard (repeat for several, printed in order)")->required();
+  dec->add_option("--input", d.inputs, "token shard (repeat for several, printed in order)")->required();
+  dec->add_option("--data_dtype", d.data_dtype, "token width of raw token files (without an llm.c header)")
+      ->check(CLI::IsMember({"uint16", "uint32"}));
   try {
     app.parse(argc, argv);
   } catch (const CLI::ParseError& err) {
@@ -125,7 +169,7 @@ int main(int argc, char** argv) {
   }
   try {
     env::check_all();  // a bad DS_* value: one error line before any work, as every tool
-    return enc->parsed() ? encode(e) : decode(dec_tokenizer, dec_inputs);
+    return enc->parsed() ? encode(e) : decode(d);
   } catch (const std::exception& err) {
     std::fflush(stdout);
     std::fprintf(stderr, "dstok: error: %s\n", err.what());

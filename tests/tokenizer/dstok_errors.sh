@@ -2,27 +2,9 @@
 # dstok's errors: a bad command line is one "dstok: error: ... (see dstok --help)" line and
 # exit 2; a bad tokenizer, input or shard is one "dstok: error: ..." line naming the file (and
 # the JSON key) and exit 1.
-set -euo pipefail
-: "${DS_SOURCE_DIR:?run through ctest (DS_SOURCE_DIR unset)}"
-: "${DS_BINARY_DIR:?run through ctest (DS_BINARY_DIR unset)}"
-PY=${DS_SYSTEM_PYTHON:-/usr/bin/python3}
-DSTOK=$DS_BINARY_DIR/apps/dstok/dstok
-[ -x "$DSTOK" ] || { echo "FAIL: $DSTOK not built"; exit 1; }
-T=$(mktemp -d "${TMPDIR:-/tmp}/ds_dstok_err.XXXXXX")
-trap 'rm -rf "$T"' EXIT
-fail() { echo "FAIL: $*"; exit 1; }
-"$PY" "$DS_SOURCE_DIR/tests/tokenizer/bpe_reference.py" "$T" >/dev/null
+source "$(dirname "$0")/dstok_lib.sh" errors
 echo "hello" >"$T/in.txt"
 
-# expect RC NEEDLE ARGS...: exit RC, stderr one line containing NEEDLE (fixed string).
-expect() {
-  local want=$1 needle=$2 rc=0
-  shift 2
-  "$DSTOK" "$@" >"$T/out" 2>"$T/err" </dev/null || rc=$?
-  [ "$rc" = "$want" ] || fail "dstok $*: exit $rc, want $want (stderr: $(head -c 300 "$T/err"))"
-  [ "$(wc -l <"$T/err")" = 1 ] || fail "dstok $*: stderr is not one line: $(cat "$T/err")"
-  grep -qF -- "$needle" "$T/err" || fail "dstok $*: want '$needle' in: $(cat "$T/err")"
-}
 ENC=(encode --tokenizer "$T/gpt2" --input "$T/in.txt" --output "$T/o")
 
 expect 2 "dstok: error: A subcommand is required (see dstok --help)"
@@ -65,11 +47,12 @@ expect 1 "dstok: error: --eot: tokenizer $T/noeot.json has no <|endoftext|> toke
   encode --tokenizer "$T/noeot.json" --input "$T/in.txt" --output "$T/o" --eot
 
 # Shards: not a shard, a short one, and ids the tokenizer does not have.
-expect 1 "dstok: error: --input $T/in.txt is not an llm.c token shard: 6 bytes, less than the 1024-byte header" \
+expect 1 "dstok: error: --input $T/in.txt is not an llm.c token shard (no magic 20240520 or 20240801 at byte 0); for a raw token file give --data_dtype uint16 or uint32" \
   decode --tokenizer "$T/gpt2" --input "$T/in.txt"
+expect 2 "dstok: error: --data_dtype: int8 not in {uint16,uint32}" decode --tokenizer "$T/gpt2" --input "$T/in.txt" --data_dtype int8
 "$DSTOK" "${ENC[@]}" >/dev/null
 head -c 1025 "$T/o_000000.bin" >"$T/cut.bin"
-expect 1 "dstok: error: --input $T/cut.bin: the header says 5 tokens (10 bytes) but the file has 1 bytes after the header" \
+expect 1 "dstok: error: token file '$T/cut.bin': truncated: the header's token count 5 (byte offset 8) needs 1034 bytes, the file ends at byte offset 1025" \
   decode --tokenizer "$T/gpt2" --input "$T/cut.bin"
 "$DSTOK" encode --tokenizer "$T/tokenizer.json" --input "$T/in.txt" --output "$T/e" --eot >/dev/null
 expect 1 "dstok: error: --input $T/e_000000.bin: token 556 at position 0 is not in the vocabulary of $T/noeot.json (vocab size 556)" \

@@ -4,17 +4,7 @@
 # tokenizer.json), the same shards for 1, 2, 3 and 7 threads, shards split at --shard_tokens,
 # decode giving back the exact bytes (random bytes, invalid UTF-8, included), and uint32
 # (version 2) shards when the ids pass 65535.
-set -euo pipefail
-: "${DS_SOURCE_DIR:?run through ctest (DS_SOURCE_DIR unset)}"
-: "${DS_BINARY_DIR:?run through ctest (DS_BINARY_DIR unset)}"
-PY=${DS_SYSTEM_PYTHON:-/usr/bin/python3}
-DSTOK=$DS_BINARY_DIR/apps/dstok/dstok
-[ -x "$DSTOK" ] || { echo "FAIL: $DSTOK not built"; exit 1; }
-T=$(mktemp -d "${TMPDIR:-/tmp}/ds_dstok_test.XXXXXX")
-trap 'rm -rf "$T"' EXIT
-fail() { echo "FAIL: $*"; exit 1; }
-
-"$PY" "$DS_SOURCE_DIR/tests/tokenizer/bpe_reference.py" "$T"
+source "$(dirname "$0")/dstok_lib.sh" reference
 mkdir "$T/out"
 
 # ids OUT_PREFIX: the tokens of all OUT_PREFIX_*.bin shards, in order, as JSON.
