@@ -1,5 +1,8 @@
 #include "init_from.h"
 
+#include <algorithm>
+#include <cmath>
+
 #include "ds/core/error.h"
 #include "ds/io/hf_weights.h"
 #include "ds/io/safetensors.h"
@@ -7,6 +10,26 @@
 namespace ds::train {
 
 namespace {
+
+// NaN or Inf weights would make every step overflow and be skipped: refused at load, naming
+// the file's tensor and its first bad element (in the file's layout: a transposed source's
+// element is found at the transposed index).
+void check_finite(const std::string& path, const io::hf::LoadPlan& plan, std::span<const ParamInfo> infos,
+                  std::span<const std::span<float>> params) {
+  for (std::size_t i = 0; i < params.size(); ++i) {
+    const std::span<float> v = params[i];
+    const auto bad = std::find_if(v.begin(), v.end(), [](float x) { return !std::isfinite(x); });
+    if (bad == v.end()) continue;
+    const auto k = std::size_t(bad - v.begin());
+    const io::hf::LoadPlan::Source& src = plan.sources[i];
+    std::size_t at = k;
+    if (src.transpose) at = (k % std::size_t(src.cols)) * std::size_t(src.rows) + k / std::size_t(src.cols);
+    DS_THROW("--init_from " << path << ": tensor '" << src.tensor->name << "' in " << src.tensor->file << " holds "
+                            << (std::isnan(*bad) ? "NaN" : *bad > 0 ? "+Inf" : "-Inf") << " at element " << at
+                            << " (parameter " << infos[i].name << " element " << k
+                            << "): training from it would skip every step; the weights are damaged");
+  }
+}
 
 class InitFromFile final : public Module {
  public:
@@ -23,7 +46,9 @@ class InitFromFile final : public Module {
     }
     const io::SafetensorsReader file(path_);
     const auto infos = inner_->parameters();
-    io::hf::load(file, io::hf::plan_load(file, infos), infos, params);
+    const io::hf::LoadPlan plan = io::hf::plan_load(file, infos);
+    io::hf::load(file, plan, infos, params);
+    check_finite(path_, plan, infos, params);
   }
   void bind(std::span<const TensorView> params, std::span<const TensorView> grads) override {
     inner_->bind(params, grads);

@@ -1,5 +1,6 @@
 #include "save_dir_check.h"
 
+#include <sys/stat.h>
 #include <sys/statvfs.h>
 #include <unistd.h>
 
@@ -7,7 +8,9 @@
 #include <cstdio>
 #include <cstring>
 #include <filesystem>
+#include <optional>
 #include <string_view>
+#include <utility>
 #include <vector>
 
 #include "ds/core/error.h"
@@ -37,7 +40,29 @@ std::int64_t step_of_tag(std::string_view name) {
   return n;
 }
 
+// Device and inode of `path` (symlinks followed), or nothing when it cannot be stat'ed.
+std::optional<std::pair<dev_t, ino_t>> file_identity(const std::string& path) {
+  struct stat st{};
+  if (::stat(path.c_str(), &st) != 0) return std::nullopt;
+  return std::make_pair(st.st_dev, st.st_ino);
+}
+
 }  // namespace
+
+void check_model_save_target(const std::string& output, const std::string& init_from) {
+  const auto out = file_identity(output);
+  if (!out) return;  // a new file replaces nothing
+  std::vector<std::string> inputs = {init_from};
+  std::error_code ec;
+  if (fs::is_directory(init_from, ec))
+    for (const auto& e : fs::directory_iterator(init_from, ec)) inputs.push_back(e.path().string());
+  for (const std::string& in : inputs) {
+    if (file_identity(in) != out) continue;
+    DS_THROW("the model save (zero_optimization.stage3_gather_16bit_weights_on_model_save) would replace "
+             << output << ", which is " << (in == init_from ? "" : in + " in ") << "this run's --init_from "
+             << init_from << ": give another --save_dir, or start from a copy of the weights");
+  }
+}
 
 void check_save_dir(const std::string& dir) {
   DS_CHECK(!dir.empty(), "--save_dir is empty: give a checkpoint directory (or leave --save_dir out to save nothing)");

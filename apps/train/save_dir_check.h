@@ -27,4 +27,11 @@ struct SavePlan {
 // path, the tag or the sizes.
 void check_save_plan(const std::string& dir, const SavePlan& plan);
 
+// The 16-bit model save (stage3_gather_16bit_weights_on_model_save) writes `output`
+// (<save_dir>/model.safetensors), replacing what is there: refused when that is a file
+// --init_from reads -- the file itself, or a file in the --init_from directory -- compared by
+// device and inode, so another spelling of the path or a hard link is caught too. ds::Error
+// naming both paths.
+void check_model_save_target(const std::string& output, const std::string& init_from);
+
 }  // namespace ds::train

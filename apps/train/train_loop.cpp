@@ -351,6 +351,9 @@ JobPtr prepare(const TrainOptions& opts, const DistributedContext& dist) {
 
   // --save_dir that cannot take checkpoints fails now, not at the first save after training.
   if (!opts.save_dir.empty()) check_save_dir(opts.save_dir);
+  // ... and the model save at the end must not replace the weights this run starts from.
+  if (!opts.save_dir.empty() && !opts.init_from.empty() && j.cfg.zero_optimization.gather_16bit_weights_on_model_save)
+    check_model_save_target((std::filesystem::path(opts.save_dir) / "model.safetensors").string(), opts.init_from);
 
   // The Llama's GPU model (LlamaCuda) is compiled but has not run on a GPU yet: only an
   // explicit --device cuda takes it; --device auto keeps the Llama on the CPU.

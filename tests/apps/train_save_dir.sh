@@ -2,7 +2,8 @@
 # --save_dir problems fail the job before the first step, with one error line naming the path:
 # an empty --save_dir, a file, a path inside a file, a dangling symlink, a read-only or full
 # filesystem (tmpfs mounts, when mount is permitted), and a resume whose saves would collide
-# with tags already in the directory. No step runs (the loss CSV stays empty).
+# with tags already in the directory, a model save that would replace the --init_from file.
+# No step runs (the loss CSV stays empty).
 source "$(dirname "$0")/lib.sh"
 MOUNTS=()
 trap 'for m in "${MOUNTS[@]}"; do umount "$m" 2>/dev/null; done; rm -rf "$WORK"' EXIT
@@ -53,4 +54,21 @@ must_run 2 other_dir --config "$CONFIGS/default.json" "${TINY[@]}" --steps 4 --l
 must_run 2 later --config "$CONFIGS/default.json" "${TINY[@]}" --steps 5 --load_dir ck --save_dir ck
 [ "$(cat ck/latest)" = global_step5 ] || fail "ck/latest is '$(cat ck/latest)', expected global_step5"
 if ls -a ck ck2 | grep -q '^\.dstrain-write-test'; then fail "a write-test file was left behind"; fi
+
+# The model save (stage3_gather_16bit_weights_on_model_save) would replace the --init_from
+# file (spelled another way): refused before the first step, the file untouched.
+write_config gather.json "$CONFIGS/default.json" \
+  'c.setdefault("zero_optimization", {})["stage3_gather_16bit_weights_on_model_save"] = True'
+must_run 2 gather --config gather.json "${TINY[@]}" --steps 1 --save_dir wd
+cp wd/model.safetensors before.safetensors
+if run_train 2 selfinit --config gather.json "${TINY[@]}" --steps 2 --loss_csv selfinit.csv --save_dir wd \
+    --init_from ./wd/model.safetensors; then
+  fail "selfinit: exited 0"
+fi
+grep -qF "would replace wd/model.safetensors, which is this run's --init_from ./wd/model.safetensors" selfinit.err ||
+  { cat selfinit.err; fail "selfinit: no error naming both paths"; }
+if [ -s selfinit.csv ] && [ "$(wc -l < selfinit.csv)" -gt 1 ]; then fail "selfinit: training ran before the error"; fi
+cmp -s before.safetensors wd/model.safetensors || fail "selfinit: the --init_from file changed"
+echo "ok: selfinit: $(grep -m1 'train: error: ' selfinit.err)"
+must_run 2 otherinit --config gather.json "${TINY[@]}" --steps 2 --save_dir wd2 --init_from wd/model.safetensors
 echo "PASS"
