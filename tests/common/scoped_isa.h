@@ -6,8 +6,20 @@
 #include <cstdlib>
 #include <optional>
 #include <string>
+#include <vector>
+
+#include "ds/core/cpu_features.h"
 
 namespace ds_test {
+
+// The kernel sets this CPU can run, lowest first: the ones a test loops over.
+inline std::vector<ds::CpuIsa> runnable_isas() {
+  const ds::CpuIsa best = ds::cpu_isa_best();
+  if (best == ds::CpuIsa::neon) return {ds::CpuIsa::plain, ds::CpuIsa::neon};
+  std::vector<ds::CpuIsa> out;
+  for (int i = 0; i <= static_cast<int>(best); ++i) out.push_back(static_cast<ds::CpuIsa>(i));
+  return out;
+}
 
 class ScopedIsa {
  public:

@@ -11,16 +11,6 @@
 
 using ds::CpuIsa;
 
-namespace {
-// The ISAs this CPU can run, lowest first.
-std::vector<CpuIsa> runnable() {
-  const CpuIsa best = ds::cpu_isa_best();
-  if (best == CpuIsa::neon) return {CpuIsa::plain, CpuIsa::neon};
-  std::vector<CpuIsa> out;
-  for (int i = 0; i <= static_cast<int>(best); ++i) out.push_back(static_cast<CpuIsa>(i));
-  return out;
-}
-}  // namespace
 
 TEST(CpuIsa, AutoIsTheBestTheCpuHas) {
   ds_test::ScopedIsa isa("auto");
@@ -29,7 +19,7 @@ TEST(CpuIsa, AutoIsTheBestTheCpuHas) {
 }
 
 TEST(CpuIsa, EveryRunnableIsaCanBeForced) {
-  for (CpuIsa want : runnable()) {
+  for (CpuIsa want : ds_test::runnable_isas()) {
     ds_test::ScopedIsa isa(ds::isa_name(want));
     EXPECT_EQ(ds::cpu_isa(), want);
     EXPECT_TRUE(ds::isa_at_least(want));

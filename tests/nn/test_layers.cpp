@@ -12,7 +12,9 @@
 #include "ds/core/half.h"
 #include "ds/nn/gemm.h"
 #include "ds/nn/kernels.h"
+#include "../../src/nn/src/layer_rows.h"
 #include "kernels_ref.h"
+#include "scoped_isa.h"
 #include "same_bits.h"
 
 namespace {
@@ -320,3 +322,25 @@ TEST(NnLayers, AddInplaceAwkwardSizes) {
 }
 
 }  // namespace
+
+// The layer row table gives the copy compiled for exactly the ISA in use (DS_CPU_ISA
+// selects it), and every copy computes the same layer within float rounding.
+TEST(NnLayers, LayerRowsFollowTheIsa) {
+  const std::int64_t C = 77;
+  std::mt19937 rng(3);
+  std::uniform_real_distribution<float> u(-2.f, 2.f);
+  std::vector<float> x(C), w(C), b(C);
+  for (auto* v : {&x, &w, &b})
+    for (float& e : *v) e = u(rng);
+  std::vector<float> first;
+  for (ds::CpuIsa isa : ds_test::runnable_isas()) {
+    ds_test::ScopedIsa scoped(ds::isa_name(isa));
+    const ds::nn::kernels::LayerRows& rows = ds::nn::kernels::layer_rows();
+    EXPECT_EQ(rows.isa, isa) << ds::isa_name(isa);
+    std::vector<float> out(C);
+    float mean = 0, rstd = 0;
+    rows.ln_fwd_row(out.data(), &mean, &rstd, x.data(), w.data(), b.data(), C);
+    if (first.empty()) first = out;
+    for (std::int64_t i = 0; i < C; ++i) EXPECT_NEAR(out[i], first[i], 1e-5f) << ds::isa_name(isa) << " at " << i;
+  }
+}

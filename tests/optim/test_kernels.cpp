@@ -164,7 +164,7 @@ struct PlainPath : ds_test::ScopedIsa {
   PlainPath() : ScopedIsa("plain") {}
 };
 
-// The kernel sets whose division is exact (the portable loops, AVX2's vdivps) are bitwise
+// The kernel sets whose division is exact (the portable loops, AVX2's vdivps, NEON's fdiv) are bitwise
 // equal to the references, Lamb's chunked norms aside.
 void expect_bitwise_equal_to_ref(const char* isa) {
   ds_test::ScopedIsa scoped(isa);
@@ -208,13 +208,18 @@ TEST(Kernels, Avx2RowEqualsRefBitwise) {
   expect_bitwise_equal_to_ref("avx2");
 }
 
+TEST(Kernels, NeonRowEqualsRefBitwise) {
+  const ds::CpuIsa best = ds::cpu_isa_best();
+  if (best != ds::CpuIsa::neon) {
+    std::printf("this CPU has no NEON row (best: %s): its other kernel sets are tested\n", ds::isa_name(best));
+    return;
+  }
+  expect_bitwise_equal_to_ref("neon");
+}
+
 // The kernel table gives the row of exactly the ISA in use, and none for plain.
 TEST(Kernels, KernelRowIsTheIsaInUse) {
-  const ds::CpuIsa best = ds::cpu_isa_best();
-  std::vector<ds::CpuIsa> runnable = {ds::CpuIsa::plain};
-  if (best == ds::CpuIsa::avx2 || best == ds::CpuIsa::avx512) runnable.push_back(ds::CpuIsa::avx2);
-  if (best == ds::CpuIsa::avx512) runnable.push_back(ds::CpuIsa::avx512);
-  for (ds::CpuIsa isa : runnable) {
+  for (ds::CpuIsa isa : ds_test::runnable_isas()) {
     ds_test::ScopedIsa scoped(ds::isa_name(isa));
     const ds::optim::simd::KernelSet* row = ds::optim::simd::cpu_kernels();
     if (isa == ds::CpuIsa::plain) {

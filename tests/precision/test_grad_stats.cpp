@@ -63,17 +63,22 @@ TEST(GradStats, FastMatchesRefAtAwkwardSizes) {
   }
 }
 
-TEST(GradStats, PlainFallbackMatchesRef) {
-  ds_test::ScopedIsa plain("plain");  // the portable loop
-  for (std::size_t n : {std::size_t(1), std::size_t(7), std::size_t(278011)}) {
-    Buf b = make(n, 17);
-    for (DType t : {DType::F32, DType::F16, DType::BF16}) {
-      const GradStats r = grad_stats_ref(b.view(t)), f = grad_stats(b.view(t));
-      EXPECT_NEAR(f.sum_of_squares, r.sum_of_squares, 1e-12 * r.sum_of_squares);
-      EXPECT_FALSE(f.has_inf_or_nan);
+// Every kernel set this CPU runs (plain, avx2, avx512 as it has them) against the reference.
+TEST(GradStats, EveryKernelSetMatchesRef) {
+  for (ds::CpuIsa isa : ds_test::runnable_isas()) {
+    ds_test::ScopedIsa scoped(ds::isa_name(isa));
+    for (std::size_t n : {std::size_t(1), std::size_t(7), std::size_t(278011)}) {
+      Buf b = make(n, 17);
+      for (DType t : {DType::F32, DType::F16, DType::BF16}) {
+        const GradStats r = grad_stats_ref(b.view(t)), f = grad_stats(b.view(t));
+        EXPECT_NEAR(f.sum_of_squares, r.sum_of_squares, 1e-12 * r.sum_of_squares) << ds::isa_name(isa) << " n " << n;
+        EXPECT_FALSE(f.has_inf_or_nan);
+      }
+      b.set(n - 1, std::numeric_limits<float>::infinity());
+      EXPECT_TRUE(grad_stats(b.view(DType::BF16)).has_inf_or_nan) << ds::isa_name(isa);
+      b.set(0, std::numeric_limits<float>::quiet_NaN());
+      EXPECT_TRUE(grad_stats(b.view(DType::F32)).has_inf_or_nan) << ds::isa_name(isa);
     }
-    b.set(n - 1, std::numeric_limits<float>::infinity());
-    EXPECT_TRUE(grad_stats(b.view(DType::BF16)).has_inf_or_nan);
   }
 }
 

@@ -28,6 +28,7 @@ using namespace detail;
 // A BF16 request runs the bf16 kernel where the CPU has AVX512-BF16, else fp32.
 bool runs_bf16(Precision p) { return p == Precision::BF16 && bf16_gemm_supported(); }
 
+#if defined(__x86_64__)
 // Rows of X (k contiguous) into a k-major panel of 64: 16 x 16 blocks transposed in
 // registers, rows past `valid` as zeros.
 __attribute__((target("avx512f,avx512bw,avx512vl,fma"))) void pack_rows_k_major_64(
@@ -163,6 +164,8 @@ __attribute__((target("avx512f,avx512bw,avx512vl,fma"))) void micro_kernel_f32(
   store_tile(acc, alpha, beta, c, ldc, mv, std::min<std::int64_t>(nv, 16 * NV), ep, m0, n0);
 }
 
+#endif  // __x86_64__
+
 }  // namespace
 
 
@@ -190,7 +193,9 @@ namespace {
 void gemm_f32_impl(Tri tri, bool trans_a, bool trans_b, std::int64_t M, std::int64_t N, std::int64_t K,
                    float alpha, const float* A, std::int64_t lda, const float* B, std::int64_t ldb,
                    float beta, float* C, std::int64_t ldc, const GemmEpilogue& ep = {}) {
-  DS_CHECK(f32_gemm_supported(), "gemm_f32: this CPU has no AVX-512");
+  DS_CHECK(f32_gemm_supported(), "gemm_f32: no own fp32 GEMM kernel for the CPU kernel set in use ("
+                                      << isa_name(cpu_isa()) << ")");
+#if defined(__x86_64__)
   if (M <= 0 || N <= 0) return;
   const std::int64_t mp = (M + MR - 1) / MR, np = (N + NR - 1) / NR;
   const std::int64_t Kp = std::max<std::int64_t>(K, 1);
@@ -260,6 +265,10 @@ void gemm_f32_impl(Tri tri, bool trans_a, bool trans_b, std::int64_t M, std::int
     for_each_tile(team, mp, np, std::uint64_t(Kp) * NR * sizeof(float), tile);
   };
   run_gemm(par, run);
+#else
+  (void)tri, (void)trans_a, (void)trans_b, (void)M, (void)N, (void)K, (void)alpha, (void)A, (void)lda, (void)B;
+  (void)ldb, (void)beta, (void)C, (void)ldc, (void)ep;
+#endif
 }
 
 }  // namespace

@@ -23,6 +23,7 @@
 #include "gemm_tile.h"
 
 namespace ds::nn {
+#if defined(__x86_64__)
 namespace {
 
 using namespace detail;
@@ -166,6 +167,7 @@ __attribute__((target("avx512f,avx512bw,avx512vl,avx512bf16,fma"))) void micro_k
 }
 
 }  // namespace
+#endif  // __x86_64__
 
 bool bf16_gemm_supported() {
   return cpu_isa() == CpuIsa::avx512 && cpu_features().avx512_bf16;
@@ -175,6 +177,7 @@ void detail::gemm_bf16_epilogue(bool trans_a, bool trans_b, std::int64_t M, std:
                                 float alpha, const float* A, std::int64_t lda, const float* B, std::int64_t ldb,
                                 float beta, float* C, std::int64_t ldc, const GemmEpilogue& ep) {
   DS_CHECK(bf16_gemm_supported(), "gemm_bf16: this CPU has no AVX512-BF16");
+#if defined(__x86_64__)
   if (M <= 0 || N <= 0) return;
   const std::int64_t K2 = (K + 1) / 2, K2p = std::max<std::int64_t>(K2, 1);
   const std::int64_t mp = (M + MR - 1) / MR, np = (N + NR - 1) / NR;
@@ -205,6 +208,10 @@ void detail::gemm_bf16_epilogue(bool trans_a, bool trans_b, std::int64_t M, std:
     });
   };
   run_gemm(par, run);
+#else
+  (void)trans_a, (void)trans_b, (void)M, (void)N, (void)K, (void)alpha, (void)A, (void)lda, (void)B, (void)ldb;
+  (void)beta, (void)C, (void)ldc, (void)ep;
+#endif
 }
 
 void gemm_bf16(bool trans_a, bool trans_b, std::int64_t M, std::int64_t N, std::int64_t K,

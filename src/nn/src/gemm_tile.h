@@ -1,18 +1,31 @@
 // Internal to ds_nn's GEMMs (gemm.cpp: fp32, gemm_bf16.cpp: bf16): the register tile both
 // micro-kernels accumulate (MR x NR fp32), its store with the fused epilogue, the operand
 // view, what the packers share (the in-register 16 x 16 transpose, the transposed-A strip
-// groups with their row sums), and the per-thread packing buffers.
+// groups with their row sums), and the per-thread packing buffers. The register tile is
+// AVX-512 and exists on x86-64 only; elsewhere only the bf16 entry's declaration.
 #pragma once
 
+#include <cstdint>
+
+#include "ds/nn/gemm.h"
+
+namespace ds::nn::detail {
+// The bf16 kernel with the epilogue (gemm_bf16.cpp; ds::nn::gemm_epilogue is the way in,
+// which has checked the epilogue's contract). Requires bf16_gemm_supported().
+void gemm_bf16_epilogue(bool trans_a, bool trans_b, std::int64_t M, std::int64_t N, std::int64_t K, float alpha,
+                        const float* A, std::int64_t lda, const float* B, std::int64_t ldb, float beta, float* C,
+                        std::int64_t ldc, const GemmEpilogue& ep);
+
+}  // namespace ds::nn::detail
+
+#if defined(__x86_64__)
 #include <immintrin.h>
 #include <unistd.h>
 
 #include <algorithm>
-#include <cstdint>
 
 #include "ds/core/bf16_simd.h"
 #include "ds/core/buffer.h"
-#include "ds/nn/gemm.h"
 
 // GCC 12 reports the _mm512_undefined_ps() inside its own intrinsics headers as
 // maybe-uninitialized (a false positive; the lanes are all written).
@@ -197,12 +210,6 @@ inline std::uint32_t* ensure(int which, std::size_t words) {
   return b.as<std::uint32_t>();
 }
 
-// The bf16 kernel with the epilogue (gemm_bf16.cpp; ds::nn::gemm_epilogue is the way in,
-// which has checked the epilogue's contract). Requires bf16_gemm_supported().
-void gemm_bf16_epilogue(bool trans_a, bool trans_b, std::int64_t M, std::int64_t N, std::int64_t K, float alpha,
-                        const float* A, std::int64_t lda, const float* B, std::int64_t ldb, float beta, float* C,
-                        std::int64_t ldc, const GemmEpilogue& ep);
-
 // One group of kStripGroup MR-row strips of a transposed A being packed (both kernels pack
 // op(A) = A^T this way: the strips share each k row's cache lines): how many strips of the
 // group hold rows, each strip's row mask, and its running fp32 row sums (the bias gradient of
@@ -232,3 +239,4 @@ __attribute__((target("avx512f,avx512vl"))) inline void add_row_sums(const Strip
 }
 
 }  // namespace ds::nn::detail
+#endif  // __x86_64__

@@ -1,5 +1,5 @@
-// CPU kernels of the Llama-style decoder: see ds/nn/llama_kernels.h. Row loops written so GCC
-// vectorizes them (target_clones: AVX-512, AVX2 and baseline copies, as kernels.cpp); the
+// CPU kernels of the Llama-style decoder: see ds/nn/llama_kernels.h. The row loops are in
+// the layer row table (layer_rows.h: one copy per CPU kernel set, as the GPT's); the
 // attention is the GPT's (triangular GEMMs + the shared softmax rows) with the kv head of a
 // query head looked up by group.
 #include "ds/nn/llama_kernels.h"
@@ -11,9 +11,8 @@
 #include <vector>
 
 #include "ds/nn/gemm.h"
+#include "layer_rows.h"
 #include "softmax_rows.h"
-
-#define DS_CLONES __attribute__((target_clones("arch=x86-64-v4", "arch=x86-64-v3", "default")))
 
 namespace ds::nn::kernels {
 namespace {
@@ -22,71 +21,18 @@ namespace {
 constexpr std::int64_t kParallelMin = 32768;
 constexpr std::int64_t kChunk = 4096;
 
-DS_CLONES void rms_fwd_row(float* __restrict o, float* rstd_out, const float* __restrict x,
-                           const float* __restrict w, std::int64_t C, float eps) {
-  float ss = 0.0f;
-#pragma omp simd reduction(+ : ss)
-  for (std::int64_t i = 0; i < C; ++i) ss += x[i] * x[i];
-  const float r = 1.0f / std::sqrt(ss / float(C) + eps);
-#pragma omp simd
-  for (std::int64_t i = 0; i < C; ++i) o[i] = w[i] * (x[i] * r);
-  *rstd_out = r;
-}
-
-// dx += r (w dy - x r^2 mean(w dy x)) (the rstd term of every element), dw_part += dy x r.
-DS_CLONES void rms_bwd_row(float* __restrict dx, float* __restrict dw, const float* __restrict dy,
-                           const float* __restrict x, const float* __restrict w, float r, std::int64_t C) {
-  float dot = 0.0f;
-#pragma omp simd reduction(+ : dot)
-  for (std::int64_t i = 0; i < C; ++i) dot += w[i] * dy[i] * x[i];
-  const float k = dot * r * r / float(C);
-#pragma omp simd
-  for (std::int64_t i = 0; i < C; ++i) {
-    dx[i] += r * (w[i] * dy[i] - x[i] * k);
-    dw[i] += dy[i] * x[i] * r;
-  }
-}
-
-DS_CLONES void rope_row(float* __restrict x, const float* __restrict c, const float* __restrict s,
-                        std::int64_t n_heads, std::int64_t hd, float sign) {
-  const std::int64_t h2 = hd / 2;
-  for (std::int64_t h = 0; h < n_heads; ++h) {
-    float* a = x + h * hd;
-    float* b = a + h2;
-#pragma omp simd
-    for (std::int64_t i = 0; i < h2; ++i) {
-      const float x1 = a[i], x2 = b[i], sn = sign * s[i];
-      a[i] = x1 * c[i] - x2 * sn;
-      b[i] = x2 * c[i] + x1 * sn;
-    }
-  }
-}
-
-DS_CLONES void swiglu_fwd_block(float* __restrict o, const float* __restrict g, const float* __restrict u,
-                                std::int64_t n) {
-  for (std::int64_t i = 0; i < n; ++i) o[i] = g[i] / (1.0f + std::exp(-g[i])) * u[i];
-}
-
-DS_CLONES void swiglu_bwd_block(float* __restrict dg, float* __restrict du, const float* __restrict dy,
-                                const float* __restrict g, const float* __restrict u, std::int64_t n) {
-  for (std::int64_t i = 0; i < n; ++i) {
-    const float sig = 1.0f / (1.0f + std::exp(-g[i]));
-    const float silu = g[i] * sig;
-    du[i] = dy[i] * silu;
-    dg[i] = dy[i] * u[i] * sig * (1.0f + g[i] * (1.0f - sig));
-  }
-}
-
 }  // namespace
 
 void rmsnorm_forward(float* out, float* rstd, const float* inp, const float* w, std::int64_t N,
                      std::int64_t C, float eps) {
+  const LayerRows& R = layer_rows();
 #pragma omp parallel for schedule(static) if (N * C > kParallelMin)
-  for (std::int64_t r = 0; r < N; ++r) rms_fwd_row(out + r * C, rstd + r, inp + r * C, w, C, eps);
+  for (std::int64_t r = 0; r < N; ++r) R.rms_fwd_row(out + r * C, rstd + r, inp + r * C, w, C, eps);
 }
 
 void rmsnorm_backward(float* dinp, float* dw, const float* dout, const float* inp, const float* w,
                       const float* rstd, std::int64_t N, std::int64_t C) {
+  const LayerRows& R = layer_rows();
   // Rows split among the threads, each summing its dw part on the side; the parts are added in
   // thread order afterwards (the same bits for a given thread count).
   const int threads = N * C > kParallelMin ? std::max(1, omp_get_max_threads()) : 1;
@@ -96,7 +42,7 @@ void rmsnorm_backward(float* dinp, float* dw, const float* dout, const float* in
     const int nt = omp_get_num_threads(), t = omp_get_thread_num();
     float* part = parts.data() + std::size_t(t) * std::size_t(C);
     for (std::int64_t r = N * t / nt; r < N * (t + 1) / nt; ++r)
-      rms_bwd_row(dinp + r * C, part, dout + r * C, inp + r * C, w, rstd[r], C);
+      R.rms_bwd_row(dinp + r * C, part, dout + r * C, inp + r * C, w, rstd[r], C);
   }
   for (int t = 0; t < threads; ++t)
     for (std::int64_t i = 0; i < C; ++i) dw[i] += parts[std::size_t(t) * std::size_t(C) + std::size_t(i)];
@@ -115,36 +61,40 @@ void rope_tables(float* cos, float* sin, std::int64_t T, std::int64_t hd, double
 
 void rope_forward(float* x, std::int64_t N, std::int64_t T, std::int64_t ld, std::int64_t n_heads,
                   std::int64_t hd, const float* cos, const float* sin) {
+  const LayerRows& R = layer_rows();
   const std::int64_t h2 = hd / 2;
 #pragma omp parallel for schedule(static) if (N * n_heads * hd > kParallelMin)
   for (std::int64_t r = 0; r < N; ++r)
-    rope_row(x + r * ld, cos + (r % T) * h2, sin + (r % T) * h2, n_heads, hd, 1.0f);
+    R.rope_row(x + r * ld, cos + (r % T) * h2, sin + (r % T) * h2, n_heads, hd, 1.0f);
 }
 
 void rope_backward(float* dx, std::int64_t N, std::int64_t T, std::int64_t ld, std::int64_t n_heads,
                    std::int64_t hd, const float* cos, const float* sin) {
+  const LayerRows& R = layer_rows();
   const std::int64_t h2 = hd / 2;
 #pragma omp parallel for schedule(static) if (N * n_heads * hd > kParallelMin)
   for (std::int64_t r = 0; r < N; ++r)
-    rope_row(dx + r * ld, cos + (r % T) * h2, sin + (r % T) * h2, n_heads, hd, -1.0f);
+    R.rope_row(dx + r * ld, cos + (r % T) * h2, sin + (r % T) * h2, n_heads, hd, -1.0f);
 }
 
 void swiglu_forward(float* out, const float* gate, const float* up, std::int64_t n) {
+  const LayerRows& R = layer_rows();
   const std::int64_t chunks = (n + kChunk - 1) / kChunk;
 #pragma omp parallel for schedule(static) if (n > kParallelMin)
   for (std::int64_t c = 0; c < chunks; ++c) {
     const std::int64_t i0 = c * kChunk;
-    swiglu_fwd_block(out + i0, gate + i0, up + i0, std::min(kChunk, n - i0));
+    R.swiglu_fwd_block(out + i0, gate + i0, up + i0, std::min(kChunk, n - i0));
   }
 }
 
 void swiglu_backward(float* dgate, float* dup, const float* dout, const float* gate, const float* up,
                      std::int64_t n) {
+  const LayerRows& R = layer_rows();
   const std::int64_t chunks = (n + kChunk - 1) / kChunk;
 #pragma omp parallel for schedule(static) if (n > kParallelMin)
   for (std::int64_t c = 0; c < chunks; ++c) {
     const std::int64_t i0 = c * kChunk;
-    swiglu_bwd_block(dgate + i0, dup + i0, dout + i0, gate + i0, up + i0, std::min(kChunk, n - i0));
+    R.swiglu_bwd_block(dgate + i0, dup + i0, dout + i0, gate + i0, up + i0, std::min(kChunk, n - i0));
   }
 }
 
