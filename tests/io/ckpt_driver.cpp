@@ -1,4 +1,4 @@
-// Checkpoint resume driver (run under mpirun by tests/io/*.sh; docs/user/checkpoints.md "Tests").
+// Checkpoint resume driver (run under mpirun by tests/io/*.sh; docs/dev/checkpoints.md "Tests").
 //
 //   ckpt_driver --dir D --steps N --save-at k[,k2] [--combos fp32:0,bf16:2] [--kill PHASE]
 //       trains N optimizer steps for every combo (working dtype : ZeRO stage), saving at the
