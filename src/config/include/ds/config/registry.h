@@ -2,7 +2,7 @@
 // spellings, every parameter (key, type, default, range), and the restrictions. The parser
 // reads `params` from a descriptor's schema, to_json writes it back from the same schema, and
 // validate() applies the restrictions, so an optimizer or scheduler is added in one place
-// (docs/user/optimizers.md "Adding an optimizer or a scheduler").
+// (docs/dev/architecture.md "Extension points").
 //
 // The defaults are the descriptor's `defaults` struct; what builds the object from the
 // parameters is ds::optim::make_optimizer / ds::sched::make_scheduler, by `name`.
