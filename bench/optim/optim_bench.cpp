@@ -1,4 +1,4 @@
-// Optimizer step benchmark (not a test; docs/user/performance.md "Optimizer step").
+// Optimizer step benchmark (not a test; bench/README.md).
 //
 // For each optimizer and precision: the fused step of ds::optim (Kernel::Cpu) in params/s
 // and GB/s, beside a STREAM-style kernel with exactly the optimizer's access pattern (same

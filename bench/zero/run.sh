@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # ZeRO stages 0-3 at 2 and 4 ranks on the built-in GPT: memory per rank, step time,
-# rank 0's CPU time and page faults per step (docs/user/performance.md "ZeRO memory and step
-# time"), then what releasing ZeRO-2's gradient pages costs (page_release_bench). Each run
+# rank 0's CPU time and page faults per step (bench/README.md; the
+# logs in bench/results), then what releasing ZeRO-2's gradient pages costs (page_release_bench). Each run
 # also checks its result against stage 0 in the same process and prints its record line
 # ("JSON: {...}", bench/README.md); a wrong result stops the script.
 #   bench/zero/run.sh [BUILD_DIR] [extra zero_bench flags...]
