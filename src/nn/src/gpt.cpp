@@ -64,7 +64,7 @@ void Gpt::set_profiling(bool on) {
   prof_.reset(kOpNames);
 }
 
-Gpt::Gpt(const GptConfig& cfg) : cfg_(cfg) {
+Gpt::Gpt(const GptConfig& cfg) : Decoder("Gpt", cfg.block_size, cfg.vocab_size), cfg_(cfg) {
   DS_CHECK(cfg.n_layer > 0 && cfg.n_head > 0 && cfg.n_embd > 0 && cfg.block_size > 0 &&
                cfg.vocab_size > 0,
            "GptConfig: n_layer, n_head, n_embd, block_size and vocab_size must all be > 0 (got "
@@ -108,12 +108,6 @@ Gpt::Gpt(const GptConfig& cfg) : cfg_(cfg) {
   done_order_.reserve(infos.size());
 }
 
-void Gpt::init_parameters(std::span<const std::span<float>> params, std::uint64_t seed) {
-  DS_CHECK(params.size() == ps_.infos().size(),
-           "Gpt::init_parameters: expected " << ps_.infos().size() << " spans, got " << params.size());
-  init_parameter_range(0, params, seed);
-}
-
 // Each parameter from the seed and its own index: any range gives what the whole model does.
 bool Gpt::init_parameter_range(std::size_t first, std::span<const std::span<float>> params, std::uint64_t seed) {
   const auto& infos = ps_.infos();
@@ -136,17 +130,6 @@ bool Gpt::init_parameter_range(std::size_t first, std::span<const std::span<floa
   return true;
 }
 
-void Gpt::bind(std::span<const TensorView> params, std::span<const TensorView> grads) {
-  ps_.bind(params, grads);
-  if (!prec_fixed_) prec_ = layer_precision(ps_.dtype() == DType::BF16);
-  have_cache_ = false;
-}
-
-void Gpt::set_activation_checkpointing(bool on) {
-  ckpt_ = on;
-  have_cache_ = false;  // the arena is laid out again at the next forward
-}
-
 std::int64_t Gpt::arena_floats(std::int64_t N, std::int64_t T, int slots, bool checkpointing) const {
   const std::int64_t C = cfg_.n_embd, L = cfg_.n_layer, V = cfg_.vocab_size, NH = cfg_.n_head;
   // Attention probabilities: B*NH*T*T <= (BT/T)*NH*T*T = BT*NH*T <= cap_bt*NH*cap_t.
@@ -160,33 +143,12 @@ std::int64_t Gpt::arena_floats(std::int64_t N, std::int64_t T, int slots, bool c
          pad(3 * N * C) + pad(4 * N * C) + pad(T * T) * slots;
 }
 
-std::size_t Gpt::activation_bytes(std::int64_t B, std::int64_t T, bool checkpointing) const {
-  return std::size_t(arena_floats(B * T, T, std::max(1, omp_get_max_threads()), checkpointing)) * sizeof(float);
-}
-
 void Gpt::ensure_scratch(std::int64_t B, std::int64_t T) {
-  const std::int64_t BT = B * T;
-  const int slots = std::max(1, omp_get_max_threads());
-  if (BT <= cap_bt_ && T <= cap_t_ && slots <= att_slots_ && arena_ckpt_ == ckpt_) return;
-  cap_bt_ = std::max(cap_bt_, BT);
-  cap_t_ = std::max(cap_t_, T);
-  att_slots_ = std::max(att_slots_, slots);
-  arena_ckpt_ = ckpt_;
+  float* p = grow_arena(B, T);
+  if (!p) return;
   const std::int64_t N = cap_bt_, C = cfg_.n_embd, L = cfg_.n_layer, V = cfg_.vocab_size;
-  const std::int64_t NH = cfg_.n_head;
-  const std::int64_t att = N * NH * cap_t_;
+  const std::int64_t att = N * cfg_.n_head * cap_t_;
   const auto pad = detail::pad16;
-  const std::int64_t total = arena_floats(N, cap_t_, att_slots_, ckpt_);
-  arena_ = HostBuffer();  // the old arena freed before the new one is taken
-  try {
-    arena_ = HostBuffer(std::size_t(total), DType::F32);
-  } catch (const std::exception&) {
-    // Which allocation and why, in the user's terms (the micro-batch), not "std::bad_alloc".
-    DS_THROW("GPT: out of host memory allocating the activations of " << B << " sequences x " << T
-             << " tokens (" << double(total) * 4 / double(1ull << 30)
-             << " GiB); lower train_micro_batch_size_per_gpu");
-  }
-  float* p = arena_.as<float>();
   auto take = [&](std::int64_t n) { float* r = p; p += pad(n); return r; };
   acts_.assign(std::size_t(L), LayerAct{});
   for (std::size_t l = 0; l < (ckpt_ ? 1 : acts_.size()); ++l) {
@@ -204,8 +166,6 @@ void Gpt::ensure_scratch(std::int64_t B, std::int64_t T) {
   dres_ = take(N * C); dln_ = take(N * C); datty_ = take(N * C);
   dqkv_ = take(3 * N * C); dfch_ = take(4 * N * C);
   datt_scratch_ = take(cap_t_ * cap_t_ * att_slots_);
-  tokens_.reserve(std::size_t(N));
-  targets_.reserve(std::size_t(N));
 }
 
 // Forward stages: 0 the embeddings, 1 .. n_layer the blocks, n_layer + 1 ln_f, n_layer + 2
@@ -312,31 +272,13 @@ void Gpt::forward_rows(const std::int32_t* tokens, std::int64_t b0, std::int64_t
   }
 }
 
-float Gpt::loss_forward(const Batch& batch) {
-  const std::int64_t B = batch.batch, T = batch.seq, V = cfg_.vocab_size;
-  const std::size_t N = std::size_t(B * T);
-  detail::take_batch(batch, cfg_.block_size, V, "Gpt::forward", tokens_, targets_);
-  run_forward(tokens_.data(), B, T);
+float Gpt::mean_loss(std::int64_t N) {
   GptProf pf(this, kXentFwd);
-  return k::crossentropy_forward(lse_, logits_, targets_.data(), std::int64_t(N), V);
-}
-
-float Gpt::forward(const Batch& batch) {
-  have_cache_ = false;
-  const float loss = loss_forward(batch);
-  have_cache_ = true;
-  return loss;
-}
-
-float Gpt::evaluate(const Batch& batch) {
-  have_cache_ = false;
-  return loss_forward(batch);
+  return Decoder::mean_loss(N);
 }
 
 void Gpt::backward(float scale, const std::function<void(std::size_t)>& grad_ready) {
-  DS_CHECK(have_cache_, "Gpt::backward: call forward() first (evaluate() and generation do not "
-                        "keep activations for backward)");
-  have_cache_ = false;
+  take_cache();
   // With several threads, each runs the whole backward on its own sequences, as a rank would,
   // with the kernels single-threaded: thread 0 into the gradients, every other thread into its
   // own fp32 partial, added in once every thread has passed the parameter. On the 2-vCPU guests
@@ -578,53 +520,6 @@ double Gpt::flops_per_token(std::int64_t seq) const {
   const double T = double(seq > 0 ? seq : cfg_.block_size);
   const double n_matmul = L * 12.0 * C * C + V * C;
   return 6.0 * n_matmul + 12.0 * L * C * T;
-}
-
-std::vector<float> Gpt::logits_last(std::span<const std::int32_t> context) {
-  have_cache_ = false;
-  const std::int64_t V = cfg_.vocab_size;
-  detail::take_context(context, cfg_.block_size, V, "Gpt::logits_last", tokens_);
-  const std::size_t T = tokens_.size();
-  run_forward(tokens_.data(), 1, std::int64_t(T));
-  const float* row = logits_ + (std::int64_t(T) - 1) * V;
-  return std::vector<float>(row, row + V);
-}
-
-std::vector<std::int32_t> Gpt::generate(std::span<const std::int32_t> context, int n_new,
-                                        float temperature, std::uint64_t seed) {
-  return sample_tokens(context, n_new, temperature, seed,
-                       [this](std::span<const std::int32_t> ctx) { return logits_last(ctx); });
-}
-
-std::vector<std::int32_t> sample_tokens(
-    std::span<const std::int32_t> context, int n_new, float temperature, std::uint64_t seed,
-    const std::function<std::vector<float>(std::span<const std::int32_t>)>& logits_last) {
-  std::vector<std::int32_t> ctx(context.begin(), context.end());
-  if (ctx.empty()) ctx.push_back(0);
-  std::vector<std::int32_t> out;
-  std::mt19937_64 rng(seed);
-  for (int i = 0; i < n_new; ++i) {
-    std::vector<float> l = logits_last(ctx);
-    std::int32_t next = 0;
-    if (temperature <= 0.0f) {
-      next = std::int32_t(std::max_element(l.begin(), l.end()) - l.begin());
-    } else {
-      const float mx = *std::max_element(l.begin(), l.end());
-      double sum = 0.0;
-      for (float& v : l) { v = float(std::exp(double(v - mx) / temperature)); sum += v; }
-      // Inverse-CDF sampling with a 53-bit uniform (platform-independent, unlike std:: distributions).
-      const double u = double(rng() >> 11) * (1.0 / 9007199254740992.0) * sum;
-      double acc = 0.0;
-      next = std::int32_t(l.size() - 1);
-      for (std::size_t j = 0; j < l.size(); ++j) {
-        acc += l[j];
-        if (u < acc) { next = std::int32_t(j); break; }
-      }
-    }
-    out.push_back(next);
-    ctx.push_back(next);
-  }
-  return out;
 }
 
 }  // namespace ds::nn

@@ -10,13 +10,12 @@
 #include "ds/nn/kernels.h"
 #include "ds/nn/llama_kernels.h"
 #include "decoder_io.h"
-#include "sampling.h"
 
 namespace ds::nn {
 
 namespace k = kernels;
 
-Llama::Llama(const LlamaConfig& cfg) : cfg_(resolved(cfg)) {
+Llama::Llama(const LlamaConfig& cfg) : Decoder("Llama", cfg.block_size, cfg.vocab_size), cfg_(resolved(cfg)) {
   const std::vector<LlamaParam> layout = llama_parameters(cfg_);  // validates
   hd_ = cfg_.n_embd / cfg_.n_head;
   kv_ = cfg_.n_kv_head * hd_;
@@ -36,12 +35,6 @@ Llama::Llama(const LlamaConfig& cfg) : cfg_(resolved(cfg)) {
   k::rope_tables(rope_cos_.data(), rope_sin_.data(), cfg_.block_size, hd_, cfg_.rope_theta);
 }
 
-void Llama::init_parameters(std::span<const std::span<float>> params, std::uint64_t seed) {
-  DS_CHECK(params.size() == ps_.infos().size(),
-           "Llama::init_parameters: expected " << ps_.infos().size() << " spans, got " << params.size());
-  init_parameter_range(0, params, seed);
-}
-
 // Each parameter from the seed and its own index: any range gives what the whole model does.
 bool Llama::init_parameter_range(std::size_t first, std::span<const std::span<float>> params, std::uint64_t seed) {
   const auto& infos = ps_.infos();
@@ -58,17 +51,6 @@ bool Llama::init_parameter_range(std::size_t first, std::span<const std::span<fl
   return true;
 }
 
-void Llama::bind(std::span<const TensorView> params, std::span<const TensorView> grads) {
-  ps_.bind(params, grads);
-  if (!prec_fixed_) prec_ = layer_precision(ps_.dtype() == DType::BF16);
-  have_cache_ = false;
-}
-
-void Llama::set_activation_checkpointing(bool on) {
-  ckpt_ = on;
-  have_cache_ = false;  // the arena is laid out again at the next forward
-}
-
 std::int64_t Llama::arena_floats(std::int64_t N, std::int64_t T, int slots, bool checkpointing) const {
   const std::int64_t C = cfg_.n_embd, L = cfg_.n_layer, V = cfg_.vocab_size;
   const std::int64_t KV = kv_, I = cfg_.intermediate_size, NH = cfg_.n_head;
@@ -81,32 +63,13 @@ std::int64_t Llama::arena_floats(std::int64_t N, std::int64_t T, int slots, bool
          pad(N * KV) * 2 + pad(N * I) * 3 + pad(T * T) * slots;
 }
 
-std::size_t Llama::activation_bytes(std::int64_t B, std::int64_t T, bool checkpointing) const {
-  return std::size_t(arena_floats(B * T, T, std::max(1, omp_get_max_threads()), checkpointing)) * sizeof(float);
-}
-
 void Llama::ensure_scratch(std::int64_t B, std::int64_t T) {
-  const std::int64_t BT = B * T;
-  const int slots = std::max(1, omp_get_max_threads());
-  if (BT <= cap_bt_ && T <= cap_t_ && slots <= att_slots_ && arena_ckpt_ == ckpt_) return;
-  cap_bt_ = std::max(cap_bt_, BT);
-  cap_t_ = std::max(cap_t_, T);
-  att_slots_ = std::max(att_slots_, slots);
-  arena_ckpt_ = ckpt_;
+  float* p = grow_arena(B, T);
+  if (!p) return;
   const std::int64_t N = cap_bt_, C = cfg_.n_embd, L = cfg_.n_layer, V = cfg_.vocab_size;
-  const std::int64_t KV = kv_, I = cfg_.intermediate_size, NH = cfg_.n_head;
-  const std::int64_t att = N * NH * cap_t_;
+  const std::int64_t KV = kv_, I = cfg_.intermediate_size;
+  const std::int64_t att = N * cfg_.n_head * cap_t_;
   const auto pad = detail::pad16;
-  const std::int64_t total = arena_floats(N, cap_t_, att_slots_, ckpt_);
-  arena_ = HostBuffer();  // the old arena freed before the new one is taken
-  try {
-    arena_ = HostBuffer(std::size_t(total), DType::F32);
-  } catch (const std::exception&) {
-    DS_THROW("Llama: out of host memory allocating the activations of " << B << " sequences x " << T
-             << " tokens (" << double(total) * 4 / double(1ull << 30)
-             << " GiB); lower train_micro_batch_size_per_gpu");
-  }
-  float* p = arena_.as<float>();
   auto take = [&](std::int64_t n) { float* r = p; p += pad(n); return r; };
   acts_.assign(std::size_t(L), LayerAct{});
   for (std::size_t l = 0; l < (ckpt_ ? 1 : acts_.size()); ++l) {
@@ -177,30 +140,8 @@ void Llama::run_forward(const std::int32_t* tokens, std::int64_t B, std::int64_t
   k::linear_forward(logits_, lnf_, ps_.w(head_), nullptr, nullptr, N, C, V, prec_);
 }
 
-float Llama::loss_forward(const Batch& batch) {
-  const std::int64_t B = batch.batch, T = batch.seq, V = cfg_.vocab_size;
-  const std::size_t N = std::size_t(B * T);
-  detail::take_batch(batch, cfg_.block_size, V, "Llama::forward", tokens_, targets_);
-  run_forward(tokens_.data(), B, T);
-  return k::crossentropy_forward(lse_, logits_, targets_.data(), std::int64_t(N), V);
-}
-
-float Llama::forward(const Batch& batch) {
-  have_cache_ = false;
-  const float loss = loss_forward(batch);
-  have_cache_ = true;
-  return loss;
-}
-
-float Llama::evaluate(const Batch& batch) {
-  have_cache_ = false;
-  return loss_forward(batch);
-}
-
 void Llama::backward(float scale, const std::function<void(std::size_t)>& grad_ready) {
-  DS_CHECK(have_cache_, "Llama::backward: call forward() first (evaluate() and generation do not "
-                        "keep activations for backward)");
-  have_cache_ = false;
+  take_cache();
   ps_.prepare_backward();
   auto done = [&](std::size_t id) { ps_.finish_grad(id, grad_ready); };
   auto g = [&](std::size_t id) { return ps_.g(id); };
@@ -264,22 +205,6 @@ double Llama::flops_per_token(std::int64_t seq) const {
   const double T = double(seq > 0 ? seq : cfg_.block_size);
   const double n_matmul = L * (2.0 * C * C + 2.0 * C * KV + 3.0 * C * I) + V * C;
   return 6.0 * n_matmul + 12.0 * L * C * T;
-}
-
-std::vector<float> Llama::logits_last(std::span<const std::int32_t> context) {
-  have_cache_ = false;
-  const std::int64_t V = cfg_.vocab_size;
-  detail::take_context(context, cfg_.block_size, V, "Llama::logits_last", tokens_);
-  const std::size_t T = tokens_.size();
-  run_forward(tokens_.data(), 1, std::int64_t(T));
-  const float* row = logits_ + (std::int64_t(T) - 1) * V;
-  return std::vector<float>(row, row + V);
-}
-
-std::vector<std::int32_t> Llama::generate(std::span<const std::int32_t> context, int n_new,
-                                          float temperature, std::uint64_t seed) {
-  return sample_tokens(context, n_new, temperature, seed,
-                       [this](std::span<const std::int32_t> ctx) { return logits_last(ctx); });
 }
 
 }  // namespace ds::nn
