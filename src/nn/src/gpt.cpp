@@ -144,12 +144,11 @@ std::int64_t Gpt::arena_floats(std::int64_t N, std::int64_t T, int slots, bool c
 }
 
 void Gpt::ensure_scratch(std::int64_t B, std::int64_t T) {
-  float* p = grow_arena(B, T);
-  if (!p) return;
+  float* arena = grow_arena(B, T);
+  if (!arena) return;
+  detail::ArenaCarve take{arena};
   const std::int64_t N = cap_bt_, C = cfg_.n_embd, L = cfg_.n_layer, V = cfg_.vocab_size;
   const std::int64_t att = N * cfg_.n_head * cap_t_;
-  const auto pad = detail::pad16;
-  auto take = [&](std::int64_t n) { float* r = p; p += pad(n); return r; };
   acts_.assign(std::size_t(L), LayerAct{});
   for (std::size_t l = 0; l < (ckpt_ ? 1 : acts_.size()); ++l) {
     LayerAct& a = acts_[l];

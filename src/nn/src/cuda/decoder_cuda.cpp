@@ -5,7 +5,11 @@
 #include <algorithm>
 #include <climits>
 #include <cstring>
+#include <string>
 
+#include "../decoder_io.h"
+#include "../sampling.h"
+#include "ds/nn/cuda_decoder.h"
 #include "ds/nn/cuda_kernels.h"
 
 namespace ds::nn::cuda {
@@ -13,6 +17,12 @@ namespace ds::nn::cuda {
 namespace {
 constexpr std::size_t kWorkspaceBytes = std::size_t(32) << 20;  // cuBLAS workspace
 }  // namespace
+
+DecoderCuda::DecoderCuda(const char* model, bool allow_tf32, std::int64_t vocab, std::int64_t block_size,
+                         std::int64_t att_block)
+    : model(model), allow_tf32(allow_tf32), vocab(vocab), block_size(block_size), att_block(att_block) {
+  DS_CHECK(att_block >= 1, model << ": attention block " << att_block << " rows: expected at least 1");
+}
 
 DecoderCuda::~DecoderCuda() {
   if (stream) (void)cudaStreamSynchronize(stream);
@@ -81,32 +91,50 @@ void DecoderCuda::check_bound(const char* who) const {
   DS_CHECK(bound, model << "::" << who << ": bind() the parameters first");
 }
 
-std::size_t DecoderCuda::check_batch(const Batch& batch, const char* who, std::int64_t vocab,
-                                     std::int64_t block_size) const {
-  const std::int64_t Bn = batch.batch, Tn = batch.seq;
-  DS_CHECK(Bn > 0 && Tn > 0, model << "::" << who << ": batch (" << Bn << ") and seq (" << Tn << ") must be > 0");
-  DS_CHECK(Tn <= block_size, model << "::" << who << ": seq " << Tn << " exceeds block_size " << block_size);
-  const std::size_t N = std::size_t(Bn * Tn);
-  DS_CHECK(batch.inputs.size() == N && batch.targets.size() == N,
-           model << "::" << who << ": inputs/targets must hold batch*seq = " << N << " tokens, got "
-                 << batch.inputs.size() << "/" << batch.targets.size());
-  for (std::size_t i = 0; i < N; ++i) {
-    const std::int32_t a = batch.inputs[i], b = batch.targets[i];
-    DS_CHECK(a >= 0 && a < vocab && b >= 0 && b < vocab,
-             model << "::" << who << ": token id out of range [0, " << vocab << ") at position " << i << " (input "
-                   << a << ", target " << b << ")");
-  }
-  return N;
+// ---- the steps every decoder takes the same way ----
+
+void DecoderCuda::loss_kernels(std::int64_t N) {
+  crossentropy_forward(losses, lse, logits, d_targets, N, vocab, dt, stream);
+  mean(d_loss, losses, N, stream);
 }
 
-std::span<const std::int32_t> DecoderCuda::context_window(std::span<const std::int32_t> context, const char* who,
-                                                          std::int64_t vocab, std::int64_t block_size) const {
-  DS_CHECK(!context.empty(), model << "::" << who << ": empty context");
-  const std::size_t n = std::min<std::size_t>(context.size(), std::size_t(block_size));
-  const auto window = context.last(n);
-  for (std::int32_t t : window)
-    DS_CHECK(t >= 0 && t < vocab, model << "::" << who << ": token " << t << " outside [0, " << vocab << ")");
-  return window;
+float DecoderCuda::loss_forward(const Batch& batch, const char* who) {
+  check_bound(who);
+  const std::string where = std::string(model) + "::" + who;
+  const std::size_t N = detail::check_batch(batch, block_size, vocab, where.c_str());
+  ensure(batch.batch, batch.seq);
+  upload(batch.inputs.data(), batch.targets.data(), std::int64_t(N));
+  run_forward(batch.batch, batch.seq);
+  loss_kernels(std::int64_t(N));
+  return read_scalar(d_loss);
+}
+
+std::vector<float> DecoderCuda::logits_last(std::span<const std::int32_t> context) {
+  const std::string where = std::string(model) + "::logits_last";
+  const auto tok = detail::context_window(context, block_size, vocab, where.c_str());
+  check_bound("logits_last");
+  have_cache = false;
+  const auto Tn = std::int64_t(tok.size());
+  ensure(1, Tn);
+  upload(tok.data(), nullptr, Tn);
+  run_forward(1, Tn);
+  return logits_row(logits, Tn - 1, vocab, scratch);
+}
+
+void DecoderCuda::take_cache() {
+  DS_CHECK(have_cache, model << "::backward: call forward() first (evaluate() and generation do not "
+                                "keep activations for backward)");
+  have_cache = false;
+}
+
+std::size_t DecoderCuda::carve_tail(Carve& c, std::size_t scratch_floats) {
+  const std::int64_t N = cap_bt;
+  losses = c.floats(N);
+  d_loss = c.floats(1);
+  scratch = c.floats(std::int64_t(std::max(scratch_floats, std::size_t(vocab))));
+  d_tokens = reinterpret_cast<std::int32_t*>(c.bytes(std::size_t(N) * 4));
+  d_targets = reinterpret_cast<std::int32_t*>(c.bytes(std::size_t(N) * 4));
+  return c.off;
 }
 
 // ---- GEMMs ----
@@ -276,3 +304,60 @@ std::vector<float> DecoderCuda::logits_row(const void* logits, std::int64_t row,
 }
 
 }  // namespace ds::nn::cuda
+
+namespace ds::nn {
+
+// ---- CudaDecoder: the Module side, through the model's DecoderCuda ----
+
+CudaDecoder::CudaDecoder(std::unique_ptr<cuda::DecoderCuda> impl) : impl_(std::move(impl)) {}
+
+CudaDecoder::~CudaDecoder() = default;
+
+std::vector<ParamInfo> CudaDecoder::parameters() const { return impl_->twin().parameters(); }
+
+std::vector<ParamGroup> CudaDecoder::parameter_groups() const { return impl_->twin().parameter_groups(); }
+
+void CudaDecoder::set_group_hooks(GroupHooks* hooks) { impl_->hooks = hooks; }
+
+void CudaDecoder::init_parameters(std::span<const std::span<float>> params, std::uint64_t seed) {
+  impl_->twin().init_parameters(params, seed);
+}
+
+void CudaDecoder::bind(std::span<const TensorView> params, std::span<const TensorView> grads) {
+  impl_->bind_views(impl_->twin().parameters(), params, grads);
+}
+
+float CudaDecoder::forward(const Batch& batch) {
+  impl_->have_cache = false;
+  const float loss = impl_->loss_forward(batch, "forward");
+  impl_->have_cache = true;
+  return loss;
+}
+
+void CudaDecoder::backward(float scale, const std::function<void(std::size_t)>& grad_ready) {
+  impl_->backward(scale, grad_ready);
+}
+
+float CudaDecoder::evaluate(const Batch& batch) {
+  impl_->have_cache = false;
+  return impl_->loss_forward(batch, "evaluate");
+}
+
+void* CudaDecoder::device_stream() const { return static_cast<void*>(impl_->stream); }
+
+std::size_t CudaDecoder::num_parameters() const { return impl_->twin().num_parameters(); }
+
+double CudaDecoder::flops_per_token(std::int64_t seq) const { return impl_->twin().flops_per_token(seq); }
+
+std::vector<float> CudaDecoder::logits_last(std::span<const std::int32_t> context) {
+  return impl_->logits_last(context);
+}
+
+// The CPU models' sampler (sampling.h): the same logits give the same tokens.
+std::vector<std::int32_t> CudaDecoder::generate(std::span<const std::int32_t> context, int n_new, float temperature,
+                                                std::uint64_t seed) {
+  return sample_tokens(context, n_new, temperature, seed,
+                       [this](std::span<const std::int32_t> ctx) { return logits_last(ctx); });
+}
+
+}  // namespace ds::nn

@@ -58,6 +58,7 @@
 #include "ds/core/dtype.h"
 #include "ds/core/error.h"
 #include "ds/core/module.h"
+#include "ds/nn/decoder.h"
 
 #define DS_CUBLAS_CHECK(call)                                                                 \
   do {                                                                                        \
@@ -72,12 +73,33 @@ namespace ds::nn::cuda {
 class DecoderCuda {
  public:
   // model: the class name in error messages ("GptCuda"). allow_tf32: fp32 GEMMs may use TF32.
-  DecoderCuda(const char* model, bool allow_tf32) : model(model), allow_tf32(allow_tf32) {}
+  // vocab, block_size: the token checks' bounds. att_block: query rows per block of the
+  // block-causal attention (checked >= 1).
+  DecoderCuda(const char* model, bool allow_tf32, std::int64_t vocab, std::int64_t block_size,
+              std::int64_t att_block);
   // Waits for the stream, then frees the arena, the pinned staging, cuBLAS and the stream.
   // Never throws (a failed run has reported its error already).
-  ~DecoderCuda();
+  virtual ~DecoderCuda();
   DecoderCuda(const DecoderCuda&) = delete;
   DecoderCuda& operator=(const DecoderCuda&) = delete;
+
+  // ---- the model's part ----
+  // The CPU model mirrored (parameters, initialisation, groups, FLOPs): never bound, never run.
+  virtual Decoder& twin() = 0;
+  // Makes the arena hold Bn x Tn (layout through grow_arena).
+  virtual void ensure(std::int64_t Bn, std::int64_t Tn) = 0;
+  // The forward of Bn x Tn tokens already in d_tokens, up to the logits.
+  virtual void run_forward(std::int64_t Bn, std::int64_t Tn) = 0;
+  virtual void backward(float scale, const std::function<void(std::size_t)>& grad_ready) = 0;
+  // The per-row losses of the logits against d_targets and their mean into d_loss.
+  virtual void loss_kernels(std::int64_t N);
+
+  // ---- the steps every decoder takes the same way ----
+  // Checks, uploads and runs the forward, returns the mean loss. who: "forward" or "evaluate".
+  float loss_forward(const Batch& batch, const char* who);
+  std::vector<float> logits_last(std::span<const std::int32_t> context);
+  // backward()'s start: throws unless forward() kept the activations; drops them.
+  void take_cache();
 
   // Once, from the model's init(): the device current now, a non-blocking stream, a cuBLAS
   // handle on it with its workspace.
@@ -89,12 +111,6 @@ class DecoderCuda {
   void bind_views(std::span<const ParamInfo> infos, std::span<const TensorView> params,
                   std::span<const TensorView> grads);
   void check_bound(const char* who) const;
-  // Checks a batch (positive shape, seq <= block_size, batch*seq tokens each below vocab);
-  // returns batch*seq.
-  std::size_t check_batch(const Batch& batch, const char* who, std::int64_t vocab, std::int64_t block_size) const;
-  // The last block_size tokens of a non-empty context, each checked against vocab.
-  std::span<const std::int32_t> context_window(std::span<const std::int32_t> context, const char* who,
-                                               std::int64_t vocab, std::int64_t block_size) const;
 
   // ---- GEMMs in the working dtype with fp32 accumulation (derivations above) ----
   void gemm(cublasOperation_t ta, cublasOperation_t tb, std::int64_t m, std::int64_t n, std::int64_t k,
@@ -132,6 +148,23 @@ class DecoderCuda {
   bool arena_fits(std::int64_t Bn, std::int64_t Tn) const {
     return arena && Bn * Tn <= cap_bt && Tn <= cap_t && arena_dt == dt;
   }
+  // Carves the arena in a layout: with base null it only counts the bytes (off).
+  struct Carve {
+    char* base;
+    std::size_t es;  // bytes per working-dtype element
+    std::size_t off = 0;
+    char* bytes(std::size_t b) {
+      char* r = base ? base + off : nullptr;
+      off += (b + kAlign - 1) / kAlign * kAlign;
+      return r;
+    }
+    void* elems(std::int64_t n) { return bytes(std::size_t(n) * es); }
+    float* floats(std::int64_t n) { return reinterpret_cast<float*>(bytes(std::size_t(n) * 4)); }
+  };
+  Carve carve(char* base) const { return Carve{base, dtype_size(dt)}; }
+  // The arrays every layout ends with: the losses, the fp32 scratch of scratch_floats (at least
+  // a row of logits), the tokens and targets. Returns the bytes carved in all.
+  std::size_t carve_tail(Carve& c, std::size_t scratch_floats);
   // Grows the capacities to cover Bn x Tn and re-carves the arena: layout(nullptr) counts the
   // bytes, layout(base) carves them (the model's pointers into it); grows the pinned staging.
   // Waits for the stream before freeing the old arena.
@@ -146,6 +179,7 @@ class DecoderCuda {
 
   const char* model;
   bool allow_tf32;
+  std::int64_t vocab, block_size, att_block;
   int device = -1;
   cudaStream_t stream = nullptr;
   cublasHandle_t blas = nullptr;
@@ -169,6 +203,10 @@ class DecoderCuda {
   std::int64_t pinned_cap = 0;
   std::int32_t *h_tokens = nullptr, *h_targets = nullptr;
   float* h_loss = nullptr;
+
+  // What every layout carves (carve_tail; logits and lse by the model, in the working dtype / fp32).
+  void* logits = nullptr;
+  float *lse = nullptr, *losses = nullptr, *d_loss = nullptr, *scratch = nullptr;
 
   std::int64_t B = 0, T = 0;  // the shape of the last forward
   bool have_cache = false;    // forward() kept the activations backward() needs

@@ -16,7 +16,6 @@
 #include <cmath>
 #include <string>
 
-#include "../sampling.h"
 #include "attention_blocks.h"
 #include "decoder_cuda.h"
 #include "ds/core/cuda_check.h"
@@ -37,8 +36,9 @@ struct GptCuda::Impl : kc::DecoderCuda {
     float* att_lse;  // flash attention: the softmax log-sum-exp per (b, h, t); att is then null
   };
 
-  Gpt twin;  // parameters(), init_parameters(), flops: never bound, never run
+  Gpt cpu;  // the twin(): never bound, never run
   GptConfig cfg;
+  Decoder& twin() override { return cpu; }
 
   // Parameter indices (the order of Gpt's constructor; checked against the names).
   std::size_t wte = 0, wpe = 1, lnfw = 0, lnfb = 0;
@@ -60,19 +60,17 @@ struct GptCuda::Impl : kc::DecoderCuda {
   // 256-row blocks they do 10/16 of the full products) and the softmax writes zeros only
   // inside the diagonal blocks. attention.block sets the rows (256 by default; tests use
   // small blocks to cover several).
-  std::int64_t att_block() const { return attention.block; }
 
   // Activations, carved from DecoderCuda's arena by layout(); arena_flash: carved for flash.
   bool arena_flash = false;
   std::vector<LayerAct> acts;
   std::vector<void*> resid;  // n_layer + 1 residual streams [N, C]
-  void *lnf = nullptr, *logits = nullptr;
+  void* lnf = nullptr;
   void *q = nullptr, *k = nullptr, *v = nullptr, *yh = nullptr;  // [B,NH,T,hs], shared by layers
   // Backward (shared across layers).
   void *dres = nullptr, *dln = nullptr, *dfch = nullptr, *dqkv = nullptr, *datty = nullptr,
        *dyh = nullptr, *dq = nullptr, *dk = nullptr, *dv = nullptr, *datt = nullptr;
-  float *lnf_mean = nullptr, *lnf_rstd = nullptr, *lse = nullptr, *losses = nullptr,
-        *d_loss = nullptr, *scratch = nullptr;
+  float *lnf_mean = nullptr, *lnf_rstd = nullptr;
 
   // Per-op profile (benchmarks): when on, each op is bracketed by two events on the stream;
   // take_profile() synchronises and adds the elapsed times per op name.
@@ -116,13 +114,11 @@ struct GptCuda::Impl : kc::DecoderCuda {
   }
 
   Impl(const GptConfig& c, bool tf32, const GptCudaAttention& att)
-      : DecoderCuda("GptCuda", tf32), twin(c), cfg(c), attention(att) {
-    DS_CHECK(att.block >= 1, "GptCuda: attention block " << att.block << " rows: expected at least 1");
-  }
+      : DecoderCuda("GptCuda", tf32, c.vocab_size, c.block_size, att.block), cpu(c), cfg(c), attention(att) {}
 
   void init() {
     // Parameter indices, as Gpt's constructor registers them; verified by name.
-    const auto infos = twin.parameters();
+    const auto infos = cpu.parameters();
     const std::size_t L = std::size_t(cfg.n_layer);
     DS_CHECK(infos.size() == 4 + 12 * L, "GptCuda: unexpected parameter count " << infos.size());
     for (std::size_t l = 0; l < L; ++l) {
@@ -161,7 +157,7 @@ struct GptCuda::Impl : kc::DecoderCuda {
   }
 
   // ---- activations ----
-  void ensure(std::int64_t Bn, std::int64_t Tn) {
+  void ensure(std::int64_t Bn, std::int64_t Tn) override {
     flash = use_flash();
     if (arena_fits(Bn, Tn) && arena_flash == flash) return;
     grow_arena(Bn, Tn, [this](char* base) { return layout(base); });
@@ -173,15 +169,9 @@ struct GptCuda::Impl : kc::DecoderCuda {
     const std::int64_t N = cap_bt, C = cfg.n_embd, L = cfg.n_layer, V = cfg.vocab_size, NH = cfg.n_head;
     // Attention probabilities: B*NH*T*T = (BT)*NH*T <= cap_bt*NH*cap_t (none with flash).
     const std::int64_t att = flash ? 0 : N * NH * cap_t;
-    const std::size_t es = dtype_size(dt);
-    std::size_t off = 0;
-    auto take = [&](std::size_t b) -> char* {
-      char* r = base ? base + off : nullptr;
-      off += (b + kAlign - 1) / kAlign * kAlign;
-      return r;
-    };
-    auto te = [&](std::int64_t n) -> void* { return take(std::size_t(n) * es); };
-    auto tf = [&](std::int64_t n) -> float* { return reinterpret_cast<float*>(take(std::size_t(n) * 4)); };
+    Carve c = carve(base);
+    auto te = [&](std::int64_t n) { return c.elems(n); };
+    auto tf = [&](std::int64_t n) { return c.floats(n); };
     acts.assign(std::size_t(L), LayerAct{});
     for (auto& a : acts) {
       a.ln1 = te(N * C); a.qkv = te(3 * N * C); a.att = te(att); a.atty = te(N * C); a.x1 = te(N * C);
@@ -196,22 +186,18 @@ struct GptCuda::Impl : kc::DecoderCuda {
     q = te(N * C); k = te(N * C); v = te(N * C); yh = te(N * C);
     dres = te(N * C); dln = te(N * C); dfch = te(4 * N * C); dqkv = te(3 * N * C); datty = te(N * C);
     dyh = te(N * C); dq = te(N * C); dk = te(N * C); dv = te(N * C); datt = te(att);
-    lnf_mean = tf(N); lnf_rstd = tf(N); lse = tf(N); losses = tf(N); d_loss = tf(1);
+    lnf_mean = tf(N); lnf_rstd = tf(N); lse = tf(N);
     // fp32 scratch, used by one kernel at a time (all on one stream): the embedding's
     // V*C accumulator, LayerNorm / bias reductions, the fp32 row of logits_last.
     std::size_t sf = std::size_t(V * C);
     sf = std::max(sf, kc::layernorm_scratch_floats(N, C));
     for (std::int64_t oc : {C, 3 * C, 4 * C}) sf = std::max(sf, kc::bias_scratch_floats(N, oc));
-    sf = std::max(sf, std::size_t(V));
     if (flash) sf = std::max(sf, kc::flash_backward_scratch_floats(N / std::max<std::int64_t>(cap_t, 1) * NH, cap_t, C / NH));
-    scratch = tf(std::int64_t(sf));
-    d_tokens = reinterpret_cast<std::int32_t*>(take(std::size_t(N) * 4));
-    d_targets = reinterpret_cast<std::int32_t*>(take(std::size_t(N) * 4));
-    return off;
+    return carve_tail(c, sf);
   }
 
   // Gpt::run_forward on the device; tokens already in d_tokens.
-  void run_forward(std::int64_t Bn, std::int64_t Tn) {
+  void run_forward(std::int64_t Bn, std::int64_t Tn) override {
     const std::int64_t C = cfg.n_embd, NH = cfg.n_head, V = cfg.vocab_size, N = Bn * Tn;
     const std::int64_t hs = C / NH, BNH = Bn * NH;
     const float att_scale = 1.0f / std::sqrt(float(hs));
@@ -247,7 +233,7 @@ struct GptCuda::Impl : kc::DecoderCuda {
           kc::flash_attention_forward(yh, a.att_lse, q, k, v, BNH, Tn, hs, att_scale, dt, stream);
         } else {
           // Block-causal (see att_block): for the query rows [q0, q0 + nq) only keys < q0 + nq.
-          const std::int64_t Bq = std::min(att_block(), Tn);
+          const std::int64_t Bq = std::min(att_block, Tn);
           attention_scores(a.att, q, k, hs, Bq, BNH);
           kc::causal_softmax_forward_blocks(a.att, a.att, att_scale, BNH, Tn, Bq, dt, stream);
           attention_values(yh, a.att, v, hs, Bq, BNH);
@@ -301,26 +287,14 @@ struct GptCuda::Impl : kc::DecoderCuda {
     }
   }
 
-  float loss_forward(const Batch& batch, const char* who) {
-    check_bound(who);
-    const std::int64_t Bn = batch.batch, Tn = batch.seq, V = cfg.vocab_size;
-    const std::size_t N = check_batch(batch, who, V, cfg.block_size);
-    ensure(Bn, Tn);
-    upload(batch.inputs.data(), batch.targets.data(), std::int64_t(N));
-    run_forward(Bn, Tn);
-    {
-      Scope op(this, "cross-entropy fwd");
-      kc::crossentropy_forward(losses, lse, logits, d_targets, std::int64_t(N), V, dt, stream);
-      kc::mean(d_loss, losses, std::int64_t(N), stream);
-    }
-    return read_scalar(d_loss);
+  void loss_kernels(std::int64_t N) override {
+    Scope op(this, "cross-entropy fwd");
+    DecoderCuda::loss_kernels(N);
   }
 
   // Gpt::backward on the device, the same grad_ready order.
-  void backward(float scale, const std::function<void(std::size_t)>& grad_ready) {
-    DS_CHECK(have_cache, "GptCuda::backward: call forward() first (evaluate() and generation do not "
-                         "keep activations for backward)");
-    have_cache = false;
+  void backward(float scale, const std::function<void(std::size_t)>& grad_ready) override {
+    take_cache();
     auto ready = [&](std::size_t i) {
       if (grad_ready) grad_ready(i);
     };
@@ -417,7 +391,7 @@ struct GptCuda::Impl : kc::DecoderCuda {
         // Block-causal as the forward: query block [q0, q0 + nq) sees keys < q0 + nq; key block
         // [k0, k0 + nk) is seen by queries >= k0 (above the diagonal inside the diagonal block
         // the softmax wrote zeros, so those products add nothing).
-        const std::int64_t Bq = std::min(att_block(), T);
+        const std::int64_t Bq = std::min(att_block, T);
         attention_values_backward(datt, dv, dyh, a.att, v, hs, Bq, BNH);
         kc::causal_softmax_backward_blocks(datt, a.att, datt, att_scale, BNH, T, Bq, dt, stream);  // datt -> dS
         attention_scores_backward(dq, dk, datt, q, k, hs, Bq, BNH);
@@ -450,84 +424,26 @@ struct GptCuda::Impl : kc::DecoderCuda {
     ready(wpe);
     ready(wte);
   }
-
-  std::vector<float> logits_last(std::span<const std::int32_t> context) {
-    const auto tok = context_window(context, "logits_last", cfg.vocab_size, cfg.block_size);
-    check_bound("logits_last");
-    have_cache = false;
-    const auto Tn = std::int64_t(tok.size());
-    ensure(1, Tn);
-    upload(tok.data(), nullptr, Tn);
-    run_forward(1, Tn);
-    return logits_row(logits, Tn - 1, cfg.vocab_size, scratch);
-  }
 };
 
 GptCuda::GptCuda(const GptConfig& cfg, bool allow_tf32, const GptCudaAttention& attention)
-    : impl_(std::make_unique<Impl>(cfg, allow_tf32, attention)) {
-  impl_->init();  // on failure impl_'s destructor releases what init() created
+    : CudaDecoder(std::make_unique<Impl>(cfg, allow_tf32, attention)) {
+  impl().init();  // on failure impl_'s destructor releases what init() created
 }
 
-GptCuda::~GptCuda() = default;
-
-std::vector<ParamInfo> GptCuda::parameters() const { return impl_->twin.parameters(); }
-
-std::vector<ParamGroup> GptCuda::parameter_groups() const { return impl_->twin.parameter_groups(); }
-
-void GptCuda::set_group_hooks(GroupHooks* hooks) { impl_->hooks = hooks; }
-
-void GptCuda::init_parameters(std::span<const std::span<float>> params, std::uint64_t seed) {
-  impl_->twin.init_parameters(params, seed);
-}
-
-void GptCuda::bind(std::span<const TensorView> params, std::span<const TensorView> grads) {
-  impl_->bind_views(impl_->twin.parameters(), params, grads);
-}
-
-float GptCuda::forward(const Batch& batch) {
-  impl_->have_cache = false;
-  const float loss = impl_->loss_forward(batch, "forward");
-  impl_->have_cache = true;
-  return loss;
-}
-
-void GptCuda::backward(float scale, const std::function<void(std::size_t)>& grad_ready) {
-  impl_->backward(scale, grad_ready);
-}
-
-float GptCuda::evaluate(const Batch& batch) {
-  impl_->have_cache = false;
-  return impl_->loss_forward(batch, "evaluate");
-}
-
-void* GptCuda::device_stream() const { return static_cast<void*>(impl_->stream); }
+GptCuda::Impl& GptCuda::impl() { return static_cast<Impl&>(*impl_); }
 
 void GptCuda::set_profiling(bool on) {
-  impl_->take_profile();  // drops nothing: folds what is pending into the totals
-  impl_->profiling = on;
-  impl_->prof.reset();
+  impl().take_profile();  // drops nothing: folds what is pending into the totals
+  impl().profiling = on;
+  impl().prof.reset();
 }
 
 std::vector<GptCuda::OpTime> GptCuda::profile() {
-  impl_->take_profile();
-  return impl_->prof.rows();
+  impl().take_profile();
+  return impl().prof.rows();
 }
 
-const GptConfig& GptCuda::config() const { return impl_->cfg; }
-
-std::size_t GptCuda::num_parameters() const { return impl_->twin.num_parameters(); }
-
-double GptCuda::flops_per_token(std::int64_t seq) const { return impl_->twin.flops_per_token(seq); }
-
-std::vector<float> GptCuda::logits_last(std::span<const std::int32_t> context) {
-  return impl_->logits_last(context);
-}
-
-// The sampler of Gpt::generate (src/nn/src/sampling.h): the same logits give the same tokens.
-std::vector<std::int32_t> GptCuda::generate(std::span<const std::int32_t> context, int n_new, float temperature,
-                                            std::uint64_t seed) {
-  return sample_tokens(context, n_new, temperature, seed,
-                       [this](std::span<const std::int32_t> ctx) { return logits_last(ctx); });
-}
+const GptConfig& GptCuda::config() const { return static_cast<const Impl&>(*impl_).cfg; }
 
 }  // namespace ds::nn

@@ -12,7 +12,6 @@
 #include <cmath>
 #include <string>
 
-#include "../sampling.h"
 #include "attention_blocks.h"
 #include "decoder_cuda.h"
 #include "ds/core/cuda_check.h"
@@ -34,38 +33,35 @@ struct LlamaCuda::Impl : kc::DecoderCuda {
     float *rstd1, *rstd2;
   };
 
-  Llama twin;  // parameters(), init_parameters(), groups, flops: never bound, never run
+  Llama cpu;  // the twin(): never bound, never run
   LlamaConfig cfg;
-  std::int64_t att_block;
+  Decoder& twin() override { return cpu; }
   std::int64_t hd = 0, KV = 0;
   float *d_cos = nullptr, *d_sin = nullptr;  // rotary tables [block_size, hd / 2]
 
   std::size_t embed = 0, normf = 0, head = 0;  // head == embed when tied
   std::vector<LayerIdx> layers;
-  std::vector<ParamGroup> groups;
-  std::size_t final_group() const { return groups.size() - 1; }
+  std::size_t final_group() const { return layers.size() + 1; }
   std::size_t head_group() const { return cfg.tie_embeddings ? 0 : final_group(); }
 
   // Activations, carved from DecoderCuda's arena by layout().
   std::vector<LayerAct> acts;
   std::vector<void*> resid;  // n_layer + 1 residual streams [N, C]
-  void *lnf = nullptr, *logits = nullptr;
+  void* lnf = nullptr;
   void *qh = nullptr, *kh = nullptr, *vh = nullptr, *yh = nullptr;  // [B,NH,T,hd], shared by layers
   void *dres = nullptr, *dln = nullptr, *datty = nullptr, *dyh = nullptr, *dqh = nullptr, *dkh = nullptr,
        *dvh = nullptr, *dq = nullptr, *dk = nullptr, *dv = nullptr, *dgate = nullptr, *dup = nullptr,
        *dh = nullptr, *datt = nullptr;
-  float *rstdf = nullptr, *lse = nullptr, *losses = nullptr, *d_loss = nullptr, *scratch = nullptr;
+  float* rstdf = nullptr;
 
   Impl(const LlamaConfig& c, bool tf32, std::int64_t block)
-      : DecoderCuda("LlamaCuda", tf32), twin(c), cfg(twin.config()), att_block(block) {
-    DS_CHECK(block >= 1, "LlamaCuda: attention block " << block << " rows: expected at least 1");
-  }
+      : DecoderCuda("LlamaCuda", tf32, c.vocab_size, c.block_size, block), cpu(c), cfg(cpu.config()) {}
 
   void init() {
     hd = cfg.n_embd / cfg.n_head;
     KV = cfg.n_kv_head * hd;
     const auto layout = llama_parameters(cfg);
-    const auto infos = twin.parameters();
+    const auto infos = cpu.parameters();
     DS_CHECK(layout.size() == infos.size(), "LlamaCuda: layout has " << layout.size() << " parameters, Llama "
                                                                      << infos.size());
     for (std::size_t id = 0; id < layout.size(); ++id)
@@ -77,7 +73,6 @@ struct LlamaCuda::Impl : kc::DecoderCuda {
     normf = idx.normf;
     head = idx.head;
     layers = idx.layers;
-    groups = twin.parameter_groups();
 
     open_device();
     // The CPU model's rotary tables (the same fp32 values), uploaded once.
@@ -97,7 +92,7 @@ struct LlamaCuda::Impl : kc::DecoderCuda {
   }
 
   // ---- activations ----
-  void ensure(std::int64_t Bn, std::int64_t Tn) {
+  void ensure(std::int64_t Bn, std::int64_t Tn) override {
     if (!arena_fits(Bn, Tn)) grow_arena(Bn, Tn, [this](char* base) { return layout(base); });
   }
 
@@ -106,15 +101,9 @@ struct LlamaCuda::Impl : kc::DecoderCuda {
     const std::int64_t N = cap_bt, C = cfg.n_embd, L = cfg.n_layer, V = cfg.vocab_size, NH = cfg.n_head;
     const std::int64_t I = cfg.intermediate_size;
     const std::int64_t att = N * NH * cap_t;  // B*NH*T*T <= cap_bt*NH*cap_t
-    const std::size_t es = dtype_size(dt);
-    std::size_t off = 0;
-    auto take = [&](std::size_t b) -> char* {
-      char* r = base ? base + off : nullptr;
-      off += (b + kAlign - 1) / kAlign * kAlign;
-      return r;
-    };
-    auto te = [&](std::int64_t n) -> void* { return take(std::size_t(n) * es); };
-    auto tf = [&](std::int64_t n) -> float* { return reinterpret_cast<float*>(take(std::size_t(n) * 4)); };
+    Carve c = carve(base);
+    auto te = [&](std::int64_t n) { return c.elems(n); };
+    auto tf = [&](std::int64_t n) { return c.floats(n); };
     acts.assign(std::size_t(L), LayerAct{});
     for (auto& a : acts) {
       a.ln1 = te(N * C); a.q = te(N * C); a.k = te(N * KV); a.v = te(N * KV); a.att = te(att);
@@ -129,16 +118,12 @@ struct LlamaCuda::Impl : kc::DecoderCuda {
     dres = te(N * C); dln = te(N * C); datty = te(N * C); dyh = te(N * C);
     dqh = te(N * C); dkh = te(N * C); dvh = te(N * C); dq = te(N * C); dk = te(N * KV); dv = te(N * KV);
     dgate = te(N * I); dup = te(N * I); dh = te(N * I); datt = te(att);
-    rstdf = tf(N); lse = tf(N); losses = tf(N); d_loss = tf(1);
+    rstdf = tf(N); lse = tf(N);
     // fp32 scratch, one kernel at a time (one stream): the embedding's V*C accumulator, the
     // RMSNorm weight-gradient partials, the fp32 row of logits_last.
     std::size_t sf = std::size_t(V * C);
     sf = std::max(sf, kc::rmsnorm_scratch_floats(N, C));
-    sf = std::max(sf, std::size_t(V));
-    scratch = tf(std::int64_t(sf));
-    d_tokens = reinterpret_cast<std::int32_t*>(take(std::size_t(N) * 4));
-    d_targets = reinterpret_cast<std::int32_t*>(take(std::size_t(N) * 4));
-    return off;
+    return carve_tail(c, sf);
   }
 
   // Per-head q, k, v of layer a for the attention GEMMs: q split, k and v expanded (GQA).
@@ -183,7 +168,7 @@ struct LlamaCuda::Impl : kc::DecoderCuda {
   }
 
   // Llama::run_forward on the device; tokens already in d_tokens.
-  void run_forward(std::int64_t Bn, std::int64_t Tn) {
+  void run_forward(std::int64_t Bn, std::int64_t Tn) override {
     const std::int64_t C = cfg.n_embd, V = cfg.vocab_size, N = Bn * Tn;
     B = Bn;
     T = Tn;
@@ -201,23 +186,9 @@ struct LlamaCuda::Impl : kc::DecoderCuda {
     linear_fwd(logits, lnf, w[head], N, C, V);
   }
 
-  float loss_forward(const Batch& batch, const char* who) {
-    check_bound(who);
-    const std::int64_t Bn = batch.batch, Tn = batch.seq, V = cfg.vocab_size;
-    const std::size_t N = check_batch(batch, who, V, cfg.block_size);
-    ensure(Bn, Tn);
-    upload(batch.inputs.data(), batch.targets.data(), std::int64_t(N));
-    run_forward(Bn, Tn);
-    kc::crossentropy_forward(losses, lse, logits, d_targets, std::int64_t(N), V, dt, stream);
-    kc::mean(d_loss, losses, std::int64_t(N), stream);
-    return read_scalar(d_loss);
-  }
-
   // Llama::backward on the device: the same grad_ready order and brackets.
-  void backward(float scale, const std::function<void(std::size_t)>& grad_ready) {
-    DS_CHECK(have_cache, "LlamaCuda::backward: call forward() first (evaluate() and generation do not "
-                         "keep activations for backward)");
-    have_cache = false;
+  void backward(float scale, const std::function<void(std::size_t)>& grad_ready) override {
+    take_cache();
     auto ready = [&](std::size_t i) {
       if (grad_ready) grad_ready(i);
     };
@@ -286,73 +257,13 @@ struct LlamaCuda::Impl : kc::DecoderCuda {
     kc::embedding_backward(g[embed], nullptr, dres, d_tokens, B, T, C, V, scratch, dt, stream);
     ready(embed);
   }
-
-  std::vector<float> logits_last(std::span<const std::int32_t> context) {
-    const auto tok = context_window(context, "logits_last", cfg.vocab_size, cfg.block_size);
-    check_bound("logits_last");
-    have_cache = false;
-    const auto Tn = std::int64_t(tok.size());
-    ensure(1, Tn);
-    upload(tok.data(), nullptr, Tn);
-    run_forward(1, Tn);
-    return logits_row(logits, Tn - 1, cfg.vocab_size, scratch);
-  }
 };
 
 LlamaCuda::LlamaCuda(const LlamaConfig& cfg, bool allow_tf32, std::int64_t attention_block)
-    : impl_(std::make_unique<Impl>(cfg, allow_tf32, attention_block)) {
-  impl_->init();  // on failure impl_'s destructor releases what init() created
+    : CudaDecoder(std::make_unique<Impl>(cfg, allow_tf32, attention_block)) {
+  static_cast<Impl&>(*impl_).init();  // on failure impl_'s destructor releases what init() created
 }
 
-LlamaCuda::~LlamaCuda() = default;
-
-std::vector<ParamInfo> LlamaCuda::parameters() const { return impl_->twin.parameters(); }
-
-std::vector<ParamGroup> LlamaCuda::parameter_groups() const { return impl_->groups; }
-
-void LlamaCuda::set_group_hooks(GroupHooks* hooks) { impl_->hooks = hooks; }
-
-void LlamaCuda::init_parameters(std::span<const std::span<float>> params, std::uint64_t seed) {
-  impl_->twin.init_parameters(params, seed);
-}
-
-void LlamaCuda::bind(std::span<const TensorView> params, std::span<const TensorView> grads) {
-  impl_->bind_views(impl_->twin.parameters(), params, grads);
-}
-
-float LlamaCuda::forward(const Batch& batch) {
-  impl_->have_cache = false;
-  const float loss = impl_->loss_forward(batch, "forward");
-  impl_->have_cache = true;
-  return loss;
-}
-
-void LlamaCuda::backward(float scale, const std::function<void(std::size_t)>& grad_ready) {
-  impl_->backward(scale, grad_ready);
-}
-
-float LlamaCuda::evaluate(const Batch& batch) {
-  impl_->have_cache = false;
-  return impl_->loss_forward(batch, "evaluate");
-}
-
-void* LlamaCuda::device_stream() const { return static_cast<void*>(impl_->stream); }
-
-const LlamaConfig& LlamaCuda::config() const { return impl_->cfg; }
-
-std::size_t LlamaCuda::num_parameters() const { return impl_->twin.num_parameters(); }
-
-double LlamaCuda::flops_per_token(std::int64_t seq) const { return impl_->twin.flops_per_token(seq); }
-
-std::vector<float> LlamaCuda::logits_last(std::span<const std::int32_t> context) {
-  return impl_->logits_last(context);
-}
-
-// The sampler of Llama::generate (src/nn/src/sampling.h): the same logits give the same tokens.
-std::vector<std::int32_t> LlamaCuda::generate(std::span<const std::int32_t> context, int n_new, float temperature,
-                                              std::uint64_t seed) {
-  return sample_tokens(context, n_new, temperature, seed,
-                       [this](std::span<const std::int32_t> ctx) { return logits_last(ctx); });
-}
+const LlamaConfig& LlamaCuda::config() const { return static_cast<const Impl&>(*impl_).cfg; }
 
 }  // namespace ds::nn

@@ -39,6 +39,8 @@ class Decoder : public Module {
   // Host bytes of the fp32 parameter/gradient shadows (half dtypes; ParamSet::shadow_bytes).
   std::size_t shadow_bytes() const { return ps_.shadow_bytes(); }
   std::size_t num_parameters() const { return ps_.total_numel(); }
+  // Training FLOPs per token (forward + backward) at `seq` tokens (default block_size), for MFU.
+  virtual double flops_per_token(std::int64_t seq = 0) const = 0;
 
   // Activation checkpointing (DeepSpeed's deepspeed.checkpointing.checkpoint around each
   // block): forward keeps each block's input (the residual stream) and what the loss needs,

@@ -48,7 +48,7 @@ class Gpt : public Decoder {
   // T = seq (attention's QK^T and PV, causal half not counted as saved), where N_matmul
   // counts the weights that enter GEMMs (all Linear weights + the tied LM head; not the
   // position table, biases or LayerNorms). `seq` defaults to block_size.
-  double flops_per_token(std::int64_t seq = 0) const;
+  double flops_per_token(std::int64_t seq = 0) const override;
 
   // Per-op profile of forward/backward (benchmarks, op_profile.h): when enabled, every kernel
   // call adds the process CPU time it took (all threads; run 1 thread for a clean split) and

@@ -14,9 +14,7 @@
 // models whose head size ds/nn/cuda_flash.h supports use flash attention instead (no T x T
 // tensor; slower at GPT-2 124M on an H200, docs/dev/gpu.md).
 //
-// All work is enqueued on the model's own stream (device_stream()); forward() and
-// evaluate() synchronise once to return the loss. backward() calls grad_ready(i) right
-// after enqueueing parameter i's last gradient kernel (not waiting for it).
+// The Module side, the stream, logits_last and generate are CudaDecoder's (ds/nn/cuda_decoder.h).
 #pragma once
 
 #include <cstdint>
@@ -26,7 +24,7 @@
 #include <string>
 #include <vector>
 
-#include "ds/core/module.h"
+#include "ds/nn/cuda_decoder.h"
 #include "ds/nn/gpt.h"
 #include "ds/nn/op_profile.h"
 
@@ -38,40 +36,13 @@ struct GptCudaAttention {
   std::int64_t block = 256;   // query rows per block of the materialised path (>= 1)
 };
 
-class GptCuda : public Module {
+class GptCuda : public CudaDecoder {
  public:
   // Uses the CUDA device current at construction (the caller picks it, e.g. from the local
   // rank). allow_tf32: fp32 GEMMs may use TF32 tensor cores (off: exact fp32 GEMMs).
   explicit GptCuda(const GptConfig& cfg, bool allow_tf32 = false, const GptCudaAttention& attention = {});
-  ~GptCuda() override;
-  GptCuda(const GptCuda&) = delete;
-  GptCuda& operator=(const GptCuda&) = delete;
-
-  std::vector<ParamInfo> parameters() const override;
-  void init_parameters(std::span<const std::span<float>> params, std::uint64_t seed) override;
-  void bind(std::span<const TensorView> params, std::span<const TensorView> grads) override;
-  float forward(const Batch& batch) override;
-  void backward(float scale, const std::function<void(std::size_t)>& grad_ready) override;
-  float evaluate(const Batch& batch) override;
-  // ZeRO-3: Gpt's groups ("embed", "h.0" .., "final"; the tied head acquires "embed" again).
-  // The brackets are host calls around enqueueing a group's kernels (release() comes before
-  // they have run on device_stream()).
-  std::vector<ParamGroup> parameter_groups() const override;
-  void set_group_hooks(GroupHooks* hooks) override;
-  Device device() const override { return Device::Cuda; }
-  void* device_stream() const override;
 
   const GptConfig& config() const;
-  std::size_t num_parameters() const;
-  // Same FLOP count as Gpt::flops_per_token (for MFU).
-  double flops_per_token(std::int64_t seq = 0) const;
-
-  // Logits of the token after `context` (last block_size tokens), copied to the host; and
-  // sampling as Gpt::generate (same RNG and inverse-CDF sampler, so the same logits give
-  // the same tokens). Overwrite the cached activations: call outside forward/backward.
-  std::vector<float> logits_last(std::span<const std::int32_t> context);
-  std::vector<std::int32_t> generate(std::span<const std::int32_t> context, int n_new,
-                                     float temperature, std::uint64_t seed);
 
   // Per-op device time (benchmarks, op_profile.h): when on, every op of forward/backward is
   // bracketed by CUDA events; profile() synchronises and returns the accumulated device time
@@ -83,7 +54,7 @@ class GptCuda : public Module {
   struct Impl;
 
  private:
-  std::unique_ptr<Impl> impl_;
+  Impl& impl();
 };
 
 }  // namespace ds::nn

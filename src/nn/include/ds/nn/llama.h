@@ -31,7 +31,7 @@ class Llama : public Decoder {
   // Training FLOPs per token: 6 * (weights in GEMMs, the LM head included) + 12 * n_layer * T * C
   // for attention's QK^T and PV (2 GEMMs x 2 FLOPs x T x C per layer, x3 for forward and
   // backward; T = seq, default block_size), as Gpt::flops_per_token.
-  double flops_per_token(std::int64_t seq = 0) const;
+  double flops_per_token(std::int64_t seq = 0) const override;
 
  private:
   using LayerIdx = LlamaIndex::Layer;
