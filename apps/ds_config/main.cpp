@@ -1,11 +1,12 @@
 // ds_config: validate a DeepSpeed ds_config.json the way dstrain reads it.
 //
-//   ds_config check FILE [--world_size N]            resolved config as JSON on stdout
-//   ds_config schedule FILE --steps N [--world_size N]  "step,lr" CSV, one row per optimizer step
+//   ds_config check FILE [--world_size N] [--steps N] [--lr X]   resolved config as JSON on stdout
+//   ds_config schedule FILE --steps N [--world_size N] [--lr X]  "step,lr" CSV, one row per step
 //
-// Warnings (unknown top-level keys, deprecated forms) go to stderr; errors print one line
-// "ds_config: error: <message>" and exit 1. FILE may also be JSON text or base64 JSON, as
-// DeepSpeed's initialize() accepts.
+// stdout holds only that output. Every diagnostic goes to stderr: warnings (unknown top-level
+// keys, deprecated forms), one note per "auto" value filled (--steps and --lr fill what
+// train's --steps and --lr would), and errors as one line "ds_config: error: <message>" with
+// exit 1. FILE may also be JSON text or base64 JSON, as DeepSpeed's initialize() accepts.
 #include <cstdio>
 #include <exception>
 #include <iostream>
@@ -19,27 +20,40 @@
 #include "ds/config/parse.h"
 #include "ds/core/env.h"
 #include "ds/core/error.h"
+#include "ds/core/log.h"
 #include "ds/sched/lr_scheduler.h"
 
 namespace {
 
-ds::config::DsConfig load_resolved(const std::string& file, int world_size) {
+struct Args {
+  std::string file;
+  int world_size = 1;
+  std::int64_t steps = 0;  // 0: not given
+  double lr = -1;          // < 0: not given
+};
+
+ds::config::DsConfig load_resolved(const Args& a) {
   std::vector<std::string> warnings;  // already logged to stderr by the parser
-  ds::config::DsConfig cfg = ds::config::load_config(file, &warnings);
-  ds::config::resolve_batch_sizes(cfg, world_size);
+  ds::config::DsConfig cfg = ds::config::load_config(a.file, &warnings);
+  ds::config::resolve_batch_sizes(cfg, a.world_size);
+  ds::config::KnownValues known;
+  if (a.steps > 0) known.total_steps = a.steps;
+  if (a.lr >= 0) known.lr = a.lr;
+  for (const std::string& line : ds::config::fill_auto_values(cfg, known)) DS_INFO("note: " << line);
   return cfg;
 }
 
-int run_check(const std::string& file, int world_size) {
-  const auto cfg = load_resolved(file, world_size);
+int run_check(const Args& a) {
+  const auto cfg = load_resolved(a);
   std::cout << ds::config::to_json(cfg).dump(2) << "\n";
   return 0;
 }
 
 // The lr the optimizer applies at global steps 1..N: lr() before each step(), as the engine
 // does (the scheduler steps once after each successful optimizer step).
-int run_schedule(const std::string& file, int world_size, std::int64_t steps) {
-  const auto cfg = load_resolved(file, world_size);
+int run_schedule(const Args& a) {
+  const std::int64_t steps = a.steps;
+  const auto cfg = load_resolved(a);
   const ds::config::OptimizerConfig opt = cfg.optimizer.value_or(ds::config::OptimizerConfig{});
   auto sched = cfg.scheduler ? ds::sched::make_scheduler(*cfg.scheduler, opt.lr, opt.betas)
                              : ds::sched::make_constant_scheduler(opt.lr);
@@ -57,27 +71,31 @@ int run_schedule(const std::string& file, int world_size, std::int64_t steps) {
 }  // namespace
 
 int main(int argc, char** argv) {
+  ds::log::set_tool("ds_config");  // diagnostics on stderr, no rank tag
   CLI::App app{"ds_config: check a DeepSpeed ds_config.json as dstrain reads it"};
   app.require_subcommand(1);
-  std::string file;
-  int world_size = 1;
-  std::int64_t steps = 0;
+  Args a;
 
   auto* check = app.add_subcommand("check", "print the fully resolved config as JSON");
-  check->add_option("FILE", file, "ds_config.json (or JSON text, or base64 JSON)")->required();
+  check->add_option("FILE", a.file, "ds_config.json (or JSON text, or base64 JSON)")->required();
   // CLI::Range, not PositiveNumber: the message names the real bounds ("not in range 1 to
   // 2147483647") instead of 0 to DBL_MAX.
   const auto positive_int = CLI::Range(1, std::numeric_limits<int>::max());
-  check->add_option("--world_size", world_size, "data-parallel world size (number of ranks)")
+  check->add_option("--world_size", a.world_size, "data-parallel world size (number of ranks)")
       ->check(positive_int);
+  const auto positive_steps = CLI::Range(std::int64_t{1}, std::numeric_limits<std::int64_t>::max());
+  check->add_option("--steps", a.steps, "optimizer steps of the run: fills a \"total_num_steps\": \"auto\"")
+      ->check(positive_steps);
+  check->add_option("--lr", a.lr, "learning rate of the run: fills an optimizer \"lr\": \"auto\"")
+      ->check(CLI::NonNegativeNumber);
 
   auto* schedule = app.add_subcommand("schedule", "print step,lr for global steps 1..N");
-  schedule->add_option("FILE", file, "ds_config.json (or JSON text, or base64 JSON)")->required();
-  schedule->add_option("--steps", steps, "number of optimizer steps")
-      ->required()
-      ->check(CLI::Range(std::int64_t{1}, std::numeric_limits<std::int64_t>::max()));
-  schedule->add_option("--world_size", world_size, "data-parallel world size (number of ranks)")
+  schedule->add_option("FILE", a.file, "ds_config.json (or JSON text, or base64 JSON)")->required();
+  schedule->add_option("--steps", a.steps, "number of optimizer steps")->required()->check(positive_steps);
+  schedule->add_option("--world_size", a.world_size, "data-parallel world size (number of ranks)")
       ->check(positive_int);
+  schedule->add_option("--lr", a.lr, "learning rate of the run: fills an optimizer \"lr\": \"auto\"")
+      ->check(CLI::NonNegativeNumber);
 
   try {
     app.parse(argc, argv);
@@ -86,10 +104,10 @@ int main(int argc, char** argv) {
   }
   try {
     ds::env::check_all();  // a bad DS_* value: one error line before any work
-    if (check->parsed()) return run_check(file, world_size);
-    return run_schedule(file, world_size, steps);
+    if (check->parsed()) return run_check(a);
+    return run_schedule(a);
   } catch (const std::exception& e) {
-    std::cerr << "ds_config: error: " << e.what() << "\n";
+    std::cerr << "ds_config: error: " << ds::user_message(e) << "\n";
     return 1;
   }
 }

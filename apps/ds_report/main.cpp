@@ -25,6 +25,7 @@
 #include "ds/core/cpu_features.h"
 #include "ds/core/env.h"
 #include "ds/core/error.h"
+#include "ds/core/log.h"
 #include "ds/mpi/comm_factory.h"
 #include "ds/mpi/discovery.h"
 
@@ -224,6 +225,7 @@ void print_human(const json& r) {
 }  // namespace
 
 int main(int argc, char** argv) {
+  ds::log::set_tool("ds_report");  // diagnostics on stderr, no rank tag
   try {
     CLI::App app{"dstrain environment report"};
     bool as_json = false, no_mpi = false, env_only = false;
@@ -248,7 +250,7 @@ int main(int argc, char** argv) {
     else print_human(r);
     return 0;
   } catch (const std::exception& e) {
-    std::cerr << "ds_report: error: " << e.what() << std::endl;
+    std::cerr << "ds_report: error: " << ds::user_message(e) << std::endl;
     return 1;
   }
 }

@@ -28,6 +28,7 @@
 #include "cli_usage.h"
 #include "ds/core/env.h"
 #include "ds/core/error.h"
+#include "ds/core/log.h"
 #include "ds/io/checkpoint.h"
 #include "ds/io/h5file.h"
 #include "ds/io/hf_weights.h"
@@ -51,6 +52,7 @@ void read_fp32(io::CheckpointReader& r, const io::ManifestParam& p, bool from_ma
 }  // namespace
 
 int main(int argc, char** argv) {
+  ds::log::set_tool("ds_to_fp32");  // diagnostics on stderr, no rank tag
   CLI::App app{"Consolidate a dstrain checkpoint into one fp32 file (HDF5 or safetensors)"};
   std::string dir, output, tag, format = "hdf5";
   bool force = false, hf_names = false;
@@ -145,7 +147,7 @@ int main(int argc, char** argv) {
   } catch (const std::exception& e) {
     std::error_code ec;
     fs::remove(output + ".tmp-" + std::to_string(::getpid()), ec);
-    std::cerr << "ds_to_fp32: error: " << e.what() << std::endl;
+    std::cerr << "ds_to_fp32: error: " << ds::user_message(e) << std::endl;
     return 1;
   }
 }

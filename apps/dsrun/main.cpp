@@ -23,6 +23,7 @@
 #include "cli_usage.h"
 #include "ds/core/env.h"
 #include "ds/core/error.h"
+#include "ds/core/log.h"
 #include "ds/launch/command.h"
 #include "ds/launch/core_list.h"
 #include "ds/launch/env_file.h"
@@ -405,12 +406,13 @@ int launch(int argc, char** argv) {
 }  // namespace
 
 int main(int argc, char** argv) {
+  ds::log::set_tool("dsrun");  // diagnostics on stderr, no rank tag
   bool shim = argc > 1 && std::strcmp(argv[1], "--rank_shim") == 0;
   try {
     ds::env::check_all();  // a bad DS_* value: one error line before any work
     return shim ? rank_shim(argc, argv) : launch(argc, argv);
   } catch (const std::exception& e) {
-    std::fprintf(stderr, "dsrun: error: %s\n", e.what());
+    std::fprintf(stderr, "dsrun: error: %s\n", ds::user_message(e).c_str());
     return shim ? 127 : 2;
   }
 }

@@ -16,6 +16,7 @@
 #include "cli_usage.h"
 #include "ds/core/env.h"
 #include "ds/core/error.h"
+#include "ds/core/log.h"
 #include "ds/core/file_read.h"
 #include "ds/data/token_shards.h"
 #include "ds/tokenizer/bpe.h"
@@ -141,6 +142,7 @@ int decode(const DecodeArgs& d) {
 }  // namespace
 
 int main(int argc, char** argv) {
+  ds::log::set_tool("dstok");  // diagnostics on stderr, no rank tag
   CLI::App app{"dstok: BPE-tokenize text into llm.c token shards (encode) or print a shard's text (decode)"};
   app.require_subcommand(1);
   EncodeArgs e;
@@ -172,7 +174,7 @@ int main(int argc, char** argv) {
     return enc->parsed() ? encode(e) : decode(d);
   } catch (const std::exception& err) {
     std::fflush(stdout);
-    std::fprintf(stderr, "dstok: error: %s\n", err.what());
+    std::fprintf(stderr, "dstok: error: %s\n", ds::user_message(err).c_str());
     return 1;
   }
 }

@@ -42,8 +42,23 @@ json_check minimal "j['train_batch_size']==6 and j['gradient_accumulation_steps'
 run minimal_ws1 0 check "$DATA/good_minimal.json"
 json_check minimal_ws1 "j['train_batch_size']==2"
 
-run auto 0 check "$DATA/good_hf_auto.json" --world_size 2
+# Hugging Face "auto" values: filled from --lr and the batch arithmetic, one note each on stderr
+# (stdout stays pure JSON); without --lr the learning rate is refused, and so is an "auto" precision.
+run auto 0 check "$DATA/good_hf_auto.json" --world_size 2 --lr 1e-3
 json_check auto "j['train_batch_size']==8 and j['optimizer']['params']['lr']==1e-3 and j['fp16']['enabled']==False"
+expect_err auto "ds_config: note: $DATA/good_hf_auto.json:8:44: optimizer.params.lr: \"auto\" -> 0.001 (from --lr)"
+expect_err auto "gradient_accumulation_steps: \"auto\" -> 1 (from the batch arithmetic)"
+expect_err auto "optimizer.params.betas: \"auto\" -> [0.9,0.999] (dstrain's default, which is DeepSpeed's)"
+grep -v '^ds_config: note: ' "$TMP/auto.err" | grep -q . && fail "auto: stderr holds more than notes: $(cat "$TMP/auto.err")"
+run auto_no_lr 1 check "$DATA/good_hf_auto.json" --world_size 2
+expect_err auto_no_lr "good_hf_auto.json:8:44: optimizer.params.lr: \"auto\" is a placeholder the Hugging Face Trainer fills"
+expect_err auto_no_lr "write a number, or pass --lr"
+[ -s "$TMP/auto_no_lr.out" ] && fail "auto_no_lr: stdout not empty"
+run auto_precision 1 check '{"train_batch_size": 8, "bf16": {"enabled": "auto"}}' --lr 1e-3
+expect_err auto_precision 'bf16.enabled: "auto" is a placeholder'
+expect_err auto_precision "write true or false"
+# Messages of a one-process tool carry no source location and no rank tag.
+grep -qE '\[(src|io|mpi|apps)/|\[rank' "$TMP/auto_no_lr.err" "$TMP/auto.err" && fail "auto: internal location or rank tag in stderr"
 
 # The resolved output is itself a valid config that resolves to the same thing.
 run roundtrip 0 check "$TMP/full.out" --world_size 2
@@ -55,7 +70,9 @@ run stage3 0 check "$DATA/good_stage3.json" --world_size 2
 json_check stage3 "j['zero_optimization']['stage']==3 and j['zero_optimization']['stage3_prefetch_bucket_size']==50000000"
 json_check stage3 "j['zero_optimization']['stage3_param_persistence_threshold']==100000 and j['zero_optimization']['stage3_model_persistence_threshold']==2**63-1"
 json_check stage3 "j['zero_optimization']['stage3_gather_16bit_weights_on_model_save'] is True and j['zero_optimization']['sub_group_size']==10**9"
-[ -s "$TMP/stage3.err" ] && fail "stage3: unexpected stderr: $(cat "$TMP/stage3.err")"
+grep -v '^ds_config: note: ' "$TMP/stage3.err" | grep -q . && fail "stage3: unexpected stderr: $(cat "$TMP/stage3.err")"
+expect_err stage3 'zero_optimization.reduce_bucket_size: "auto" -> 500000000'
+expect_err stage3 'zero_optimization.stage3_prefetch_bucket_size: "auto" -> 50000000' 
 run stage3_roundtrip 0 check "$TMP/stage3.out" --world_size 2
 cmp -s "$TMP/stage3.out" "$TMP/stage3_roundtrip.out" || fail "stage3_roundtrip: resolved config changed when re-read"
 [ -s "$TMP/stage3_roundtrip.err" ] && fail "stage3_roundtrip: unexpected stderr: $(cat "$TMP/stage3_roundtrip.err")"

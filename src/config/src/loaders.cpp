@@ -29,6 +29,7 @@ DsConfig parse_root(const JsonNode& root, const std::string& source, std::vector
   DsConfig cfg;
   cfg.source = source;
   cfg.raw = to_nlohmann(root);
+  ctx.autos = &cfg.auto_values;
   Section top(ctx, root, {}, "");
 
   // Batch sizes: "auto" or null mean "not given" (HF-style configs write "auto").

@@ -35,6 +35,7 @@ std::string section_of(const std::string& key, const std::string& except);
 struct Ctx {
   std::string source;
   std::vector<std::string>* warnings = nullptr;
+  std::vector<AutoValue>* autos = nullptr;  // the "auto" values met, for fill_auto_values()
   std::vector<std::string>* keys = nullptr;  // config_keys(): every key path a section knows
   detail::KeyPositions pos;  // key path -> where the key was written
 
@@ -78,16 +79,32 @@ class Section {
   const std::string& path() const { return path_; }
   std::string sub(const std::string& key) const { return path_.empty() ? key : path_ + "." + key; }
 
-  // The member for key, or nullptr when absent or "auto" (DeepSpeed drops "auto" values so
-  // the default applies). Marks the key as known and remembers its position.
+  // The member for key, or nullptr when absent or "auto". An "auto" (the Hugging Face
+  // Trainer's placeholder) is recorded in ctx.autos: fill_auto_values() fills it from what
+  // the job knows, or refuses it, and reports either way. Marks the key as known and
+  // remembers its position.
   const Member* get(const std::string& key, bool supported = true) {
+    const Member* m = get_raw(key, supported);
+    if (m && is_auto(m->value)) {
+      if (ctx_.autos) ctx_.autos->push_back({sub(key), ctx_.where(m->key_pos)});
+      return nullptr;
+    }
+    return m;
+  }
+  // The same, with "auto" returned as written: for keys where "auto" is one of dstrain's own
+  // choices (kernels.attention, communication.device_backend).
+  const Member* get_raw(const std::string& key, bool supported = true) {
     (supported ? supported_ : accepted_).push_back(key);
     if (ctx_.keys) ctx_.keys->push_back(sub(key));
     const Member* m = node_.find(key);
     if (!m) return nullptr;
     ctx_.pos[sub(key)] = m->key_pos;
-    if (is_auto(m->value)) return nullptr;
     return m;
+  }
+  // Whether key is written as "auto".
+  bool is_auto_value(const std::string& key) const {
+    const Member* m = node_.find(key);
+    return m != nullptr && is_auto(m->value);
   }
   bool has(const std::string& key) const { return node_.find(key) != nullptr; }
 

@@ -89,8 +89,20 @@ void resolve_batch_sizes(DsConfig& cfg, int ws) {
   DS_CHECK(tb >= 0 && mb >= 0 && gas >= 0,
            cfg.source << ": batch sizes must be positive (train_batch_size " << tb << ", train_micro_batch_size_per_gpu "
                       << mb << ", gradient_accumulation_steps " << gas << ")");
-  DS_CHECK(has_tb || has_mb, cfg.source << ": either train_batch_size or train_micro_batch_size_per_gpu needs to be provided"
-                                        << (has_gas ? " (gradient_accumulation_steps alone does not determine the batch)" : ""));
+  if (!has_tb && !has_mb) {
+    // HF-style configs write "auto" in every batch key: name where, and what to write.
+    std::string autos;
+    for (const AutoValue& a : cfg.auto_values)
+      if (a.path == "train_batch_size" || a.path == "train_micro_batch_size_per_gpu" ||
+          a.path == "gradient_accumulation_steps")
+        autos += (autos.empty() ? "" : ", ") + a.path + " (" + a.where + ")";
+    DS_CHECK(autos.empty(), cfg.source << ": the batch keys are \"auto\": " << autos
+                                       << ": \"auto\" is filled by the Hugging Face Trainer from its own arguments; "
+                                          "dstrain needs a number in train_batch_size or train_micro_batch_size_per_gpu "
+                                          "(e.g. \"train_micro_batch_size_per_gpu\": 8), the others are then derived");
+    DS_THROW(cfg.source << ": either train_batch_size or train_micro_batch_size_per_gpu needs to be provided"
+                        << (has_gas ? " (gradient_accumulation_steps alone does not determine the batch)" : ""));
+  }
   auto mul = [&](i64 a, i64 b) {
     i64 r = 0;
     DS_CHECK(!__builtin_mul_overflow(a, b, &r),

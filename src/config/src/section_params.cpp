@@ -207,11 +207,14 @@ SchedulerConfig parse_scheduler(Ctx& ctx, const Member& section) {
   }
   // Required values first (the optional ones, which may be null, once read).
   for (const auto& spec : d->params) {
-    if (spec.required && !is_optional(spec) && !p.get(spec.key)) missing(params->key_pos, spec.key, true);
+    if (spec.required && !is_optional(spec) && !p.get(spec.key) && !p.is_auto_value(spec.key))
+      missing(params->key_pos, spec.key, true);
   }
+  // A required value written "auto" is filled (or refused) by fill_auto_values().
   for (const auto& spec : d->params) {
     read_param(p, spec, c);
-    if (spec.required && is_optional(spec) && is_optional_unset(spec, c)) missing(params->key_pos, spec.key, true);
+    if (spec.required && is_optional(spec) && is_optional_unset(spec, c) && !p.is_auto_value(spec.key))
+      missing(params->key_pos, spec.key, true);
   }
   if (d->warn) {
     if (auto w = d->warn(c)) ctx.warn(ctx.pos["scheduler.params." + w->first], w->second);

@@ -241,7 +241,8 @@ namespace {
 
 // One of `choices` (case-insensitive), stored as written in the list.
 void choice(Section& s, const std::string& key, std::string& out, const std::vector<std::string>& choices) {
-  const Member* m = s.get(key);
+  const bool auto_is_a_choice = std::find(choices.begin(), choices.end(), "auto") != choices.end();
+  const Member* m = auto_is_a_choice ? s.get_raw(key) : s.get(key);
   if (!m) return;
   std::string expected;
   for (size_t i = 0; i < choices.size(); ++i) {

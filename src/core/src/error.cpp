@@ -17,15 +17,17 @@ const char* short_path(const char* file) {
 }
 }  // namespace
 
+Error::Error(const std::string& message, const std::string& location)
+    : std::runtime_error(location.empty() ? message : message + " [" + location + "]"), message_(message) {}
+
 int process_rank() { return g_rank.load(std::memory_order_relaxed); }
 void set_process_rank(int rank) { g_rank.store(rank, std::memory_order_relaxed); }
 
 void throw_error(const std::string& message, const char* file, int line) {
   std::ostringstream os;
-  os << message << " [" << short_path(file) << ":" << line;
+  os << short_path(file) << ":" << line;
   if (process_rank() >= 0) os << ", rank " << process_rank();
-  os << "]";
-  throw Error(os.str());
+  throw Error(message, os.str());
 }
 
 }  // namespace ds

@@ -26,7 +26,10 @@ const bool g_all_ranks = [] {
   try { return env::get_bool("DS_LOG_ALL_RANKS"); } catch (const Error&) { return false; }
 }();
 std::mutex g_mutex;
+const char* g_tool = nullptr;
 }  // namespace
+
+void set_tool(const char* name) { g_tool = name; }
 
 void set_level(Level level) { g_level = level; }
 Level level() { return g_level; }
@@ -40,6 +43,12 @@ bool enabled(Level lvl) {
 void write(Level lvl, const std::string& message) {
   static const char* names[] = {"debug", "info", "warning", "error"};
   std::lock_guard<std::mutex> lock(g_mutex);
+  if (g_tool) {
+    if (lvl == Level::Info) std::fprintf(stderr, "%s: %s\n", g_tool, message.c_str());
+    else std::fprintf(stderr, "%s: %s: %s\n", g_tool, names[int(lvl)], message.c_str());
+    std::fflush(stderr);
+    return;
+  }
   FILE* out = lvl >= Level::Warn ? stderr : stdout;
   const int r = process_rank();
   if (lvl == Level::Info) {

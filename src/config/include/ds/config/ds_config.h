@@ -157,6 +157,13 @@ struct CsvMonitorConfig {
   std::string job_name = "DeepSpeedJobName";
 };
 
+// A value written "auto" (the Hugging Face Trainer's placeholder, which it replaces before
+// DeepSpeed reads the config): its key path and where it was written (file:line:col).
+struct AutoValue {
+  std::string path;
+  std::string where;
+};
+
 struct DsConfig {
   // Batch sizes as given (0 = not given), then resolved by resolve_batch_sizes().
   std::int64_t train_batch_size = 0;
@@ -185,6 +192,9 @@ struct DsConfig {
   ActivationCheckpointingConfig activation_checkpointing;
   AioConfig aio;
   std::optional<std::uint64_t> seed;  // dstrain extension (DeepSpeed has no top-level seed)
+
+  // The "auto" values as written, in order; fill_auto_values() (ds/config/parse.h) resolves them.
+  std::vector<AutoValue> auto_values;
 
   // Where it came from ("<json string>" for inline configs), for error messages.
   std::string source = "<config>";

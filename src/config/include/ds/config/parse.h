@@ -2,6 +2,8 @@
 #pragma once
 
 #include <cstddef>
+#include <cstdint>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -37,6 +39,23 @@ DsConfig load_config(const std::string& path_or_json, std::vector<std::string>* 
 // missing one of train_batch_size / micro batch / gradient_accumulation_steps. The error
 // shows all four numbers and says which to change.
 void resolve_batch_sizes(DsConfig& cfg, int dp_world_size);
+
+// What a job knows that can fill the Hugging Face Trainer's "auto" placeholders.
+struct KnownValues {
+  std::optional<std::int64_t> total_steps;  // the run's optimizer steps, when given
+  std::optional<double> lr;                 // a learning rate given on the command line
+  std::string steps_flag = "--steps";       // how the user gives each, for the messages
+  std::string lr_flag = "--lr";
+};
+
+// Resolves every "auto" the parser met (cfg.auto_values), after resolve_batch_sizes(): batch
+// keys take the batch arithmetic's values (all of them "auto" is an error there);
+// optimizer.params.lr takes known.lr and scheduler.params.total_num_steps known.total_steps,
+// else they are errors; fp16/bf16 "enabled" is always an error (a precision is never chosen
+// silently); any other key keeps dstrain's default (DeepSpeed's). Returns one line per key,
+// "file:line:col: key: \"auto\" -> value (where it came from)", for the caller to print;
+// throws ds::Error naming the key, where it was written and what to write instead.
+std::vector<std::string> fill_auto_values(DsConfig& cfg, const KnownValues& known);
 
 // The fully resolved config, every default filled in, as JSON (ds_config check prints it).
 nlohmann::json to_json(const DsConfig& cfg);

@@ -14,8 +14,21 @@ namespace ds {
 
 class Error : public std::runtime_error {
  public:
-  explicit Error(const std::string& what) : std::runtime_error(what) {}
+  explicit Error(const std::string& what) : std::runtime_error(what), message_(what) {}
+  // what() is "message [location]"; location is the source file:line (and rank) of the throw.
+  Error(const std::string& message, const std::string& location);
+  // The message alone, as the one-process tools print it (a user has no use for our file:line).
+  const std::string& message() const { return message_; }
+
+ private:
+  std::string message_;
 };
+
+// What a tool prints for an exception: ds::Error's message() without its location, else what().
+inline std::string user_message(const std::exception& e) {
+  if (const auto* de = dynamic_cast<const Error*>(&e)) return de->message();
+  return e.what();
+}
 
 // The rank shown in error and log messages; -1 until the distributed runtime sets it.
 int process_rank();

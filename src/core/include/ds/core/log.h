@@ -13,6 +13,10 @@ void set_level(Level level);
 Level level();
 bool enabled(Level level);  // level threshold and rank filter
 void write(Level level, const std::string& message);
+// One-process tools (ds_config, ds_report, ...): every line goes to stderr as
+// "<tool>: <level>: message" (info: "<tool>: message"), without the rank tag, so that a
+// tool's stdout holds only its output. Call once at the start of main.
+void set_tool(const char* name);
 
 }  // namespace ds::log
 
