@@ -17,6 +17,7 @@
 #include <nlohmann/json.hpp>
 
 #include "ds/config/parse.h"
+#include "ds/config/registry.h"
 #include "ds/core/error.h"
 #include "ds/engine/args.h"
 #include "ds/engine/engine.h"
@@ -24,6 +25,7 @@
 #include "ds/engine/monitor.h"
 #include "ds/mpi/init.h"
 #include "ds/mpi/mpi_comm.h"
+#include "ds/optim/optimizer.h"
 #include "ds/sched/lr_scheduler.h"
 #include "../../src/engine/src/engine_testing.h"
 #include "../common/mpi_gtest_main.h"
@@ -189,6 +191,22 @@ TEST(Memory, EstimateMatchesZeroPaper) {
   EXPECT_EQ(ds::engine::deepspeed_zero3_estimate_bytes(P, 1000, 4), 4000 + 18 * P / 4);
   EXPECT_EQ(ds::engine::optimizer_state_bytes_per_param("adamw"), 8u);
   EXPECT_THROW(ds::engine::optimizer_state_bytes_per_param("rmsprop"), ds::Error);
+}
+
+// The optimizer descriptors are the one list of state tensors: each optimizer keeps what its
+// descriptor names, and the memory estimate counts it (SGD with and without momentum).
+TEST(Memory, OptimizerStateComesFromTheDescriptor) {
+  for (const auto& d : ds::config::optimizer_registry()) {
+    for (double momentum : {0.0, 0.9}) {
+      ds::optim::OptimizerParams p = d.defaults;
+      p.momentum = momentum;
+      ASSERT_NE(d.state, nullptr) << d.name;
+      EXPECT_EQ(ds::optim::make_optimizer(p)->state_names(), d.state(p)) << d.name << " momentum " << momentum;
+      EXPECT_EQ(ds::engine::optimizer_state_bytes_per_param(d.name, momentum != 0), 4 * d.state(p).size()) << d.name;
+    }
+  }
+  EXPECT_EQ(ds::engine::optimizer_state_bytes_per_param("sgd", false), 0u);
+  EXPECT_EQ(ds::engine::optimizer_state_bytes_per_param("lamb"), 8u);
 }
 
 TEST(Args, DeepSpeedFlags) {

@@ -9,6 +9,7 @@
 #include <cstdio>
 #include <cstring>
 
+#include "ds/config/registry.h"
 #include "ds/core/error.h"
 
 namespace ds::engine {
@@ -37,10 +38,17 @@ std::string ModelStateBytes::to_string() const {
 }
 
 std::size_t optimizer_state_bytes_per_param(const std::string& t, bool sgd_momentum) {
-  if (t == "adam" || t == "adamw" || t == "lamb") return 8;
-  if (t == "adagrad") return 4;
-  if (t == "sgd") return sgd_momentum ? 4 : 0;
-  DS_THROW("unknown optimizer type '" << t << "' (expected adam, adamw, lamb, sgd or adagrad)");
+  const config::OptimizerDescriptor* d = config::find_optimizer(t);
+  if (!d) {
+    std::string known;
+    const auto& all = config::optimizer_registry();
+    for (std::size_t i = 0; i < all.size(); ++i)
+      known += (i == 0 ? "" : i + 1 == all.size() ? " or " : ", ") + all[i].name;
+    DS_THROW("unknown optimizer type '" << t << "' (expected " << known << ")");
+  }
+  optim::OptimizerParams p = d->defaults;
+  p.momentum = sgd_momentum ? 1.0 : 0.0;  // read by SGD's state list only
+  return d->state(p).size() * sizeof(float);
 }
 
 ModelStateBytes estimate_model_states_bytes(std::size_t p, int n, int stage, DType working,

@@ -97,7 +97,8 @@ class PagedBuffer {
 };
 
 // Optimizer state bytes per parameter for a DeepSpeed optimizer name ("adam", "adamw",
-// "lamb", "sgd", "adagrad"); `sgd_momentum` says whether SGD keeps a momentum buffer.
+// "lamb", "sgd", "adagrad"): 4 per state tensor its descriptor lists (ds/config/registry.h);
+// `sgd_momentum` says whether SGD keeps a momentum buffer.
 std::size_t optimizer_state_bytes_per_param(const std::string& optimizer_type, bool sgd_momentum = true);
 
 // DeepSpeed's estimate_zero3_model_states_mem_needs (no offload): bytes per rank for the
