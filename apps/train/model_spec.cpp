@@ -1,7 +1,6 @@
 #include "model_spec.h"
 
 #include <cmath>
-#include <iomanip>
 #include <optional>
 #include <sstream>
 #include <utility>
@@ -9,25 +8,6 @@
 #include "ds/core/error.h"
 
 namespace ds::train {
-
-std::string ModelSpec::describe() const {
-  std::ostringstream os;
-  if (type == "gpt") {
-    os << "gpt n_layer=" << n_layer << " n_head=" << n_head << " n_embd=" << n_embd
-       << " block_size=" << block_size << " vocab_size=" << vocab_size;
-  } else if (type == "llama") {
-    os << "llama n_layer=" << n_layer << " n_head=" << n_head << " n_kv_head=" << n_kv_head << " n_embd=" << n_embd
-       << " intermediate_size=" << intermediate_size << " block_size=" << block_size
-       << " vocab_size=" << vocab_size << std::setprecision(10);
-    if (rope_theta != ModelSpec{}.rope_theta) os << " rope_theta=" << rope_theta;
-    if (rms_norm_eps != ModelSpec{}.rms_norm_eps) os << " rms_norm_eps=" << rms_norm_eps;
-    if (tie_embeddings) os << " tie_embeddings=true";
-  } else {
-    os << "mlp n_layer=" << n_layer << " n_embd=" << n_embd << " block_size=" << block_size
-       << " vocab_size=" << vocab_size;
-  }
-  return os.str();
-}
 
 namespace {
 

@@ -1,0 +1,229 @@
+// prepare(): the job's local steps -- config and model shape, tokenizer, data, run length,
+// save targets, device, the model object -- each a function below, called in order.
+#include <omp.h>
+
+#include <algorithm>
+#include <filesystem>
+#include <sstream>
+#include <thread>
+#include <tuple>
+
+#include "batch_check.h"
+#include "data_source.h"
+#include "ds/core/env.h"
+#include "ds/core/error.h"
+#include "ds/core/hash.h"
+#include "ds/data/sampler.h"
+#include "ds/engine/args.h"
+#include "ds/mpi/device_comm.h"
+#include "ds/nn/llama.h"
+#include "init_from.h"
+#include "job.h"
+#include "save_dir_check.h"
+#include "terminal.h"
+#include "train_loop.h"
+
+namespace ds::train {
+
+namespace {
+constexpr std::uint64_t kDefaultSeed = 1234;
+constexpr std::int64_t kDefaultSteps = 800;
+constexpr std::int64_t kDefaultEvalIters = 20;
+
+std::string data_name(const TrainOptions& opts) {
+  return opts.data.empty() ? std::string("the embedded corpus") : opts.data;
+}
+
+// --local_rank as DeepSpeed's launchers pass it: must agree with the environment.
+void check_local_rank(const TrainOptions& opts, const DistributedContext& dist) {
+  engine::DeepSpeedArgs ds_args;
+  ds_args.local_rank = opts.local_rank.value_or(-1);
+  const int local_rank = engine::resolve_local_rank(ds_args);
+  DS_CHECK(!opts.local_rank || local_rank == dist.local_rank,
+           "--local_rank " << *opts.local_rank << " disagrees with MPI's local rank " << dist.local_rank);
+}
+
+// The config file, its batch sizes for this world size, the model shape and the seed.
+void load_config(Job& j, int world_size) {
+  const TrainOptions& opts = j.opts;
+  DS_CHECK(std::filesystem::exists(opts.config), "config file " << opts.config << " does not exist");
+  j.cfg = config::load_config_file(opts.config);
+  config::resolve_batch_sizes(j.cfg, world_size);
+  j.spec = resolve_model_spec(j.cfg.raw.contains("model") ? j.cfg.raw.at("model") : nlohmann::json(nullptr), opts,
+                              opts.config);
+  if (j.spec.type == "llama" && j.spec.intermediate_size == 0)  // shown and checked on resume
+    j.spec.intermediate_size = nn::llama_default_intermediate(j.spec.n_embd);
+  j.seed = opts.seed ? *opts.seed : j.cfg.seed.value_or(kDefaultSeed);
+  j.cfg.seed = j.seed;  // the engine seeds the model init with it
+}
+
+// --tokenizer: the model needs an output for each of its ids; an unset model.vocab_size
+// becomes the tokenizer's (the data's ids are checked against it in split_data).
+void load_tokenizer(Job& j) {
+  if (j.opts.tokenizer.empty()) return;
+  j.tokenizer = tokenizer::BpeTokenizer::load(j.opts.tokenizer);
+  if (j.spec.vocab_size == 0) j.spec.vocab_size = j.tokenizer->vocab_size();
+  DS_CHECK(j.tokenizer->vocab_size() <= j.spec.vocab_size,
+           "--tokenizer " << j.opts.tokenizer << " has " << j.tokenizer->vocab_size()
+                          << " tokens but model.vocab_size is " << j.spec.vocab_size
+                          << ": the model needs at least the tokenizer's vocab size");
+}
+
+// The vocabulary checked against the model, then the training / validation split (the
+// validation part holds at least one window per rank when there is one).
+void split_data(Job& j, const DataSource& src, int world_size) {
+  const auto min_val_tokens =
+      j.opts.val_fraction > 0 ? std::size_t(j.spec.block_size * world_size + 1) : std::size_t(0);
+  if (src.shards) {
+    // Token shards carry no vocabulary: the largest id + 1 unless model.vocab_size is set (an
+    // id past kMaxImpliedVocab is an error naming its file, not a model sized by it).
+    if (j.spec.vocab_size == 0) j.spec.vocab_size = src.shards->implied_vocab_size();
+    src.shards->check_vocab(j.spec.vocab_size, "model.vocab_size");
+    j.shards_note = describe_shards(*src.shards);
+    auto parts = src.shards->split(j.opts.val_fraction, min_val_tokens);
+    j.train_shards.emplace(std::move(parts.first));
+    j.val_shards.emplace(std::move(parts.second));
+    return;
+  }
+  if (j.spec.vocab_size == 0) j.spec.vocab_size = src.text.vocab_size();
+  DS_CHECK(src.text.vocab_size() <= j.spec.vocab_size, data_name(j.opts) << " has vocab size "
+                                                           << src.text.vocab_size() << " but model.vocab_size is "
+                                                           << j.spec.vocab_size);
+  std::tie(j.train_data, j.val_data) = src.text.split(j.opts.val_fraction, min_val_tokens);
+}
+
+// --prompt: the tokenizer's ids, or its bytes without one.
+void encode_prompt(Job& j) {
+  if (j.opts.prompt.empty()) return;
+  if (j.tokenizer) j.prompt = j.tokenizer->encode(j.opts.prompt);
+  else j.prompt.assign(j.opts.prompt.begin(), j.opts.prompt.end());  // bytes are tokens
+  for (auto& t : j.prompt) {
+    if (!j.tokenizer) t &= 0xFF;
+    DS_CHECK(t < j.spec.vocab_size, "--prompt: token " << t << " is not below model.vocab_size " << j.spec.vocab_size);
+  }
+}
+
+// Optimizer steps per epoch (at least one micro-batch per rank), then the run length:
+// --steps, --epochs, the scheduler's total_num_steps, or the default.
+void plan_run_length(Job& j, const DataSource& src, const DistributedContext& dist) {
+  const std::int64_t seq = j.spec.block_size;
+  const std::size_t train_samples = j.train_src().num_samples(seq);
+  DS_CHECK(train_samples >= std::size_t(dist.world_size),
+           data_name(j.opts) << " is too small: " << (src.shards ? src.shards->size() : src.text.size())
+                             << " tokens give " << train_samples << " training windows of block_size+1 = "
+                             << seq + 1 << " tokens; need at least one per rank (" << dist.world_size
+                             << "). Use a smaller --block_size or more data");
+  const auto mb = std::size_t(j.cfg.train_micro_batch_size_per_gpu);
+  data::DistributedSampler probe(train_samples, dist.world_size, dist.rank, mb, true, j.seed,
+                                 j.cfg.dataloader_drop_last);
+  DS_CHECK(probe.steps_per_epoch() > 0,
+           data_name(j.opts) << " gives " << train_samples << " training windows: fewer than one micro-batch of " << mb
+                             << " per rank with dataloader_drop_last; lower train_micro_batch_size_per_gpu");
+  j.steps_per_epoch =
+      std::max<std::int64_t>(1, std::int64_t(probe.steps_per_epoch()) / j.cfg.gradient_accumulation_steps);
+
+  const TrainOptions& opts = j.opts;
+  if (opts.steps)
+    j.total_steps = *opts.steps;
+  else if (opts.epochs)
+    j.total_steps = *opts.epochs * j.steps_per_epoch;
+  else if (j.cfg.scheduler && j.cfg.scheduler->total_num_steps)
+    j.total_steps = *j.cfg.scheduler->total_num_steps;
+  else
+    j.total_steps = kDefaultSteps;
+  j.eval_iters = opts.eval_iters.value_or(kDefaultEvalIters);
+  j.eval_interval = opts.eval_interval.value_or(std::max<std::int64_t>(1, j.total_steps / 5));
+}
+
+// --save_dir that cannot take checkpoints fails now, not at the first save after training;
+// and the model save at the end must not replace the weights this run starts from.
+void check_save_targets(const Job& j) {
+  const TrainOptions& opts = j.opts;
+  if (opts.save_dir.empty()) return;
+  check_save_dir(opts.save_dir);
+  if (!opts.init_from.empty() && j.cfg.zero_optimization.gather_16bit_weights_on_model_save)
+    check_model_save_target((std::filesystem::path(opts.save_dir) / "model.safetensors").string(), opts.init_from);
+}
+
+// What all ranks must share: checked by main() before the first collective, because
+// collectives over differently sized models corrupt memory instead of failing cleanly.
+void set_identity(Job& j, const DataSource& src) {
+  std::ostringstream id;
+  id << config::to_json(j.cfg).dump() << '|' << j.spec.describe() << '|' << j.total_steps << '|' << j.eval_interval
+     << '|' << j.eval_iters << '|' << j.train_src().size() << '|' << j.val_src().size() << '|'
+     << j.opts.load_dir.empty() << '|' << (j.on_gpu ? "cuda" : "cpu");
+  j.identity = id.str();
+  const auto t = src.text.tokens();
+  j.data_hash = src.shards ? src.shards->fingerprint() : fnv1a64(t.data(), t.size_bytes());
+}
+
+// The model for this device (nn::make_model), then --init_from: rank 0 checks the file
+// against the model now (an agreed error) and reads it at initialize; the engine broadcasts
+// rank 0's values.
+void build_model(Job& j, int rank) {
+  const TrainOptions& opts = j.opts;
+  nn::ModelKernels kernels{j.cfg.kernels.attention, j.cfg.kernels.attention_block, j.cfg.kernels.cpu_bf16_gemm,
+                           opts.config};
+  nn::ModelCheckpointing ckpt;
+  ckpt.enabled = j.cfg.activation_checkpointing.enabled || opts.activation_checkpointing;
+  ckpt.from = opts.activation_checkpointing ? std::string("--activation_checkpointing")
+                                            : "activation_checkpointing in " + opts.config;
+  ckpt.micro_batch = j.cfg.train_micro_batch_size_per_gpu;
+  j.model = nn::make_model(j.spec, j.on_gpu, j.device, kernels, ckpt);
+  if (!opts.init_from.empty())
+    j.model.module = init_from_file(std::move(j.model.module), opts.init_from, rank == 0, &j.init_from_note);
+}
+
+// Two ranks on two cores: without OMP_NUM_THREADS every rank would start one OpenMP thread
+// per core and they would fight over the cores. Split the cores among this node's ranks.
+void choose_threads(const DistributedContext& dist) {
+  if (env::external("OMP_NUM_THREADS")) return;
+  const unsigned cores = std::max(1u, std::thread::hardware_concurrency());
+  omp_set_num_threads(std::max(1, int(cores) / std::max(1, dist.local_size)));
+}
+
+}  // namespace
+
+JobPtr prepare(const TrainOptions& opts, const DistributedContext& dist) {
+  JobPtr job(new Job);
+  Job& j = *job;
+  j.opts = opts;
+  check_local_rank(opts, dist);
+  load_config(j, dist.world_size);
+  load_tokenizer(j);
+  const DataSource src = open_data(opts.data, opts.data_dtype);
+  split_data(j, src, dist.world_size);
+  encode_prompt(j);
+  plan_run_length(j, src, dist);
+  check_save_targets(j);
+  j.on_gpu = nn::model_on_gpu(j.spec, opts.device);
+  if (j.on_gpu) j.device = shared_device(dist.device, visible_device_count());
+  set_identity(j, src);
+  // Progress bar only on a terminal (rank 0's stdout; run() shares rank 0's verdict).
+  j.bar = dist.rank == 0 && (opts.progress == "bar" || (opts.progress == "auto" && stdout_is_terminal()));
+  build_model(j, dist.rank);
+  choose_threads(dist);
+  // A micro-batch the data cannot fill (a warning), or more memory than this machine has (an
+  // error now, not the OOM killer's silent end of a rank once training touches the pages).
+  const std::int64_t seq = j.spec.block_size;
+  check_micro_batch(j.cfg, *j.model.module,
+                    BatchPlan{j.cfg.train_micro_batch_size_per_gpu, seq, j.train_src().num_samples(seq),
+                              dist.world_size, dist.local_size, j.on_gpu, data_name(opts)},
+                    dist.rank == 0);
+  return job;
+}
+
+void JobDeleter::operator()(Job* j) const { delete j; }
+
+std::uint64_t job_fingerprint(const Job& j) {
+  return fnv1a64(j.identity.data(), j.identity.size(), j.data_hash);
+}
+
+std::string job_summary(const Job& j) {
+  std::ostringstream os;
+  os << j.spec.describe() << ", steps " << j.total_steps << ", train batch " << j.cfg.train_batch_size << ", "
+     << j.train_src().size() + j.val_src().size() << " data tokens";
+  return os.str();
+}
+
+}  // namespace ds::train
