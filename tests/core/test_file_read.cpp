@@ -80,6 +80,18 @@ TEST(FileRead, NoCapReadsEverything) {
   EXPECT_EQ(read_regular_file(p, "data file", UINT64_MAX), text);
 }
 
+// A large file (an 80 MB vocab.json) is held once: the end of file is found without growing
+// the string past the file's size.
+TEST(FileRead, HoldsTheFileOnce) {
+  TempDir d("ds_file_read_once");
+  const std::string p = (d.path / "big").string();
+  const std::string text(std::size_t(1) << 20, 'x');
+  std::ofstream(p, std::ios::binary) << text;
+  const std::string read = read_regular_file(p, "data file", UINT64_MAX);
+  EXPECT_EQ(read, text);
+  EXPECT_LT(read.capacity(), text.size() + 4096);
+}
+
 TEST(FileRead, OpenRegularFileIsBlockingAndReadable) {
   TempDir d("ds_file_read");
   const std::string p = (d.path / "f").string();

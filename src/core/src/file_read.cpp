@@ -88,17 +88,19 @@ std::string read_regular_file(const std::string& path, std::string_view what, st
     DS_THROW(what << " " << path << " is " << describe_size(std::uint64_t(st.st_size)) << "; the limit is "
                   << describe_size(max_bytes));
   }
+  // Read until end of file; a file that grows while read is still held to the cap (reading
+  // one byte past it is how that shows). The end is found with a small read past the size
+  // stat gave, so the usual file is held once, not in a string grown to twice its size.
+  const std::uint64_t limit = max_bytes == UINT64_MAX ? max_bytes : max_bytes + 1;
   std::string out(std::size_t(st.st_size), '\0');
   std::size_t got = 0;
-  // Read until end of file; a file that grows while read is still held to the cap (reading
-  // one byte past it is how that shows).
-  const std::uint64_t limit = max_bytes == UINT64_MAX ? max_bytes : max_bytes + 1;
+  char more[65536];
   for (;;) {
-    if (got == out.size()) {
-      if (out.size() >= limit) break;
-      out.resize(std::min<std::uint64_t>(limit, out.size() + std::max<std::size_t>(out.size(), 65536)));
-    }
-    const ssize_t n = ::read(fd, out.data() + got, out.size() - got);
+    const bool past_size = got == out.size();
+    if (past_size && out.size() >= limit) break;
+    char* const into = past_size ? more : out.data() + got;
+    const std::size_t room = past_size ? sizeof more : out.size() - got;
+    const ssize_t n = ::read(fd, into, room);
     if (n < 0 && errno == EINTR) continue;
     if (n < 0) {
       const int err = errno;
@@ -106,6 +108,7 @@ std::string read_regular_file(const std::string& path, std::string_view what, st
       DS_THROW("cannot read " << what << " " << path << ": " << std::strerror(err));
     }
     if (n == 0) break;
+    if (past_size) out.append(more, std::size_t(n));
     got += std::size_t(n);
   }
   ::close(fd);
