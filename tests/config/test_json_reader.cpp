@@ -2,6 +2,7 @@
 #include <gtest/gtest.h>
 
 #include <string>
+#include <vector>
 
 #include "json_reader.h"
 #include "ds/core/error.h"
@@ -14,6 +15,15 @@ using ds::config::parse_json;
 std::string error_of(const std::string& text) {
   try {
     parse_json(text, "ds.json");
+  } catch (const ds::Error& e) {
+    return e.what();
+  }
+  return "<no error>";
+}
+
+std::string error_of_members(const std::string& text, const ds::config::MemberSink& take) {
+  try {
+    (void)ds::config::parse_json_members(text, "v.json", take);
   } catch (const ds::Error& e) {
     return e.what();
   }
@@ -93,6 +103,33 @@ TEST(JsonReader, DuplicateKeysAreErrorsWithPath) {
   EXPECT_HAS(error_of("{\n  \"fp16\": {\n    \"enabled\": true,\n    \"enabled\": false\n  }\n}"),
              "ds.json:4:5: duplicate key \"fp16.enabled\" (first at line 3, column 5)");
   EXPECT_HAS(error_of("{\"a\": [{\"x\": 1, \"x\": 2}]}"), "duplicate key \"a[0].x\"");
+}
+
+// parse_json_members: the root's members go to the sink in order and are not kept; the sink
+// says when a key repeats and the reader names both places, as parse_json does.
+TEST(JsonReader, MembersAreHandedOverNotKept) {
+  std::vector<std::string> seen;
+  auto take = [&](JsonNode::Member& m) {
+    for (const auto& k : seen)
+      if (k == m.key) return false;
+    seen.push_back(m.key);
+    return true;
+  };
+  const JsonNode root = ds::config::parse_json_members("{\"a\": 1,\n \"b\": {\"c\": [2]}, # x\n}", "v.json", take);
+  EXPECT_EQ(root.kind, JsonNode::Kind::Object);
+  EXPECT_TRUE(root.members.empty());
+  EXPECT_EQ(seen, (std::vector<std::string>{"a", "b"}));
+
+  seen.clear();
+  EXPECT_HAS(error_of_members("{\"a\": 1,\n  \"b\": 2,\n  \"a\": 3}", take),
+             "v.json:3:3: duplicate key \"a\" (first at line 1, column 2)");
+  seen.clear();
+  EXPECT_HAS(error_of_members("{\"a\": {\"x\": 1, \"x\": 2}}", take), "v.json:1:16: duplicate key \"a.x\"");
+  seen.clear();
+  EXPECT_HAS(error_of_members("{\"a\": 1 \"b\": 2}", take), "v.json:1:9: expected ',' or '}' after the value of \"a\"");
+  const JsonNode array = ds::config::parse_json_members("[1, 2]", "v.json", take);
+  EXPECT_EQ(array.kind, JsonNode::Kind::Array);
+  EXPECT_EQ(array.items.size(), 2u);
 }
 
 TEST(JsonReader, DepthLimitAndBom) {

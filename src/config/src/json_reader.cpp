@@ -32,8 +32,9 @@ namespace {
 
 class Reader {
  public:
-  Reader(std::string_view text, const std::string& source, int max_depth)
-      : t_(text), source_(source), max_depth_(max_depth) {}
+  // `take`, when given, receives the root object's members instead of the tree (parse_json_members).
+  Reader(std::string_view text, const std::string& source, int max_depth, const MemberSink* take = nullptr)
+      : t_(text), source_(source), max_depth_(max_depth), take_(take) {}
 
   JsonNode parse_document() {
     // A UTF-8 byte-order mark is not part of the document.
@@ -50,6 +51,7 @@ class Reader {
   std::string_view t_;
   const std::string& source_;
   int max_depth_;
+  const MemberSink* take_;
   size_t p_ = 0;
   int line_ = 1, col_ = 1;
   std::vector<std::string> path_;  // key path to the value being read, for duplicate-key errors
@@ -378,13 +380,35 @@ class Reader {
     }
   }
 
+  // A repeated root key in parse_json_members: the first one's place is found by reading the
+  // text again up to it (the reader keeps no root keys there; an error path only).
+  [[noreturn]] void fail_repeated_root_key(const JsonNode::Member& m) const {
+    struct Found {
+      SourcePos pos;
+    };
+    const MemberSink find = [&](JsonNode::Member& earlier) -> bool {
+      if (earlier.key == m.key) throw Found{earlier.key_pos};
+      return true;
+    };
+    SourcePos first;
+    try {
+      Reader(t_, source_, max_depth_, &find).parse_document();
+    } catch (const Found& found) {
+      first = found.pos;
+    }
+    fail(m.key_pos, "duplicate key \"" + m.key + "\" (first at line " + std::to_string(first.line) + ", column " +
+                        std::to_string(first.column) + ")");
+  }
+
   JsonNode parse_object(int depth) {
     JsonNode n;
     n.kind = JsonNode::Kind::Object;
     n.pos = here();
     check_depth(depth, n.pos);
     advance();  // {
+    const bool to_sink = take_ != nullptr && depth == 1;
     std::unordered_set<std::string> seen;
+    std::string last_key;
     for (;;) {
       skip_ws();
       if (peek() == '}') {  // empty object, or a trailing comma (hjson allows it)
@@ -406,7 +430,7 @@ class Reader {
       if (peek() != ':') fail(here(), "expected ':' after key \"" + m.key + "\", got " + char_desc());
       advance();
       path_.push_back(m.key);
-      if (!seen.insert(m.key).second) {
+      if (!to_sink && !seen.insert(m.key).second) {
         const JsonNode::Member* first = n.find(m.key);
         fail(m.key_pos, "duplicate key \"" + path_string() + "\" (first at line " +
                             std::to_string(first->key_pos.line) + ", column " +
@@ -414,7 +438,13 @@ class Reader {
       }
       m.value = parse_value(depth);
       path_.pop_back();
-      n.members.push_back(std::move(m));
+      if (to_sink) {
+        if (!(*take_)(m)) fail_repeated_root_key(m);
+        last_key = std::move(m.key);
+      } else {
+        last_key = m.key;
+        n.members.push_back(std::move(m));
+      }
       skip_ws();
       if (peek() == ',') {
         advance();
@@ -425,8 +455,7 @@ class Reader {
         return n;
       }
       if (eof()) fail(n.pos, "unterminated object: missing '}'");
-      fail(here(), "expected ',' or '}' after the value of \"" + n.members.back().key + "\", got " +
-                       char_desc());
+      fail(here(), "expected ',' or '}' after the value of \"" + last_key + "\", got " + char_desc());
     }
   }
 };
@@ -435,6 +464,11 @@ class Reader {
 
 JsonNode parse_json(std::string_view text, const std::string& source, int max_depth) {
   Reader r(text, source, max_depth);
+  return r.parse_document();
+}
+
+JsonNode parse_json_members(std::string_view text, const std::string& source, const MemberSink& take, int max_depth) {
+  Reader r(text, source, max_depth, &take);
   return r.parse_document();
 }
 

@@ -8,6 +8,7 @@
 #pragma once
 
 #include <cstdint>
+#include <functional>
 #include <string>
 #include <string_view>
 #include <vector>
@@ -50,6 +51,19 @@ struct JsonNode::Member {
 // Parses text into a positioned tree. Nesting deeper than max_depth is an error (the reader
 // is recursive; the limit keeps hostile input from exhausting the stack).
 JsonNode parse_json(std::string_view text, const std::string& source, int max_depth = 128);
+
+// Receives one member of the root object (parse_json_members); false: its key repeats an
+// earlier one.
+using MemberSink = std::function<bool(JsonNode::Member&)>;
+
+// Parses like parse_json without keeping the root object's members: each is handed to `take`
+// as soon as it is read, so memory is that of one member, not of the tree (~170 bytes a
+// member: 1 GB for a 3-million-entry vocab.json). The reader keeps no root keys either: `take`
+// says when a key repeats, and the reader then throws parse_json's duplicate-key error (the
+// first key's place found by reading the text again). Returns the root without its members,
+// or, when the root is not an object, the whole value.
+JsonNode parse_json_members(std::string_view text, const std::string& source, const MemberSink& take,
+                            int max_depth = 128);
 
 // Conversions to and from nlohmann::json (positions are lost / unknown).
 nlohmann::json to_nlohmann(const JsonNode& node);
