@@ -3,6 +3,7 @@
 // JSON key or merges.txt line.
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <fstream>
 #include <string>
 #include <vector>
@@ -70,10 +71,45 @@ TEST(Load, VocabErrors) {
              "vocab.json: the vocabulary has no token for byte 0x41 (spelled \"A\"): a byte-level BPE vocabulary needs all 256");
   EXPECT_HAS(gpt2_error("[1, 2]", ""), "vocab.json:1:1: the document must be an object of token -> id, got an array");
   EXPECT_HAS(gpt2_error("{\"a\": 1", ""), "vocab.json:1:");  // the JSON reader's own errors keep the file
+  EXPECT_HAS(gpt2_error(std::string("{") + tiny::vocab_members() + ",\n\"xyz\": 300,\n \"xyz\": 301}", ""),
+             "vocab.json:3:2: duplicate key \"xyz\" (first at line 2, column 1)");
 }
 
-// Tables are indexed by id: an id far above the entry count is refused by name instead of
-// allocating that many entries (a 50M id was a silent 50M-entry vocabulary).
+// vocab.json is read without building its tree (a 3-million-entry file took 1.1 GB): a
+// generated vocabulary of 200,000 tokens, with a comment and a trailing comma the reader
+// accepts, loads with every token at its id, and merges find tokens by their spellings.
+TEST(Load, LargeVocabJson) {
+  constexpr int kGenerated = 200000;
+  // Distinct spellings for ids from 269: the id's base-16 digits as letters a-p, one 'q' (no
+  // tiny token has one), and a 'Ġ' in front on odd ids.
+  auto spelling = [](int id) {
+    std::string s = id % 2 ? "\xC4\xA0" : "";
+    for (int n = id; n > 0; n /= 16) s.push_back(char('a' + n % 16));
+    return s + "q";
+  };
+  // Appended, not "{" + ...: GCC 12 reports a false -Wrestrict on operator+(const char*, string&&).
+  std::string v = "{";
+  v.append(tiny::vocab_members(false)).append(", // the merges' tokens, then generated ones\n");
+  for (int id = 269; id < kGenerated; ++id) v += tiny::json_string(spelling(id)) + ": " + std::to_string(id) + ",\n";
+  const std::string joined = spelling(123456) + spelling(199999);
+  v += "\"qq\": 200000, \"qqqq\": 200001, " + tiny::json_string(joined) + ": 200002,}";
+  const std::string merges = "q q\nqq qq\n" + spelling(123456) + " " + spelling(199999) + "\n";
+  const BpeTokenizer tok = BpeTokenizer::from_gpt2_files(v, "vocab.json", merges, "merges.txt");
+  EXPECT_EQ(tok.vocab_size(), kGenerated + 3);
+  for (int id : {0, int('A'), 258, 269, 270, 123457, kGenerated - 1}) {
+    const std::string* bytes = tok.token_bytes(id);
+    ASSERT_NE(bytes, nullptr) << id;
+    const auto& merge = tiny::kMerges[std::size_t(std::max(id - 256, 0))];
+    const std::string want = id < 256   ? ds::tokenizer::detail::bytes_to_spelling(std::string(1, char(id)))
+                             : id < 269 ? merge.first + merge.second
+                                        : spelling(id);
+    EXPECT_EQ(ds::tokenizer::detail::bytes_to_spelling(*bytes), want) << id;
+  }
+  EXPECT_EQ(tok.encode("qqqq"), Ids{kGenerated + 1});
+  EXPECT_EQ(tok.encode("qqq"), (Ids{kGenerated, 'q'}));
+  EXPECT_HAS(gpt2_error(v, "qq " + spelling(4) + "\n"), "merges.txt:1: token \"eq\" is not in vocab.json");
+}
+
 TEST(Load, IdsMustBeNearlyDense) {
   const std::string members = std::string("{") + tiny::vocab_members();  // 270 tokens
   EXPECT_HAS(gpt2_error(members + ",\n\"xyz\": 50000000}", ""),

@@ -18,6 +18,20 @@ bool BpeTokenizer::Impl::set_token(std::int32_t id, const std::string& token_byt
   return true;
 }
 
+void BpeTokenizer::Impl::reserve(std::size_t id_limit, std::size_t ordinary) {
+  bytes.reserve(id_limit);
+  known.reserve(id_limit);
+  vocab.reserve(ordinary);
+}
+
+bool BpeTokenizer::Impl::add_ordinary(std::int32_t id, const std::string& token_bytes) {
+  if (!set_token(id, token_bytes)) return false;
+  // Different spellings never decode to the same bytes, so this adds; were it not, the first
+  // id for some bytes would stay the one lookups find.
+  (void)vocab.insert(id, bytes);
+  return true;
+}
+
 void BpeTokenizer::Impl::encode_ordinary(std::string_view text, std::vector<std::int32_t>& out) const {
   std::vector<std::string_view> pieces;
   detail::pretokenize(text, pieces);
@@ -36,7 +50,7 @@ void BpeTokenizer::Impl::encode_ordinary(std::string_view text, std::vector<std:
     }
     ids.clear();
     if (ignore_merges) {
-      if (const auto it = vocab.find(std::string(piece)); it != vocab.end()) ids.push_back(it->second);
+      if (const std::optional<std::int32_t> id = find(piece)) ids.push_back(*id);
     }
     if (ids.empty()) {
       for (const char c : piece) ids.push_back(byte_id[static_cast<unsigned char>(c)]);

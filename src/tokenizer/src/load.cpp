@@ -61,30 +61,56 @@ const JsonNode* member(const JsonNode& obj, std::string_view key) {
   return m ? &m->value : nullptr;
 }
 
-// Adds the vocabulary object's entries (spelling -> id), skipping entries that are special
-// tokens already added with the same id. Ids must be below `limit` (id_limit).
+// Adds one vocabulary entry (spelling -> id), skipping a special token already added with
+// the same id. Ids must be below `limit` (id_limit). False, and nothing added, when the
+// spelling is already in the vocabulary (a repeated key).
+bool add_vocab_entry(BpeTokenizer::Impl& t, const JsonNode::Member& m, const std::string& source,
+                     const std::string& key_prefix, std::int64_t limit) {
+  const std::optional<std::string> bytes = detail::spelling_to_bytes(m.key);
+  if (bytes && t.find(*bytes)) return false;
+  std::string key = "\"";
+  if (!key_prefix.empty()) key.append(key_prefix).append(".");
+  key.append(excerpt(m.key)).append("\"");
+  const std::int32_t id = token_id(m.value, source, key, limit);
+  for (const auto& [content, sid] : t.specials)
+    if (content == m.key && sid == id) return true;
+  if (!bytes)
+    fail_at(source, m.key_pos, "key " + key + " is not a byte-level token: it has a character that is not one of "
+                                 "GPT-2's 256 byte characters");
+  if (!t.add_ordinary(id, *bytes))
+    fail_at(source, m.value.pos, "key " + key + ": id " + std::to_string(id) + " is already used by " +
+                                     quoted(detail::bytes_to_spelling(t.bytes[std::size_t(id)])));
+  return true;
+}
+
+[[noreturn]] void fail_not_vocab(const JsonNode& vocab, const std::string& source, const std::string& key_prefix) {
+  fail_at(source, vocab.pos, (key_prefix.empty() ? std::string("the document") : "key \"" + key_prefix + "\"") +
+                                 " must be an object of token -> id, got " + config::describe(vocab));
+}
+
+// Adds the vocabulary object's entries (tokenizer.json's model.vocab, already parsed).
 void add_vocab(BpeTokenizer::Impl& t, const JsonNode& vocab, const std::string& source, const std::string& key_prefix,
                std::int64_t limit) {
-  if (vocab.kind != Kind::Object)
-    fail_at(source, vocab.pos, (key_prefix.empty() ? std::string("the document") : "key \"" + key_prefix + "\"") +
-                                   " must be an object of token -> id, got " + config::describe(vocab));
-  for (const auto& m : vocab.members) {
-    std::string key = "\"";
-    if (!key_prefix.empty()) key.append(key_prefix).append(".");
-    key.append(excerpt(m.key)).append("\"");
-    const std::int32_t id = token_id(m.value, source, key, limit);
-    bool is_special = false;
-    for (const auto& [content, sid] : t.specials) is_special |= (content == m.key && sid == id);
-    if (is_special) continue;
-    const std::optional<std::string> bytes = detail::spelling_to_bytes(m.key);
-    if (!bytes)
-      fail_at(source, m.key_pos, "key " + key + " is not a byte-level token: it has a character that is not one of "
-                                   "GPT-2's 256 byte characters");
-    if (!t.set_token(id, *bytes))
-      fail_at(source, m.value.pos, "key " + key + ": id " + std::to_string(id) + " is already used by " +
-                                       quoted(detail::bytes_to_spelling(t.bytes[std::size_t(id)])));
-    t.vocab.emplace(*bytes, id);
-  }
+  if (vocab.kind != Kind::Object) fail_not_vocab(vocab, source, key_prefix);
+  t.reserve(std::size_t(limit), vocab.members.size());
+  // The parser has refused repeated keys, so every entry is new.
+  for (const auto& m : vocab.members) (void)add_vocab_entry(t, m, source, key_prefix, limit);
+}
+
+// Adds GPT-2's vocab.json without building its tree (1 GB for a 3-million-entry file): it
+// is read once to check the syntax and count the entries, which bound the ids and size the
+// tables, then again to fill them.
+void add_vocab_json(BpeTokenizer::Impl& t, std::string_view text, const std::string& source) {
+  std::size_t count = 0;
+  const JsonNode root = config::parse_json_members(text, source, [&](JsonNode::Member&) {
+    ++count;
+    return true;
+  });
+  if (root.kind != Kind::Object) fail_not_vocab(root, source, "");
+  const std::int64_t limit = id_limit(count);
+  t.reserve(std::size_t(limit), count);
+  (void)config::parse_json_members(text, source,
+                                   [&](JsonNode::Member& m) { return add_vocab_entry(t, m, source, "", limit); });
 }
 
 // Adds merge (left, right) given by their vocabulary spellings; `where` prefixes errors.
@@ -92,30 +118,29 @@ void add_merge(BpeTokenizer::Impl& t, const std::string& left, const std::string
                const std::string& vocab_name, const std::function<void(const std::string&)>& fail) {
   auto lookup = [&](const std::string& spelling) -> std::pair<std::int32_t, std::string> {
     const std::optional<std::string> b = detail::spelling_to_bytes(spelling);
-    const auto it = b ? t.vocab.find(*b) : t.vocab.end();
-    if (it == t.vocab.end()) fail("token " + quoted(spelling) + " is not in " + vocab_name);
-    return {it->second, *b};
+    const std::optional<std::int32_t> id = b ? t.find(*b) : std::nullopt;
+    if (!id) fail("token " + quoted(spelling) + " is not in " + vocab_name);
+    return {*id, *b};
   };
   const auto [l, lb] = lookup(left);
   const auto [r, rb] = lookup(right);
-  const auto it = t.vocab.find(lb + rb);
-  if (it == t.vocab.end())
-    fail("the merge result " + quoted(left + right) + " is not in " + vocab_name);
-  t.merges.add(l, r, it->second, rank);
+  const std::optional<std::int32_t> merged = t.find(lb + rb);
+  if (!merged) fail("the merge result " + quoted(left + right) + " is not in " + vocab_name);
+  t.merges.add(l, r, *merged, rank);
 }
 
 // Every byte must have a token, or some text could not be encoded.
 void check_bytes(BpeTokenizer::Impl& t, const std::string& source) {
   for (int b = 0; b < 256; ++b) {
-    const auto it = t.vocab.find(std::string(1, char(b)));
-    if (it == t.vocab.end()) {
+    const std::optional<std::int32_t> id = t.find(std::string(1, char(b)));
+    if (!id) {
       char hex[8];
       std::snprintf(hex, sizeof hex, "0x%02X", b);
       DS_THROW(source << ": the vocabulary has no token for byte " << hex << " (spelled "
                       << quoted(detail::bytes_to_spelling(std::string(1, char(b))))
                       << "): a byte-level BPE vocabulary needs all 256");
     }
-    t.byte_id[std::size_t(b)] = it->second;
+    t.byte_id[std::size_t(b)] = *id;
   }
 }
 
@@ -129,12 +154,10 @@ BpeTokenizer BpeTokenizer::from_gpt2_files(std::string_view vocab_json, const st
                                            std::string_view merges_txt, const std::string& merges_source) {
   auto t = std::make_shared<Impl>();
   t->source = vocab_source;
-  const JsonNode vocab = config::parse_json(vocab_json, vocab_source);
-  add_vocab(*t, vocab, vocab_source, "", id_limit(vocab.members.size()));
+  add_vocab_json(*t, vocab_json, vocab_source);
   check_bytes(*t, vocab_source);
   // GPT-2's one special token; tiktoken and Hugging Face treat it as special too.
-  if (const auto it = t->vocab.find("<|endoftext|>"); it != t->vocab.end())
-    t->specials.emplace_back("<|endoftext|>", it->second);
+  if (const std::optional<std::int32_t> eot = t->find("<|endoftext|>")) t->specials.emplace_back("<|endoftext|>", *eot);
 
   const std::string vocab_name = std::filesystem::path(vocab_source).filename().string();
   TextLines lines(merges_txt, merges_source);
