@@ -9,6 +9,11 @@ extern const KernelSet kAvx2Kernels;
 namespace {
 const KernelSet* const kRows[] = {&kAvx512Kernels, &kAvx2Kernels};
 }  // namespace
+#elif defined(__aarch64__)
+extern const KernelSet kNeonKernels;
+namespace {
+const KernelSet* const kRows[] = {&kNeonKernels};
+}  // namespace
 #else
 namespace {
 const KernelSet* const kRows[] = {nullptr};

@@ -1,6 +1,6 @@
 // The AVX-512 row of the optimizer kernels' vector interface (16 fp32 lanes, opmask tails).
 // Private header. Every member is compiled for AVX-512 and called only when ds::cpu_isa()
-// is avx512 (kernels_avx512.cpp). The interface, shared with vec_avx2.h, is what the kernel
+// is avx512 (kernels_avx512.cpp). The interface, shared with vec_avx2.h and vec_neon.h, is what the kernel
 // bodies (kernel_bodies.inc) use:
 //   F / Mask / D     fp32 vector, lane mask, double accumulator;  kLanes
 //   full(), mask_for(left), is_full(k)

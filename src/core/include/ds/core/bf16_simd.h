@@ -2,7 +2,7 @@
 // arithmetic: the same bits as ds::float_to_bf16 (NaN kept quiet), unlike vcvtneps2bf16, which
 // flushes denormals. Shared by the bulk converters, the optimizer kernels, the GEMMs' 16-bit
 // epilogue and the bf16 GEMM's operand packing; call only when ds::cpu_isa() is at least the
-// function's ISA (x86-64 only).
+// function's ISA. The same on 4 NEON lanes for aarch64 (every aarch64 CPU has them).
 #pragma once
 
 #if defined(__x86_64__)
@@ -54,3 +54,22 @@ __attribute__((target("avx2"))) inline __m256 bf16x8_to_f32(__m128i h) {
 
 }  // namespace ds
 #endif  // __x86_64__
+
+#if defined(__aarch64__)
+#include <arm_neon.h>
+
+namespace ds {
+
+// fp32 -> bf16 on 4 NEON lanes, the same bits as ds::float_to_bf16 (NaN kept quiet).
+inline uint16x4_t f32x4_to_bf16_rne(float32x4_t x) {
+  const uint32x4_t u = vreinterpretq_u32_f32(x);
+  const uint32x4_t rounded = vaddq_u32(u, vaddq_u32(vdupq_n_u32(0x7fff), vandq_u32(vshrq_n_u32(u, 16), vdupq_n_u32(1))));
+  const uint32x4_t nan = vcgtq_u32(vandq_u32(u, vdupq_n_u32(0x7fffffff)), vdupq_n_u32(0x7f800000));
+  return vshrn_n_u32(vbslq_u32(nan, vorrq_u32(u, vdupq_n_u32(0x00400000)), rounded), 16);
+}
+
+// bf16 -> fp32 on 4 lanes (exact).
+inline float32x4_t bf16x4_to_f32(uint16x4_t h) { return vreinterpretq_f32_u32(vshll_n_u16(h, 16)); }
+
+}  // namespace ds
+#endif  // __aarch64__
