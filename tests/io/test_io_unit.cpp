@@ -4,6 +4,9 @@
 #include <signal.h>
 #include <sys/mount.h>
 #include <sys/resource.h>
+#if defined(__aarch64__)
+#include <sys/auxv.h>
+#endif
 #include <sys/wait.h>
 #include <unistd.h>
 
@@ -296,6 +299,19 @@ TEST(Crc32c, InterleavedStreamsMatchReferenceAtAwkwardSizesAndAlignments) {
   EXPECT_EQ(crc32c(big.data() + 3, big.size() - 3), ref);
   EXPECT_EQ(crc32c_streams(big.data() + 3, big.size() - 3), ref);
   EXPECT_EQ(crc32c_fold(big.data() + 3, big.size() - 3), ref);
+}
+
+// crc32c_streams runs on the CRC-32C instruction wherever the CPU has one (SSE4.2 on x86-64,
+// the CRC32 hwcap on aarch64), so the cases above compare that path, not the table, with
+// crc32c_ref.
+TEST(Crc32c, StreamsUseTheCrcInstructionWhereTheCpuHasIt) {
+#if defined(__x86_64__)
+  EXPECT_EQ(crc32c_streams_available(), __builtin_cpu_supports("sse4.2") != 0);
+#elif defined(__aarch64__)
+  EXPECT_EQ(crc32c_streams_available(), (getauxval(AT_HWCAP) & HWCAP_CRC32) != 0);
+#else
+  EXPECT_FALSE(crc32c_streams_available());
+#endif
 }
 
 // The AVX-512 folding path: every length from 256 to 1100 (1, 2, 3 and 4 accumulators, the
