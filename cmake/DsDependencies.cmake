@@ -9,12 +9,17 @@ find_package(OpenMP REQUIRED COMPONENTS CXX)
 find_package(Threads REQUIRED)
 
 # OpenBLAS' CBLAS (the GEMMs of src/nn). Debian ships one flavour per threading model;
-# the OpenMP one shares the thread pool with our own OpenMP kernels.
+# the OpenMP one shares the thread pool with our own OpenMP kernels. Their directories carry
+# the multiarch triplet (x86_64-linux-gnu, aarch64-linux-gnu).
+set(_ds_multiarch ${CMAKE_LIBRARY_ARCHITECTURE})
+if(NOT _ds_multiarch)
+  set(_ds_multiarch ${CMAKE_SYSTEM_PROCESSOR}-linux-gnu)
+endif()
 find_path(DS_CBLAS_INCLUDE cblas.h
-  HINTS /usr/include/x86_64-linux-gnu/openblas-openmp /usr/include/x86_64-linux-gnu/openblas-pthread
+  HINTS /usr/include/${_ds_multiarch}/openblas-openmp /usr/include/${_ds_multiarch}/openblas-pthread
         /usr/include/openblas /usr/include)
 find_library(DS_OPENBLAS_LIBRARY NAMES openblas libopenblas.so.0
-  PATHS /usr/lib/x86_64-linux-gnu/openblas-openmp NO_DEFAULT_PATH)
+  PATHS /usr/lib/${_ds_multiarch}/openblas-openmp NO_DEFAULT_PATH)
 find_library(DS_OPENBLAS_LIBRARY NAMES openblas)
 if(NOT DS_CBLAS_INCLUDE OR NOT DS_OPENBLAS_LIBRARY)
   message(FATAL_ERROR "OpenBLAS (cblas.h, libopenblas) not found: ${DS_MISSING_HINT}")

@@ -19,7 +19,8 @@ RUN_PACKAGES=(
 # Tests, fuzzers and benchmarks on top: GoogleTest/benchmark, clang + libFuzzer runtime,
 # h5dump, the system Python with mpi4py/h5py/numpy/torch (interop tests and baselines),
 # Slurm + munge (single-node Slurm tests), iproute2 (network namespaces), ssh (the launcher's
-# reachability check), procps, git, and debootstrap (the fresh-machine check).
+# reachability check), procps, git, and debootstrap (the fresh-machine check); on x86-64 also
+# the arm64 cross compiler and qemu-user (the arm64 check, scripts/check_arm64.sh).
 TEST_PACKAGES=(
   git ca-certificates
   hdf5-tools
@@ -30,6 +31,9 @@ TEST_PACKAGES=(
   iproute2 procps openssh-client
   debootstrap
 )
+if [ "$(dpkg --print-architecture 2>/dev/null)" = amd64 ]; then
+  TEST_PACKAGES+=(g++-aarch64-linux-gnu qemu-user)
+fi
 
 case "${1:-}" in
   "")    PACKAGES=("${RUN_PACKAGES[@]}" "${TEST_PACKAGES[@]}") ;;

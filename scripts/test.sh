@@ -5,7 +5,9 @@
 #      unit (GoogleTest), multi-rank (real mpirun, 2 and 4 ranks), end-to-end (apps, Slurm),
 #   3. the fresh-machine check: the README's first command in a minimal Debian 12 root, with
 #      and without the host's CUDA toolkit (scripts/check_fresh_debian.sh, ctest label "fresh"),
-#      started with step 2's tests and running beside them,
+#      and the arm64 check: the cross build for aarch64, its unit tests under qemu-aarch64 and
+#      its train losses against step 2's build (scripts/check_arm64.sh); both started with
+#      step 2's tests and running beside them,
 #   4. the unit tests again under AddressSanitizer + UBSan,
 #   5. the libFuzzer targets for a bounded time on seed corpora from configs/ and tests/.
 # Usage: scripts/test.sh            (everything)
@@ -30,28 +32,43 @@ stamp "build ok"
 # waiting on the disk) and the Release tests keep only about 1.2 of the 2 cores busy (a
 # multi-rank test takes every ctest slot, and many wait on timers, daemons or signals; sums in
 # bench/results/test-suite-time.md). Its output goes to build/ctest-fresh.log, shown after.
-fresh_pid=
+# The arm64 check (scripts/check_arm64.sh) runs beside them the same way, its build on one
+# core (its output: build/check-arm64.log).
+fresh_pid= arm64_pid=
 if [ "${DS_TEST_QUICK:-0}" != 1 ]; then
   bash scripts/check_fresh_debian.sh >build/ctest-fresh.log 2>&1 </dev/null &
   fresh_pid=$!
-  # A failing stage ends the script: the check is stopped too (its trap removes its root).
-  trap '[ -z "$fresh_pid" ] || kill -TERM "$fresh_pid" 2>/dev/null; wait 2>/dev/null; true' EXIT
-  stamp "fresh-machine check started (log: build/ctest-fresh.log)"
+  # In a session of its own, so that stopping it stops its build and qemu processes too.
+  DS_JOBS=1 setsid bash scripts/check_arm64.sh >build/check-arm64.log 2>&1 </dev/null &
+  arm64_pid=$!
+  # A failing stage ends the script: the checks are stopped too (the fresh check's trap
+  # removes its root).
+  trap '[ -z "$fresh_pid" ] || kill -TERM "$fresh_pid" 2>/dev/null
+        [ -z "$arm64_pid" ] || kill -TERM -- "-$arm64_pid" 2>/dev/null; wait 2>/dev/null; true' EXIT
+  stamp "fresh-machine check and arm64 check started (logs: build/ctest-fresh.log, build/check-arm64.log)"
 fi
 ctest --test-dir build -j"$JOBS" -LE fresh --output-on-failure --timeout 600 2>&1 | tee build/ctest-release.log
 stamp "ctest (Release) ok"
 
 [ "${DS_TEST_QUICK:-0}" = 1 ] && exit 0
 
-fresh_rc=0
-wait "$fresh_pid" || fresh_rc=$?
+# Waits for a check started beside the Release tests, prints its log and its result, and puts
+# its exit status in the variable named $4 (77: skipped); a failed check ends the suite.
+finish_check() {
+  local pid=$1 log=$2 what=$3 rc=0
+  wait "$pid" || rc=$?
+  cat "$log"
+  case "$rc" in
+    0) stamp "$what ok" ;;
+    77) stamp "$what skipped" ;;
+    *) echo "test.sh: the $what failed (exit $rc; its log is above)" >&2; exit 1 ;;
+  esac
+  printf -v "$4" '%s' "$rc"
+}
+finish_check "$fresh_pid" build/ctest-fresh.log "fresh-machine check (Debian 12)" fresh_rc
 fresh_pid=
-cat build/ctest-fresh.log
-case "$fresh_rc" in
-  0) stamp "fresh-machine check (Debian 12) ok" ;;
-  77) stamp "fresh-machine check (Debian 12) skipped" ;;
-  *) echo "test.sh: the fresh-machine check failed (exit $fresh_rc; its log is above)" >&2; exit 1 ;;
-esac
+finish_check "$arm64_pid" build/check-arm64.log "arm64 check (cross build, unit tests under qemu, losses)" arm64_rc
+arm64_pid=
 
 # Unit tests under AddressSanitizer + UBSan (CPU code only; benchmarks off), at -O0 with line
 # tables only (-g1): the reports' stack traces need file and line, not variables. -O0 compiles
@@ -75,13 +92,14 @@ stamp "fuzzing ok"
 # The per-test Open MPI session bases (tests/CMakeLists.txt) that Open MPI left empty.
 find /tmp -maxdepth 1 -name 'dstest-*' -type d -empty -delete 2>/dev/null || true
 
-# One closing line for the whole suite, from the Release stage's ctest summary and the
-# fresh-machine check's exit status (ctest counts a skipped test among the passed ones; it is
-# reported apart here).
+# One closing line for the whole suite, from the Release stage's ctest summary and the exit
+# statuses of the fresh-machine and arm64 checks, one test each (ctest counts a skipped test
+# among the passed ones; it is reported apart here).
 summary=$(grep -E '^[0-9]+% tests passed, [0-9]+ tests? failed out of [0-9]+' build/ctest-release.log | tail -n 1)
-total=$(( $(sed -E 's/.* out of ([0-9]+).*/\1/' <<<"$summary") + 1 ))
+total=$(( $(sed -E 's/.* out of ([0-9]+).*/\1/' <<<"$summary") + 2 ))
 failed=$(sed -E 's/.*passed, ([0-9]+) tests? failed.*/\1/' <<<"$summary")
 skipped=$(grep -cE '^[[:space:]]*[0-9]+ - .* \(Skipped\)$' build/ctest-release.log || true)
 [ "$fresh_rc" = 77 ] && skipped=$((skipped + 1))
+[ "$arm64_rc" = 77 ] && skipped=$((skipped + 1))
 stamp "all done"
 echo "suite: $((total - failed - skipped)) passed, $failed failed, $skipped skipped"
