@@ -101,7 +101,7 @@ void CommWatchdog::expire(const char* what, std::uint64_t seq, double waited_s) 
   }
   char head[256];
   std::snprintf(head, sizeof head,
-                "comm timeout: rank %d waited %.0f s in collective %s #%llu (limit %g s: comms_config.timeout "
+                "comm timeout: rank %d waited %.0f s in collective %s #%llu (limit %g s: communication.timeout "
                 "or DS_COMM_TIMEOUT); ",
                 rank_, waited_s, what, static_cast<unsigned long long>(seq),
                 timeout_s_.load(std::memory_order_relaxed));

@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # A stopped rank (SIGSTOP, as a hung process or a dead node looks to its peers) must not hang
-# the job: with comms_config.timeout = 2 s, the train app on 2 ranks ends non-zero within a
+# the job: with communication.timeout = 2 s, the train app on 2 ranks ends non-zero within a
 # bounded time, and rank 0 prints one line naming the collective, its sequence number and
 # the rank that did not arrive.
 source "$(dirname "$0")/lib.sh"
@@ -22,7 +22,7 @@ trap cleanup EXIT
 
 # No scheduler (its total_num_steps would cap the run): the job runs until stopped.
 write_config cfg.json "$CONFIGS/default.json" \
-  'c.pop("scheduler"); c["steps_per_print"] = 1; c["comms_config"] = {"timeout": 2}'
+  'c.pop("scheduler"); c["steps_per_print"] = 1; c.setdefault("communication", {})["timeout"] = 2'
 "$MPIEXEC" --oversubscribe --bind-to none -np 2 "$TRAIN" --config cfg.json "${TINY[@]}" \
   --steps 1000000 --eval_interval 0 > run.out 2> run.err &
 mpid=$!

@@ -90,8 +90,9 @@ json_check offload "j['zero_optimization']['offload_param']['buffer_count']==5 a
 [ -s "$TMP/offload.err" ] && fail "offload: unexpected stderr: $(cat "$TMP/offload.err")"
 run offload_roundtrip 0 check "$TMP/offload.out"
 cmp -s "$TMP/offload.out" "$TMP/offload_roundtrip.out" || fail "offload_roundtrip: resolved config changed when re-read"
-run offload_stage 1 check '{"zero_optimization": {"stage": 2, "offload_param": {"device": "nvme", "nvme_path": "/p"}}}'
-expect_err offload_stage 'zero_optimization.offload_param.device "nvme" needs zero_optimization.stage 3 (stage is 2)'
+run offload_stage 0 check '{"train_batch_size": 2, "zero_optimization": {"stage": 2, "offload_param": {"device": "nvme", "nvme_path": "/p"}}}'
+expect_err offload_stage 'zero_optimization.offload_param (device "nvme") is ignored below stage 3 (stage is 2)'
+json_check offload_stage "j['zero_optimization']['offload_param']['device']=='none'"
 
 # Inline JSON text is accepted too (DeepSpeed's initialize() takes a path or JSON).
 run inline 0 check '{"train_batch_size": 4}' --world_size 2

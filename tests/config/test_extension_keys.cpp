@@ -27,7 +27,8 @@ TEST(ConfigExtensionKeys, Defaults) {
   const auto j = to_json(c);
   EXPECT_EQ(j["checkpoint"]["io_threads"], 0);
   EXPECT_EQ(j["communication"],
-            (nlohmann::json{{"shared_memory", true}, {"progress_thread", true}, {"device_backend", "auto"}}));
+            (nlohmann::json{{"timeout", 1800.0}, {"shared_memory", true}, {"progress_thread", true},
+                            {"device_backend", "auto"}}));
   EXPECT_EQ(j["kernels"], (nlohmann::json{{"attention", "auto"}, {"attention_block", 256}, {"cpu_bf16_gemm", "auto"}}));
 }
 

@@ -109,18 +109,27 @@ TEST(ConfigParse, TypeErrorsNamePositionKeyPathAndExpectedType) {
   EXPECT_HAS(error_of("[1]"), "ds.json:1:1: a config must be a JSON object, got an array");
 }
 
-// comms_config.timeout: seconds a collective may wait (default torch's 30 minutes; 0 = none).
+// communication.timeout: seconds a collective may wait (default torch's 30 minutes; 0 = none).
+// The old comms_config.timeout still works with a deprecation warning; comms_config's other
+// keys (DeepSpeed-style, which DeepSpeed ignores) are ignored with a warning.
 TEST(ConfigParse, CommsConfigTimeout) {
   std::vector<std::string> warnings;
   EXPECT_EQ(parse("{}").comms_config.timeout, 1800.0);
-  EXPECT_EQ(parse(R"({"comms_config": {"timeout": 2.5}})", &warnings).comms_config.timeout, 2.5);
-  EXPECT_TRUE(warnings.empty()) << warnings.front();  // a known key, not "unknown top-level key"
-  EXPECT_EQ(parse(R"({"comms_config": {"timeout": 0}})").comms_config.timeout, 0.0);
-  EXPECT_EQ(parse(R"({"comms_config": {"timeout": "auto"}})").comms_config.timeout, 1800.0);
-  EXPECT_HAS(error_of(R"({"comms_config": {"timeout": -1}})"), "comms_config.timeout: expected a number");
-  EXPECT_HAS(error_of(R"({"comms_config": {"timeout": "30"}})"), "comms_config.timeout: expected a number");
-  EXPECT_HAS(error_of(R"({"comms_config": {"timout": 30}})"),
-             "comms_config.timout: unknown key in comms_config (did you mean \"timeout\"?)");
+  EXPECT_EQ(parse(R"({"communication": {"timeout": 2.5}})", &warnings).comms_config.timeout, 2.5);
+  EXPECT_TRUE(warnings.empty()) << warnings.front();
+  EXPECT_EQ(parse(R"({"communication": {"timeout": 0}})").comms_config.timeout, 0.0);
+  EXPECT_HAS(error_of(R"({"communication": {"timeout": -1}})"), "communication.timeout: expected a number");
+  EXPECT_HAS(error_of(R"({"communication": {"timeout": "30"}})"), "communication.timeout: expected a number");
+  EXPECT_EQ(parse(R"({"comms_config": {"timeout": 7}})", &warnings).comms_config.timeout, 7.0);
+  ASSERT_EQ(warnings.size(), 1u);
+  EXPECT_HAS(warnings[0], "comms_config.timeout is deprecated (comms_config is a DeepSpeed section name): write "
+                          "communication.timeout");
+  warnings.clear();
+  EXPECT_EQ(parse(R"({"comms_config": {"verbose": true, "prof_all": false}})", &warnings).comms_config.timeout, 1800.0);
+  ASSERT_EQ(warnings.size(), 2u);
+  EXPECT_HAS(warnings[0], "comms_config.verbose is ignored (DeepSpeed ignores comms_config");
+  EXPECT_HAS(error_of(R"({"comms_config": {"timeout": 3}, "communication": {"timeout": 4}})"),
+             "both communication.timeout and the deprecated comms_config.timeout are given");
 }
 
 TEST(ConfigParse, UnknownSectionKeysAreErrorsWithSuggestion) {
@@ -157,7 +166,7 @@ TEST(ConfigParse, AcceptedDeepSpeedKeysAndModelDoNotWarn) {
   parse(R"({"memory_breakdown": false, "dump_state": false, "sparse_gradients": false,
             "zero_allow_untested_optimizer": true, "amp": {"enabled": false},
             "activation_checkpointing": {"partition_activations": false}, "flops_profiler": {"enabled": false},
-            "tensorboard": {"enabled": true, "output_path": "tb"}, "wandb": {"enabled": false},
+            "tensorboard": {"enabled": false, "output_path": "tb"}, "wandb": {"enabled": false},
             "comms_logger": {"enabled": false}, "data_types": {"grad_accum_dtype": "fp32"},
             "timers": {"throughput": {"enabled": true}}, "model": {"kind": "gpt2", "layers": 2},
             "sequence_parallel_size": 1, "gradient_allreduce_op": "mean"})",
@@ -167,6 +176,50 @@ TEST(ConfigParse, AcceptedDeepSpeedKeysAndModelDoNotWarn) {
   EXPECT_HAS(error_of("{\"sequence_parallel_size\": 2}"), "sequence parallelism is not supported");
   EXPECT_HAS(error_of("{\"gradient_allreduce_op\": \"sum\"}"), "gradient_allreduce_op: expected \"mean\"");
   EXPECT_HAS(error_of("{\"elasticity\": {\"enabled\": true}}"), "elastic training is not supported");
+}
+
+// One rule for DeepSpeed features dstrain lacks: enabled, one that changes what is trained is
+// an error naming the key; one that only observes is a warning; disabled, nothing is said.
+TEST(ConfigParse, UnimplementedFeaturesFollowOneRule) {
+  for (const char* key : {"curriculum_learning", "progressive_layer_drop", "quantize_training", "data_efficiency"}) {
+    const std::string e = error_of(std::string("{\"") + key + "\": {\"enabled\": true}}");
+    EXPECT_HAS(e, std::string("ds.json:1:") );
+    EXPECT_HAS(e, std::string(key) + ".enabled: ");
+    EXPECT_HAS(e, "is not supported by dstrain: it would change what is trained");
+  }
+  // compression_training has no top-level "enabled": any technique enabled inside counts.
+  EXPECT_HAS(error_of(R"({"compression_training": {"weight_quantization": {"shared_parameters": {"enabled": true}}}})"),
+             "compression training is not supported by dstrain");
+  EXPECT_EQ(error_of(R"({"compression_training": {"weight_quantization": {"shared_parameters": {"enabled": false}}}})"),
+            "<no error>");
+  for (const char* key : {"zero_quantized_weights", "zero_quantized_gradients", "zero_quantized_nontrainable_weights"}) {
+    EXPECT_HAS(error_of(std::string(R"({"zero_optimization": {"stage": 3, ")") + key + "\": true}}"),
+               std::string("zero_optimization.") + key + ": ZeRO++ quantized communication is not supported");
+  }
+  EXPECT_HAS(error_of(R"({"zero_optimization": {"stage": 3, "zero_hpz_partition_size": 8}})"),
+             "zero_optimization.zero_hpz_partition_size: ZeRO++ hierarchical partitioning is not supported");
+  EXPECT_HAS(error_of(R"({"tensor_parallel": {"autotp_size": 2}})"),
+             "tensor_parallel.autotp_size: tensor parallelism is not supported by dstrain");
+  std::vector<std::string> w;
+  parse(R"({"tensor_parallel": {"autotp_size": 1}, "zero_optimization": {"zero_hpz_partition_size": 1},
+            "tensorboard": {"enabled": true, "output_path": "tb"}, "wandb": {"enabled": true},
+            "flops_profiler": {"enabled": true}, "comms_logger": {"enabled": true, "verbose": true}})", &w);
+  ASSERT_EQ(w.size(), 4u);  // in the feature table's order
+  EXPECT_HAS(w[0], "flops_profiler is enabled but dstrain does not implement it; wall_clock_breakdown");
+  EXPECT_HAS(w[1], "ds.json:2:29: tensorboard is enabled but dstrain does not implement it; csv_monitor writes the same");
+  EXPECT_HAS(w[2], "wandb is enabled but dstrain does not implement it; it needs the wandb Python client");
+  EXPECT_HAS(w[3], "comms_logger is enabled");
+}
+
+// DeepSpeed accepts 0 for both bucket sizes; 0 says what it does.
+TEST(ConfigParse, ZeroBucketSizesAreAcceptedWithAWarning) {
+  std::vector<std::string> w;
+  const auto c = parse(R"({"zero_optimization": {"stage": 2, "reduce_bucket_size": 0, "allgather_bucket_size": 0}})", &w);
+  EXPECT_EQ(c.zero_optimization.reduce_bucket_size, 1);
+  EXPECT_GT(c.zero_optimization.allgather_bucket_size, std::int64_t(1) << 62);
+  ASSERT_EQ(w.size(), 2u);
+  EXPECT_HAS(w[0], "zero_optimization.reduce_bucket_size 0: every gradient is reduced on its own");
+  EXPECT_HAS(w[1], "zero_optimization.allgather_bucket_size 0: each rank's updated partition is gathered whole");
 }
 
 TEST(ConfigParse, AutoValuesMeanTheDefault) {

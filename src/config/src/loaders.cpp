@@ -86,8 +86,14 @@ DsConfig parse_root(const JsonNode& root, const std::string& source, std::vector
   if (const Member* m = top.get("csv_monitor"); m && m->value.kind != K::Null) parse_csv_monitor(ctx, *m, cfg.csv_monitor);
   if (const Member* m = top.get("comms_config"); m && m->value.kind != K::Null)
     parse_comms_config(ctx, *m, cfg.comms_config);
-  if (const Member* m = top.get("communication"); m && m->value.kind != K::Null)
-    parse_communication(ctx, *m, cfg.communication);
+  if (const Member* m = top.get("communication"); m && m->value.kind != K::Null) {
+    if (const Member* old = root.find("comms_config"); old && old->value.kind == K::Object && old->value.find("timeout") &&
+                                                       m->value.kind == K::Object && m->value.find("timeout")) {
+      ctx.fail(m->value.find("timeout")->key_pos, "communication.timeout",
+               "both communication.timeout and the deprecated comms_config.timeout are given: write one");
+    }
+    parse_communication(ctx, *m, cfg.communication, cfg.comms_config);
+  }
   if (const Member* m = top.get("kernels"); m && m->value.kind != K::Null) parse_kernels(ctx, *m, cfg.kernels);
   if (const Member* m = top.get("activation_checkpointing"); m && m->value.kind != K::Null)
     parse_activation_checkpointing(ctx, *m, cfg.activation_checkpointing);
@@ -124,13 +130,12 @@ DsConfig parse_root(const JsonNode& root, const std::string& source, std::vector
       ctx.fail(m->key_pos, "managed_gradient_accumulation", "false is not supported: dstrain owns the accumulation boundary");
     }
   }
+  check_features(ctx, top);
   // DeepSpeed top-level keys accepted with no effect (docs/user/config.md).
   top.accept({"memory_breakdown", "dump_state", "sparse_gradients", "disable_allgather",
-              "zero_allow_untested_optimizer", "zero_force_ds_cpu_optimizer",
-              "flops_profiler", "tensorboard", "wandb", "comet", "comms_logger", "timers",
-              "log_level", "vocabulary_size", "torch_autocast", "autotuning", "compression_training",
-              "data_efficiency", "curriculum_learning", "sparse_attention", "hybrid_engine", "compile",
-              "eigenvalue", "progressive_layer_drop", "quantize_training", "nebula", "pipeline",
+              "zero_allow_untested_optimizer", "zero_force_ds_cpu_optimizer", "timers",
+              "log_level", "vocabulary_size", "torch_autocast", "autotuning",
+              "sparse_attention", "hybrid_engine", "compile", "nebula", "pipeline",
               "weight_quantization", "graph_harvesting", "use_data_before_expert_parallelism",
               "fp32_allreduce", "monitor_config"});
   top.finish_top_level();

@@ -105,6 +105,17 @@ void parse_offload_sections(Section& z, ZeroConfig& c) {
     if (const Member* m = z.get(key); m && m->value.kind != K::Null) parse_offload(z.ctx(), *m, optimizer, out);
     deprecated_cpu_offload(z, optimizer ? "cpu_offload" : "cpu_offload_param", key, out);
   }
+  // Below stage 3 DeepSpeed ignores offload_param (its own test configs set it at stage 0):
+  // accepted, with a warning saying the parameters stay where they are.
+  if (c.stage != 3 && c.offload_param.enabled()) {
+    const std::string written = z.has("offload_param") ? "offload_param" : "cpu_offload_param";
+    const Member* m = z.get_raw(written);
+    z.ctx().warn(m ? m->key_pos : SourcePos{},
+                 z.sub(written) + " (device \"" + c.offload_param.device +
+                     "\") is ignored below stage 3 (stage is " + std::to_string(c.stage) +
+                     "), as in DeepSpeed: the parameters stay in memory, whole on every rank");
+    c.offload_param.device = "none";
+  }
 }
 
 void parse_aio(Ctx& ctx, const Member& section, AioConfig& c) {

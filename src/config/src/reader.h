@@ -266,7 +266,11 @@ void parse_data_types(Ctx& ctx, const Member& section, DataTypesConfig& c);
 void parse_checkpoint(Ctx& ctx, const Member& section, CheckpointConfig& c);
 void parse_csv_monitor(Ctx& ctx, const Member& section, CsvMonitorConfig& c);
 void parse_comms_config(Ctx& ctx, const Member& section, CommsConfig& c);
-void parse_communication(Ctx& ctx, const Member& section, CommunicationConfig& c);
+// DeepSpeed features dstrain does not implement (features.cpp): enabled, an error when they
+// change what is trained, a warning when they only observe.
+void check_features(Ctx& ctx, Section& top);
+void check_zero_features(Section& zero_optimization);
+void parse_communication(Ctx& ctx, const Member& section, CommunicationConfig& c, CommsConfig& timeout);
 void parse_kernels(Ctx& ctx, const Member& section, KernelsConfig& c);
 void parse_activation_checkpointing(Ctx& ctx, const Member& section, ActivationCheckpointingConfig& c);
 

@@ -149,10 +149,26 @@ void parse_zero(Ctx& ctx, const Member& section, ZeroConfig& c) {
   // reduce_scatter: both values match what dstrain does (docs/user/config.md); it feeds the
   // stage-2 cross-key check below.
   s.boolean("reduce_scatter", c.reduce_scatter);
-  s.integer("reduce_bucket_size", c.reduce_bucket_size, 1);
+  // DeepSpeed accepts 0 for both sizes. reduce: a bucket is reduced once it cannot take the
+  // next gradient, so 0 reduces every gradient on its own, as a bucket of 1 element does.
+  // allgather: DeepSpeed gathers each partition whole (all_gather_into_tensor ignores the
+  // size), so 0 is no limit.
+  if (const Member* m = s.get("reduce_bucket_size")) {
+    c.reduce_bucket_size = s.read_int(*m, 0, kIntMax);
+    if (c.reduce_bucket_size == 0) {
+      c.reduce_bucket_size = 1;
+      ctx.warn(m->key_pos, s.sub("reduce_bucket_size") + " 0: every gradient is reduced on its own (as a bucket of "
+                           "one element; slow with many small parameters)");
+    }
+  }
   if (const Member* m = s.get("allgather_bucket_size")) {
-    c.allgather_bucket_size = s.read_int(*m, 2, kIntMax);
+    c.allgather_bucket_size = s.read_int(*m, 0, kIntMax);
     if (c.allgather_bucket_size % 2 != 0) s.type_error(*m, "an even integer (DeepSpeed asserts a multiple of 2)");
+    if (c.allgather_bucket_size == 0) {
+      c.allgather_bucket_size = kIntMax - 1;  // even, and larger than any partition
+      ctx.warn(m->key_pos, s.sub("allgather_bucket_size") + " 0: each rank's updated partition is gathered whole "
+                           "(no size limit), as DeepSpeed gathers it");
+    }
   }
   fixed_behaviour("allgather_partitions", c.allgather_partitions, true,
                   "dstrain always all-gathers the updated partitions (no per-rank broadcasts)");
@@ -171,10 +187,10 @@ void parse_zero(Ctx& ctx, const Member& section, ZeroConfig& c) {
   // Before the stage-3 keys: sub_group_size's warning depends on offload_optimizer.
   parse_offload_sections(s, c);
   s.only_default("legacy_stage1", false, "legacy_stage1 was removed from DeepSpeed and is not supported");
+  check_zero_features(s);
   s.accept({"cpu_offload_use_pin_memory", "use_multi_rank_bucket_allreduce", "load_from_fp32_weights",
             "elastic_checkpoint", "ignore_unused_parameters", "round_robin_gradients",
-            "zero_hpz_partition_size", "zero_quantized_weights", "zero_quantized_nontrainable_weights",
-            "zero_quantized_gradients", "memory_efficient_linear", "mics_shard_size",
+            "memory_efficient_linear", "mics_shard_size",
             "mics_hierarchical_params_gather", "pipeline_loading_checkpoint", "log_trace_cache_warnings",
             "leaf_module", "override_module_apply", "zeropp_loco_param"});
   parse_stage3_keys(s, c);
@@ -218,9 +234,27 @@ void parse_csv_monitor(Ctx& ctx, const Member& section, CsvMonitorConfig& c) {
   s.finish();
 }
 
+// comms_config is a name people also write with DeepSpeed-style keys (verbose, ...) that
+// DeepSpeed ignores: dstrain's timeout moved to communication.timeout; here the old spelling
+// still works with a deprecation warning and every other key is ignored with a warning.
 void parse_comms_config(Ctx& ctx, const Member& section, CommsConfig& c) {
+  if (section.value.kind != K::Object) {
+    ctx.warn(section.key_pos, "comms_config is ignored (DeepSpeed ignores it; dstrain's settings are in "
+                              "\"communication\")");
+    return;
+  }
   Section s(ctx, section.value, section.key_pos, "comms_config");
-  s.number("timeout", c.timeout, Range{0, 1e9});
+  if (const Member* m = s.get("timeout")) {
+    c.timeout = s.read_number(*m, Range{0, 1e9});
+    ctx.warn(m->key_pos, "comms_config.timeout is deprecated (comms_config is a DeepSpeed section name): "
+                         "write communication.timeout");
+  }
+  for (const Member& m : section.value.members) {
+    if (m.key == "timeout") continue;
+    s.accept({m.key.c_str()});
+    ctx.warn(m.key_pos, "comms_config." + m.key + " is ignored (DeepSpeed ignores comms_config; dstrain's "
+                        "communication settings are in \"communication\")");
+  }
   s.finish();
 }
 
@@ -229,8 +263,9 @@ void choice(Section& s, const std::string& key, std::string& out, const std::vec
 }  // namespace
 
 // dstrain extensions: the knobs that were environment variables.
-void parse_communication(Ctx& ctx, const Member& section, CommunicationConfig& c) {
+void parse_communication(Ctx& ctx, const Member& section, CommunicationConfig& c, CommsConfig& timeout) {
   Section s(ctx, section.value, section.key_pos, "communication");
+  s.number("timeout", timeout.timeout, Range{0, 1e9});
   s.boolean("shared_memory", c.shared_memory);
   s.boolean("progress_thread", c.progress_thread);
   choice(s, "device_backend", c.device_backend, {"auto", "nccl", "staged"});

@@ -131,8 +131,8 @@ nlohmann::json to_json(const DsConfig& cfg) {
   j["checkpoint"] = {{"tag_validation", cfg.checkpoint.tag_validation},
                      {"async_save", cfg.checkpoint.async_save},
                      {"io_threads", cfg.checkpoint.io_threads}};
-  j["comms_config"] = {{"timeout", cfg.comms_config.timeout}};
-  j["communication"] = {{"shared_memory", cfg.communication.shared_memory},
+  j["communication"] = {{"timeout", cfg.comms_config.timeout},
+                        {"shared_memory", cfg.communication.shared_memory},
                         {"progress_thread", cfg.communication.progress_thread},
                         {"device_backend", cfg.communication.device_backend}};
   j["kernels"] = {{"attention", cfg.kernels.attention},

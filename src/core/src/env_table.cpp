@@ -14,7 +14,7 @@ constexpr Var kTable[] = {
      "print info and debug lines on every rank, not only rank 0"},
     {"DS_COMM_TIMEOUT", Type::Seconds, "", Class::System,
      "seconds a rank waits in one collective before the job ends naming it; overrides "
-     "comms_config.timeout (0 = wait forever)"},
+     "communication.timeout (0 = wait forever)"},
     {"DS_PYTHON", Type::String, "python3", Class::System,
      "the interpreter dsrun runs a Python user script with"},
     {"DS_ENV_FILE", Type::String, "", Class::System,
