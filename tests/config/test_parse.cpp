@@ -136,6 +136,11 @@ TEST(ConfigParse, UnknownSectionKeysAreErrorsWithSuggestion) {
   const std::string e = error_of("{\n  \"fp16\": {\"enabled\": true, \"loss_scal\": 0}\n}");
   EXPECT_HAS(e, "ds.json:2:29: fp16.loss_scal: unknown key in fp16 (did you mean \"loss_scale\"?)");
   EXPECT_HAS(e, "supported keys: auto_cast, consecutive_hysteresis, enabled");
+  // The list names every key the section takes: bf16's DeepSpeed keys accepted only at their
+  // default too.
+  EXPECT_HAS(error_of(R"({"bf16": {"enabled": true, "foo": 1}})"),
+             "supported keys: check_grad_overflow, enabled; also accepted (no effect, or only at their default): "
+             "bf16_master_weights_and_grads, bf16_optimizer_states, immediate_grad_update");
   // A key in the wrong section says where it belongs (DeepSpeed issue #1809).
   EXPECT_HAS(error_of("{\"bf16\": {\"enabled\": true, \"initial_scale_power\": 8}}"),
              "bf16.initial_scale_power: unknown key in bf16 (\"initial_scale_power\" belongs in fp16)");

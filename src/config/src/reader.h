@@ -192,6 +192,12 @@ class Section {
     }
   }
 
+  static std::vector<std::string> sorted_unique(std::vector<std::string> keys) {
+    std::sort(keys.begin(), keys.end());
+    keys.erase(std::unique(keys.begin(), keys.end()), keys.end());
+    return keys;
+  }
+
   // Unknown keys are errors, with the closest known key and where a misplaced key belongs.
   void finish() {
     for (const auto& m : node_.members) {
@@ -206,10 +212,12 @@ class Section {
       } else if (!elsewhere.empty()) {
         msg += " (\"" + m.key + "\" belongs in " + elsewhere + ")";
       }
-      std::vector<std::string> keys = supported_;
-      std::sort(keys.begin(), keys.end());
-      keys.erase(std::unique(keys.begin(), keys.end()), keys.end());
-      msg += "; supported keys: " + join(keys);
+      msg += "; supported keys: " + join(sorted_unique(supported_));
+      // The DeepSpeed keys this section also takes (no effect, or only at their default).
+      std::vector<std::string> also;
+      for (const std::string& k : sorted_unique(accepted_))
+        if (std::find(supported_.begin(), supported_.end(), k) == supported_.end()) also.push_back(k);
+      if (!also.empty()) msg += "; also accepted (no effect, or only at their default): " + join(also);
       ctx_.fail(m.key_pos, sub(m.key), msg);
     }
   }
