@@ -1,20 +1,15 @@
 // The Optimizer classes: hyperparameters (OptimizerParams), state buffers, and the choice of
-// kernel (fast CPU or reference). The math lives in the kernels (ds/optim/kernels.h).
+// kernel (fast CPU, reference or CUDA). The math lives in the kernels (ds/optim/kernels.h);
+// everything CUDA behind device_step.h.
 #include "ds/optim/optimizer.h"
 
 #include <algorithm>
 #include <cmath>
 #include <memory>
 
+#include "device_step.h"
 #include "ds/core/error.h"
 #include "ds/optim/kernels.h"
-
-#if DS_OPTIM_HAVE_CUDA
-#include <cuda_runtime.h>
-
-#include "ds/core/cuda_check.h"
-#include "ds/optim/cuda_kernels.h"
-#endif
 
 namespace ds::optim {
 namespace {
@@ -22,12 +17,10 @@ namespace {
 class Base : public Optimizer {
  public:
   Base(const OptimizerParams& c, Kernel k) : cfg_(c), kernel_(k) {
-#if !DS_OPTIM_HAVE_CUDA
-    DS_CHECK(k != Kernel::Cuda, "optimizer " << c.type << ": the CUDA kernels were not built (dstrain "
-                                "was configured without CUDA: DS_WITH_CUDA)");
-#endif
+    DS_CHECK(k != Kernel::Cuda || device::available(),
+             "optimizer " << c.type << ": the CUDA kernels were not built (dstrain "
+                          "was configured without CUDA: DS_WITH_CUDA)");
   }
-  ~Base() override { free_device(); }
   void init_state(std::size_t n) override {
     n_ = n;
     initialised_ = true;
@@ -37,11 +30,7 @@ class Base : public Optimizer {
     for (std::size_t i = 0; i < k; ++i) bufs_.emplace_back(n, DType::F32);  // zero-filled, first-touched once
     fill_initial();
     if (kernel_ == Kernel::Cuda) {
-      free_device();
-      dev_.assign(k, nullptr);
-#if DS_OPTIM_HAVE_CUDA
-      for (std::size_t i = 0; i < k; ++i) DS_CUDA_CHECK(cudaMalloc(&dev_[i], std::max<std::size_t>(n, 1) * sizeof(float)));
-#endif
+      dev_.allocate(k, n);
       upload_state();
     }
   }
@@ -70,22 +59,10 @@ class Base : public Optimizer {
     return out;
   }
   void download_state() override {
-#if DS_OPTIM_HAVE_CUDA
-    if (kernel_ != Kernel::Cuda) return;
-    // The last step may still run on the caller's (non-blocking) stream, which a plain
-    // cudaMemcpy does not wait for.
-    DS_CUDA_CHECK(cudaDeviceSynchronize());
-    for (std::size_t i = 0; i < dev_.size(); ++i)
-      DS_CUDA_CHECK(cudaMemcpy(bufs_[i].data(), dev_[i], n_ * sizeof(float), cudaMemcpyDeviceToHost));
-#endif
+    if (kernel_ == Kernel::Cuda) dev_.download(bufs_, n_);
   }
   void upload_state() override {
-#if DS_OPTIM_HAVE_CUDA
-    if (kernel_ != Kernel::Cuda) return;
-    DS_CUDA_CHECK(cudaDeviceSynchronize());  // no step in flight may still read the old state
-    for (std::size_t i = 0; i < dev_.size(); ++i)
-      DS_CUDA_CHECK(cudaMemcpy(dev_[i], bufs_[i].data(), n_ * sizeof(float), cudaMemcpyHostToDevice));
-#endif
+    if (kernel_ == Kernel::Cuda) dev_.upload(bufs_, n_);
   }
 
  protected:
@@ -117,28 +94,13 @@ class Base : public Optimizer {
              name() << ": lr " << ctx.lr << " and grad_scale " << ctx.grad_scale << " must be finite");
   }
   std::array<double, 2> betas(const StepContext& ctx) const { return ctx.betas.value_or(cfg_.betas); }
-#if DS_OPTIM_HAVE_CUDA
-  static cudaStream_t stream_of(const StepContext& ctx) { return static_cast<cudaStream_t>(ctx.stream); }
-  static cuda::DeviceStepControl control_of(const StepContext& ctx) {
-    return ctx.device_control ? *static_cast<const cuda::DeviceStepControl*>(ctx.device_control)
-                              : cuda::DeviceStepControl{};
-  }
-#endif
 
   OptimizerParams cfg_;
   Kernel kernel_;
   std::size_t n_ = 0;
   bool initialised_ = false;
   std::vector<HostBuffer> bufs_;   // the state (CPU kernels), or its host copy (Kernel::Cuda)
-  std::vector<float*> dev_;        // Kernel::Cuda: the state on the device
-
- private:
-  void free_device() {
-#if DS_OPTIM_HAVE_CUDA
-    for (float* d : dev_) cudaFree(d);  // no check: also runs from the destructor
-#endif
-    dev_.clear();
-  }
+  device::StateArrays dev_;        // Kernel::Cuda: the state on the device
 };
 
 class Adam final : public Base {
@@ -159,9 +121,7 @@ class Adam final : public Base {
     h.bc2 = cfg_.bias_correction ? float(1.0 - std::pow(double(h.beta2), double(ctx.step))) : 1.f;
     h.adam_w_mode = adamw_;
     h.grad_scale = float(ctx.grad_scale);
-#if DS_OPTIM_HAVE_CUDA
-    if (k == Kernel::Cuda) return cuda::adam(master, st[0], st[1], grad, working, n, h, control_of(ctx), stream_of(ctx));
-#endif
+    if (k == Kernel::Cuda) return device::adam(master, st[0], st[1], grad, working, n, h, ctx);
     (k == Kernel::Cpu ? adam_cpu : adam_ref)(master, st[0], st[1], grad, working, n, h);
   }
 
@@ -187,9 +147,7 @@ class Sgd final : public Base {
     h.first_step = ctx.step == 1;  // torch: momentum_buffer is None on the first step
     h.grad_scale = float(ctx.grad_scale);
     float* buf = cfg_.momentum != 0.0 ? st[0] : nullptr;
-#if DS_OPTIM_HAVE_CUDA
-    if (k == Kernel::Cuda) return cuda::sgd(master, buf, grad, working, n, h, control_of(ctx), stream_of(ctx));
-#endif
+    if (k == Kernel::Cuda) return device::sgd(master, buf, grad, working, n, h, ctx);
     (k == Kernel::Cpu ? sgd_cpu : sgd_ref)(master, buf, grad, working, n, h);
   }
 
@@ -211,9 +169,7 @@ class Adagrad final : public Base {
     h.eps = float(cfg_.eps);
     h.weight_decay = float(cfg_.weight_decay);
     h.grad_scale = float(ctx.grad_scale);
-#if DS_OPTIM_HAVE_CUDA
-    if (k == Kernel::Cuda) return cuda::adagrad(master, st[0], grad, working, n, h, control_of(ctx), stream_of(ctx));
-#endif
+    if (k == Kernel::Cuda) return device::adagrad(master, st[0], grad, working, n, h, ctx);
     (k == Kernel::Cpu ? adagrad_cpu : adagrad_ref)(master, st[0], grad, working, n, h);
   }
 
@@ -250,18 +206,7 @@ class Lamb final : public Base {
     h.max_coeff = float(cfg_.max_coeff);
     h.eps_inside_sqrt = cfg_.eps_inside_sqrt;
     h.grad_scale = float(ctx.grad_scale);
-#if DS_OPTIM_HAVE_CUDA
-    if (k == Kernel::Cuda) {
-      // One plan per segment layout (the engine passes the same segments every step).
-      if (!plan_ || plan_segments_.size() != segments.size() ||
-          !std::equal(segments.begin(), segments.end(), plan_segments_.begin(),
-                      [](const Segment& a, const Segment& b) { return a.offset == b.offset && a.count == b.count; })) {
-        plan_ = std::make_unique<cuda::LambPlan>(segments, n);
-        plan_segments_.assign(segments.begin(), segments.end());
-      }
-      return cuda::lamb(master, st[0], st[1], grad, working, n, *plan_, h, control_of(ctx), stream_of(ctx));
-    }
-#endif
+    if (k == Kernel::Cuda) return device_.step(master, st[0], st[1], grad, working, n, segments, h, ctx);
     coeffs_.assign(segments.empty() ? 1 : segments.size(), 1.f);
     (k == Kernel::Cpu ? lamb_cpu : lamb_ref)(master, st[0], st[1], grad, working, n, segments, h, coeffs_);
   }
@@ -272,10 +217,7 @@ class Lamb final : public Base {
 
  private:
   std::vector<float> coeffs_;
-#if DS_OPTIM_HAVE_CUDA
-  std::unique_ptr<cuda::LambPlan> plan_;
-  std::vector<Segment> plan_segments_;
-#endif
+  device::Lamb device_;  // Kernel::Cuda: its plan per segment layout
 };
 
 void check_range(bool ok, const char* key, double v, const char* want) {
