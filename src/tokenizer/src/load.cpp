@@ -144,22 +144,18 @@ void check_bytes(BpeTokenizer::Impl& t, const std::string& source) {
   }
 }
 
-std::string read_file(const std::string& path, std::string_view what) {
-  return read_regular_file(path, what, kMaxTokenizerFileBytes);
+// GPT-2's vocab.json: the tokens, the byte tokens checked, <|endoftext|> as the special token.
+void add_gpt2_vocab(BpeTokenizer::Impl& t, std::string_view vocab_json, const std::string& vocab_source) {
+  t.source = vocab_source;
+  add_vocab_json(t, vocab_json, vocab_source);
+  check_bytes(t, vocab_source);
+  // GPT-2's one special token; tiktoken and Hugging Face treat it as special too.
+  if (const std::optional<std::int32_t> eot = t.find("<|endoftext|>")) t.specials.emplace_back("<|endoftext|>", *eot);
 }
 
-}  // namespace
-
-BpeTokenizer BpeTokenizer::from_gpt2_files(std::string_view vocab_json, const std::string& vocab_source,
-                                           std::string_view merges_txt, const std::string& merges_source) {
-  auto t = std::make_shared<Impl>();
-  t->source = vocab_source;
-  add_vocab_json(*t, vocab_json, vocab_source);
-  check_bytes(*t, vocab_source);
-  // GPT-2's one special token; tiktoken and Hugging Face treat it as special too.
-  if (const std::optional<std::int32_t> eot = t->find("<|endoftext|>")) t->specials.emplace_back("<|endoftext|>", *eot);
-
-  const std::string vocab_name = std::filesystem::path(vocab_source).filename().string();
+// GPT-2's merges.txt, "left right" a line by rank, after the vocabulary it refers to.
+void add_gpt2_merges(BpeTokenizer::Impl& t, std::string_view merges_txt, const std::string& merges_source) {
+  const std::string vocab_name = std::filesystem::path(t.source).filename().string();
   TextLines lines(merges_txt, merges_source);
   std::int32_t rank = 0;
   while (lines.next()) {
@@ -170,8 +166,21 @@ BpeTokenizer BpeTokenizer::from_gpt2_files(std::string_view vocab_json, const st
     if (sp == std::string_view::npos || sp == 0 || sp + 1 == line.size() ||
         line.find(' ', sp + 1) != std::string_view::npos)
       fail("expected two tokens separated by one space, got " + quoted(std::string(line)));
-    add_merge(*t, std::string(line.substr(0, sp)), std::string(line.substr(sp + 1)), rank++, vocab_name, fail);
+    add_merge(t, std::string(line.substr(0, sp)), std::string(line.substr(sp + 1)), rank++, vocab_name, fail);
   }
+}
+
+std::string read_file(const std::string& path, std::string_view what) {
+  return read_regular_file(path, what, kMaxTokenizerFileBytes);
+}
+
+}  // namespace
+
+BpeTokenizer BpeTokenizer::from_gpt2_files(std::string_view vocab_json, const std::string& vocab_source,
+                                           std::string_view merges_txt, const std::string& merges_source) {
+  auto t = std::make_shared<Impl>();
+  add_gpt2_vocab(*t, vocab_json, vocab_source);
+  add_gpt2_merges(*t, merges_txt, merges_source);
   return BpeTokenizer(std::move(t));
 }
 
@@ -284,8 +293,11 @@ BpeTokenizer BpeTokenizer::load(const std::string& path) {
       DS_CHECK(fs::exists(vocab) && fs::exists(merges),
                "tokenizer directory " << path << " has no " << (fs::exists(vocab) ? merges : vocab).filename().string()
                                       << " (it needs vocab.json and merges.txt, or a tokenizer.json)");
-      return from_gpt2_files(read_file(vocab.string(), "tokenizer vocabulary"), vocab.string(),
-                             read_file(merges.string(), "tokenizer merges"), merges.string());
+      // One file in memory at a time: each text is dropped once its tables are built.
+      auto t = std::make_shared<Impl>();
+      add_gpt2_vocab(*t, read_file(vocab.string(), "tokenizer vocabulary"), vocab.string());
+      add_gpt2_merges(*t, read_file(merges.string(), "tokenizer merges"), merges.string());
+      return BpeTokenizer(std::move(t));
     }
     return from_tokenizer_json(read_file(json.string(), "tokenizer file"), json.string());
   }

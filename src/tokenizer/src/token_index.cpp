@@ -44,7 +44,7 @@ void TokenIndex::reserve(std::size_t count) {
 }
 
 bool TokenIndex::insert(std::int32_t id, const std::vector<std::string>& by_id) {
-  reserve(size_ + 1);
+  if (size_ + 1 > slots_.size() / 4 * 3) rehash(slots_for(size_ + 1));
   const std::string& token = by_id[std::size_t(id)];
   const std::uint32_t hash = hash_of(token);
   Slot& s = slots_[probe(token, hash, by_id)];
