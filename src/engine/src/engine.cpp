@@ -34,6 +34,8 @@ void synchronous_device_steps(bool on) { g_sync_device_steps = on; }
 bool device_steps_synchronous() { return g_sync_device_steps; }
 }  // namespace engine::testing
 
+// As DeepSpeed's DeepSpeedEngine.__init__: configure, then each piece in the order the next
+// one needs it (storage before the optimizer that steps it, values before binding them).
 Engine::Engine(config::DsConfig cfg, Module& module, std::shared_ptr<Communicator> comm,
                std::shared_ptr<void> dist_keepalive, std::shared_ptr<Communicator> device_comm)
     : cfg_(std::move(cfg)), module_(&module), comm_(std::move(comm)), dist_keepalive_(std::move(dist_keepalive)),
@@ -41,6 +43,28 @@ Engine::Engine(config::DsConfig cfg, Module& module, std::shared_ptr<Communicato
   DS_CHECK(comm_ != nullptr, "ds::Engine needs a communicator");
   rank_ = comm_->rank();
   world_ = comm_->size();
+  configure_precision_and_comms();
+  const engine::StoreOptions so = configure_storage();
+  configure_optimizer(so);
+  init_and_bind_parameters();
+  make_scaler();
+  const config::OptimizerConfig ocfg = cfg_.optimizer.value_or(config::OptimizerConfig{});
+  scheduler_ = sched::make_scheduler(cfg_.scheduler.value_or(config::SchedulerConfig{}), ocfg.lr, ocfg.betas);
+  configure_grad_sync(so);
+  async_save_ = std::make_unique<engine::AsyncSave>();
+  if (cfg_.csv_monitor.enabled && rank_ == 0)
+    csv_ = std::make_unique<engine::CsvMonitor>(cfg_.csv_monitor.output_path, cfg_.csv_monitor.job_name);
+  DS_INFO("dstrain engine: " << (device_ == Device::Cuda ? "CUDA device, " : "") << map_.params.size()
+          << " parameter tensors, " << map_.total_numel << " parameters, ZeRO stage " << map_.stage << ", "
+          << dtype_name(wdtype_) << " working / " << dtype_name(comm_dtype_) << " communication, world size "
+          << world_ << ", micro batch " << cfg_.train_micro_batch_size_per_gpu << " x gas "
+          << cfg_.gradient_accumulation_steps << " -> train batch " << cfg_.train_batch_size
+          << "; model states per rank: " << memory_report().to_string());
+  step_clock_.reset();
+}
+
+// The config for this world size, the dtypes it names, and the communicators' settings.
+void Engine::configure_precision_and_comms() {
   config::resolve_batch_sizes(cfg_, world_);
   config::validate(cfg_, world_);  // every rule across keys, for the world it trains on
   wdtype_ = cfg_.fp16.enabled ? DType::F16 : cfg_.bf16.enabled ? DType::BF16 : DType::F32;
@@ -50,13 +74,15 @@ Engine::Engine(config::DsConfig cfg, Module& module, std::shared_ptr<Communicato
   comm_->set_timeout(cfg_.comms_config.timeout);
   if (device_comm_) device_comm_->set_timeout(cfg_.comms_config.timeout);
   comm_->set_paths({cfg_.communication.shared_memory, cfg_.communication.progress_thread});
-  const bool cuda = device_ == Device::Cuda;
-  if (cuda) {
+  if (device_ == Device::Cuda) {
     check_device_limits();
     if (device_comm_) device_comm_->set_compute_stream(module_->device_stream());
   }
+}
 
-  // ---- layout and storage, allocated once ----
+// The flat layout of the module's parameters and the store that holds them, allocated once.
+engine::StoreOptions Engine::configure_storage() {
+  const bool cuda = device_ == Device::Cuda;
   const auto infos = module_->parameters();
   DS_CHECK(!infos.empty(), "the module has no parameters: nothing to train");
   map_ = engine::make_partition_map(infos, world_, cfg_.zero_optimization.stage, module_->parameter_groups(),
@@ -78,12 +104,20 @@ Engine::Engine(config::DsConfig cfg, Module& module, std::shared_ptr<Communicato
   }
   so.nvme = nvme_options();
   store_ = engine::ParamStore::make(map_, rank_, so, *module_);
-  // The optimizer's state sized for this rank's step range (or, NVMe offload, in swap files).
-  const config::OptimizerConfig ocfg = cfg_.optimizer.value_or(config::OptimizerConfig{});
-  optimizer_ = optim::make_optimizer(ocfg, cuda && !so.offload_optimizer ? optim::Kernel::Cuda : optim::Kernel::Cpu);
-  store_->attach_optimizer(*optimizer_);
+  return so;
+}
 
-  // ---- initial values: module init on fp32 scratch, rank 0's values broadcast ----
+// The optimizer's state sized for this rank's step range (or, NVMe offload, in swap files).
+void Engine::configure_optimizer(const engine::StoreOptions& so) {
+  const config::OptimizerConfig ocfg = cfg_.optimizer.value_or(config::OptimizerConfig{});
+  const bool device_kernels = device_ == Device::Cuda && !so.offload_optimizer;
+  optimizer_ = optim::make_optimizer(ocfg, device_kernels ? optim::Kernel::Cuda : optim::Kernel::Cpu);
+  store_->attach_optimizer(*optimizer_);
+}
+
+// Initial values: the module's init on fp32 scratch, rank 0's values broadcast; then the
+// module is bound to the store's parameter and gradient views.
+void Engine::init_and_bind_parameters() {
   if (map_.stage == 3) {
     init_stage3_by_groups();
   } else {
@@ -103,10 +137,12 @@ Engine::Engine(config::DsConfig cfg, Module& module, std::shared_ptr<Communicato
   }
   module_->bind(param_views, grad_views);
   store_->views_bound();
+}
 
-  // ---- scaler, scheduler, reducer ----
-  make_scaler();
-  scheduler_ = sched::make_scheduler(cfg_.scheduler.value_or(config::SchedulerConfig{}), ocfg.lr, ocfg.betas);
+// Where gradients go: stage 3's GroupFetcher (gathers and reduce-scatters by group), or the
+// GradReducer's buckets below it.
+void Engine::configure_grad_sync(const engine::StoreOptions& so) {
+  const bool cuda = device_ == Device::Cuda;
   grad_comm_ = cuda && device_comm_ ? device_comm_.get() : comm_.get();
   if (map_.stage == 3) {
     auto fetcher = std::make_unique<engine::GroupFetcher>(
@@ -114,34 +150,22 @@ Engine::Engine(config::DsConfig cfg, Module& module, std::shared_ptr<Communicato
     fetcher_ = fetcher.get();
     module_->set_group_hooks(fetcher_);
     sync_ = std::move(fetcher);
-  } else {
-    engine::ReducerOptions ro;
-    ro.bucket_size = cfg_.zero_optimization.reduce_bucket_size;
-    ro.comm_dtype = comm_dtype_;
-    ro.prescale_gradients = cfg_.prescale_gradients;
-    ro.predivide_factor = cfg_.gradient_predivide_factor;
-    ro.accum_fp32 = accum_fp32_;
-    ro.release_grads = so.release_grads;
-    // ZeRO-2 on a device: released gradient chunks have no memory behind them, so the reducer
-    // maps each group's chunks as backward acquires the group (GroupHooks, as stage 3's fetcher).
-    const bool map_in_backward = cuda && so.release_grads;
-    if (map_in_backward) ro.groups = module_->parameter_groups();
-    auto reducer = std::make_unique<engine::GradReducer>(map_, *store_, *grad_comm_, ro, timers_);
-    if (map_in_backward && !ro.groups.empty()) module_->set_group_hooks(reducer.get());
-    sync_ = std::move(reducer);
+    return;
   }
-  async_save_ = std::make_unique<engine::AsyncSave>();
-
-  if (cfg_.csv_monitor.enabled && rank_ == 0)
-    csv_ = std::make_unique<engine::CsvMonitor>(cfg_.csv_monitor.output_path, cfg_.csv_monitor.job_name);
-
-  DS_INFO("dstrain engine: " << (cuda ? "CUDA device, " : "") << map_.params.size() << " parameter tensors, " << map_.total_numel
-          << " parameters, ZeRO stage " << map_.stage << ", " << dtype_name(wdtype_) << " working / "
-          << dtype_name(comm_dtype_) << " communication, world size " << world_ << ", micro batch "
-          << cfg_.train_micro_batch_size_per_gpu << " x gas " << cfg_.gradient_accumulation_steps
-          << " -> train batch " << cfg_.train_batch_size << "; model states per rank: "
-          << memory_report().to_string());
-  step_clock_.reset();
+  engine::ReducerOptions ro;
+  ro.bucket_size = cfg_.zero_optimization.reduce_bucket_size;
+  ro.comm_dtype = comm_dtype_;
+  ro.prescale_gradients = cfg_.prescale_gradients;
+  ro.predivide_factor = cfg_.gradient_predivide_factor;
+  ro.accum_fp32 = accum_fp32_;
+  ro.release_grads = so.release_grads;
+  // ZeRO-2 on a device: released gradient chunks have no memory behind them, so the reducer
+  // maps each group's chunks as backward acquires the group (GroupHooks, as stage 3's fetcher).
+  const bool map_in_backward = cuda && so.release_grads;
+  if (map_in_backward) ro.groups = module_->parameter_groups();
+  auto reducer = std::make_unique<engine::GradReducer>(map_, *store_, *grad_comm_, ro, timers_);
+  if (map_in_backward && !ro.groups.empty()) module_->set_group_hooks(reducer.get());
+  sync_ = std::move(reducer);
 }
 
 // Stage 3: rank 0 runs the init and the values go out one group at a time, so no other rank

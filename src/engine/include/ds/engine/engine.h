@@ -37,7 +37,7 @@ namespace ds::sched { class LrScheduler; }
 
 namespace ds {
 
-namespace engine { class CsvMonitor; class ParamStore; class GradSync; class GroupFetcher; struct AsyncSave; struct FetchOptions; struct NvmeOptions; }
+namespace engine { class CsvMonitor; class ParamStore; class GradSync; class GroupFetcher; struct AsyncSave; struct FetchOptions; struct NvmeOptions; struct StoreOptions; }
 namespace io { struct CheckpointContent; struct ShardRange; }
 
 // Engine::load_checkpoint options (DeepSpeed's keyword arguments).
@@ -166,6 +166,12 @@ class Engine {
   // Collective: every rank must hold the same parameter names and shapes (else ds::Error on all ranks).
   void check_same_model_on_all_ranks(const std::vector<ParamInfo>& infos);
   void check_device_limits() const;  // the GPU path's limits (engine_init.cpp)
+  // The constructor's steps, in its order (engine.cpp).
+  void configure_precision_and_comms();
+  engine::StoreOptions configure_storage();
+  void configure_optimizer(const engine::StoreOptions& so);
+  void init_and_bind_parameters();
+  void configure_grad_sync(const engine::StoreOptions& so);
   void make_scaler();
   void init_stage3_by_groups();  // initial values at stage 3 (engine.cpp)
   engine::FetchOptions fetch_options() const;  // stage 3: the zero_optimization keys (engine_init.cpp)
