@@ -1,5 +1,5 @@
-// Private device helpers of the optimizer kernels: fp32/fp16/bf16 loads and stores of 1 or
-// 8 elements (8: 128-bit transactions), the (grad, working) dtype dispatch, launch sizing.
+// Private device helpers of the optimizer kernels: loads and stores of 1 or 8 elements (8:
+// ds/core/cuda_vec.cuh's 128-bit transactions), the (grad, working) dtype dispatch, launch sizing.
 #pragma once
 
 #include <cuda_bf16.h>
@@ -11,6 +11,7 @@
 
 #include "ds/core/cuda_check.h"
 #include "ds/core/cuda_convert.cuh"
+#include "ds/core/cuda_vec.cuh"
 #include "ds/core/error.h"
 #include "ds/optim/cuda_kernels.h"
 #include "elem_math.h"
@@ -25,50 +26,27 @@ struct NoWorking {};  // the "no working copy" type
 using ds::cuda::from_f;
 using ds::cuda::to_f;
 
-// K = 8: two float4 (fp32) or one uint4 (16-bit) per call; needs 16-byte alignment.
+// K = 1: one element; K = 8: load8 / store8 (ds/core/cuda_vec.cuh), 16-byte alignment.
 template <int K, typename T>
 __device__ __forceinline__ void load(const T* p, std::size_t i, float (&r)[K]) {
-  if constexpr (K == 1) {
-    r[0] = to_f(p[i]);
-  } else if constexpr (sizeof(T) == 4) {
-    const float4 a = reinterpret_cast<const float4*>(p + i)[0];
-    const float4 b = reinterpret_cast<const float4*>(p + i)[1];
-    r[0] = a.x; r[1] = a.y; r[2] = a.z; r[3] = a.w; r[4] = b.x; r[5] = b.y; r[6] = b.z; r[7] = b.w;
-  } else {
-    const uint4 u = *reinterpret_cast<const uint4*>(p + i);
-    const T* h = reinterpret_cast<const T*>(&u);
-#pragma unroll
-    for (int k = 0; k < 8; ++k) r[k] = to_f(h[k]);
-  }
+  if constexpr (K == 1) r[0] = to_f(p[i]);
+  else ds::cuda::load8(p, i, r);
 }
 
 template <int K, typename T>
 __device__ __forceinline__ void store(T* p, std::size_t i, const float (&r)[K]) {
-  if constexpr (K == 1) {
-    p[i] = from_f<T>(r[0]);
-  } else if constexpr (sizeof(T) == 4) {
-    reinterpret_cast<float4*>(p + i)[0] = make_float4(r[0], r[1], r[2], r[3]);
-    reinterpret_cast<float4*>(p + i)[1] = make_float4(r[4], r[5], r[6], r[7]);
-  } else {
-    uint4 u;
-    T* h = reinterpret_cast<T*>(&u);
-#pragma unroll
-    for (int k = 0; k < 8; ++k) h[k] = from_f<T>(r[k]);
-    *reinterpret_cast<uint4*>(p + i) = u;
-  }
+  if constexpr (K == 1) p[i] = from_f<T>(r[0]);
+  else ds::cuda::store8(p, i, r);
 }
 
 __device__ __forceinline__ float device_grad_scale(float host_scale, const DeviceStepControl& c) {
   return c.d_grad_scale ? host_scale * *c.d_grad_scale : host_scale;
 }
 
-inline bool aligned16(const void* p) { return p == nullptr || (reinterpret_cast<std::uintptr_t>(p) & 15u) == 0; }
+using ds::cuda::aligned16;
 
 inline unsigned blocks_for(std::size_t work_items) {
-  std::size_t b = (work_items + kThreads - 1) / kThreads;
-  if (b < 1) b = 1;
-  if (b > 65535) b = 65535;  // grid-stride loops cover the rest
-  return unsigned(b);
+  return ds::cuda::grid_blocks(std::int64_t(work_items), kThreads, 65535);
 }
 
 // Calls f.template operator()<G, W>() with the CUDA element types of the views.

@@ -8,6 +8,7 @@
 
 #include "ds/core/cuda_check.h"
 #include "ds/core/cuda_convert.cuh"
+#include "ds/core/cuda_vec.cuh"
 #include "ds/core/error.h"
 #include "ds/precision/cuda_kernels.h"
 
@@ -20,38 +21,11 @@ constexpr int kIlp = 8;
 using ds::cuda::from_f;
 using ds::cuda::to_f;
 
-// 8 elements of T as one 128-bit (16-bit types) or two 128-bit (fp32) transactions.
-template <typename T>
-__device__ __forceinline__ void load8(const T* p, std::size_t i, float (&r)[8]) {
-  if constexpr (sizeof(T) == 4) {
-    const float4 a = reinterpret_cast<const float4*>(p + i)[0], b = reinterpret_cast<const float4*>(p + i)[1];
-    r[0] = a.x; r[1] = a.y; r[2] = a.z; r[3] = a.w; r[4] = b.x; r[5] = b.y; r[6] = b.z; r[7] = b.w;
-  } else {
-    const uint4 u = *reinterpret_cast<const uint4*>(p + i);
-    const T* h = reinterpret_cast<const T*>(&u);
-#pragma unroll
-    for (int k = 0; k < 8; ++k) r[k] = to_f(h[k]);
-  }
-}
-template <typename T>
-__device__ __forceinline__ void store8(T* p, std::size_t i, const float (&r)[8]) {
-  if constexpr (sizeof(T) == 4) {
-    reinterpret_cast<float4*>(p + i)[0] = make_float4(r[0], r[1], r[2], r[3]);
-    reinterpret_cast<float4*>(p + i)[1] = make_float4(r[4], r[5], r[6], r[7]);
-  } else {
-    uint4 u;
-    T* h = reinterpret_cast<T*>(&u);
-#pragma unroll
-    for (int k = 0; k < 8; ++k) h[k] = from_f<T>(r[k]);
-    *reinterpret_cast<uint4*>(p + i) = u;
-  }
-}
+using ds::cuda::aligned16;
+using ds::cuda::load8;
+using ds::cuda::store8;
 
-bool aligned16(const void* p) { return (reinterpret_cast<std::uintptr_t>(p) & 15u) == 0; }
-unsigned blocks_for(std::size_t items) {
-  std::size_t b = (items + kThreads - 1) / kThreads;
-  return unsigned(b < 1 ? 1 : b > 65535 ? 65535 : b);
-}
+unsigned blocks_for(std::size_t items) { return ds::cuda::grid_blocks(std::int64_t(items), kThreads, 65535); }
 
 template <typename T>
 __global__ void grad_stats_kernel(const T* __restrict__ g, std::size_t n, std::size_t nvec, double* sumsq, int* found) {
@@ -178,12 +152,7 @@ __global__ void decide_kernel(const double* red, const double* sumsq, const int*
 
 template <class F>
 void by_dtype(DType t, const char* who, F&& f) {
-  switch (t) {
-    case DType::F32: return f.template operator()<float>();
-    case DType::F16: return f.template operator()<__half>();
-    case DType::BF16: return f.template operator()<__nv_bfloat16>();
-    default: DS_THROW(who << ": dtype must be fp32, fp16 or bf16, got " << dtype_name(t));
-  }
+  ds::cuda::by_dtype(t, who, f);
 }
 
 }  // namespace
