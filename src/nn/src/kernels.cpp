@@ -100,13 +100,11 @@ constexpr std::int64_t kChunk = 4096;
 // The explicit AVX-512 row kernels (softmax rows) when the ISA in use is avx512;
 // DS_NN_ROWS=plain (or DS_CPU_ISA below avx512) forces the vectorized plain loops (the tests
 // cover both).
-bool use_avx512_rows() {
 #if defined(__x86_64__)
+bool use_avx512_rows() {
   return cpu_isa() == CpuIsa::avx512 && env::get_string("DS_NN_ROWS") != "plain";
-#else
-  return false;
-#endif
 }
+#endif
 
 // The causal softmax rows of the ISA in use: AVX-512's explicit forms, else the table row's.
 using SoftmaxRow = void (*)(float*, std::int64_t, std::int64_t);

@@ -38,15 +38,26 @@ constexpr CpuIsa kIsa = CpuIsa::plain;
 #include "layer_rows.inc"
 }  // namespace on_base
 
+#if defined(__aarch64__)
+// The baseline is NEON there: DS_CPU_ISA=plain runs the same copy, labelled as asked.
+const LayerRows kPlainRows = [] {
+  LayerRows r = on_base::kRows;
+  r.isa = CpuIsa::plain;
+  return r;
+}();
+#endif
+
 const LayerRows& layer_rows() {
-#if defined(__x86_64__)
   switch (cpu_isa()) {
+#if defined(__x86_64__)
     case CpuIsa::avx512: return on_avx512::kRows;
     case CpuIsa::avx2: return on_avx2::kRows;
-    default: break;
-  }
 #endif
-  return on_base::kRows;
+#if defined(__aarch64__)
+    case CpuIsa::plain: return kPlainRows;
+#endif
+    default: return on_base::kRows;
+  }
 }
 
 }  // namespace ds::nn::kernels

@@ -117,7 +117,7 @@ template <DType D, typename T>
 GradStats run(TensorView g, double multiplier) {
   const std::size_t n = g.count;
   const std::size_t nblocks = (n + kBlock - 1) / kBlock;
-  const CpuIsa isa = cpu_isa();  // DS_CPU_ISA=avx2|plain forces the lower paths (tests cover them)
+  [[maybe_unused]] const CpuIsa isa = cpu_isa();  // DS_CPU_ISA=avx2|plain forces the lower paths (tests cover them)
   auto block = [&](std::size_t b) {
     const std::size_t lo = b * kBlock, hi = std::min(n, lo + kBlock);
 #if defined(__x86_64__)
