@@ -15,22 +15,8 @@ CLI::Option* add_optional(CLI::App& app, const std::string& name, std::optional<
   return app.add_option_function<T>(name, [&target](const T& v) { target = v; }, help);
 }
 
-}  // namespace
-
-ParseResult parse_options(int argc, const char* const* argv) {
-  TrainOptions o;
-  CLI::App app{
-      "dstrain train: trains the built-in GPT or MLP on the embedded corpus or a data file\n"
-      "with DeepSpeed's ds_config.json semantics.\n"
-      "  mpirun -np N train --config ds_config.json [flags]",
-      "train"};
-  app.get_formatter()->column_width(34);
-
-  app.add_option("--config", o.config, "DeepSpeed config file (ds_config.json)");
-  // DeepSpeed's --deepspeed, --deepspeed_config FILE, --local_rank N (and --deepscale aliases).
-  engine::DeepSpeedArgs ds_args;
-  engine::add_deepspeed_args(app, ds_args);
-
+// The model's shape: --model and its sizes (checked again with the config's model section).
+void add_model_flags(CLI::App& app, TrainOptions& o) {
   add_optional(app, "--model", o.model, "Model: gpt (default), mlp or llama (its GPU model: --device cuda only, not yet run on a GPU)")
       ->check(CLI::IsMember({"gpt", "mlp", "llama"}));
   add_optional(app, "--n_layer", o.n_layer, "Transformer blocks (GPT) / hidden layers (MLP)")
@@ -56,6 +42,10 @@ ParseResult parse_options(int argc, const char* const* argv) {
                "Recompute each block's activations in backward instead of keeping them (CPU gpt and llama; "
                "as the config's activation_checkpointing section)");
 
+}
+
+// The data and the run length.
+void add_data_flags(CLI::App& app, TrainOptions& o) {
   app.add_option("--data", o.data,
                  "Training data: a text file (bytes are tokens), a DSTOKENS file, nanoGPT .bin / llm.c "
                  "shards (one file or a quoted glob such as 'dir/train_*.bin'); default: the embedded corpus");
@@ -75,6 +65,10 @@ ParseResult parse_options(int argc, const char* const* argv) {
   app.add_option("--val_fraction", o.val_fraction, "Fraction of the data held out for validation")
       ->check(CLI::Range(0.0, 0.5));
 
+}
+
+// Checkpoints, output and the device.
+void add_run_flags(CLI::App& app, TrainOptions& o) {
   app.add_option("--save_dir", o.save_dir, "Checkpoint directory (saves at --save_interval and at the end)");
   add_optional(app, "--save_interval", o.save_interval, "Save every N steps (0: only at the end)")
       ->check(CLI::Range(std::int64_t{0}, std::int64_t{1} << 40));
@@ -96,6 +90,61 @@ ParseResult parse_options(int argc, const char* const* argv) {
                  "cpu, cuda (one GPU per rank, by local rank) or auto (cuda when a GPU is visible; default)")
       ->check(CLI::IsMember({"auto", "cpu", "cuda"}));
 
+}
+
+// The rules across flags (DeepSpeed's --deepspeed_config included); returns the error or "".
+std::string cross_flag_error(const CLI::App& app, const engine::DeepSpeedArgs& ds_args, TrainOptions& o) {
+  const std::string& deepspeed_config = ds_args.deepspeed_config;
+  if (!deepspeed_config.empty()) {
+    if (!o.config.empty() && o.config != deepspeed_config) {
+      return "--config '" + o.config + "' and --deepspeed_config '" + deepspeed_config +
+             "' name different files; give one";
+    }
+    o.config = deepspeed_config;
+  }
+  if (o.config.empty()) {
+    return "a config file is required: --config ds_config.json (or --deepspeed_config)";
+  }
+  if (app.count("--save_dir") > 0 && o.save_dir.empty()) {
+    return "--save_dir is empty: give a checkpoint directory (or leave --save_dir out to save nothing)";
+  }
+  // An empty --load_dir (an unset shell variable) would start a fresh run in silence, where a
+  // missing directory is an error.
+  if (app.count("--load_dir") > 0 && o.load_dir.empty()) {
+    return "--load_dir is empty: give the checkpoint directory to resume from (or leave --load_dir out to "
+           "start a new run)";
+  }
+  // A resume restores the checkpoint's weights, so a start from other weights contradicts it.
+  if (!o.init_from.empty() && !o.load_dir.empty()) {
+    return "--init_from and --load_dir exclude each other: --load_dir resumes a run with its checkpoint's "
+           "weights, --init_from starts a new one from " + o.init_from;
+  }
+  if (!o.load_dir.empty() && !o.ckpt_id.empty() && o.ckpt_id.find('/') != std::string::npos) {
+    return "--ckpt_id '" + o.ckpt_id + "' must be a tag (a directory name inside --load_dir), not a path";
+  }
+  return {};
+}
+
+}  // namespace
+
+ParseResult parse_options(int argc, const char* const* argv) {
+  TrainOptions o;
+  CLI::App app{
+      "dstrain train: trains the built-in GPT or MLP on the embedded corpus or a data file\n"
+      "with DeepSpeed's ds_config.json semantics.\n"
+      "  mpirun -np N train --config ds_config.json [flags]",
+      "train"};
+  app.get_formatter()->column_width(34);
+
+  app.add_option("--config", o.config, "DeepSpeed config file (ds_config.json)");
+  // DeepSpeed's --deepspeed, --deepspeed_config FILE, --local_rank N (and --deepscale aliases).
+  engine::DeepSpeedArgs ds_args;
+  engine::add_deepspeed_args(app, ds_args);
+
+  add_model_flags(app, o);
+  add_data_flags(app, o);
+  add_run_flags(app, o);
+
   ParseResult r;
   try {
     app.parse(argc, argv);
@@ -114,48 +163,8 @@ ParseResult parse_options(int argc, const char* const* argv) {
 
   o.deepspeed = ds_args.deepspeed;
   if (ds_args.local_rank >= 0) o.local_rank = ds_args.local_rank;
-  const std::string& deepspeed_config = ds_args.deepspeed_config;
-  if (!deepspeed_config.empty()) {
-    if (!o.config.empty() && o.config != deepspeed_config) {
-      r.message = "--config '" + o.config + "' and --deepspeed_config '" + deepspeed_config +
-                  "' name different files; give one";
-      r.exit_code = 2;
-      r.message_is_error = true;
-      return r;
-    }
-    o.config = deepspeed_config;
-  }
-  if (o.config.empty()) {
-    r.message = "a config file is required: --config ds_config.json (or --deepspeed_config)";
-    r.exit_code = 2;
-    r.message_is_error = true;
-    return r;
-  }
-  if (app.count("--save_dir") > 0 && o.save_dir.empty()) {
-    r.message = "--save_dir is empty: give a checkpoint directory (or leave --save_dir out to save nothing)";
-    r.exit_code = 2;
-    r.message_is_error = true;
-    return r;
-  }
-  // An empty --load_dir (an unset shell variable) would start a fresh run in silence, where a
-  // missing directory is an error.
-  if (app.count("--load_dir") > 0 && o.load_dir.empty()) {
-    r.message = "--load_dir is empty: give the checkpoint directory to resume from (or leave --load_dir out to "
-                "start a new run)";
-    r.exit_code = 2;
-    r.message_is_error = true;
-    return r;
-  }
-  // A resume restores the checkpoint's weights, so a start from other weights contradicts it.
-  if (!o.init_from.empty() && !o.load_dir.empty()) {
-    r.message = "--init_from and --load_dir exclude each other: --load_dir resumes a run with its checkpoint's "
-                "weights, --init_from starts a new one from " + o.init_from;
-    r.exit_code = 2;
-    r.message_is_error = true;
-    return r;
-  }
-  if (!o.load_dir.empty() && o.ckpt_id.empty() == false && o.ckpt_id.find('/') != std::string::npos) {
-    r.message = "--ckpt_id '" + o.ckpt_id + "' must be a tag (a directory name inside --load_dir), not a path";
+  if (std::string error = cross_flag_error(app, ds_args, o); !error.empty()) {
+    r.message = std::move(error);
     r.exit_code = 2;
     r.message_is_error = true;
     return r;
