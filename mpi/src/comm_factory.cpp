@@ -2,6 +2,7 @@
 #include "ds/mpi/comm_factory.h"
 
 #include "ds/core/error.h"
+#include "ds/mpi/comm_backends.h"
 #include "ds/mpi/mpi_comm.h"
 #include "ds/mpi/staged_comm.h"
 
@@ -44,11 +45,12 @@ BackendInfo backend_info() {
 
 std::shared_ptr<Communicator> make_communicator(DistributedContext& ctx, std::string_view backend) {
   if (ctx.mpi_comm == MPI_COMM_NULL) DS_THROW("make_communicator: the distributed context is not initialized (or was finalized)");
-  if (backend != "auto" && backend != "mpi" && backend != "nccl" && backend != "staged")
-    DS_THROW("make_communicator: unknown backend '" << backend << "' (expected auto, mpi, nccl or staged)");
+  if (backend != "auto" && !find_comm_backend(backend))
+    DS_THROW("make_communicator: unknown backend '" << backend << "' (expected " << comm_backend_choices(false, false)
+                                                   << ")");
   // StagedComm throws ds::Error itself in a build without CUDA or on a rank without a device.
-  if (backend == "staged") return std::make_shared<StagedComm>(ctx.mpi_comm, ctx.device, ctx.runtime);
-  bool want_nccl = backend == "nccl";
+  if (backend == kStagedBackend) return std::make_shared<StagedComm>(ctx.mpi_comm, ctx.device, ctx.runtime);
+  bool want_nccl = backend == kNcclBackend;
 #if DS_HAVE_NCCL
   if (backend == "auto") {
     // Every rank must take the same decision (the constructors are collective).

@@ -7,6 +7,7 @@
 #include "check.h"
 #include "ds/core/error.h"
 #include "ds/core/log.h"
+#include "ds/mpi/comm_backends.h"
 #include "ds/mpi/comm_factory.h"
 
 #if DS_HAVE_CUDA
@@ -26,25 +27,26 @@ DeviceCommChoice choose_device_backend(std::string_view requested, const DeviceC
                                        std::string_view source) {
   const bool own_gpu = in.local_ranks <= in.visible_devices;
   std::ostringstream why;
-  if (requested == "staged") return {"staged", std::string(source) + " \"staged\""};
-  if (requested == "nccl") {
+  const std::string staged(kStagedBackend), nccl(kNcclBackend);
+  if (requested == kStagedBackend) return {staged, std::string(source) + " \"staged\""};
+  if (requested == kNcclBackend) {
     DS_CHECK(in.nccl_compiled, source << " \"nccl\": dstrain was built without NCCL (DS_WITH_NCCL); use \"auto\" or "
                                          "\"staged\"");
     DS_CHECK(own_gpu, source << " \"nccl\": " << ranks(in.local_ranks) << " on one node see " << gpus(in.visible_devices)
                              << " and NCCL needs a GPU per rank; use \"auto\" or \"staged\" to share the GPUs");
-    return {"nccl", std::string(source) + " \"nccl\""};
+    return {nccl, std::string(source) + " \"nccl\""};
   }
-  DS_CHECK(requested == "auto", source << ": unknown device backend '" << requested
-                                       << "' (expected \"auto\", \"nccl\" or \"staged\")");
-  if (!in.nccl_compiled) return {"staged", "auto: dstrain was built without NCCL"};
-  if (in.visible_devices <= 0) return {"staged", "auto: no GPU visible to " + ranks(in.local_ranks) + " on one node"};
+  DS_CHECK(requested == "auto", source << ": unknown device backend '" << requested << "' (expected "
+                                       << comm_backend_choices(true, true) << ")");
+  if (!in.nccl_compiled) return {staged, "auto: dstrain was built without NCCL"};
+  if (in.visible_devices <= 0) return {staged, "auto: no GPU visible to " + ranks(in.local_ranks) + " on one node"};
   if (!own_gpu) {
     why << "auto: " << ranks(in.local_ranks) << " on one node share " << gpus(in.visible_devices)
         << ", NCCL needs a GPU per rank";
-    return {"staged", why.str()};
+    return {staged, why.str()};
   }
   why << "auto: a GPU per rank (" << ranks(in.local_ranks) << " on a node, " << gpus(in.visible_devices) << ")";
-  return {"nccl", why.str()};
+  return {nccl, why.str()};
 }
 
 int shared_device(int device, int visible_devices) {

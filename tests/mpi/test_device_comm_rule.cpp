@@ -7,6 +7,7 @@
 #include <string>
 
 #include "ds/core/error.h"
+#include "ds/mpi/comm_backends.h"
 #include "ds/mpi/device_comm.h"
 
 namespace {
@@ -79,6 +80,19 @@ TEST(DeviceCommRule, SharedDeviceWrapsOntoTheVisibleGpus) {
   EXPECT_EQ(ds::shared_device(3, 2), 1);
   EXPECT_EQ(ds::shared_device(2, 4), 2);  // exists: unchanged
   EXPECT_EQ(ds::shared_device(3, 0), 3);  // no GPU: nothing to wrap onto
+}
+
+// The back-end table is what the factory and the rule accept and list: every back end, the
+// device-memory ones for device_backend, "auto" a choice but no back end.
+TEST(CommBackends, ChoicesComeFromTheTable) {
+  EXPECT_EQ(ds::comm_backend_choices(false, false), "auto, mpi, nccl or staged");
+  EXPECT_EQ(ds::comm_backend_choices(true, true), "\"auto\", \"nccl\" or \"staged\"");
+  ASSERT_NE(ds::find_comm_backend("staged"), nullptr);
+  EXPECT_TRUE(ds::find_comm_backend("staged")->device_memory);
+  EXPECT_FALSE(ds::find_comm_backend("mpi")->device_memory);
+  EXPECT_EQ(ds::find_comm_backend("auto"), nullptr);
+  for (const ds::CommBackend& b : ds::comm_backends())
+    if (b.device_memory) EXPECT_NO_THROW(choose_device_backend(b.name, counts(1, 1, true), "key")) << b.name;
 }
 
 }  // namespace

@@ -36,6 +36,7 @@
 #include <cstdint>
 #include <memory>
 
+#include "ds/mpi/comm_backends.h"
 #include "ds/mpi/communicator.h"
 
 namespace ds {
@@ -123,7 +124,7 @@ class MpiComm final : public Communicator {
 
   int rank() const override;
   int size() const override;
-  std::string_view backend() const override { return "mpi"; }
+  std::string_view backend() const override { return kMpiBackend; }
 
   void all_reduce(TensorView buf, ReduceOp op) override;
   CommWork iall_reduce(TensorView buf, ReduceOp op) override;

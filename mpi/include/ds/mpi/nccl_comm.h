@@ -20,6 +20,7 @@
 
 #include <memory>
 
+#include "ds/mpi/comm_backends.h"
 #include "ds/mpi/communicator.h"
 
 namespace ds {
@@ -34,7 +35,7 @@ class NcclComm final : public Communicator {
 
   int rank() const override;
   int size() const override;
-  std::string_view backend() const override { return "nccl"; }
+  std::string_view backend() const override { return kNcclBackend; }
 
   // A cudaStream_t (void* keeps CUDA headers out of this header); nullptr = legacy default stream.
   void set_compute_stream(void* stream) override;

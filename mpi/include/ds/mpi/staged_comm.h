@@ -26,6 +26,7 @@
 
 #include <memory>
 
+#include "ds/mpi/comm_backends.h"
 #include "ds/mpi/communicator.h"
 
 namespace ds {
@@ -45,7 +46,7 @@ class StagedComm final : public Communicator {
 
   int rank() const override;
   int size() const override;
-  std::string_view backend() const override { return "staged"; }
+  std::string_view backend() const override { return kStagedBackend; }
 
   // A cudaStream_t (void* keeps CUDA headers out of this header); nullptr = legacy default stream.
   void set_compute_stream(void* stream) override;
