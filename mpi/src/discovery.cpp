@@ -11,6 +11,7 @@
 
 #include "ds/core/env.h"
 #include "ds/core/error.h"
+#include "ds/launch/backend.h"
 #include "ds/launch/hostlist.h"
 
 extern char** environ;
@@ -117,12 +118,17 @@ void fill_master_from_env(const EnvMap& env, EnvDiscovery& d) {
   if (!d.master_port) d.master_port = port_of(env, "MASTER_PORT");
 }
 
+// The rank variables a launcher back end's ranks get: the launcher's table (ds/launch/backend.h)
+// is the one list of their names.
+const launch::RankVars& vars_of(launch::Launcher l) { return *launch::backend(l).rank_vars; }
+
 // Slurm fields (rank, size, local rank/size, node rank, master) of an srun task.
 void fill_slurm(const EnvMap& env, EnvDiscovery& d) {
-  d.rank = req_int(env, "SLURM_PROCID", "Slurm rank discovery");
-  d.rank_var = "SLURM_PROCID";
-  d.world_size = first_int(env, {"SLURM_STEP_NUM_TASKS", "SLURM_NTASKS", "SLURM_NPROCS"}, &d.world_size_var);
-  d.local_rank = opt_int(env, "SLURM_LOCALID");
+  const launch::RankVars& v = vars_of(launch::Launcher::Slurm);
+  d.rank = req_int(env, v.rank, "Slurm rank discovery");
+  d.rank_var = v.rank;
+  d.world_size = first_int(env, {"SLURM_STEP_NUM_TASKS", v.size, "SLURM_NPROCS"}, &d.world_size_var);
+  d.local_rank = opt_int(env, v.local_rank);
   d.node_rank = opt_int(env, "SLURM_NODEID");
   std::optional<int> nnodes = first_int(env, {"SLURM_STEP_NUM_NODES", "SLURM_NNODES", "SLURM_JOB_NUM_NODES"});
   for (std::string_view n : {"SLURM_STEP_TASKS_PER_NODE", "SLURM_TASKS_PER_NODE"}) {
@@ -158,13 +164,14 @@ void fill_slurm(const EnvMap& env, EnvDiscovery& d) {
 }
 
 void fill_ompi(const EnvMap& env, EnvDiscovery& d, std::string_view why) {
-  d.rank = req_int(env, "OMPI_COMM_WORLD_RANK", why);
-  d.rank_var = "OMPI_COMM_WORLD_RANK";
-  d.world_size = req_int(env, "OMPI_COMM_WORLD_SIZE", why);
-  d.world_size_var = "OMPI_COMM_WORLD_SIZE";
-  d.local_rank = opt_int(env, "OMPI_COMM_WORLD_LOCAL_RANK");
+  const launch::RankVars& v = vars_of(launch::Launcher::OpenMPI);
+  d.rank = req_int(env, v.rank, why);
+  d.rank_var = v.rank;
+  d.world_size = req_int(env, v.size, why);
+  d.world_size_var = v.size;
+  d.local_rank = opt_int(env, v.local_rank);
   d.local_size = opt_int(env, "OMPI_COMM_WORLD_LOCAL_SIZE");
-  agree(env, "OMPI_COMM_WORLD_RANK", "PMIX_RANK");
+  agree(env, v.rank, "PMIX_RANK");
 }
 
 void validate(const EnvDiscovery& d, const EnvMap& env) {
@@ -228,30 +235,31 @@ EnvDiscovery discover_environment(const EnvMap& env) {
     if (!has(env, "MASTER_ADDR") || !has(env, "MASTER_PORT"))
       DS_THROW("SageMaker (SM_TRAINING_ENV set) needs MASTER_ADDR and MASTER_PORT in the environment");
     fill_master_from_env(env, d);
-  } else if (has(env, "OMPI_COMM_WORLD_RANK")) {
+  } else if (has(env, vars_of(launch::Launcher::OpenMPI).rank)) {
     d.source = LaunchSource::OpenMPI;
     fill_ompi(env, d, "Open MPI rank discovery");
     fill_master_from_env(env, d);
     if (!d.master_addr) d.master_addr = slurm_master(env);  // mpirun inside an allocation
-  } else if (has(env, "MV2_COMM_WORLD_RANK")) {
+  } else if (const launch::RankVars& mv2 = vars_of(launch::Launcher::MVAPICH); has(env, mv2.rank)) {
     d.source = LaunchSource::MVAPICH2;
-    d.rank = req_int(env, "MV2_COMM_WORLD_RANK", "MVAPICH2 rank discovery");
-    d.rank_var = "MV2_COMM_WORLD_RANK";
-    d.world_size = req_int(env, "MV2_COMM_WORLD_SIZE", "MVAPICH2 rank discovery");
-    d.world_size_var = "MV2_COMM_WORLD_SIZE";
-    d.local_rank = opt_int(env, "MV2_COMM_WORLD_LOCAL_RANK");
+    d.rank = req_int(env, mv2.rank, "MVAPICH2 rank discovery");
+    d.rank_var = mv2.rank;
+    d.world_size = req_int(env, mv2.size, "MVAPICH2 rank discovery");
+    d.world_size_var = mv2.size;
+    d.local_rank = opt_int(env, mv2.local_rank);
     d.local_size = opt_int(env, "MV2_COMM_WORLD_LOCAL_SIZE");
     fill_master_from_env(env, d);
     if (!d.master_addr) d.master_addr = slurm_master(env);
-  } else if (has(env, "PMI_RANK") || has(env, "PALS_RANKID")) {
+  } else if (const launch::RankVars& pmi = vars_of(launch::Launcher::MPICH);
+             has(env, pmi.rank) || has(env, "PALS_RANKID")) {
     // MPICH Hydra, Intel MPI, Cray PALS. DeepSpeed's helper: PMIX_RANK and PMI_RANK must agree.
     d.source = LaunchSource::PMI;
-    agree(env, "PMI_RANK", "PMIX_RANK");
-    agree(env, "PMI_RANK", "PALS_RANKID");
-    agree(env, "MPI_LOCALRANKID", "PALS_LOCAL_RANKID");
-    d.rank = first_int(env, {"PMI_RANK", "PALS_RANKID"}, &d.rank_var);
-    d.world_size = first_int(env, {"PMI_SIZE", "WORLD_SIZE"}, &d.world_size_var);
-    d.local_rank = first_int(env, {"MPI_LOCALRANKID", "PALS_LOCAL_RANKID"});
+    agree(env, pmi.rank, "PMIX_RANK");
+    agree(env, pmi.rank, "PALS_RANKID");
+    agree(env, pmi.local_rank, "PALS_LOCAL_RANKID");
+    d.rank = first_int(env, {pmi.rank, "PALS_RANKID"}, &d.rank_var);
+    d.world_size = first_int(env, {pmi.size, "WORLD_SIZE"}, &d.world_size_var);
+    d.local_rank = first_int(env, {pmi.local_rank, "PALS_LOCAL_RANKID"});
     d.local_size = first_int(env, {"MPI_LOCALNRANKS", "LOCAL_SIZE"});
     d.node_rank = opt_int(env, "PALS_NODEID");
     fill_master_from_env(env, d);
@@ -266,7 +274,7 @@ EnvDiscovery discover_environment(const EnvMap& env) {
     }
     d.rank = r;
     d.rank_var = "PMIX_RANK";
-  } else if (has(env, "SLURM_PROCID")) {
+  } else if (has(env, vars_of(launch::Launcher::Slurm).rank)) {
     d.source = LaunchSource::Slurm;
     fill_slurm(env, d);
   } else {

@@ -5,6 +5,7 @@
 #include <string>
 
 #include "ds/core/error.h"
+#include "ds/launch/backend.h"
 #include "ds/mpi/discovery.h"
 #include "ds/mpi/init.h"
 
@@ -338,4 +339,19 @@ TEST(Discovery, DeviceChoice) {
   EXPECT_EQ(ds::choose_device(3, EnvMap{}), 3);
   EXPECT_EQ(ds::choose_device(3, EnvMap{{"CUDA_VISIBLE_DEVICES", "1,3"}}), 1);
   EXPECT_EQ(ds::choose_device(1, EnvMap{{"CUDA_VISIBLE_DEVICES", "5"}}), 0);
+}
+
+// The launcher and discovery share one list of rank variables (ds/launch/backend.h): what
+// every back end's ranks get is what discovery reads.
+TEST(Discovery, EveryLauncherBackEndsRankVariables) {
+  for (const ds::launch::Backend& b : ds::launch::backends()) {
+    const ds::launch::RankVars& v = *b.rank_vars;
+    EnvMap env{{v.rank, "1"}, {v.size, "2"}, {v.local_rank, "1"}};
+    const auto d = ds::discover_environment(env);
+    EXPECT_EQ(d.rank, 1) << b.name;
+    EXPECT_EQ(d.world_size, 2) << b.name;
+    EXPECT_EQ(d.local_rank, 1) << b.name;
+    EXPECT_EQ(d.rank_var, v.rank) << b.name;
+    EXPECT_EQ(d.world_size_var, v.size) << b.name;
+  }
 }
