@@ -167,7 +167,35 @@ PendingSave begin_save(Communicator& comm, const std::string& save_dir, const st
   return p;
 }
 
-LocalWriteResult write_local(const PendingSave& pending, int rank, const CheckpointContent& c) {
+namespace {
+
+// HDF5 lays out both files (metadata, attributes, state trees, and storage for every tensor
+// dataset, allocated but not written) and closes them; then the tensors' bytes go to their
+// extents through detail::write_raw (parallel chunks, CRC per chunk, writeback started per
+// chunk), and every file is fsynced once, after all writes were issued. The plan between.
+struct RawWritePlan {
+  struct Out {
+    std::string path;
+    int fd = -1;
+  };
+  struct JobInfo {
+    std::size_t file;                               // index into files
+    std::map<std::string, std::uint32_t>* crc_map;  // where the job's CRC goes
+    std::string name;
+  };
+  std::vector<Out> files;
+  std::vector<detail::RawWrite> jobs;
+  std::vector<JobInfo> job_info;
+  std::size_t first_shard_job = std::size_t(-1);
+
+  void close_fds() {
+    for (auto& f : files)
+      if (f.fd >= 0) { ::close(f.fd); f.fd = -1; }
+  }
+};
+
+// What the manifest needs from this rank, before anything is written.
+LocalWriteResult local_result_header(const CheckpointContent& c) {
   LocalWriteResult res;
   res.working_dtype = c.working_dtype;
   res.zero_stage = c.zero_stage;
@@ -182,132 +210,138 @@ LocalWriteResult write_local(const PendingSave& pending, int rank, const Checkpo
   for (const auto& s : c.shard) res.shard_names.push_back(s.name);
   if (c.engine_state.is_map() && c.engine_state.contains("global_steps") && c.engine_state.at("global_steps").is_int())
     res.global_steps = c.engine_state.at("global_steps").as_int();
-  // HDF5 lays out both files (metadata, attributes, state trees, and storage for every
-  // tensor dataset, allocated but not written) and closes them; then the tensors' bytes go
-  // to their extents through detail::write_raw (parallel chunks, CRC per chunk, writeback
-  // started per chunk), and every file is fsynced once, after all writes were issued.
-  struct Out {
-    std::string path;
-    int fd = -1;
-  };
-  std::vector<Out> files;
-  std::vector<detail::RawWrite> jobs;
-  struct JobInfo {
-    std::size_t file;                               // index into files
-    std::map<std::string, std::uint32_t>* crc_map;  // where the job's CRC goes
-    std::string name;
-  };
-  std::vector<JobInfo> job_info;
-  std::size_t first_shard_job = std::size_t(-1);
-  auto close_fds = [&] {
-    for (auto& f : files)
-      if (f.fd >= 0) { ::close(f.fd); f.fd = -1; }
-  };
+  return res;
+}
+
+void check_local_content(const PendingSave& pending, int rank, const CheckpointContent& c,
+                         const LocalWriteResult& res) {
+  DS_CHECK(pending.active, "write_local: no save in progress");
+  if (c.has_shard && !res.shard_ranges.empty()) {
+    const std::string problem = detail::local_ranges_problem(res.shard_ranges, c.shard_count, c.flat_numel);
+    DS_CHECK(problem.empty(), "save_checkpoint to " << pending.final_dir << ": rank " << rank << ": " << problem);
+  }
+  if (c.params_in_master) {
+    bool master = false;
+    for (const auto& t : c.shard) master |= t.name == "fp32_master";
+    DS_CHECK(master, "save_checkpoint to " << pending.final_dir
+                                           << ": params_in_master needs an fp32_master shard dataset");
+  }
+}
+
+// Rank 0's model file: attributes, the parameters' datasets (unless params_in_master) and
+// the state trees; the parameters' bytes are planned, not written.
+void lay_out_model_file(const PendingSave& pending, const CheckpointContent& c, LocalWriteResult& res,
+                        RawWritePlan& plan) {
+  std::size_t need = 65536 + state_bytes(c.engine_state) + state_bytes(c.client_state) + c.config_json.size();
+  for (const auto& pr : c.params) need += 4096 + (c.params_in_master ? 0 : pr.numel() * dtype_size(pr.dtype));
+  const std::string path = (fs::path(pending.tmp_dir) / kModelFile).string();
+  ensure_space(path, need);
+  H5File f(path, H5File::Mode::Create);
+  f.set_attr("/", "format", "dstrain-checkpoint");
+  f.set_attr("/", "format_version", std::int64_t(kFormatVersion));
+  f.set_attr("/", "tag", pending.tag);
+  f.set_attr("/", "world_size", std::int64_t(pending.world_size));
+  f.set_attr("/", "zero_stage", std::int64_t(c.zero_stage));
+  f.set_attr("/", "working_dtype", c.working_dtype);
+  f.set_attr("/", "config", c.config_json);
+  f.set_attr("/", "params_in_master", std::int64_t(c.params_in_master ? 1 : 0));
+  for (const auto& pr : c.params) {
+    DS_CHECK(!pr.name.empty() && pr.name.find('/') == std::string::npos,
+             "parameter name '" << pr.name << "' cannot be a checkpoint dataset name (empty or contains '/')");
+    ParamRecord meta = pr;
+    meta.data = nullptr;
+    res.params_meta.push_back(std::move(meta));
+    if (c.params_in_master) continue;  // the manifest lists it; the weights are in fp32_master
+    std::string ds = "params/" + pr.name;
+    std::size_t bytes = pr.numel() * dtype_size(pr.dtype);
+    auto ext = f.create_raw(ds, pr.dtype, pr.shape);
+    f.set_attr(ds, "flat_offset", std::int64_t(pr.flat_offset));
+    if (ext) {
+      DS_CHECK(ext->bytes == bytes, "HDF5 allocated " << ext->bytes << " bytes for " << path << " dataset " << ds << ", expected " << bytes);
+      plan.jobs.push_back({-1, ext->offset, pr.data, bytes, path + " dataset " + ds});
+      plan.job_info.push_back({plan.files.size(), &res.model_crc, ds});
+    } else {
+      res.model_crc[ds] = crc32c(pr.data, bytes);
+    }
+  }
+  f.write_state("engine", c.engine_state);
+  f.write_state("client_state", c.client_state);
+  f.close(/*sync=*/false);
+  plan.files.push_back({path});
+}
+
+// This rank's shard file: attributes and one fp32 dataset per shard tensor, bytes planned.
+void lay_out_shard_file(const PendingSave& pending, int rank, const CheckpointContent& c, LocalWriteResult& res,
+                        RawWritePlan& plan) {
+  const std::string path = (fs::path(pending.tmp_dir) / shard_file_name(rank)).string();
+  ensure_space(path, 65536 + c.shard.size() * (4096 + c.shard_count * sizeof(float)));
+  H5File s(path, H5File::Mode::Create);
+  s.set_attr("/", "format", "dstrain-checkpoint-shard");
+  s.set_attr("/", "format_version", std::int64_t(kFormatVersion));
+  s.set_attr("/", "rank", std::int64_t(rank));
+  s.set_attr("/", "world_size", std::int64_t(pending.world_size));
+  s.set_attr("/", "zero_stage", std::int64_t(c.zero_stage));
+  s.set_attr("/", "offset", std::int64_t(res.shard_offset));
+  s.set_attr("/", "count", std::int64_t(c.shard_count));
+  s.set_attr("/", "flat_numel", std::int64_t(c.flat_numel));
+  if (!res.shard_ranges.empty()) {  // for a reader without the manifest: [[offset, count], ...]
+    std::ostringstream rs;
+    for (std::size_t i = 0; i < res.shard_ranges.size(); ++i)
+      rs << (i ? ", [" : "[[") << res.shard_ranges[i].offset << ", " << res.shard_ranges[i].count << "]";
+    rs << "]";
+    s.set_attr("/", "ranges", rs.str());
+  }
+  const std::size_t bytes = c.shard_count * sizeof(float);
+  const std::int64_t n = std::int64_t(c.shard_count);
+  for (const auto& t : c.shard) {
+    auto ext = s.create_raw(t.name, DType::F32, std::span<const std::int64_t>(&n, 1));
+    if (ext) {
+      if (plan.first_shard_job == std::size_t(-1)) plan.first_shard_job = plan.jobs.size();
+      plan.jobs.push_back({-1, ext->offset, t.data, bytes, path + " dataset " + t.name});
+      plan.job_info.push_back({plan.files.size(), &res.shard_crc, t.name});
+    } else {
+      res.shard_crc[t.name] = crc32c(t.data, bytes);
+    }
+  }
+  s.close(/*sync=*/false);
+  plan.files.push_back({path});
+}
+
+// The planned bytes into the laid-out files, their CRCs into the result, one fsync per file.
+void write_planned(RawWritePlan& plan, const PendingSave& pending, int rank, bool has_shard) {
+  for (auto& f : plan.files) {
+    f.fd = ::open(f.path.c_str(), O_WRONLY | O_CLOEXEC);
+    DS_CHECK(f.fd >= 0, "cannot open " << f.path << " for writing: " << std::strerror(errno));
+  }
+  for (std::size_t i = 0; i < plan.jobs.size(); ++i) plan.jobs[i].fd = plan.files[plan.job_info[i].file].fd;
+  if (plan.first_shard_job == std::size_t(-1) && has_shard) detail::test_kill_point("shard_write", rank);
+  std::vector<std::uint32_t> crcs = detail::write_raw(
+      plan.jobs, [&](std::size_t job) {
+        if (job == plan.first_shard_job) detail::test_kill_point("shard_write", rank);
+      },
+      pending.options.io_threads);
+  for (std::size_t i = 0; i < plan.jobs.size(); ++i) (*plan.job_info[i].crc_map)[plan.job_info[i].name] = crcs[i];
+  for (auto& f : plan.files) {
+    int rc = ::fsync(f.fd);
+    int err = errno;
+    DS_CHECK(rc == 0, "fsync of " << f.path << " failed: " << std::strerror(err));
+  }
+}
+
+}  // namespace
+
+LocalWriteResult write_local(const PendingSave& pending, int rank, const CheckpointContent& c) {
+  LocalWriteResult res = local_result_header(c);
+  RawWritePlan plan;
   try {
-    DS_CHECK(pending.active, "write_local: no save in progress");
-    if (c.has_shard && !res.shard_ranges.empty()) {
-      const std::string problem = detail::local_ranges_problem(res.shard_ranges, c.shard_count, c.flat_numel);
-      DS_CHECK(problem.empty(), "save_checkpoint to " << pending.final_dir << ": rank " << rank << ": " << problem);
-    }
-    if (c.params_in_master) {
-      bool master = false;
-      for (const auto& t : c.shard) master |= t.name == "fp32_master";
-      DS_CHECK(master, "save_checkpoint to " << pending.final_dir
-                                             << ": params_in_master needs an fp32_master shard dataset");
-    }
-    if (rank == 0) {
-      std::size_t need = 65536 + state_bytes(c.engine_state) + state_bytes(c.client_state) + c.config_json.size();
-      for (const auto& pr : c.params) need += 4096 + (c.params_in_master ? 0 : pr.numel() * dtype_size(pr.dtype));
-      const std::string path = (fs::path(pending.tmp_dir) / kModelFile).string();
-      ensure_space(path, need);
-      H5File f(path, H5File::Mode::Create);
-      f.set_attr("/", "format", "dstrain-checkpoint");
-      f.set_attr("/", "format_version", std::int64_t(kFormatVersion));
-      f.set_attr("/", "tag", pending.tag);
-      f.set_attr("/", "world_size", std::int64_t(pending.world_size));
-      f.set_attr("/", "zero_stage", std::int64_t(c.zero_stage));
-      f.set_attr("/", "working_dtype", c.working_dtype);
-      f.set_attr("/", "config", c.config_json);
-      f.set_attr("/", "params_in_master", std::int64_t(c.params_in_master ? 1 : 0));
-      for (const auto& pr : c.params) {
-        DS_CHECK(!pr.name.empty() && pr.name.find('/') == std::string::npos,
-                 "parameter name '" << pr.name << "' cannot be a checkpoint dataset name (empty or contains '/')");
-        ParamRecord meta = pr;
-        meta.data = nullptr;
-        res.params_meta.push_back(std::move(meta));
-        if (c.params_in_master) continue;  // the manifest lists it; the weights are in fp32_master
-        std::string ds = "params/" + pr.name;
-        std::size_t bytes = pr.numel() * dtype_size(pr.dtype);
-        auto ext = f.create_raw(ds, pr.dtype, pr.shape);
-        f.set_attr(ds, "flat_offset", std::int64_t(pr.flat_offset));
-        if (ext) {
-          DS_CHECK(ext->bytes == bytes, "HDF5 allocated " << ext->bytes << " bytes for " << path << " dataset " << ds << ", expected " << bytes);
-          jobs.push_back({-1, ext->offset, pr.data, bytes, path + " dataset " + ds});
-          job_info.push_back({files.size(), &res.model_crc, ds});
-        } else {
-          res.model_crc[ds] = crc32c(pr.data, bytes);
-        }
-      }
-      f.write_state("engine", c.engine_state);
-      f.write_state("client_state", c.client_state);
-      f.close(/*sync=*/false);
-      files.push_back({path});
-    }
-    if (c.has_shard) {
-      const std::string path = (fs::path(pending.tmp_dir) / shard_file_name(rank)).string();
-      ensure_space(path, 65536 + c.shard.size() * (4096 + c.shard_count * sizeof(float)));
-      H5File s(path, H5File::Mode::Create);
-      s.set_attr("/", "format", "dstrain-checkpoint-shard");
-      s.set_attr("/", "format_version", std::int64_t(kFormatVersion));
-      s.set_attr("/", "rank", std::int64_t(rank));
-      s.set_attr("/", "world_size", std::int64_t(pending.world_size));
-      s.set_attr("/", "zero_stage", std::int64_t(c.zero_stage));
-      s.set_attr("/", "offset", std::int64_t(res.shard_offset));
-      s.set_attr("/", "count", std::int64_t(c.shard_count));
-      s.set_attr("/", "flat_numel", std::int64_t(c.flat_numel));
-      if (!res.shard_ranges.empty()) {  // for a reader without the manifest: [[offset, count], ...]
-        std::ostringstream rs;
-        for (std::size_t i = 0; i < res.shard_ranges.size(); ++i)
-          rs << (i ? ", [" : "[[") << res.shard_ranges[i].offset << ", " << res.shard_ranges[i].count << "]";
-        rs << "]";
-        s.set_attr("/", "ranges", rs.str());
-      }
-      const std::size_t bytes = c.shard_count * sizeof(float);
-      const std::int64_t n = std::int64_t(c.shard_count);
-      for (const auto& t : c.shard) {
-        auto ext = s.create_raw(t.name, DType::F32, std::span<const std::int64_t>(&n, 1));
-        if (ext) {
-          if (first_shard_job == std::size_t(-1)) first_shard_job = jobs.size();
-          jobs.push_back({-1, ext->offset, t.data, bytes, path + " dataset " + t.name});
-          job_info.push_back({files.size(), &res.shard_crc, t.name});
-        } else {
-          res.shard_crc[t.name] = crc32c(t.data, bytes);
-        }
-      }
-      s.close(/*sync=*/false);
-      files.push_back({path});
-    }
-    for (auto& f : files) {
-      f.fd = ::open(f.path.c_str(), O_WRONLY | O_CLOEXEC);
-      DS_CHECK(f.fd >= 0, "cannot open " << f.path << " for writing: " << std::strerror(errno));
-    }
-    for (std::size_t i = 0; i < jobs.size(); ++i) jobs[i].fd = files[job_info[i].file].fd;
-    if (first_shard_job == std::size_t(-1) && c.has_shard) detail::test_kill_point("shard_write", rank);
-    std::vector<std::uint32_t> crcs = detail::write_raw(
-        jobs, [&](std::size_t job) {
-          if (job == first_shard_job) detail::test_kill_point("shard_write", rank);
-        },
-        pending.options.io_threads);
-    for (std::size_t i = 0; i < jobs.size(); ++i) (*job_info[i].crc_map)[job_info[i].name] = crcs[i];
-    for (auto& f : files) {
-      int rc = ::fsync(f.fd);
-      int err = errno;
-      DS_CHECK(rc == 0, "fsync of " << f.path << " failed: " << std::strerror(err));
-    }
-    close_fds();
+    check_local_content(pending, rank, c, res);
+    if (rank == 0) lay_out_model_file(pending, c, res, plan);
+    if (c.has_shard) lay_out_shard_file(pending, rank, c, res, plan);
+    write_planned(plan, pending, rank, c.has_shard);
+    plan.close_fds();
     res.ok = true;
   } catch (const std::exception& e) {
-    close_fds();
+    plan.close_fds();
     res.ok = false;
     res.error = e.what();
   }
