@@ -57,6 +57,9 @@ void add_data_flags(CLI::App& app, TrainOptions& o) {
   auto* epochs = add_optional(app, "--epochs", o.epochs, "Epochs to run (instead of --steps)")
                      ->check(CLI::Range(std::int64_t{1}, std::int64_t{1} << 20));
   steps->excludes(epochs);
+  add_optional(app, "--lr", o.lr,
+               "Learning rate for a config whose optimizer lr is \"auto\" (the HF Trainer's placeholder)")
+      ->check(CLI::NonNegativeNumber);
   add_optional(app, "--seed", o.seed, "Seed for init, data order and sampling (default: config seed, else 1234)");
   add_optional(app, "--eval_interval", o.eval_interval, "Validation every N steps (0: only at the end)")
       ->check(CLI::Range(std::int64_t{0}, std::int64_t{1} << 40));

@@ -27,6 +27,7 @@ struct TrainOptions {
   std::string data;                  // empty: the embedded corpus
   std::string data_dtype;            // --data_dtype uint16|uint32 (raw token files); empty: uint16
   std::optional<std::int64_t> steps, epochs;
+  std::optional<double> lr;  // fills an optimizer "lr": "auto" (the HF Trainer's placeholder)
   std::optional<std::uint64_t> seed;
   std::optional<std::int64_t> eval_interval, eval_iters;
   double val_fraction = 0.1;

@@ -13,6 +13,7 @@
 #include "ds/core/env.h"
 #include "ds/core/error.h"
 #include "ds/core/hash.h"
+#include "ds/core/log.h"
 #include "ds/data/sampler.h"
 #include "ds/engine/args.h"
 #include "ds/mpi/device_comm.h"
@@ -103,6 +104,16 @@ void encode_prompt(Job& j) {
   }
 }
 
+// The HF Trainer's "auto" values in the config: the run length given on the command line
+// fills a scheduler's total_num_steps, --lr an optimizer's lr; one note per key, on rank 0.
+void fill_auto_values(Job& j) {
+  config::KnownValues known;
+  if (j.opts.steps || j.opts.epochs) known.total_steps = j.total_steps;
+  known.steps_flag = "--steps or --epochs";
+  if (j.opts.lr) known.lr = *j.opts.lr;
+  for (const std::string& line : config::fill_auto_values(j.cfg, known)) DS_INFO("config: " << line);
+}
+
 // Optimizer steps per epoch (at least one micro-batch per rank), then the run length:
 // --steps, --epochs, the scheduler's total_num_steps, or the default.
 void plan_run_length(Job& j, const DataSource& src, const DistributedContext& dist) {
@@ -133,6 +144,7 @@ void plan_run_length(Job& j, const DataSource& src, const DistributedContext& di
     j.total_steps = kDefaultSteps;
   j.eval_iters = opts.eval_iters.value_or(kDefaultEvalIters);
   j.eval_interval = opts.eval_interval.value_or(std::max<std::int64_t>(1, j.total_steps / 5));
+  fill_auto_values(j);
 }
 
 // --save_dir that cannot take checkpoints fails now, not at the first save after training;

@@ -2,6 +2,7 @@
 // trained (curriculum, progressive layer drop, MoQ, random-LTD, compression, quantized ZeRO,
 // tensor parallelism) is an error naming the key when enabled; one that only observes
 // (monitors, profilers) is warned about once -- never accepted and dropped in silence.
+// (tensorboard and csv_monitor are implemented: sections.cpp.)
 #include <string>
 #include <vector>
 
@@ -26,13 +27,12 @@ const Feature kFeatures[] = {
     {"data_efficiency", Kind::ChangesTraining, "data efficiency (curriculum sampling, random-LTD)"},
     {"compression_training", Kind::ChangesTraining, "compression training"},
     {"flops_profiler", Kind::Observes, "wall_clock_breakdown prints the time of each phase of a step"},
-    {"tensorboard", Kind::Observes, "csv_monitor writes the same scalars (loss, lr, loss scale, samples/s)"},
     {"wandb", Kind::Observes,
-     "it needs the wandb Python client and the network, which a C++ job has neither of; csv_monitor writes "
-     "the same scalars"},
+     "it needs the wandb Python client and the network, which a C++ job has neither of; tensorboard and "
+     "csv_monitor write the same scalars"},
     {"comet", Kind::Observes,
-     "it needs the comet_ml Python client and the network, which a C++ job has neither of; csv_monitor "
-     "writes the same scalars"},
+     "it needs the comet_ml Python client and the network, which a C++ job has neither of; tensorboard and "
+     "csv_monitor write the same scalars"},
     {"comms_logger", Kind::Observes, "wall_clock_breakdown shows the time spent in communication"},
     {"eigenvalue", Kind::Observes, "nothing computes Hessian eigenvalues in dstrain"},
 };

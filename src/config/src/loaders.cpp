@@ -83,7 +83,8 @@ DsConfig parse_root(const JsonNode& root, const std::string& source, std::vector
   top.boolean("dataloader_drop_last", cfg.dataloader_drop_last);
   if (const Member* m = top.get("data_types"); m && m->value.kind != K::Null) parse_data_types(ctx, *m, cfg.data_types);
   if (const Member* m = top.get("checkpoint"); m && m->value.kind != K::Null) parse_checkpoint(ctx, *m, cfg.checkpoint);
-  if (const Member* m = top.get("csv_monitor"); m && m->value.kind != K::Null) parse_csv_monitor(ctx, *m, cfg.csv_monitor);
+  if (const Member* m = top.get("csv_monitor"); m && m->value.kind != K::Null) parse_monitor(ctx, *m, cfg.csv_monitor);
+  if (const Member* m = top.get("tensorboard"); m && m->value.kind != K::Null) parse_monitor(ctx, *m, cfg.tensorboard);
   if (const Member* m = top.get("comms_config"); m && m->value.kind != K::Null)
     parse_comms_config(ctx, *m, cfg.comms_config);
   if (const Member* m = top.get("communication"); m && m->value.kind != K::Null) {

@@ -272,7 +272,7 @@ void parse_offload_sections(Section& zero, ZeroConfig& c);
 void parse_aio(Ctx& ctx, const Member& section, AioConfig& c);
 void parse_data_types(Ctx& ctx, const Member& section, DataTypesConfig& c);
 void parse_checkpoint(Ctx& ctx, const Member& section, CheckpointConfig& c);
-void parse_csv_monitor(Ctx& ctx, const Member& section, CsvMonitorConfig& c);
+void parse_monitor(Ctx& ctx, const Member& section, MonitorConfig& c);  // csv_monitor, tensorboard
 void parse_comms_config(Ctx& ctx, const Member& section, CommsConfig& c);
 // DeepSpeed features dstrain does not implement (features.cpp): enabled, an error when they
 // change what is trained, a warning when they only observe.

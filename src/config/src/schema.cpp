@@ -40,6 +40,7 @@ const Table& section_keys() {
       {"checkpoint", {"tag_validation", "async_save", "io_threads"}},
       {"data_types", {"grad_accum_dtype"}},
       {"csv_monitor", {"enabled", "output_path", "job_name"}},
+      {"tensorboard", {"enabled", "output_path", "job_name"}},
       {"communication", {"timeout", "shared_memory", "progress_thread", "device_backend"}},
       {"kernels", {"attention", "attention_block", "cpu_bf16_gemm"}},
       {"zero_optimization.offload_optimizer", {"device", "nvme_path", "buffer_count", "pin_memory", "pipeline_read",
@@ -87,7 +88,7 @@ std::vector<std::string> config_keys() {
   // section present, and one optimizer and scheduler section per descriptor.
   std::vector<std::string> keys;
   nlohmann::json doc = nlohmann::json::object();
-  for (const char* section : {"fp16", "bf16", "bfloat16", "data_types", "checkpoint", "csv_monitor", "comms_config",
+  for (const char* section : {"fp16", "bf16", "bfloat16", "data_types", "checkpoint", "csv_monitor", "tensorboard", "comms_config",
                               "communication", "kernels", "amp", "activation_checkpointing", "aio"})
     doc[section] = nlohmann::json::object();
   doc["zero_optimization"] = {{"offload_optimizer", nlohmann::json::object()},

@@ -226,8 +226,8 @@ void parse_checkpoint(Ctx& ctx, const Member& section, CheckpointConfig& c) {
   s.finish();
 }
 
-void parse_csv_monitor(Ctx& ctx, const Member& section, CsvMonitorConfig& c) {
-  Section s(ctx, section.value, section.key_pos, "csv_monitor");
+void parse_monitor(Ctx& ctx, const Member& section, MonitorConfig& c) {
+  Section s(ctx, section.value, section.key_pos, section.key);
   s.boolean("enabled", c.enabled);
   s.string("output_path", c.output_path);
   s.string("job_name", c.job_name);

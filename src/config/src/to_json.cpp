@@ -145,9 +145,9 @@ nlohmann::json to_json(const DsConfig& cfg) {
               {"single_submit", cfg.aio.single_submit},
               {"overlap_events", cfg.aio.overlap_events},
               {"use_gds", cfg.aio.use_gds}};
-  j["csv_monitor"] = {{"enabled", cfg.csv_monitor.enabled},
-                      {"output_path", cfg.csv_monitor.output_path},
-                      {"job_name", cfg.csv_monitor.job_name}};
+  for (const auto& [name, m] : {std::pair<const char*, const MonitorConfig&>{"csv_monitor", cfg.csv_monitor},
+                                {"tensorboard", cfg.tensorboard}})
+    j[name] = {{"enabled", m.enabled}, {"output_path", m.output_path}, {"job_name", m.job_name}};
   // Only when given: the section's presence is what turns recomputation on.
   if (const auto& a = cfg.activation_checkpointing; a.enabled)
     j["activation_checkpointing"] = {{"partition_activations", a.partition_activations},

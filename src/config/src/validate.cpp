@@ -76,7 +76,7 @@ class Rules {
   void batch(int world_size) const;
   void optimizer() const;
   void engine_limits() const;
-  void csv_monitor() const;
+  void monitor(const char* name, const MonitorConfig& m, const char* file) const;
 
   const DsConfig& c_;
   const detail::KeyPositions* pos_;
@@ -233,16 +233,15 @@ void Rules::engine_limits() const {
   }
 }
 
-// The monitor writes <output_path>/<job_name>/train.csv: a job_name with a '/' or a ".."
-// would put it (and create directories) outside output_path, an empty one or "." in it.
-void Rules::csv_monitor() const {
-  const CsvMonitorConfig& m = c_.csv_monitor;
+// A monitor writes <output_path>/<job_name>/<file>: a job_name with a '/' or a ".." would put
+// it (and create directories) outside output_path, an empty one or "." in it.
+void Rules::monitor(const char* name, const MonitorConfig& m, const char* file) const {
   if (!m.enabled) return;
   const std::string& n = m.job_name;
   if (!n.empty() && n != "." && n != ".." && n.find_first_of(std::string("/\0", 2)) == std::string::npos) return;
-  fail_key("csv_monitor.job_name", jquote(n) + " is not a single directory name (not empty, \".\" or \"..\", "
-                                   "no '/'): the monitor writes <output_path>/<job_name>/train.csv, and the "
-                                   "directory must lie inside csv_monitor.output_path");
+  fail_key(std::string(name) + ".job_name",
+           jquote(n) + " is not a single directory name (not empty, \".\" or \"..\", no '/'): the monitor writes "
+               "<output_path>/<job_name>/" + file + ", and the directory must lie inside " + name + ".output_path");
 }
 
 void Rules::run(std::optional<int> world_size) const {
@@ -251,7 +250,8 @@ void Rules::run(std::optional<int> world_size) const {
   offload("offload_optimizer", c_.zero_optimization.offload_optimizer, "cpu_offload");
   offload("offload_param", c_.zero_optimization.offload_param, "cpu_offload_param");
   optimizer();
-  csv_monitor();
+  monitor("csv_monitor", c_.csv_monitor, "train.csv");
+  monitor("tensorboard", c_.tensorboard, "events.out.tfevents.*");
   if (world_size) {
     batch(*world_size);
     engine_limits();

@@ -52,8 +52,7 @@ Engine::Engine(config::DsConfig cfg, Module& module, std::shared_ptr<Communicato
   scheduler_ = sched::make_scheduler(cfg_.scheduler.value_or(config::SchedulerConfig{}), ocfg.lr, ocfg.betas);
   configure_grad_sync(so);
   async_save_ = std::make_unique<engine::AsyncSave>();
-  if (cfg_.csv_monitor.enabled && rank_ == 0)
-    csv_ = std::make_unique<engine::CsvMonitor>(cfg_.csv_monitor.output_path, cfg_.csv_monitor.job_name);
+  monitors_ = std::make_unique<engine::Monitors>(cfg_, rank_ == 0);
   DS_INFO("dstrain engine: " << (device_ == Device::Cuda ? "CUDA device, " : "") << map_.params.size()
           << " parameter tensors, " << map_.total_numel << " parameters, ZeRO stage " << map_.stage << ", "
           << dtype_name(wdtype_) << " working / " << dtype_name(comm_dtype_) << " communication, world size "
@@ -66,6 +65,9 @@ Engine::Engine(config::DsConfig cfg, Module& module, std::shared_ptr<Communicato
 // The config for this world size, the dtypes it names, and the communicators' settings.
 void Engine::configure_precision_and_comms() {
   config::resolve_batch_sizes(cfg_, world_);
+  // "auto" values the caller has not filled (the train app fills them from its flags first):
+  // filled from what the config knows, or refused (a learning rate, a precision).
+  for (const std::string& line : config::fill_auto_values(cfg_, {})) DS_INFO("config: " << line);
   config::validate(cfg_, world_);  // every rule across keys, for the world it trains on
   wdtype_ = cfg_.fp16.enabled ? DType::F16 : cfg_.bf16.enabled ? DType::BF16 : DType::F32;
   comm_dtype_ = cfg_.communication_data_type ? parse_dtype(*cfg_.communication_data_type) : wdtype_;

@@ -13,7 +13,7 @@
 namespace ds {
 
 void Engine::report_progress(bool overflow, double loss, double step_ms) {
-  if (csv_) {
+  if (monitors_->any()) {
     engine::CsvRow row;
     row.step = global_steps_;
     row.samples = global_samples_;
@@ -24,7 +24,7 @@ void Engine::report_progress(bool overflow, double loss, double step_ms) {
     row.overflow = overflow;
     row.skipped_steps = skipped_steps_;
     row.step_time_ms = step_ms;
-    csv_->write(row);
+    monitors_->write(row);
   }
   // steps_per_print unset: no progress lines (DeepSpeed >= 0.15.2), except that
   // wall_clock_breakdown alone reports every step as DeepSpeed's timers do.

@@ -151,11 +151,14 @@ struct ActivationCheckpointingConfig {
   bool profile = false;
 };
 
-struct CsvMonitorConfig {
+// csv_monitor and tensorboard (DeepSpeed's monitor sections): files under
+// <output_path>/<job_name>/, written by global rank 0.
+struct MonitorConfig {
   bool enabled = false;
   std::string output_path;
   std::string job_name = "DeepSpeedJobName";
 };
+using CsvMonitorConfig = MonitorConfig;
 
 // A value written "auto" (the Hugging Face Trainer's placeholder, which it replaces before
 // DeepSpeed reads the config): its key path and where it was written (file:line:col).
@@ -186,6 +189,7 @@ struct DsConfig {
   bool dataloader_drop_last = false;
   CheckpointConfig checkpoint;
   CsvMonitorConfig csv_monitor;
+  MonitorConfig tensorboard;
   CommsConfig comms_config;
   CommunicationConfig communication;
   KernelsConfig kernels;

@@ -37,7 +37,7 @@ namespace ds::sched { class LrScheduler; }
 
 namespace ds {
 
-namespace engine { class CsvMonitor; class ParamStore; class GradSync; class GroupFetcher; struct AsyncSave; struct FetchOptions; struct NvmeOptions; struct StoreOptions; }
+namespace engine { class Monitors; class ParamStore; class GradSync; class GroupFetcher; struct AsyncSave; struct FetchOptions; struct NvmeOptions; struct StoreOptions; }
 namespace io { struct CheckpointContent; struct ShardRange; }
 
 // Engine::load_checkpoint options (DeepSpeed's keyword arguments).
@@ -253,7 +253,7 @@ class Engine {
   Stopwatch step_clock_;           // since the last boundary (for samples/s)
   double last_loss_ = 0.0;
   double last_lr_ = 0.0;           // lr of the last boundary (applied, or would have been)
-  std::unique_ptr<engine::CsvMonitor> csv_;
+  std::unique_ptr<engine::Monitors> monitors_;  // csv_monitor, tensorboard (rank 0)
 
   // The asynchronous save in flight (checkpoint.async_save): its snapshot and writer thread.
   // Last, so it is joined before anything else goes.

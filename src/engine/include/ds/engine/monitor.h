@@ -10,11 +10,22 @@
 // inf/NaN); overflow = 1 when the step was skipped; step_time_ms = wall time since the
 // previous boundary. Rows are appended (a resumed job continues the same file); the header
 // is written only when the file is new or empty. Each row is flushed.
+//
+// tensorboard: TensorBoard event files (ds/io/tfevents.h) in <output_path>/<job_name>/, one
+// new file per run, with DeepSpeed's tags and its x axis (global samples):
+//   Train/Samples/train_loss, Train/Samples/lr, Train/Samples/loss_scale (fp16 only),
+//   Train/Samples/samples_per_sec (dstrain's; the samples of the step over its wall time).
+// Events are flushed at every boundary (a crash loses at most the step being written).
 #pragma once
 
 #include <cstdint>
 #include <cstdio>
+#include <memory>
 #include <string>
+
+#include "ds/config/ds_config.h"
+
+namespace ds::io { class EventWriter; }
 
 namespace ds::engine {
 
@@ -42,6 +53,36 @@ class CsvMonitor {
  private:
   std::string path_;
   std::FILE* f_ = nullptr;
+};
+
+class TensorBoardMonitor {
+ public:
+  // Throws ds::Error naming the directory when it cannot be written.
+  TensorBoardMonitor(const std::string& output_path, const std::string& job_name, bool fp16);
+  ~TensorBoardMonitor();
+  void write(const CsvRow& row);
+  const std::string& path() const;
+
+ private:
+  std::unique_ptr<io::EventWriter> events_;
+  bool fp16_;
+  std::int64_t last_samples_ = -1;  // samples at the previous row (-1: none yet)
+};
+
+// The monitors a config enables, for global rank 0 (others pass make = false): each row goes
+// to every one of them.
+class Monitors {
+ public:
+  Monitors(const config::DsConfig& cfg, bool make);
+  ~Monitors();
+  bool any() const { return csv_ || tb_; }
+  void write(const CsvRow& row);
+  const CsvMonitor* csv() const { return csv_.get(); }
+  const TensorBoardMonitor* tensorboard() const { return tb_.get(); }
+
+ private:
+  std::unique_ptr<CsvMonitor> csv_;
+  std::unique_ptr<TensorBoardMonitor> tb_;
 };
 
 }  // namespace ds::engine
