@@ -31,6 +31,7 @@
 #include <vector>
 
 #include "cuda_test_util.h"
+#include "model_test_util.h"
 #include "ds/config/parse.h"
 #include "ds/core/error.h"
 #include "ds/core/half.h"
@@ -42,11 +43,7 @@
 
 using ds::DType;
 using ds::TensorView;
-using cuda_test::Dev;
-using cuda_test::make_tokens;
-using cuda_test::randv;
-using cuda_test::to_dtype;
-using cuda_test::Tokens;
+using namespace cuda_test;  // Dev, randv, to_dtype, tokens, the model helpers and measures
 
 namespace {
 
@@ -75,101 +72,18 @@ ds::nn::LlamaConfig tied_cfg() {
   return c;
 }
 
-std::vector<float> rounded(const std::vector<float>& v, DType t) {
-  if (t == DType::F32) return v;
-  const auto b = to_dtype(v, t);
-  std::vector<float> out(v.size());
-  ds::convert(b.data(), t, out.data(), DType::F32, v.size());
-  return out;
-}
+std::vector<std::vector<float>> init_values(ds::Module& m) { return cuda_test::init_values(m, kSeed); }
 
-std::vector<std::vector<float>> init_values(ds::Module& m) {
-  const auto infos = m.parameters();
-  std::vector<std::vector<float>> p(infos.size());
-  std::vector<std::span<float>> spans;
-  for (std::size_t i = 0; i < infos.size(); ++i) {
-    p[i].resize(infos[i].numel());
-    spans.push_back(p[i]);
-  }
-  m.init_parameters(spans, kSeed);
-  return p;
-}
-
-struct CpuSide {
-  ds::nn::Llama m;
-  std::vector<std::vector<float>> p, g;
+struct CpuSide : cuda_test::CpuModel<ds::nn::Llama> {
   CpuSide(const ds::nn::LlamaConfig& c, const std::vector<std::vector<float>>& params,
           const std::vector<std::vector<float>>& grads)
-      : m(c), p(params), g(grads) {
-    std::vector<TensorView> pv, gv;
-    for (std::size_t i = 0; i < p.size(); ++i) {
-      pv.push_back({p[i].data(), p[i].size(), DType::F32});
-      gv.push_back({g[i].data(), g[i].size(), DType::F32});
-    }
-    m.bind(pv, gv);
-  }
+      : CpuModel(params, grads, c) {}
 };
-
-struct GpuSide {
-  ds::nn::LlamaCuda m;
-  DType t;
-  std::vector<std::unique_ptr<Dev>> p, g;
-  std::vector<TensorView> pv, gv;
+struct GpuSide : cuda_test::GpuModel<ds::nn::LlamaCuda> {
   GpuSide(const ds::nn::LlamaConfig& c, const std::vector<std::vector<float>>& params,
           const std::vector<std::vector<float>>& grads, DType dt)
-      : m(c, /*allow_tf32=*/false, g_block), t(dt) {
-    for (std::size_t i = 0; i < params.size(); ++i) {
-      const auto pb = to_dtype(params[i], t), gb = to_dtype(grads[i], t);
-      p.push_back(std::make_unique<Dev>(pb.data(), pb.size()));
-      g.push_back(std::make_unique<Dev>(gb.data(), gb.size()));
-      pv.push_back({p.back()->ptr, params[i].size(), t});
-      gv.push_back({g.back()->ptr, grads[i].size(), t});
-    }
-    m.bind(pv, gv);
-  }
-  std::vector<float> grad(std::size_t i) {
-    CU(cudaStreamSynchronize(static_cast<cudaStream_t>(m.device_stream())));
-    std::vector<unsigned char> b(g[i]->bytes);
-    g[i]->to_host(b.data());
-    std::vector<float> out(gv[i].count);
-    ds::convert(b.data(), t, out.data(), DType::F32, out.size());
-    return out;
-  }
+      : GpuModel(params, grads, dt, c, /*allow_tf32=*/false, g_block) {}
 };
-
-double max_abs(const std::vector<float>& a) {
-  double m = 0;
-  for (float x : a) m = std::max(m, double(std::fabs(x)));
-  return m;
-}
-double max_diff(const std::vector<float>& a, const std::vector<float>& b) {
-  double m = 0;
-  for (std::size_t i = 0; i < a.size(); ++i) {
-    const double d = std::fabs(double(a[i]) - double(b[i]));
-    if (!(d <= m)) m = d;
-  }
-  return m;
-}
-double rel_l2(const std::vector<float>& got, const std::vector<float>& ref) {
-  double num = 0, den = 0;
-  for (std::size_t i = 0; i < got.size(); ++i) {
-    const double d = double(got[i]) - double(ref[i]);
-    num += d * d;
-    den += double(ref[i]) * double(ref[i]);
-  }
-  return den > 0 ? std::sqrt(num / den) : std::sqrt(num);
-}
-
-template <typename F>
-bool throws_error(F&& f, const char* needle, std::string* what = nullptr) {
-  try {
-    f();
-  } catch (const ds::Error& e) {
-    if (what) *what = e.what();
-    return needle == nullptr || std::string(e.what()).find(needle) != std::string::npos;
-  }
-  return false;
-}
 
 // ---- 1. fp32 against the CPU model ----
 void test_fp32(const ds::nn::LlamaConfig& cfg, const char* name) {
@@ -237,16 +151,7 @@ void test_fp32(const ds::nn::LlamaConfig& cfg, const char* name) {
   std::printf("%s fp32: logits_last max|gpu-cpu|/max|cpu| = %.2e\n", name, lerr);
   EXPECT(llg.size() == std::size_t(cfg.vocab_size) && lerr <= 1e-4, "%s logits_last error %.3e", name, lerr);
   const std::vector<std::int32_t> prompt(ctx.in.begin(), ctx.in.begin() + 5);
-  for (float temp : {0.0f, 1.0f}) {
-    const auto gc = cpu.m.generate(prompt, 8, temp, 99), gg = gpu.m.generate(prompt, 8, temp, 99);
-    bool in_range = gg.size() == 8;
-    for (auto x : gg) in_range = in_range && x >= 0 && x < cfg.vocab_size;
-    std::size_t agree = 0;
-    for (std::size_t i = 0; i < std::min(gc.size(), gg.size()); ++i) agree += gc[i] == gg[i];
-    std::printf("%s fp32: generate temperature %.1f: %zu of 8 tokens equal to the CPU model's\n", name, double(temp),
-                agree);
-    EXPECT(in_range, "generate returned %zu tokens or a token out of range", gg.size());
-  }
+  expect_generation_close(cpu.m, gpu.m, prompt, cfg.vocab_size, std::string(name) + " fp32");
 }
 
 // ---- 1b. ZeRO-3 brackets: the same acquire / release / grad_ready sequence as the CPU model ----
@@ -312,16 +217,7 @@ void test_half(const ds::nn::LlamaConfig& cfg, const char* name, DType t) {
   // The GPT test's bounds (every activation and gradient rounded to the dtype after each op,
   // ~30 ops deep): relative L2 0.08 (bf16) / 0.02 (fp16), ~10x over the expected error.
   const double tol = t == DType::BF16 ? 0.08 : 0.02;
-  double worst = 0;
-  std::string worst_name;
-  for (std::size_t i = 0; i < infos.size(); ++i) {
-    const double err = rel_l2(gpu.grad(i), cpu.g[i]);
-    if (!(err <= worst)) { worst = err; worst_name = infos[i].name; }
-    EXPECT(err <= tol, "%s %s gradient '%s': relative L2 error %.3e > %.2f", name, ds::dtype_name(t).data(),
-           infos[i].name.c_str(), err, tol);
-  }
-  std::printf("%s %s: worst gradient relative L2 error %.2e (%s), bound %.2f\n", name, ds::dtype_name(t).data(), worst,
-              worst_name.c_str(), tol);
+  expect_half_grads_close(gpu, cpu.g, infos, tol, std::string(name) + " " + std::string(ds::dtype_name(t)));
 }
 
 // ---- 3. the engine: CPU Llama vs GPU LlamaCuda ----
