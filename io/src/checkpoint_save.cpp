@@ -348,10 +348,10 @@ LocalWriteResult write_local(const PendingSave& pending, int rank, const Checkpo
   return res;
 }
 
-std::string commit_save(Communicator& comm, PendingSave& pending, const LocalWriteResult& local) {
-  DS_CHECK(pending.active, "commit_save: no save in progress");
-  pending.active = false;
-  const int rank = comm.rank(), size = comm.size();
+namespace {
+
+// This rank's part of the verdict: whether it wrote, its ranges and its shard CRCs.
+detail::ShardReport shard_report(const PendingSave& pending, const LocalWriteResult& local) {
   const std::size_t k = pending.num_shard_datasets;
   detail::ShardReport mine;
   mine.ok = local.ok && local.shard_names.size() == k;
@@ -363,77 +363,92 @@ std::string commit_save(Communicator& comm, PendingSave& pending, const LocalWri
     auto it = mine.ok && local.has_shard ? local.shard_crc.find(local.shard_names[i]) : local.shard_crc.end();
     mine.crcs.push_back(it == local.shard_crc.end() ? 0 : it->second);
   }
-  const std::vector<detail::ShardReport> reports = detail::gather_reports(comm, mine, k);
+  return mine;
+}
 
-  std::vector<int> failed;
-  for (int r = 0; r < size; ++r)
-    if (!reports[std::size_t(r)].ok) failed.push_back(r);
-  // Multi-range shards: every rank sees every report, so all reach the same verdict on the
-  // tiling without another collective.
-  std::string tiling;
-  if (failed.empty()) {
-    bool ranged = local.params_in_master;
-    std::vector<detail::RankRange> ranges;
-    for (int r = 0; r < size; ++r) {
-      const detail::ShardReport& rr = reports[std::size_t(r)];
-      if (!rr.has_shard) continue;
-      ranged |= !rr.ranges.empty();
-      if (rr.ranges.empty()) ranges.push_back({r, rr.offset, rr.count});
-      for (const auto& g : rr.ranges) ranges.push_back({r, g.offset, g.count});
-    }
-    if (ranged) tiling = detail::tiling_problem(ranges, local.flat_numel);
+// Multi-range shards: every rank sees every report, so all reach the same verdict on the
+// tiling without another collective. Empty when the ranges tile the flat space (or there are none).
+std::string tiling_of(const std::vector<detail::ShardReport>& reports, const LocalWriteResult& local) {
+  bool ranged = local.params_in_master;
+  std::vector<detail::RankRange> ranges;
+  for (int r = 0; r < int(reports.size()); ++r) {
+    const detail::ShardReport& rr = reports[std::size_t(r)];
+    if (!rr.has_shard) continue;
+    ranged |= !rr.ranges.empty();
+    if (rr.ranges.empty()) ranges.push_back({r, rr.offset, rr.count});
+    for (const auto& g : rr.ranges) ranges.push_back({r, g.offset, g.count});
   }
-  if (!tiling.empty()) {
-    if (rank == 0) {
-      std::error_code ec;
-      fs::remove_all(pending.tmp_dir, ec);
-      pending.claim.reset();
-    }
+  return ranged ? detail::tiling_problem(ranges, local.flat_numel) : std::string();
+}
+
+// Every rank throws the same verdict when a rank failed or the shards do not tile; rank 0
+// removes the uncommitted directory first.
+void check_reports(int rank, PendingSave& pending, const LocalWriteResult& local,
+                   const std::vector<detail::ShardReport>& reports) {
+  std::vector<int> failed;
+  for (int r = 0; r < int(reports.size()); ++r)
+    if (!reports[std::size_t(r)].ok) failed.push_back(r);
+  const std::string tiling = failed.empty() ? tiling_of(reports, local) : std::string();
+  if (tiling.empty() && failed.empty()) return;
+  if (rank == 0) {
+    std::error_code ec;
+    fs::remove_all(pending.tmp_dir, ec);
+    pending.claim.reset();
+  }
+  if (!tiling.empty())
     DS_THROW("save_checkpoint to " << pending.final_dir << ": the ranks' shard ranges do not cover the flat space [0, "
                                    << local.flat_numel << ") exactly once: " << tiling
                                    << "; nothing committed, the previous checkpoint and 'latest' are untouched");
+  if (!local.ok) DS_THROW("save_checkpoint to " << pending.final_dir << " failed (nothing committed; the previous "
+                          "checkpoint and 'latest' are untouched): " << local.error);
+  std::ostringstream ranks;
+  for (int r : failed) ranks << (ranks.tellp() ? "," : "") << r;
+  DS_THROW("save_checkpoint to " << pending.final_dir << " failed on rank(s) " << ranks.str()
+                                 << " (see their messages); nothing committed, the previous checkpoint and 'latest' are untouched");
+}
+
+// Rank 0: the manifest, the rename into place and `latest`. Returns the error, or "".
+std::string commit_on_rank0(PendingSave& pending, int size, const LocalWriteResult& local,
+                            const std::vector<detail::ShardReport>& reports) {
+  std::string commit_error;
+  try {
+    detail::write_text_file_synced((fs::path(pending.tmp_dir) / kManifestFile).string(),
+                                   detail::manifest_text(pending, size, local, reports));
+    fsync_path(pending.tmp_dir);
+    detail::test_kill_point("before_rename", 0);
+    detail::place_tag(pending);
+    fsync_path(pending.save_dir);
+    // The committed tag needs no marker (only tmp names are ever cleaned); best effort.
+    ::unlink((fs::path(pending.final_dir) / detail::kSaveMarker).c_str());
+    detail::test_kill_point("before_latest", 0);
+    if (pending.options.save_latest) detail::move_latest(pending, local.global_steps);
+    detail::test_kill_point("after_latest", 0);
+  } catch (const std::exception& e) {
+    commit_error = e.what();
+    if (commit_error.empty()) commit_error = "unknown error";
+    // Only while the tmp name still holds this save's directory (after a failed exchange it
+    // could hold another writer's checkpoint).
+    std::error_code ec;
+    if (dir_identity(pending.tmp_dir) == pending.tmp_made) fs::remove_all(pending.tmp_dir, ec);
   }
-  if (!failed.empty()) {
-    if (rank == 0) {
-      std::error_code ec;
-      fs::remove_all(pending.tmp_dir, ec);
-      pending.claim.reset();
-    }
-    if (!local.ok) DS_THROW("save_checkpoint to " << pending.final_dir << " failed (nothing committed; the previous "
-                            "checkpoint and 'latest' are untouched): " << local.error);
-    std::ostringstream ranks;
-    for (int r : failed) ranks << (ranks.tellp() ? "," : "") << r;
-    DS_THROW("save_checkpoint to " << pending.final_dir << " failed on rank(s) " << ranks.str()
-                                   << " (see their messages); nothing committed, the previous checkpoint and 'latest' are untouched");
-  }
+  pending.claim.reset();  // the save is over: committed, or its tmp dir removed
+  return commit_error;
+}
+
+}  // namespace
+
+std::string commit_save(Communicator& comm, PendingSave& pending, const LocalWriteResult& local) {
+  DS_CHECK(pending.active, "commit_save: no save in progress");
+  pending.active = false;
+  const int rank = comm.rank(), size = comm.size();
+  const std::vector<detail::ShardReport> reports =
+      detail::gather_reports(comm, shard_report(pending, local), pending.num_shard_datasets);
+  check_reports(rank, pending, local, reports);
   detail::test_kill_point("before_manifest", rank);
 
-  std::int64_t commit_status = 0;
   std::string commit_error;
-  if (rank == 0) {
-    try {
-      detail::write_text_file_synced((fs::path(pending.tmp_dir) / kManifestFile).string(),
-                                     detail::manifest_text(pending, size, local, reports));
-      fsync_path(pending.tmp_dir);
-      detail::test_kill_point("before_rename", rank);
-      detail::place_tag(pending);
-      fsync_path(pending.save_dir);
-      // The committed tag needs no marker (only tmp names are ever cleaned); best effort.
-      ::unlink((fs::path(pending.final_dir) / detail::kSaveMarker).c_str());
-      detail::test_kill_point("before_latest", rank);
-      if (pending.options.save_latest) detail::move_latest(pending, local.global_steps);
-      detail::test_kill_point("after_latest", rank);
-    } catch (const std::exception& e) {
-      commit_status = 1;
-      commit_error = e.what();
-      // Only while the tmp name still holds this save's directory (after a failed exchange it
-      // could hold another writer's checkpoint).
-      std::error_code ec;
-      if (dir_identity(pending.tmp_dir) == pending.tmp_made) fs::remove_all(pending.tmp_dir, ec);
-    }
-    pending.claim.reset();  // the save is over: committed, or its tmp dir removed
-  }
-  commit_status = detail::max_status(comm, commit_status);
+  if (rank == 0) commit_error = commit_on_rank0(pending, size, local, reports);
+  const std::int64_t commit_status = detail::max_status(comm, commit_error.empty() ? 0 : 1);
   if (commit_status != 0) {
     if (rank == 0) DS_THROW("save_checkpoint: commit of " << pending.final_dir << " failed: " << commit_error);
     DS_THROW("save_checkpoint: rank 0 failed to commit " << pending.final_dir << " (see rank 0's message)");
