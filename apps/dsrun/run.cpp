@@ -137,25 +137,39 @@ int run_capture(const std::vector<std::string>& argv, std::string& output) {
   return status_to_code(status);
 }
 
-int run_supervised(const std::vector<std::string>& argv, int grace_seconds) {
-  sigset_t set, old;
-  sigemptyset(&set);
-  sigaddset(&set, SIGINT);
-  sigaddset(&set, SIGTERM);
-  sigaddset(&set, SIGHUP);
-  sigaddset(&set, SIGCHLD);
-  sigprocmask(SIG_BLOCK, &set, &old);
-  ::prctl(PR_SET_CHILD_SUBREAPER, 1, 0, 0, 0);
+namespace {
 
-  std::fflush(stdout);
-  std::fflush(stderr);
-  // A failed exec comes back as its errno through this close-on-exec pipe (end of file: the
-  // exec worked), so dsrun itself prints the one error line and knows the engine never ran.
+// In the forked child: its own process group, death signal from dsrun, then exec. A failed
+// exec writes its errno to `exec_err_fd`.
+[[noreturn]] void exec_engine(const std::vector<std::string>& argv, const sigset_t& old, int exec_err_fd,
+                              pid_t dsrun_pid) {
+  ::setpgid(0, 0);  // own group: signals go to the engine and what it spawned, not to us
+  // dsrun killed outright (SIGKILL, OOM) cannot forward anything: the kernel sends the
+  // engine SIGTERM instead, and mpirun / mpiexec / srun stop their ranks on SIGTERM (the
+  // ranks sit in process groups of their own, out of reach of a signal to ours). dsrun is
+  // single-threaded, so "parent thread exited" means dsrun exited. If dsrun died before
+  // the prctl, nothing would ever signal us: getppid() then is no longer dsrun.
+  ::prctl(PR_SET_PDEATHSIG, SIGTERM, 0, 0, 0);
+  if (::getppid() != dsrun_pid) ::_exit(128 + SIGTERM);
+  sigprocmask(SIG_SETMASK, &old, nullptr);
+  auto av = c_argv(argv);
+  ::execvp(av[0], av.data());
+  int err = errno;
+  if (::write(exec_err_fd, &err, sizeof err) != static_cast<ssize_t>(sizeof err)) {
+    std::fprintf(stderr, "dsrun: error: cannot execute '%s': %s\n", av[0], std::strerror(err));
+  }
+  ::_exit(127);
+}
+
+// Starts the engine; returns its pid, or -1 with `fail_code` set when it never ran (dsrun
+// printed the one error line). A failed exec comes back as its errno through a close-on-exec
+// pipe (end of file: the exec worked).
+pid_t start_engine(const std::vector<std::string>& argv, const sigset_t& old, int& fail_code) {
   int exec_err[2];
   if (::pipe2(exec_err, O_CLOEXEC) != 0) {
     std::fprintf(stderr, "dsrun: error: cannot create a pipe: %s\n", std::strerror(errno));
-    sigprocmask(SIG_SETMASK, &old, nullptr);
-    return 1;
+    fail_code = 1;
+    return -1;
   }
   const pid_t self = ::getpid();
   pid_t pid = ::fork();
@@ -163,27 +177,12 @@ int run_supervised(const std::vector<std::string>& argv, int grace_seconds) {
     std::fprintf(stderr, "dsrun: error: fork failed: %s\n", std::strerror(errno));
     ::close(exec_err[0]);
     ::close(exec_err[1]);
-    sigprocmask(SIG_SETMASK, &old, nullptr);
-    return 1;
+    fail_code = 1;
+    return -1;
   }
   if (pid == 0) {
     ::close(exec_err[0]);
-    ::setpgid(0, 0);  // own group: signals go to the engine and what it spawned, not to us
-    // dsrun killed outright (SIGKILL, OOM) cannot forward anything: the kernel sends the
-    // engine SIGTERM instead, and mpirun / mpiexec / srun stop their ranks on SIGTERM (the
-    // ranks sit in process groups of their own, out of reach of a signal to ours). dsrun is
-    // single-threaded, so "parent thread exited" means dsrun exited. If dsrun died before
-    // the prctl, nothing would ever signal us: getppid() then is no longer dsrun.
-    ::prctl(PR_SET_PDEATHSIG, SIGTERM, 0, 0, 0);
-    if (::getppid() != self) ::_exit(128 + SIGTERM);
-    sigprocmask(SIG_SETMASK, &old, nullptr);
-    auto av = c_argv(argv);
-    ::execvp(av[0], av.data());
-    int err = errno;
-    if (::write(exec_err[1], &err, sizeof err) != static_cast<ssize_t>(sizeof err)) {
-      std::fprintf(stderr, "dsrun: error: cannot execute '%s': %s\n", av[0], std::strerror(err));
-    }
-    ::_exit(127);
+    exec_engine(argv, old, exec_err[1], self);
   }
   ::setpgid(pid, pid);  // also from the parent, so the group exists before any signal
   ::close(exec_err[1]);
@@ -192,18 +191,20 @@ int run_supervised(const std::vector<std::string>& argv, int grace_seconds) {
   while ((got = ::read(exec_err[0], &err, sizeof err)) < 0 && errno == EINTR) {
   }
   ::close(exec_err[0]);
-  if (got == static_cast<ssize_t>(sizeof err)) {
-    std::fprintf(stderr, "dsrun: error: cannot execute '%s': %s%s\n", argv.front().c_str(),
-                 std::strerror(err),
-                 err == E2BIG ? " (its arguments and environment are over the system's limit for "
-                                "one exec: shorten exported variables or raise `ulimit -s`)"
-                              : "");
-    while (::waitpid(pid, nullptr, 0) < 0 && errno == EINTR) {
-    }
-    sigprocmask(SIG_SETMASK, &old, nullptr);
-    return 127;
+  if (got != static_cast<ssize_t>(sizeof err)) return pid;
+  std::fprintf(stderr, "dsrun: error: cannot execute '%s': %s%s\n", argv.front().c_str(), std::strerror(err),
+               err == E2BIG ? " (its arguments and environment are over the system's limit for "
+                              "one exec: shorten exported variables or raise `ulimit -s`)"
+                            : "");
+  while (::waitpid(pid, nullptr, 0) < 0 && errno == EINTR) {
   }
+  fail_code = 127;
+  return -1;
+}
 
+// Waits for the engine; the first SIGINT/SIGTERM/SIGHUP goes to its group, a second one or
+// the grace period's end sends SIGKILL. Returns dsrun's exit code.
+int supervise(pid_t pid, const sigset_t& set, int grace_seconds) {
   int got_signal = 0;
   bool killed = false;
   timespec deadline{};
@@ -213,7 +214,6 @@ int run_supervised(const std::vector<std::string>& argv, int grace_seconds) {
     if (w == pid) {
       if (got_signal) ::kill(-pid, SIGKILL);  // leftovers of the group (none normally)
       reap_leftovers(set, grace_seconds);
-      sigprocmask(SIG_SETMASK, &old, nullptr);
       return got_signal ? 128 + got_signal : status_to_code(status);
     }
     timespec wait{1, 0};
@@ -243,6 +243,26 @@ int run_supervised(const std::vector<std::string>& argv, int grace_seconds) {
       }
     }
   }
+}
+
+}  // namespace
+
+int run_supervised(const std::vector<std::string>& argv, int grace_seconds) {
+  sigset_t set, old;
+  sigemptyset(&set);
+  sigaddset(&set, SIGINT);
+  sigaddset(&set, SIGTERM);
+  sigaddset(&set, SIGHUP);
+  sigaddset(&set, SIGCHLD);
+  sigprocmask(SIG_BLOCK, &set, &old);
+  ::prctl(PR_SET_CHILD_SUBREAPER, 1, 0, 0, 0);
+  std::fflush(stdout);
+  std::fflush(stderr);
+  int rc = 0;
+  const pid_t pid = start_engine(argv, old, rc);
+  if (pid > 0) rc = supervise(pid, set, grace_seconds);
+  sigprocmask(SIG_SETMASK, &old, nullptr);
+  return rc;
 }
 
 }  // namespace dsrun
