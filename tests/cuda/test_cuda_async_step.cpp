@@ -7,7 +7,7 @@
 // chosen forward (any stage: the host's flag goes into the device decision).
 //
 // Each case trains twice from the same start, the asynchronous step against the synchronous one
-// (engine::testing::synchronous_device_steps), and a third time asynchronously reading nothing
+// (EngineTestSwitches::synchronous_device_steps), and a third time asynchronously reading nothing
 // until the end (every outcome applied lazily by the next backward or boundary):
 // - equal bit for bit: losses, grad norms, loss scales, lr, skipped/applied, parameters;
 // - the injected steps are skipped on every rank, the fp16 scale halves there (hysteresis 1),
@@ -116,7 +116,6 @@ struct Run {
 
 Run train(ds::DistributedContext& ctx, const std::shared_ptr<ds::Communicator>& dcomm, const Case& c, bool sync,
           bool observe) {
-  ds::engine::testing::synchronous_device_steps(sync);
   ds::nn::GptCuda gpt(engine_test::small_gpt(), /*allow_tf32=*/false);
   Faulty model(gpt);
   if (ctx.rank == ctx.world_size - 1) {
@@ -125,6 +124,7 @@ Run train(ds::DistributedContext& ctx, const std::shared_ptr<ds::Communicator>& 
   }
   auto r = ds::initialize(ds::config::parse_config_text(config(c), "test config"), model, ctx.comm, dcomm);
   auto& e = *r.engine;
+  e.set_test_switches({.synchronous_device_steps = sync});
   const auto it0 = e.lr_scheduler()->last_batch_iteration();
   Run out;
   for (int s = 0; s < kSteps; ++s) {
@@ -143,7 +143,6 @@ Run train(ds::DistributedContext& ctx, const std::shared_ptr<ds::Communicator>& 
   out.skipped = e.skipped_steps();
   out.sched_steps = e.lr_scheduler()->last_batch_iteration() - it0;
   out.scale = e.loss_scale();
-  ds::engine::testing::synchronous_device_steps(false);
   return out;
 }
 

@@ -27,7 +27,6 @@
 #include "ds/mpi/mpi_comm.h"
 #include "ds/optim/optimizer.h"
 #include "ds/sched/lr_scheduler.h"
-#include "../../src/engine/src/engine_testing.h"
 #include "../common/mpi_gtest_main.h"
 #include "test_model.h"
 
@@ -1018,14 +1017,6 @@ TEST(Engine, GradAccumDtypeFp32OnTheGpuPathIsAClearError) {
 
 namespace {
 
-// The host store's outcomes wait like a device store's while this lives.
-struct DeferHostOutcomes {
-  DeferHostOutcomes() { ds::engine::testing::defer_host_step_outcomes(true); }
-  ~DeferHostOutcomes() { ds::engine::testing::defer_host_step_outcomes(false); }
-  DeferHostOutcomes(const DeferHostOutcomes&) = delete;
-  DeferHostOutcomes& operator=(const DeferHostOutcomes&) = delete;
-};
-
 struct LazyCase {
   LazyCase(const char* n, json c) : name(n), cfg(std::move(c)) {}
   const char* name;
@@ -1047,14 +1038,14 @@ struct LazyRun {
 // applies the outcome), else only at the end (each outcome is then applied by the next backward
 // or boundary).
 LazyRun lazy_run(const LazyCase& c, bool defer, bool observe) {
-  std::optional<DeferHostOutcomes> d;
-  if (defer) d.emplace();
   ds::test::TestMlp model(kD, kH);
   model.grouped = c.grouped;
   if (g_world->rank() == 0) model.inf_grad_on_backward = c.inf_backward_rank0;
   if (g_world->rank() == W() - 1) model.nan_loss_on_forward = c.nan_forward_last;
   auto r = ds::initialize(parse(c.cfg), model, g_world);
   auto& e = *r.engine;
+  // defer: the host store's outcomes wait like a device store's.
+  e.set_test_switches({.defer_host_step_outcomes = defer});
   const int micro = int(e.train_micro_batch_size_per_gpu()), gas = int(e.gradient_accumulation_steps());
   const int tb = int(e.train_batch_size());
   ds::test::Data data(c.steps * tb, kD);
@@ -1166,13 +1157,13 @@ TEST(LazyStepOutcome, AppliedWhenSomethingDependsOnIt) {
   // fp16, WarmupLR, the inf gradients of backward 1 on rank 0. The scheduler pointer kept from
   // initialize() shows whether the outcome was applied: not by step(), but by the first call
   // that depends on it.
-  DeferHostOutcomes defer;
   auto cfg = base_config(2, 1);
   cfg["fp16"] = {{"enabled", true}, {"initial_scale_power", 10}, {"hysteresis", 1}};
   cfg["scheduler"] = {{"type", "WarmupLR"}, {"params", {{"warmup_num_steps", 10}, {"warmup_type", "linear"}}}};
   ds::test::TestMlp model(kD, kH);
   if (g_world->rank() == 0) model.inf_grad_on_backward = {1};
   auto r = ds::initialize(parse(cfg), model, g_world);
+  r.engine->set_test_switches({.defer_host_step_outcomes = true});
   auto& e = *r.engine;
   ds::sched::LrScheduler* raw = r.lr_scheduler;
   ds::test::Data data(64, kD);
@@ -1209,10 +1200,10 @@ TEST(LazyStepOutcome, AccumulationStepAfterAnUnresolvedBoundaryIsNotApplied) {
   // boundary) before anything applied the boundary's outcome: was_step_applied() says false,
   // as it does when the outcome is applied at once; the boundary itself still counts as applied.
   // Fails when applying the late outcome overwrites the later "not applied" (checked).
-  DeferHostOutcomes defer;
   auto cfg = base_config(1, 2);
   ds::test::TestMlp model(kD, kH);
   auto r = ds::initialize(parse(cfg), model, g_world);
+  r.engine->set_test_switches({.defer_host_step_outcomes = true});
   auto& e = *r.engine;
   ds::test::Data data(64, kD);
   for (int k = 0; k < 3; ++k) {
@@ -1234,12 +1225,12 @@ TEST(LazyStepOutcome, StuckScaleErrorSurfacesWhereTheOutcomeIsApplied) {
   // fp16 from scale 2 with min 1 and inf gradients every step: the second overflow sits at the
   // minimum. Deferred, step() does not throw; the first call that applies the outcome does, with
   // LossScaler's message.
-  DeferHostOutcomes defer;
   auto cfg = base_config(2, 1);
   cfg["fp16"] = {{"enabled", true}, {"initial_scale_power", 1}, {"hysteresis", 1}, {"min_loss_scale", 1}};
   ds::test::TestMlp model(kD, kH);
   model.inf_grad_on_backward = {0, 1, 2, 3};
   auto r = ds::initialize(parse(cfg), model, g_world);
+  r.engine->set_test_switches({.defer_host_step_outcomes = true});
   auto& e = *r.engine;
   ds::test::Data data(64, kD);
   for (int s = 0; s < 2; ++s) {
@@ -1271,10 +1262,10 @@ TEST(LazyStepOutcome, CheckpointSaveAppliesTheOutcome) {
   c.inf_backward_rank0 = {2};
   const LazyRun ref = lazy_run(c, false, false);
   {
-    DeferHostOutcomes defer;
     ds::test::TestMlp model(kD, kH);
     if (g_world->rank() == 0) model.inf_grad_on_backward = c.inf_backward_rank0;
     auto r = ds::initialize(parse(c.cfg), model, g_world);
+    r.engine->set_test_switches({.defer_host_step_outcomes = true});
     ds::test::Data data(c.steps * int(r.engine->train_batch_size()), kD);
     for (int s = 0; s < c.steps; ++s) {
       float l = r.engine->forward(data.batch(s * 2 * W() + g_world->rank() * 2, 2));

@@ -15,24 +15,12 @@
 #include "ds/engine/monitor.h"
 #include "ds/optim/optimizer.h"
 #include "ds/sched/lr_scheduler.h"
-#include "engine_testing.h"
 #include "grad_reducer.h"
 #include "param_store.h"
 #include "zero3_fetcher.h"
 #include "zero3_store.h"
 
 namespace ds {
-
-namespace engine::testing {
-namespace {
-bool g_defer_host_outcomes = false;
-bool g_sync_device_steps = false;
-}  // namespace
-void defer_host_step_outcomes(bool on) { g_defer_host_outcomes = on; }
-bool host_step_outcomes_deferred() { return g_defer_host_outcomes; }
-void synchronous_device_steps(bool on) { g_sync_device_steps = on; }
-bool device_steps_synchronous() { return g_sync_device_steps; }
-}  // namespace engine::testing
 
 // As DeepSpeed's DeepSpeedEngine.__init__: configure, then each piece in the order the next
 // one needs it (storage before the optimizer that steps it, values before binding them).
@@ -320,7 +308,7 @@ void Engine::boundary_step() {
 
   pending_ = PendingStep{};
   pending_.step = global_steps_ + 1;
-  if (store_->async_step() && !engine::testing::device_steps_synchronous()) {
+  if (store_->async_step() && !test_switches_.synchronous_device_steps) {
     // 3a. On the device, without waiting: statistics, their all-reduce, the decision, the
     //     optimizer (a no-op there when skipped), then (ZeRO 1/2) the gather -- of unchanged
     //     slices after a skip, which is harmless.
@@ -337,7 +325,7 @@ void Engine::boundary_step() {
     const precision::StepDecision d = host_step_decision(in);
     pending_.decision = d;
     pending_.active = true;
-    const bool now = !engine::testing::host_step_outcomes_deferred();
+    const bool now = !test_switches_.defer_host_step_outcomes;
     if (now) {
       pending_.active = false;
       apply_step_outcome(d);

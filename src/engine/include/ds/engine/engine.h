@@ -40,6 +40,17 @@ namespace ds {
 namespace engine { class Monitors; class ParamStore; class GradSync; class GroupFetcher; struct AsyncSave; struct FetchOptions; struct NvmeOptions; struct StoreOptions; }
 namespace io { struct CheckpointContent; struct ShardRange; }
 
+// Switches for the engine's own tests, per engine (docs/dev/engine.md "The boundary step");
+// training leaves them off.
+struct EngineTestSwitches {
+  // The host store's boundary outcome is applied the way a device store's is -- later, at the
+  // first point that depends on it -- so the CPU tests run the lazy resolution the GPU path uses.
+  bool defer_host_step_outcomes = false;
+  // A device store takes the synchronous boundary step even where it has the asynchronous one
+  // (the CUDA tests compare the two).
+  bool synchronous_device_steps = false;
+};
+
 // Engine::load_checkpoint options (DeepSpeed's keyword arguments).
 struct LoadOptions {
   bool load_module_strict = true;
@@ -98,6 +109,8 @@ class Engine {
   // directory, or "" when no async save was pending. Call it on every rank before the job
   // ends, or the last async save stays uncommitted.
   std::string wait_for_checkpoint();
+  // Tests only: set before the first step (see EngineTestSwitches).
+  void set_test_switches(const EngineTestSwitches& switches) { test_switches_ = switches; }
 
   // Collective. DeepSpeed's save_16bit_model: the current weights in the working dtype (fp32
   // when training in fp32), consolidated into <save_dir>/<filename>, a safetensors file that
@@ -202,6 +215,7 @@ class Engine {
   DType wdtype_ = DType::F32;               // working params and grads: F32 | F16 | BF16
   DType comm_dtype_ = DType::F32;           // communication_data_type (default: wdtype_)
   bool accum_fp32_ = false;                 // data_types.grad_accum_dtype fp32 with a half wdtype_
+  EngineTestSwitches test_switches_;      // off outside the engine's tests
 
   // ---- flat storage and gradient reduction (src/engine/src: param_store.h, grad_reducer.h) ----
   // map_: global layout. Parameter i occupies [map_.params[i].offset, +numel) of the flat
