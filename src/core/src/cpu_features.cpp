@@ -1,7 +1,5 @@
 #include "ds/core/cpu_features.h"
 
-#include <omp.h>
-
 #include "ds/core/env.h"
 #include "ds/core/error.h"
 
@@ -92,8 +90,6 @@ std::string cpu_features_string() {
   add(c.avx512_bf16, "avx512_bf16"); add(c.avx512_fp16, "avx512_fp16"); add(c.neon, "neon");
   return s.empty() ? "none" : s;
 }
-
-int cpu_threads() { return omp_get_max_threads(); }
 
 const char* isa_name(CpuIsa isa) {
   switch (isa) {
