@@ -40,13 +40,142 @@ using namespace ds;
 
 namespace {
 
+struct Options {
+  std::string dir, output, tag, format = "hdf5";
+  bool force = false, hf_names = false;
+};
+
+// The checkpoint being converted, verified, with where its fp32 values come from.
+struct Source {
+  io::CheckpointReader& reader;
+  std::string tag;
+  bool from_master = false;  // fp32 master shards (else the module file's working-dtype weights)
+  std::size_t largest = 1;   // elements of the largest tensor: the one buffer's size
+};
+
 // Fills buf with parameter p's fp32 values.
-void read_fp32(io::CheckpointReader& r, const io::ManifestParam& p, bool from_master, std::vector<float>& buf) {
-  if (from_master) {
-    r.read_flat("fp32_master", p.flat_offset, p.numel, buf.data());
+void read_fp32(Source& src, const io::ManifestParam& p, std::vector<float>& buf) {
+  if (src.from_master) {
+    src.reader.read_flat("fp32_master", p.flat_offset, p.numel, buf.data());
   } else {
-    r.read_param(p.name, buf.data(), DType::F32, p.numel);
+    src.reader.read_param(p.name, buf.data(), DType::F32, p.numel);
   }
+}
+
+void add_options(CLI::App& app, Options& o) {
+  app.add_option("CHECKPOINT_DIR", o.dir, "checkpoint directory (holds `latest` and the tag folders)")->required();
+  app.add_option("OUTPUT", o.output, "output file")->required();
+  app.add_option("--tag,-t", o.tag, "checkpoint tag (default: the one in CHECKPOINT_DIR/latest)");
+  app.add_option("--format", o.format, "hdf5 (default) or safetensors")->check(CLI::IsMember({"hdf5", "safetensors"}));
+  app.add_flag("--hf_names", o.hf_names,
+               "safetensors with Hugging Face names and layouts (GPT-2: GPT2Model, Conv1D weights [in, out]; Llama: LlamaForCausalLM)");
+  app.add_flag("--force,-f", o.force, "replace OUTPUT when it already exists (a regular file)");
+}
+
+std::string resolve_tag(const Options& o) {
+  if (!o.tag.empty()) return o.tag;
+  auto latest = io::read_latest(o.dir);
+  DS_CHECK(latest, "no 'latest' file in " << o.dir << "; pass --tag");
+  return *latest;
+}
+
+// Verifies what load_checkpoint verifies, even where the output comes from the shards alone: a
+// truncated or corrupt model_states.h5 means a damaged checkpoint, and saying so here beats a
+// conversion that succeeds while the training resume then fails.
+Source verified_source(io::CheckpointReader& reader, const std::string& tag) {
+  Source src{reader, tag};
+  const auto& m = src.reader.manifest();
+  src.from_master = src.reader.has_shard_dataset("fp32_master") && !m.partitions.empty();
+  std::vector<std::string> names;
+  for (const auto& p : m.params) {
+    src.largest = std::max(src.largest, p.numel);
+    names.push_back(p.name);
+  }
+  if (src.from_master) src.reader.verify_flat_range(0, m.flat_numel);
+  src.reader.verify_params(names);
+  (void)src.reader.engine_state();
+  return src;
+}
+
+void write_hdf5(Source& src, const std::string& path) {
+  io::H5File out(path, io::H5File::Mode::Create);
+  out.set_attr("/", "source", src.reader.dir());
+  out.set_attr("/", "tag", src.tag);
+  out.set_attr("/", "format", "dstrain-fp32");
+  std::vector<float> buf(src.largest);
+  for (const auto& p : src.reader.manifest().params) {
+    read_fp32(src, p, buf);
+    out.write(p.name, buf.data(), DType::F32, p.shape);
+  }
+  out.close();
+}
+
+// The output tensors' names and shapes: dstrain's, or with --hf_names those of the Hugging Face
+// table that covers every parameter (nullptr arch: dstrain's).
+struct OutputLayout {
+  const io::hf::Architecture* arch = nullptr;
+  std::vector<io::hf::HfTensor> hf;  // per parameter, with --hf_names
+  std::vector<io::SafetensorsSpec> specs;
+};
+
+OutputLayout output_layout(const io::Manifest& m, bool hf_names) {
+  OutputLayout out;
+  std::vector<ParamInfo> infos;
+  for (const auto& p : m.params) infos.push_back({p.name, p.shape});
+  if (hf_names) {
+    out.arch = io::hf::detect(infos);
+    DS_CHECK(out.arch, "--hf_names: no Hugging Face name table covers this checkpoint's parameters (first: '"
+                           << (infos.empty() ? std::string() : infos.front().name) << "'); there are tables for the GPT and the Llama");
+    out.hf = io::hf::to_hf(*out.arch, infos);
+  }
+  for (std::size_t i = 0; i < m.params.size(); ++i)
+    out.specs.push_back({hf_names ? out.hf[i].name : m.params[i].name, DType::F32,
+                         hf_names ? out.hf[i].shape : m.params[i].shape});
+  return out;
+}
+
+void write_safetensors(Source& src, const std::string& path, bool hf_names) {
+  const auto& m = src.reader.manifest();
+  OutputLayout layout = output_layout(m, hf_names);
+  std::map<std::string, std::string> meta = {{"format", "pt"}, {"source", src.reader.dir()}, {"tag", src.tag},
+                                             {"producer", "dstrain ds_to_fp32"},
+                                             {"layout", hf_names ? "huggingface" : "dstrain"}};
+  if (layout.arch) meta["architecture"] = std::string(layout.arch->name);
+  io::SafetensorsWriter out(path, std::move(layout.specs), meta);
+  std::vector<float> buf(src.largest), tbuf(hf_names ? src.largest : 0);
+  for (std::size_t i = 0; i < m.params.size(); ++i) {
+    const auto& p = m.params[i];
+    read_fp32(src, p, buf);
+    if (hf_names && layout.hf[i].transpose) {
+      // Conv1D layout: ours [rows, cols] -> theirs [cols, rows].
+      io::hf::transpose(buf.data(), tbuf.data(), p.shape[1], p.shape[0]);
+      out.write(std::span<const float>(tbuf.data(), p.numel));
+    } else {
+      out.write(std::span<const float>(buf.data(), p.numel));
+    }
+  }
+  out.close();
+}
+
+void convert(const Options& o) {
+  env::check_all();  // a bad DS_* value: one error line before any work
+  DS_CHECK(!o.hf_names || o.format == "safetensors", "--hf_names needs --format safetensors");
+  tools::check_output_path(o.output, o.dir, o.force);
+  const std::string tag = resolve_tag(o);
+  io::CheckpointReader reader(o.dir, tag);
+  Source src = verified_source(reader, tag);
+  const std::string tmp = o.output + ".tmp-" + std::to_string(::getpid());
+  if (o.format == "hdf5") {
+    write_hdf5(src, tmp);
+  } else {
+    write_safetensors(src, tmp, o.hf_names);
+  }
+  tools::commit_output(tmp, o.output, o.force);
+  const auto& m = src.reader.manifest();
+  std::cout << "ds_to_fp32: wrote " << m.params.size() << " fp32 tensors from " << src.reader.dir() << " (world size "
+            << m.world_size << ", ZeRO stage " << m.zero_stage << ", "
+            << (src.from_master ? "fp32 master" : m.working_dtype + " weights") << ") to " << o.output << " ("
+            << o.format << ")" << std::endl;
 }
 
 }  // namespace
@@ -54,99 +183,19 @@ void read_fp32(io::CheckpointReader& r, const io::ManifestParam& p, bool from_ma
 int main(int argc, char** argv) {
   ds::log::set_tool("ds_to_fp32");  // diagnostics on stderr, no rank tag
   CLI::App app{"Consolidate a dstrain checkpoint into one fp32 file (HDF5 or safetensors)"};
-  std::string dir, output, tag, format = "hdf5";
-  bool force = false, hf_names = false;
-  app.add_option("CHECKPOINT_DIR", dir, "checkpoint directory (holds `latest` and the tag folders)")->required();
-  app.add_option("OUTPUT", output, "output file")->required();
-  app.add_option("--tag,-t", tag, "checkpoint tag (default: the one in CHECKPOINT_DIR/latest)");
-  app.add_option("--format", format, "hdf5 (default) or safetensors")->check(CLI::IsMember({"hdf5", "safetensors"}));
-  app.add_flag("--hf_names", hf_names,
-               "safetensors with Hugging Face names and layouts (GPT-2: GPT2Model, Conv1D weights [in, out]; Llama: LlamaForCausalLM)");
-  app.add_flag("--force,-f", force, "replace OUTPUT when it already exists (a regular file)");
+  Options opts;
+  add_options(app, opts);
   try {
     app.parse(argc, argv);
   } catch (const CLI::ParseError& e) {
     return tools::usage_exit(app, e, "ds_to_fp32");
   }
   try {
-    env::check_all();  // a bad DS_* value: one error line before any work
-    DS_CHECK(!hf_names || format == "safetensors", "--hf_names needs --format safetensors");
-    tools::check_output_path(output, dir, force);
-    if (tag.empty()) {
-      auto latest = io::read_latest(dir);
-      DS_CHECK(latest, "no 'latest' file in " << dir << "; pass --tag");
-      tag = *latest;
-    }
-    io::CheckpointReader r(dir, tag);
-    const auto& m = r.manifest();
-    const bool from_master = r.has_shard_dataset("fp32_master") && !m.partitions.empty();
-    std::size_t largest = 1;
-    std::vector<std::string> names;
-    for (const auto& p : m.params) {
-      largest = std::max(largest, p.numel);
-      names.push_back(p.name);
-    }
-    // Verify what load_checkpoint verifies, even where the output comes from the shards alone:
-    // a truncated or corrupt model_states.h5 means a damaged checkpoint, and saying so here
-    // beats a conversion that succeeds while the training resume then fails.
-    if (from_master) r.verify_flat_range(0, m.flat_numel);
-    r.verify_params(names);
-    (void)r.engine_state();
-    std::vector<float> buf(largest);
-
-    const std::string tmp = output + ".tmp-" + std::to_string(::getpid());
-    if (format == "hdf5") {
-      io::H5File out(tmp, io::H5File::Mode::Create);
-      out.set_attr("/", "source", r.dir());
-      out.set_attr("/", "tag", tag);
-      out.set_attr("/", "format", "dstrain-fp32");
-      for (const auto& p : m.params) {
-        read_fp32(r, p, from_master, buf);
-        out.write(p.name, buf.data(), DType::F32, p.shape);
-      }
-      out.close();
-    } else {
-      // --hf_names: the Hugging Face table that covers every parameter gives names and layouts.
-      std::vector<ParamInfo> infos;
-      for (const auto& p : m.params) infos.push_back({p.name, p.shape});
-      const io::hf::Architecture* arch = nullptr;
-      std::vector<io::hf::HfTensor> hf;
-      if (hf_names) {
-        arch = io::hf::detect(infos);
-        DS_CHECK(arch, "--hf_names: no Hugging Face name table covers this checkpoint's parameters (first: '"
-                           << (infos.empty() ? std::string() : infos.front().name) << "'); there are tables for the GPT and the Llama");
-        hf = io::hf::to_hf(*arch, infos);
-      }
-      std::vector<io::SafetensorsSpec> specs;
-      for (std::size_t i = 0; i < m.params.size(); ++i)
-        specs.push_back({hf_names ? hf[i].name : m.params[i].name, DType::F32, hf_names ? hf[i].shape : m.params[i].shape});
-      std::map<std::string, std::string> meta = {{"format", "pt"}, {"source", r.dir()}, {"tag", tag},
-                                                 {"producer", "dstrain ds_to_fp32"},
-                                                 {"layout", hf_names ? "huggingface" : "dstrain"}};
-      if (arch) meta["architecture"] = std::string(arch->name);
-      io::SafetensorsWriter out(tmp, std::move(specs), meta);
-      std::vector<float> tbuf(hf_names ? largest : 0);
-      for (std::size_t i = 0; i < m.params.size(); ++i) {
-        const auto& p = m.params[i];
-        read_fp32(r, p, from_master, buf);
-        if (hf_names && hf[i].transpose) {
-          // Conv1D layout: ours [rows, cols] -> theirs [cols, rows].
-          io::hf::transpose(buf.data(), tbuf.data(), p.shape[1], p.shape[0]);
-          out.write(std::span<const float>(tbuf.data(), p.numel));
-        } else {
-          out.write(std::span<const float>(buf.data(), p.numel));
-        }
-      }
-      out.close();
-    }
-    tools::commit_output(tmp, output, force);
-    std::cout << "ds_to_fp32: wrote " << m.params.size() << " fp32 tensors from " << r.dir() << " (world size "
-              << m.world_size << ", ZeRO stage " << m.zero_stage << ", " << (from_master ? "fp32 master" : m.working_dtype + " weights")
-              << ") to " << output << " (" << format << ")" << std::endl;
+    convert(opts);
     return 0;
   } catch (const std::exception& e) {
     std::error_code ec;
-    fs::remove(output + ".tmp-" + std::to_string(::getpid()), ec);
+    fs::remove(opts.output + ".tmp-" + std::to_string(::getpid()), ec);
     std::cerr << "ds_to_fp32: error: " << ds::user_message(e) << std::endl;
     return 1;
   }
