@@ -174,6 +174,103 @@ std::string read_file(const std::string& path, std::string_view what) {
   return read_regular_file(path, what, kMaxTokenizerFileBytes);
 }
 
+// A tokenizer.json tree being read: errors name the file, the key path and the value's place.
+struct TokenizerJson {
+  const std::string& source;
+
+  const JsonNode& require(const JsonNode& obj, std::string_view key, const std::string& path) const {
+    const JsonNode* v = member(obj, key);
+    if (!v) fail_at(source, obj.pos, "key \"" + path + "\" is missing");
+    return *v;
+  }
+  // A key that must hold one of the values this tokenizer implements.
+  [[noreturn]] void only(const JsonNode& v, const std::string& path, const std::string& what) const {
+    fail_at(source, v.pos, "key \"" + path + "\" is " + config::describe(v) + ": " + what);
+  }
+};
+
+// "model": a byte-level BPE with no subword prefixes or suffixes and no byte fallback.
+void check_model(const TokenizerJson& doc, const JsonNode& model, BpeTokenizer::Impl& t) {
+  if (model.kind != Kind::Object) doc.only(model, "model", "must be an object");
+  const JsonNode& type = doc.require(model, "type", "model.type");
+  if (type.kind != Kind::String || type.str != "BPE") doc.only(type, "model.type", "only \"BPE\" models are supported");
+  if (const JsonNode* v = member(model, "byte_fallback"); v && !(v->kind == Kind::Bool && !v->boolean))
+    doc.only(*v, "model.byte_fallback", "byte fallback (SentencePiece-style BPE) is not supported; byte-level BPE needs false");
+  for (const char* key : {"continuing_subword_prefix", "end_of_word_suffix"}) {
+    const JsonNode* v = member(model, key);
+    if (v && !(v->kind == Kind::Null || (v->kind == Kind::String && v->str.empty())))
+      doc.only(*v, std::string("model.") + key, "only null or \"\" is supported");
+  }
+  if (const JsonNode* v = member(model, "ignore_merges")) {
+    if (v->kind != Kind::Bool) doc.only(*v, "model.ignore_merges", "must be true or false");
+    t.ignore_merges = v->boolean;
+  }
+}
+
+// No normalizer, and GPT-2's ByteLevel pre-tokenizer without a prefix space.
+void check_pre_tokenization(const TokenizerJson& doc, const JsonNode& root) {
+  if (const JsonNode* v = member(root, "normalizer"); v && v->kind != Kind::Null) {
+    const JsonNode* nt = v->kind == Kind::Object ? member(*v, "type") : nullptr;
+    doc.only(nt ? *nt : *v, nt ? "normalizer.type" : "normalizer", "normalizers are not supported (byte-level BPE needs null)");
+  }
+  const JsonNode& pre = doc.require(root, "pre_tokenizer", "pre_tokenizer");
+  if (pre.kind != Kind::Object) doc.only(pre, "pre_tokenizer", "must be the ByteLevel pre-tokenizer object");
+  const JsonNode& pre_type = doc.require(pre, "type", "pre_tokenizer.type");
+  if (pre_type.kind != Kind::String || pre_type.str != "ByteLevel")
+    doc.only(pre_type, "pre_tokenizer.type", "only \"ByteLevel\" (GPT-2's pattern) is supported");
+  // Hugging Face's defaults when the keys are absent: add_prefix_space true, use_regex true.
+  const JsonNode* aps = member(pre, "add_prefix_space");
+  if (!aps) fail_at(doc.source, pre.pos, "key \"pre_tokenizer.add_prefix_space\" is missing (its default, true, is not supported)");
+  if (!(aps->kind == Kind::Bool && !aps->boolean))
+    doc.only(*aps, "pre_tokenizer.add_prefix_space", "only false is supported");
+  if (const JsonNode* v = member(pre, "use_regex"); v && !(v->kind == Kind::Bool && v->boolean))
+    doc.only(*v, "pre_tokenizer.use_regex", "only true (GPT-2's pattern) is supported");
+}
+
+// "added_tokens": the special tokens, each an id and its content.
+void add_added_tokens(const TokenizerJson& doc, const JsonNode* added, BpeTokenizer::Impl& t, std::int64_t limit) {
+  if (!added || added->kind == Kind::Null) return;
+  if (added->kind != Kind::Array) doc.only(*added, "added_tokens", "must be an array of token objects");
+  for (std::size_t i = 0; i < added->items.size(); ++i) {
+    const JsonNode& a = added->items[i];
+    const std::string path = "added_tokens[" + std::to_string(i) + "]";
+    if (a.kind != Kind::Object) doc.only(a, path, "must be an object with \"id\" and \"content\"");
+    const std::int32_t id = token_id(doc.require(a, "id", path + ".id"), doc.source, "\"" + path + ".id\"", limit);
+    const JsonNode& content = doc.require(a, "content", path + ".content");
+    if (content.kind != Kind::String || content.str.empty())
+      doc.only(content, path + ".content", "must be a non-empty string");
+    if (!t.set_token(id, content.str))
+      fail_at(doc.source, a.pos, "key \"" + path + "\": id " + std::to_string(id) + " is already used by another token");
+    t.specials.emplace_back(content.str, id);
+  }
+}
+
+// "model.merges", by rank; each is "left right" (older files) or ["left", "right"] (newer ones).
+void add_json_merges(const TokenizerJson& doc, const JsonNode& model, BpeTokenizer::Impl& t) {
+  const JsonNode& merges = doc.require(model, "merges", "model.merges");
+  if (merges.kind != Kind::Array) doc.only(merges, "model.merges", "must be an array");
+  for (std::size_t i = 0; i < merges.items.size(); ++i) {
+    const JsonNode& m = merges.items[i];
+    const std::string path = "model.merges[" + std::to_string(i) + "]";
+    auto fail = [&](const std::string& message) { fail_at(doc.source, m.pos, "key \"" + path + "\": " + message); };
+    std::string left, right;
+    if (m.kind == Kind::String) {
+      const std::size_t sp = m.str.find(' ');
+      if (sp == std::string::npos || sp == 0 || sp + 1 == m.str.size() || m.str.find(' ', sp + 1) != std::string::npos)
+        fail("expected \"left right\" (two tokens separated by one space), got " + config::describe(m));
+      left = m.str.substr(0, sp);
+      right = m.str.substr(sp + 1);
+    } else if (m.kind == Kind::Array && m.items.size() == 2 && m.items[0].kind == Kind::String &&
+               m.items[1].kind == Kind::String) {
+      left = m.items[0].str;
+      right = m.items[1].str;
+    } else {
+      fail("expected \"left right\" or [\"left\", \"right\"], got " + config::describe(m));
+    }
+    add_merge(t, left, right, std::int32_t(i), "model.vocab", fail);
+  }
+}
+
 }  // namespace
 
 BpeTokenizer BpeTokenizer::from_gpt2_files(std::string_view vocab_json, const std::string& vocab_source,
@@ -189,94 +286,18 @@ BpeTokenizer BpeTokenizer::from_tokenizer_json(std::string_view json, const std:
   t->source = source;
   const JsonNode root = config::parse_json(json, source);
   if (root.kind != Kind::Object) fail_at(source, root.pos, "a tokenizer.json must be a JSON object");
-  auto require = [&](const JsonNode& obj, std::string_view key, const std::string& path) -> const JsonNode& {
-    const JsonNode* v = member(obj, key);
-    if (!v) fail_at(source, obj.pos, "key \"" + path + "\" is missing");
-    return *v;
-  };
-  // A key that must hold one of the values this tokenizer implements.
-  auto only = [&](const JsonNode& v, const std::string& path, const std::string& what) {
-    fail_at(source, v.pos, "key \"" + path + "\" is " + config::describe(v) + ": " + what);
-  };
-
-  const JsonNode& model = require(root, "model", "model");
-  if (model.kind != Kind::Object) only(model, "model", "must be an object");
-  const JsonNode& type = require(model, "type", "model.type");
-  if (type.kind != Kind::String || type.str != "BPE") only(type, "model.type", "only \"BPE\" models are supported");
-  if (const JsonNode* v = member(model, "byte_fallback"); v && !(v->kind == Kind::Bool && !v->boolean))
-    only(*v, "model.byte_fallback", "byte fallback (SentencePiece-style BPE) is not supported; byte-level BPE needs false");
-  for (const char* key : {"continuing_subword_prefix", "end_of_word_suffix"}) {
-    const JsonNode* v = member(model, key);
-    if (v && !(v->kind == Kind::Null || (v->kind == Kind::String && v->str.empty())))
-      only(*v, std::string("model.") + key, "only null or \"\" is supported");
-  }
-  if (const JsonNode* v = member(model, "ignore_merges")) {
-    if (v->kind != Kind::Bool) only(*v, "model.ignore_merges", "must be true or false");
-    t->ignore_merges = v->boolean;
-  }
-
-  if (const JsonNode* v = member(root, "normalizer"); v && v->kind != Kind::Null) {
-    const JsonNode* nt = v->kind == Kind::Object ? member(*v, "type") : nullptr;
-    only(nt ? *nt : *v, nt ? "normalizer.type" : "normalizer", "normalizers are not supported (byte-level BPE needs null)");
-  }
-  const JsonNode& pre = require(root, "pre_tokenizer", "pre_tokenizer");
-  if (pre.kind != Kind::Object) only(pre, "pre_tokenizer", "must be the ByteLevel pre-tokenizer object");
-  const JsonNode& pre_type = require(pre, "type", "pre_tokenizer.type");
-  if (pre_type.kind != Kind::String || pre_type.str != "ByteLevel")
-    only(pre_type, "pre_tokenizer.type", "only \"ByteLevel\" (GPT-2's pattern) is supported");
-  // Hugging Face's defaults when the keys are absent: add_prefix_space true, use_regex true.
-  const JsonNode* aps = member(pre, "add_prefix_space");
-  if (!aps) fail_at(source, pre.pos, "key \"pre_tokenizer.add_prefix_space\" is missing (its default, true, is not supported)");
-  if (!(aps->kind == Kind::Bool && !aps->boolean))
-    only(*aps, "pre_tokenizer.add_prefix_space", "only false is supported");
-  if (const JsonNode* v = member(pre, "use_regex"); v && !(v->kind == Kind::Bool && v->boolean))
-    only(*v, "pre_tokenizer.use_regex", "only true (GPT-2's pattern) is supported");
-
+  const TokenizerJson doc{source};
+  const JsonNode& model = doc.require(root, "model", "model");
+  check_model(doc, model, *t);
+  check_pre_tokenization(doc, root);
   // Added tokens first: they are matched before pre-tokenization and may repeat a vocab entry.
-  const JsonNode& vocab = require(model, "vocab", "model.vocab");
+  const JsonNode& vocab = doc.require(model, "vocab", "model.vocab");
   const JsonNode* added = member(root, "added_tokens");
   const std::int64_t limit = id_limit(vocab.members.size() + (added ? added->items.size() : 0));
-  if (added && added->kind != Kind::Null) {
-    if (added->kind != Kind::Array) only(*added, "added_tokens", "must be an array of token objects");
-    for (std::size_t i = 0; i < added->items.size(); ++i) {
-      const JsonNode& a = added->items[i];
-      const std::string path = "added_tokens[" + std::to_string(i) + "]";
-      if (a.kind != Kind::Object) only(a, path, "must be an object with \"id\" and \"content\"");
-      const std::int32_t id = token_id(require(a, "id", path + ".id"), source, "\"" + path + ".id\"", limit);
-      const JsonNode& content = require(a, "content", path + ".content");
-      if (content.kind != Kind::String || content.str.empty())
-        only(content, path + ".content", "must be a non-empty string");
-      if (!t->set_token(id, content.str))
-        fail_at(source, a.pos, "key \"" + path + "\": id " + std::to_string(id) + " is already used by another token");
-      t->specials.emplace_back(content.str, id);
-    }
-  }
+  add_added_tokens(doc, added, *t, limit);
   add_vocab(*t, vocab, source, "model.vocab", limit);
   check_bytes(*t, source);
-
-  const JsonNode& merges = require(model, "merges", "model.merges");
-  if (merges.kind != Kind::Array) only(merges, "model.merges", "must be an array");
-  for (std::size_t i = 0; i < merges.items.size(); ++i) {
-    const JsonNode& m = merges.items[i];
-    const std::string path = "model.merges[" + std::to_string(i) + "]";
-    auto fail = [&](const std::string& message) { fail_at(source, m.pos, "key \"" + path + "\": " + message); };
-    // Two spellings: "left right" (older files) or ["left", "right"] (newer ones).
-    std::string left, right;
-    if (m.kind == Kind::String) {
-      const std::size_t sp = m.str.find(' ');
-      if (sp == std::string::npos || sp == 0 || sp + 1 == m.str.size() || m.str.find(' ', sp + 1) != std::string::npos)
-        fail("expected \"left right\" (two tokens separated by one space), got " + config::describe(m));
-      left = m.str.substr(0, sp);
-      right = m.str.substr(sp + 1);
-    } else if (m.kind == Kind::Array && m.items.size() == 2 && m.items[0].kind == Kind::String &&
-               m.items[1].kind == Kind::String) {
-      left = m.items[0].str;
-      right = m.items[1].str;
-    } else {
-      fail("expected \"left right\" or [\"left\", \"right\"], got " + config::describe(m));
-    }
-    add_merge(*t, left, right, std::int32_t(i), "model.vocab", fail);
-  }
+  add_json_merges(doc, model, *t);
   return BpeTokenizer(std::move(t));
 }
 
