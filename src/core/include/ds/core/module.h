@@ -27,12 +27,17 @@ struct ParamInfo {
   }
 };
 
-// One micro-batch. Token models read inputs/targets (batch x seq, row-major); feature models
-// read features (batch x feature_dim) and targets (batch). Memory belongs to the caller.
+// One micro-batch. Memory belongs to the caller. Token models read inputs/targets (batch x
+// seq, row-major). Feature models read `batch` samples of features, each of sample_shape
+// (empty: {feature_dim}), and per sample either integer targets (class ids) in `targets` or
+// float targets in `target_values`, each of target_shape (empty: one value per sample).
 struct Batch {
   std::span<const std::int32_t> inputs;
   std::span<const std::int32_t> targets;
   std::span<const float> features;
+  std::span<const float> target_values;
+  std::span<const std::int64_t> sample_shape;
+  std::span<const std::int64_t> target_shape;
   std::int64_t batch = 0;
   std::int64_t seq = 0;
   std::int64_t feature_dim = 0;
