@@ -118,6 +118,12 @@ void fill_master_from_env(const EnvMap& env, EnvDiscovery& d) {
   if (!d.master_port) d.master_port = port_of(env, "MASTER_PORT");
 }
 
+// MASTER_ADDR, else (mpirun inside an allocation) the first host of the Slurm node list.
+void fill_master_or_slurm(const EnvMap& env, EnvDiscovery& d) {
+  fill_master_from_env(env, d);
+  if (!d.master_addr) d.master_addr = slurm_master(env);
+}
+
 // The rank variables a launcher back end's ranks get: the launcher's table (ds/launch/backend.h)
 // is the one list of their names.
 const launch::RankVars& vars_of(launch::Launcher l) { return *launch::backend(l).rank_vars; }
@@ -159,8 +165,7 @@ void fill_slurm(const EnvMap& env, EnvDiscovery& d) {
       DS_THROW("SLURM_STEP_NODELIST='" << *find(env, "SLURM_STEP_NODELIST") << "' names " << hosts.size()
                << " hosts but SLURM_STEP_NUM_NODES=" << *nnodes);
   }
-  fill_master_from_env(env, d);
-  if (!d.master_addr) d.master_addr = slurm_master(env);
+  fill_master_or_slurm(env, d);
 }
 
 void fill_ompi(const EnvMap& env, EnvDiscovery& d, std::string_view why) {
@@ -191,101 +196,134 @@ void validate(const EnvDiscovery& d, const EnvMap& env) {
   (void)env;
 }
 
+// torchrun, deepspeed launch.py, our dsrun: the five variables are the contract.
+bool explicit_set(const EnvMap& env) {
+  return has(env, "RANK") && has(env, "WORLD_SIZE") && has(env, "MASTER_ADDR") && has(env, "MASTER_PORT") &&
+         has(env, "LOCAL_RANK");
+}
+
+// Which launcher started this process, by the first rule that matches (DeepSpeed's order:
+// the explicit variables win, AzureML and SageMaker before the plain MPI launchers).
+LaunchSource detect_source(const EnvMap& env) {
+  if (explicit_set(env)) return LaunchSource::Explicit;
+  if (has(env, "AZUREML_EXPERIMENT_ID") && !has(env, "DLTS_JOB_ID")) return LaunchSource::AzureML;
+  if (has(env, "SM_TRAINING_ENV")) return LaunchSource::SageMaker;
+  if (has(env, vars_of(launch::Launcher::OpenMPI).rank)) return LaunchSource::OpenMPI;
+  if (has(env, vars_of(launch::Launcher::MVAPICH).rank)) return LaunchSource::MVAPICH2;
+  if (has(env, vars_of(launch::Launcher::MPICH).rank) || has(env, "PALS_RANKID")) return LaunchSource::PMI;
+  if (has(env, "PMIX_RANK")) return LaunchSource::PMIx;
+  if (has(env, vars_of(launch::Launcher::Slurm).rank)) return LaunchSource::Slurm;
+  return LaunchSource::Singleton;
+}
+
+void fill_explicit(const EnvMap& env, EnvDiscovery& d) {
+  d.rank = req_int(env, "RANK", "explicit");
+  d.rank_var = "RANK";
+  d.world_size = req_int(env, "WORLD_SIZE", "explicit");
+  d.world_size_var = "WORLD_SIZE";
+  d.local_rank = req_int(env, "LOCAL_RANK", "explicit");
+  d.local_size = first_int(env, {"LOCAL_WORLD_SIZE", "LOCAL_SIZE"});
+  d.node_rank = first_int(env, {"GROUP_RANK", "CROSS_RANK", "NODE_RANK"});
+  // DeepSpeed's engine check: OMPI_COMM_WORLD_LOCAL_RANK, when present, must equal LOCAL_RANK.
+  agree(env, "LOCAL_RANK", "OMPI_COMM_WORLD_LOCAL_RANK");
+  fill_master_from_env(env, d);
+}
+
+void fill_azureml(const EnvMap& env, EnvDiscovery& d) {
+  fill_ompi(env, d, "AzureML rank discovery");
+  d.local_size = req_int(env, "OMPI_COMM_WORLD_LOCAL_SIZE", "AzureML rank discovery");
+  if (*d.local_size != *d.world_size) {
+    // Multi-node: the address before ':' (the port inside is deliberately ignored), port
+    // MASTER_PORT or 6105.
+    const std::string* m = find(env, "AZ_BATCH_MASTER_NODE");
+    if (!m) DS_THROW("environment variable AZ_BATCH_MASTER_NODE is not set (required for multi-node AzureML)");
+    d.master_addr = m->substr(0, m->find(':'));
+    d.master_port = port_of(env, "MASTER_PORT");
+    if (!d.master_port) d.master_port = 6105;
+  } else {
+    const std::string* m = find(env, "AZ_BATCHAI_MPI_MASTER_NODE");
+    if (!m) DS_THROW("environment variable AZ_BATCHAI_MPI_MASTER_NODE is not set (required for single-node AzureML)");
+    d.master_addr = *m;
+    d.master_port = 54965;
+    d.node_rank = 0;
+  }
+}
+
+void fill_sagemaker(const EnvMap& env, EnvDiscovery& d) {
+  fill_ompi(env, d, "SageMaker rank discovery");
+  if (!has(env, "MASTER_ADDR") || !has(env, "MASTER_PORT"))
+    DS_THROW("SageMaker (SM_TRAINING_ENV set) needs MASTER_ADDR and MASTER_PORT in the environment");
+  fill_master_from_env(env, d);
+}
+
+void fill_mvapich2(const EnvMap& env, EnvDiscovery& d) {
+  const launch::RankVars& mv2 = vars_of(launch::Launcher::MVAPICH);
+  d.rank = req_int(env, mv2.rank, "MVAPICH2 rank discovery");
+  d.rank_var = mv2.rank;
+  d.world_size = req_int(env, mv2.size, "MVAPICH2 rank discovery");
+  d.world_size_var = mv2.size;
+  d.local_rank = opt_int(env, mv2.local_rank);
+  d.local_size = opt_int(env, "MV2_COMM_WORLD_LOCAL_SIZE");
+  fill_master_or_slurm(env, d);
+}
+
+// MPICH Hydra, Intel MPI, Cray PALS. DeepSpeed's helper: PMIX_RANK and PMI_RANK must agree.
+void fill_pmi(const EnvMap& env, EnvDiscovery& d) {
+  const launch::RankVars& pmi = vars_of(launch::Launcher::MPICH);
+  agree(env, pmi.rank, "PMIX_RANK");
+  agree(env, pmi.rank, "PALS_RANKID");
+  agree(env, pmi.local_rank, "PALS_LOCAL_RANKID");
+  d.rank = first_int(env, {pmi.rank, "PALS_RANKID"}, &d.rank_var);
+  d.world_size = first_int(env, {pmi.size, "WORLD_SIZE"}, &d.world_size_var);
+  d.local_rank = first_int(env, {pmi.local_rank, "PALS_LOCAL_RANKID"});
+  d.local_size = first_int(env, {"MPI_LOCALNRANKS", "LOCAL_SIZE"});
+  d.node_rank = opt_int(env, "PALS_NODEID");
+  fill_master_or_slurm(env, d);
+}
+
+void fill_pmix(const EnvMap& env, EnvDiscovery& d) {
+  const int r = req_int(env, "PMIX_RANK", "PMIx rank discovery");
+  if (auto sp = opt_int(env, "SLURM_PROCID"); sp && *sp == r) {
+    fill_slurm(env, d);  // srun --mpi=pmix: the Slurm fields describe this task
+  } else {
+    fill_master_from_env(env, d);
+  }
+  d.rank = r;
+  d.rank_var = "PMIX_RANK";
+}
+
+// No launcher: one process.
+void fill_singleton(const EnvMap& env, EnvDiscovery& d) {
+  d.rank = 0;
+  d.world_size = 1;
+  d.local_rank = 0;
+  d.local_size = 1;
+  d.node_rank = 0;
+  fill_master_from_env(env, d);
+}
+
+void fill_from(LaunchSource source, const EnvMap& env, EnvDiscovery& d) {
+  switch (source) {
+    case LaunchSource::Explicit: return fill_explicit(env, d);
+    case LaunchSource::AzureML: return fill_azureml(env, d);
+    case LaunchSource::SageMaker: return fill_sagemaker(env, d);
+    case LaunchSource::OpenMPI:
+      fill_ompi(env, d, "Open MPI rank discovery");
+      return fill_master_or_slurm(env, d);
+    case LaunchSource::MVAPICH2: return fill_mvapich2(env, d);
+    case LaunchSource::PMI: return fill_pmi(env, d);
+    case LaunchSource::PMIx: return fill_pmix(env, d);
+    case LaunchSource::Slurm: return fill_slurm(env, d);
+    case LaunchSource::Singleton: return fill_singleton(env, d);
+  }
+}
+
 }  // namespace
 
 EnvDiscovery discover_environment(const EnvMap& env) {
   EnvDiscovery d;
-  const bool explicit_set = has(env, "RANK") && has(env, "WORLD_SIZE") && has(env, "MASTER_ADDR") &&
-                            has(env, "MASTER_PORT") && has(env, "LOCAL_RANK");
-  if (explicit_set) {
-    // torchrun, deepspeed launch.py, our dsrun: the five variables are the contract.
-    d.source = LaunchSource::Explicit;
-    d.rank = req_int(env, "RANK", "explicit");
-    d.rank_var = "RANK";
-    d.world_size = req_int(env, "WORLD_SIZE", "explicit");
-    d.world_size_var = "WORLD_SIZE";
-    d.local_rank = req_int(env, "LOCAL_RANK", "explicit");
-    d.local_size = first_int(env, {"LOCAL_WORLD_SIZE", "LOCAL_SIZE"});
-    d.node_rank = first_int(env, {"GROUP_RANK", "CROSS_RANK", "NODE_RANK"});
-    // DeepSpeed's engine check: OMPI_COMM_WORLD_LOCAL_RANK, when present, must equal LOCAL_RANK.
-    agree(env, "LOCAL_RANK", "OMPI_COMM_WORLD_LOCAL_RANK");
-    fill_master_from_env(env, d);
-  } else if (has(env, "AZUREML_EXPERIMENT_ID") && !has(env, "DLTS_JOB_ID")) {
-    d.source = LaunchSource::AzureML;
-    fill_ompi(env, d, "AzureML rank discovery");
-    d.local_size = req_int(env, "OMPI_COMM_WORLD_LOCAL_SIZE", "AzureML rank discovery");
-    if (*d.local_size != *d.world_size) {
-      // Multi-node: the address before ':' (the port inside is deliberately ignored), port
-      // MASTER_PORT or 6105.
-      const std::string* m = find(env, "AZ_BATCH_MASTER_NODE");
-      if (!m) DS_THROW("environment variable AZ_BATCH_MASTER_NODE is not set (required for multi-node AzureML)");
-      d.master_addr = m->substr(0, m->find(':'));
-      d.master_port = port_of(env, "MASTER_PORT");
-      if (!d.master_port) d.master_port = 6105;
-    } else {
-      const std::string* m = find(env, "AZ_BATCHAI_MPI_MASTER_NODE");
-      if (!m) DS_THROW("environment variable AZ_BATCHAI_MPI_MASTER_NODE is not set (required for single-node AzureML)");
-      d.master_addr = *m;
-      d.master_port = 54965;
-      d.node_rank = 0;
-    }
-  } else if (has(env, "SM_TRAINING_ENV")) {
-    d.source = LaunchSource::SageMaker;
-    fill_ompi(env, d, "SageMaker rank discovery");
-    if (!has(env, "MASTER_ADDR") || !has(env, "MASTER_PORT"))
-      DS_THROW("SageMaker (SM_TRAINING_ENV set) needs MASTER_ADDR and MASTER_PORT in the environment");
-    fill_master_from_env(env, d);
-  } else if (has(env, vars_of(launch::Launcher::OpenMPI).rank)) {
-    d.source = LaunchSource::OpenMPI;
-    fill_ompi(env, d, "Open MPI rank discovery");
-    fill_master_from_env(env, d);
-    if (!d.master_addr) d.master_addr = slurm_master(env);  // mpirun inside an allocation
-  } else if (const launch::RankVars& mv2 = vars_of(launch::Launcher::MVAPICH); has(env, mv2.rank)) {
-    d.source = LaunchSource::MVAPICH2;
-    d.rank = req_int(env, mv2.rank, "MVAPICH2 rank discovery");
-    d.rank_var = mv2.rank;
-    d.world_size = req_int(env, mv2.size, "MVAPICH2 rank discovery");
-    d.world_size_var = mv2.size;
-    d.local_rank = opt_int(env, mv2.local_rank);
-    d.local_size = opt_int(env, "MV2_COMM_WORLD_LOCAL_SIZE");
-    fill_master_from_env(env, d);
-    if (!d.master_addr) d.master_addr = slurm_master(env);
-  } else if (const launch::RankVars& pmi = vars_of(launch::Launcher::MPICH);
-             has(env, pmi.rank) || has(env, "PALS_RANKID")) {
-    // MPICH Hydra, Intel MPI, Cray PALS. DeepSpeed's helper: PMIX_RANK and PMI_RANK must agree.
-    d.source = LaunchSource::PMI;
-    agree(env, pmi.rank, "PMIX_RANK");
-    agree(env, pmi.rank, "PALS_RANKID");
-    agree(env, pmi.local_rank, "PALS_LOCAL_RANKID");
-    d.rank = first_int(env, {pmi.rank, "PALS_RANKID"}, &d.rank_var);
-    d.world_size = first_int(env, {pmi.size, "WORLD_SIZE"}, &d.world_size_var);
-    d.local_rank = first_int(env, {pmi.local_rank, "PALS_LOCAL_RANKID"});
-    d.local_size = first_int(env, {"MPI_LOCALNRANKS", "LOCAL_SIZE"});
-    d.node_rank = opt_int(env, "PALS_NODEID");
-    fill_master_from_env(env, d);
-    if (!d.master_addr) d.master_addr = slurm_master(env);
-  } else if (has(env, "PMIX_RANK")) {
-    d.source = LaunchSource::PMIx;
-    int r = req_int(env, "PMIX_RANK", "PMIx rank discovery");
-    if (auto sp = opt_int(env, "SLURM_PROCID"); sp && *sp == r) {
-      fill_slurm(env, d);  // srun --mpi=pmix: the Slurm fields describe this task
-    } else {
-      fill_master_from_env(env, d);
-    }
-    d.rank = r;
-    d.rank_var = "PMIX_RANK";
-  } else if (has(env, vars_of(launch::Launcher::Slurm).rank)) {
-    d.source = LaunchSource::Slurm;
-    fill_slurm(env, d);
-  } else {
-    d.source = LaunchSource::Singleton;
-    d.rank = 0;
-    d.world_size = 1;
-    d.local_rank = 0;
-    d.local_size = 1;
-    d.node_rank = 0;
-    fill_master_from_env(env, d);
-  }
+  d.source = detect_source(env);
+  fill_from(d.source, env, d);
   // One node holds everything: the node index is 0.
   if (!d.node_rank && d.local_size && d.world_size && *d.local_size == *d.world_size) d.node_rank = 0;
   validate(d, env);
