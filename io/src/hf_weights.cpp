@@ -151,61 +151,64 @@ void transpose(const float* in, float* out, std::int64_t rows, std::int64_t cols
         for (std::int64_t c = c0; c < std::min(cols, c0 + kB); ++c) out[r * cols + c] = in[c * rows + r];
 }
 
-LoadPlan plan_load(const SafetensorsReader& file, std::span<const ParamInfo> params) {
+namespace {
+
+using UsedTensors = std::map<const SafetensorsTensor*, bool>;
+// File names without the architecture's optional prefix.
+using BareNames = std::map<std::string, const SafetensorsTensor*, std::less<>>;
+
+// A file with dstrain's names and layout: every tensor is a parameter, by name.
+LoadPlan plan_dstrain(const SafetensorsReader& file, std::span<const ParamInfo> params, UsedTensors& used) {
   const std::string& path = file.path();
   LoadPlan plan;
   plan.sources.resize(params.size());
-  std::map<const SafetensorsTensor*, bool> used;
-  const auto all = file.tensors();
-  for (const auto* t : all) used[t] = false;
-
-  if (dstrain_layout(file)) {
-    plan.naming = "dstrain names";
-    for (std::size_t i = 0; i < params.size(); ++i) {
-      const auto& p = params[i];
-      const SafetensorsTensor* t = file.find(p.name);
-      DS_CHECK(t, path << ": no tensor '" << p.name << "' (a dstrain export of another model?)");
-      DS_CHECK(t->shape == p.shape, path << ": tensor '" << p.name << "' has shape " << shape_text(t->shape)
-                                         << ", the model needs " << shape_text(p.shape));
-      auto [rows, cols] = as_2d(p.shape);
-      plan.sources[i] = {t, false, rows, cols, false};
-      used[t] = true;
-    }
-    for (const auto& [t, u] : used)
-      DS_CHECK(u, path << ": tensor '" << excerpt(t->name) << "' is not a parameter of this model");
-    return plan;
+  plan.naming = "dstrain names";
+  for (std::size_t i = 0; i < params.size(); ++i) {
+    const auto& p = params[i];
+    const SafetensorsTensor* t = file.find(p.name);
+    DS_CHECK(t, path << ": no tensor '" << p.name << "' (a dstrain export of another model?)");
+    DS_CHECK(t->shape == p.shape, path << ": tensor '" << p.name << "' has shape " << shape_text(t->shape)
+                                       << ", the model needs " << shape_text(p.shape));
+    auto [rows, cols] = as_2d(p.shape);
+    plan.sources[i] = {t, false, rows, cols, false};
+    used[t] = true;
   }
+  for (const auto& [t, u] : used)
+    DS_CHECK(u, path << ": tensor '" << excerpt(t->name) << "' is not a parameter of this model");
+  return plan;
+}
 
-  const Architecture* arch = detect(params);
-  DS_CHECK(arch, path << ": no Hugging Face name table covers this model (its parameter '"
-                      << (params.empty() ? std::string() : params.front().name) << "')");
-  plan.naming = "Hugging Face " + std::string(arch->name) + " names";
-  // File names without the optional prefix.
-  std::map<std::string, const SafetensorsTensor*, std::less<>> bare;
+BareNames bare_names(const std::string& path, const Architecture& arch,
+                     const std::vector<const SafetensorsTensor*>& all) {
+  BareNames bare;
   for (const auto* t : all) {
     std::string_view n = t->name;
-    for (auto pre : arch->prefixes)
+    for (auto pre : arch.prefixes)
       if (n.substr(0, pre.size()) == pre) n.remove_prefix(pre.size());
     auto [it, fresh] = bare.emplace(std::string(n), t);
     DS_CHECK(fresh, path << ": tensors '" << excerpt(it->second->name) << "' and '" << excerpt(t->name) << "' are the same "
-                         << arch->name << " tensor (with and without a prefix)");
+                         << arch.name << " tensor (with and without a prefix)");
   }
-  const auto hf = to_hf(*arch, params);
+  return bare;
+}
+
+// Each parameter's tensor by its Hugging Face name, its shape checked (or cropped: a padded vocabulary).
+void plan_hf_params(const std::string& path, const Architecture& arch, const BareNames& bare,
+                    std::span<const ParamInfo> params, LoadPlan& plan, UsedTensors& used) {
+  const auto hf = to_hf(arch, params);
   for (std::size_t i = 0; i < params.size(); ++i) {
     const auto& p = params[i];
     std::string layer;
-    const Rule* r = rule_for(*arch, p.name, &layer);
+    const Rule* r = rule_for(arch, p.name, &layer);
     auto it = bare.find(hf[i].name);
     DS_CHECK(it != bare.end(), path << ": no tensor '" << hf[i].name << "'"
-                                    << (arch->prefixes.empty() ? std::string() : " (or with a '" + std::string(arch->prefixes[0]) + "' prefix)")
+                                    << (arch.prefixes.empty() ? std::string() : " (or with a '" + std::string(arch.prefixes[0]) + "' prefix)")
                                     << " for the model's parameter '" << p.name << "' " << shape_text(p.shape)
                                     << " (the file's model has fewer layers, ties this tensor to another, or is another architecture?)");
     const SafetensorsTensor* t = it->second;
     auto [rows, cols] = as_2d(p.shape);
-    bool crop = false;
-    if (r->crop_rows && t->shape.size() == 2 && p.shape.size() == 2 && t->shape[1] == p.shape[1] &&
-        t->shape[0] > p.shape[0])
-      crop = true;
+    const bool crop = r->crop_rows && t->shape.size() == 2 && p.shape.size() == 2 && t->shape[1] == p.shape[1] &&
+                      t->shape[0] > p.shape[0];
     DS_CHECK(crop || t->shape == hf[i].shape,
              path << ": tensor '" << excerpt(t->name) << "' has shape " << shape_text(t->shape) << ", the model needs "
                   << shape_text(hf[i].shape)
@@ -215,10 +218,15 @@ LoadPlan plan_load(const SafetensorsReader& file, std::span<const ParamInfo> par
     plan.sources[i] = {t, r->transpose, rows, cols, crop};
     used[t] = true;
   }
+}
+
+// The file's other tensors: tied copies of a loaded one, or buffers the architecture ignores.
+void plan_hf_leftovers(const std::string& path, const Architecture& arch, const BareNames& bare, LoadPlan& plan,
+                       UsedTensors& used) {
   for (const auto& [name, t] : bare) {
     if (used[t]) continue;
     const Tied* tie = nullptr;
-    for (const auto& td : arch->tied)
+    for (const auto& td : arch.tied)
       if (td.hf == name) tie = &td;
     if (tie) {
       auto orig = bare.find(tie->same_as);
@@ -230,12 +238,32 @@ LoadPlan plan_load(const SafetensorsReader& file, std::span<const ParamInfo> par
       continue;
     }
     bool buffer = false;
-    for (auto pat : arch->ignored) buffer = buffer || match(pat, name, nullptr);
+    for (auto pat : arch.ignored) buffer = buffer || match(pat, name, nullptr);
     DS_CHECK(buffer, path << ": tensor '" << excerpt(t->name) << "' " << shape_text(t->shape)
-                          << " is not a parameter of this model (" << arch->name
+                          << " is not a parameter of this model (" << arch.name
                           << "): the file's model has more layers or another architecture?");
     ++plan.ignored;
   }
+}
+
+}  // namespace
+
+LoadPlan plan_load(const SafetensorsReader& file, std::span<const ParamInfo> params) {
+  const std::string& path = file.path();
+  UsedTensors used;
+  const auto all = file.tensors();
+  for (const auto* t : all) used[t] = false;
+  if (dstrain_layout(file)) return plan_dstrain(file, params, used);
+
+  const Architecture* arch = detect(params);
+  DS_CHECK(arch, path << ": no Hugging Face name table covers this model (its parameter '"
+                      << (params.empty() ? std::string() : params.front().name) << "')");
+  LoadPlan plan;
+  plan.sources.resize(params.size());
+  plan.naming = "Hugging Face " + std::string(arch->name) + " names";
+  const BareNames bare = bare_names(path, *arch, all);
+  plan_hf_params(path, *arch, bare, params, plan, used);
+  plan_hf_leftovers(path, *arch, bare, plan, used);
   return plan;
 }
 
