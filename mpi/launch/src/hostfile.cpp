@@ -70,6 +70,88 @@ bool valid_host_name(std::string_view host) {
   return true;
 }
 
+namespace {
+
+// The count of the Horovod / Hydra form host:N (`n` is what follows the ':').
+long colon_slots(const TextLines& lines, std::string_view line, std::string_view host, std::string_view n) {
+  long slots = -1;
+  DS_CHECK(!n.empty() && n.find_first_of(" \t") == std::string_view::npos,
+           lines.where() << "malformed line '" << printable(line) << "' (expected 'host:N')");
+  DS_CHECK(parse_count(n, slots), lines.where() << "bad slot count '" << printable(n) << "' for host '" << host
+                                                << "' (a non-negative integer <= " << kMaxSlots << ")");
+  return slots;
+}
+
+// The count of the key=value form "host slots=N [max_slots=M]"; blanks around '=' allowed as in
+// Open MPI's lexer. `rest` is what follows the host.
+long key_value_slots(const TextLines& lines, std::string_view line, std::string_view host, std::string_view rest) {
+  DS_CHECK(!rest.empty(), lines.where() << "host '" << host << "' has no slot count (write '" << host
+                                        << " slots=N' or '" << host << ":N')");
+  long slots = -1, max_slots = -1;
+  std::string_view r = rest;
+  while (!r.empty()) {
+    std::size_t k = 0;
+    while (k < r.size() && !is_space(r[k]) && r[k] != '=') ++k;
+    std::string_view key = r.substr(0, k);
+    r = trim(r.substr(k));
+    DS_CHECK(!key.empty() && !r.empty() && r.front() == '=',
+             lines.where() << "malformed line '" << printable(line) << "' (expected 'host slots=N [max_slots=M]')");
+    r = trim(r.substr(1));
+    std::size_t v = 0;
+    while (v < r.size() && !is_space(r[v])) ++v;
+    std::string_view value = r.substr(0, v);
+    r = trim(r.substr(v));
+    long n = 0;
+    bool is_slots = key == "slots" || key == "cpu" || key == "count";
+    bool is_max = key == "max_slots" || key == "max-slots" || key == "slots_max" || key == "slots-max";
+    DS_CHECK(is_slots || is_max, lines.where() << "unknown key '" << printable(key) << "' for host '" << host
+                                               << "' (known: slots, max_slots)");
+    DS_CHECK(parse_count(value, n), lines.where() << "bad slot count '" << printable(value) << "' for host '" << host
+                                                  << "' (" << key << " must be a non-negative integer <= "
+                                                  << kMaxSlots << ")");
+    long& dst = is_slots ? slots : max_slots;
+    DS_CHECK(dst < 0, lines.where() << "'" << key << "' given twice for host '" << host << "'");
+    dst = n;
+  }
+  DS_CHECK(slots >= 0, lines.where() << "host '" << host << "' has max_slots but no slots=N");
+  DS_CHECK(max_slots < 0 || max_slots >= slots,
+           lines.where() << "host '" << host << "': max_slots=" << max_slots << " is less than slots=" << slots);
+  return slots;
+}
+
+// One non-empty line (comment removed): the host and its slot count.
+HostSlots parse_host_line(const TextLines& lines, std::string_view line) {
+  DS_CHECK(line.find('\0') == std::string_view::npos, lines.where() << "NUL byte in hostfile line");
+  // Host token: up to the first blank or ':'.
+  std::size_t end = 0;
+  while (end < line.size() && !is_space(line[end]) && line[end] != ':' && line[end] != '=') ++end;
+  std::string_view host = line.substr(0, end);
+  std::string_view rest = trim(line.substr(end));
+  DS_CHECK(!host.empty(), lines.where() << "malformed line '" << printable(line)
+                                        << "' (expected 'host slots=N' or 'host:N')");
+  DS_CHECK(valid_host_name(host),
+           lines.where() << "invalid host name '" << printable(host)
+                         << "' (letters, digits, '.', '-', '_' only; user@host is not supported)");
+  const long slots = !rest.empty() && rest.front() == ':' ? colon_slots(lines, line, host, rest.substr(1))
+                                                          : key_value_slots(lines, line, host, rest);
+  return {std::string(host), static_cast<int>(slots)};
+}
+
+// Host names are case-insensitive: a host may appear once. first_line: each pool entry's line.
+void check_new_host(const TextLines& lines, const Pool& pool, const std::vector<int>& first_line,
+                    const std::string& host) {
+  for (std::size_t i = 0; i < pool.size(); ++i) {
+    DS_CHECK(!same_host(pool[i].host, host),
+             lines.where() << "duplicate host '" << host << "' (first on line " << first_line[i]
+                           << (pool[i].host == host
+                                   ? std::string()
+                                   : " as '" + pool[i].host + "'; host names are case-insensitive")
+                           << ")");
+  }
+}
+
+}  // namespace
+
 Pool parse_hostfile(std::string_view text, const std::string& source) {
   Pool pool;
   std::vector<int> first_line;  // line of each pool entry, for duplicate messages
@@ -80,76 +162,9 @@ Pool parse_hostfile(std::string_view text, const std::string& source) {
     std::size_t hash = line.find('#');
     if (hash != std::string_view::npos) line = trim(line.substr(0, hash));
     if (line.empty()) continue;
-    auto where = [&] { return lines.where(); };
-    DS_CHECK(line.find('\0') == std::string_view::npos,
-             where() << "NUL byte in hostfile line");
-
-    // Host token: up to the first blank or ':'.
-    std::size_t end = 0;
-    while (end < line.size() && !is_space(line[end]) && line[end] != ':' && line[end] != '=') ++end;
-    std::string_view host = line.substr(0, end);
-    std::string_view rest = trim(line.substr(end));
-    DS_CHECK(!host.empty(), where() << "malformed line '" << printable(line)
-                                    << "' (expected 'host slots=N' or 'host:N')");
-    DS_CHECK(valid_host_name(host),
-             where() << "invalid host name '" << printable(host)
-                     << "' (letters, digits, '.', '-', '_' only; user@host is not supported)");
-    long slots = -1, max_slots = -1;
-    if (!rest.empty() && rest.front() == ':') {
-      // Horovod / Hydra form host:N.
-      std::string_view n = rest.substr(1);
-      DS_CHECK(!n.empty() && n.find_first_of(" \t") == std::string_view::npos,
-               where() << "malformed line '" << printable(line) << "' (expected 'host:N')");
-      DS_CHECK(parse_count(n, slots), where() << "bad slot count '" << printable(n) << "' for host '"
-                                              << host << "' (a non-negative integer <= "
-                                              << kMaxSlots << ")");
-    } else {
-      DS_CHECK(!rest.empty(), where() << "host '" << host
-                                      << "' has no slot count (write '" << host
-                                      << " slots=N' or '" << host << ":N')");
-      // key=value pairs; blanks around '=' allowed as in Open MPI's lexer.
-      std::string_view r = rest;
-      while (!r.empty()) {
-        std::size_t k = 0;
-        while (k < r.size() && !is_space(r[k]) && r[k] != '=') ++k;
-        std::string_view key = r.substr(0, k);
-        r = trim(r.substr(k));
-        DS_CHECK(!key.empty() && !r.empty() && r.front() == '=',
-                 where() << "malformed line '" << printable(line)
-                         << "' (expected 'host slots=N [max_slots=M]')");
-        r = trim(r.substr(1));
-        std::size_t v = 0;
-        while (v < r.size() && !is_space(r[v])) ++v;
-        std::string_view value = r.substr(0, v);
-        r = trim(r.substr(v));
-        long n = 0;
-        bool is_slots = key == "slots" || key == "cpu" || key == "count";
-        bool is_max = key == "max_slots" || key == "max-slots" || key == "slots_max" ||
-                      key == "slots-max";
-        DS_CHECK(is_slots || is_max, where() << "unknown key '" << printable(key) << "' for host '"
-                                             << host << "' (known: slots, max_slots)");
-        DS_CHECK(parse_count(value, n),
-                 where() << "bad slot count '" << printable(value) << "' for host '" << host
-                         << "' (" << key << " must be a non-negative integer <= " << kMaxSlots
-                         << ")");
-        long& dst = is_slots ? slots : max_slots;
-        DS_CHECK(dst < 0, where() << "'" << key << "' given twice for host '" << host << "'");
-        dst = n;
-      }
-      DS_CHECK(slots >= 0, where() << "host '" << host << "' has max_slots but no slots=N");
-      DS_CHECK(max_slots < 0 || max_slots >= slots,
-               where() << "host '" << host << "': max_slots=" << max_slots << " is less than slots="
-                       << slots);
-    }
-    for (std::size_t i = 0; i < pool.size(); ++i) {
-      DS_CHECK(!same_host(pool[i].host, host),
-               where() << "duplicate host '" << host << "' (first on line " << first_line[i]
-                       << (pool[i].host == host ? std::string()
-                                                : " as '" + pool[i].host +
-                                                      "'; host names are case-insensitive")
-                       << ")");
-    }
-    pool.push_back({std::string(host), static_cast<int>(slots)});
+    HostSlots entry = parse_host_line(lines, line);
+    check_new_host(lines, pool, first_line, entry.host);
+    pool.push_back(std::move(entry));
     first_line.push_back(lines.number());
   }
   DS_CHECK(!pool.empty(), source << ": hostfile is empty (no 'host slots=N' lines)");
