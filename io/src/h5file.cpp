@@ -10,6 +10,7 @@
 
 #include "ds/core/file_read.h"
 #include "h5_check.h"
+#include "h5_hid.h"
 
 namespace ds::io {
 
@@ -47,22 +48,6 @@ void throw_h5_error(const char* call, const std::string& context, const char* fi
 }  // namespace detail
 
 namespace {
-
-// Owns one hid_t and closes it with the matching H5?close.
-class Hid {
- public:
-  using Closer = herr_t (*)(hid_t);
-  Hid() = default;
-  Hid(hid_t id, Closer c) : id_(id), close_(c) {}
-  ~Hid() { reset(); }
-  Hid(Hid&& o) noexcept : id_(o.id_), close_(o.close_) { o.id_ = -1; }
-  Hid& operator=(Hid&& o) noexcept { reset(); id_ = o.id_; close_ = o.close_; o.id_ = -1; return *this; }
-  hid_t get() const { return id_; }
-  void reset() { if (id_ >= 0 && close_) close_(id_); id_ = -1; }
- private:
-  hid_t id_ = -1;
-  Closer close_ = nullptr;
-};
 
 hid_t make_f16_type() {
   // IEEE binary16 as h5py builds it: numpy float16 reads it natively.
@@ -256,19 +241,7 @@ void H5File::write(std::string_view name, const void* data, DType dtype, std::sp
 }
 
 bool H5File::exists(std::string_view name) const {
-  std::string n = str(name);
-  if (n == "/" || n.empty()) return true;
-  // Check every prefix: H5Lexists fails if an intermediate group is missing.
-  std::size_t pos = 0;
-  while (true) {
-    pos = n.find('/', pos + 1);
-    std::string prefix = n.substr(0, pos);
-    if (!prefix.empty() && prefix != "/") {
-      htri_t e = H5Lexists(id_, prefix.c_str(), H5P_DEFAULT);
-      if (e <= 0) { H5Eclear2(H5E_DEFAULT); return false; }
-    }
-    if (pos == std::string::npos) return true;
-  }
+  return link_path_exists(id_, str(name));
 }
 
 DatasetInfo H5File::info(std::string_view name) const {

@@ -96,6 +96,8 @@ class GroupUse {
   Pass pass_;
 };
 
+class ModuleProfile;
+
 class Module {
  public:
   virtual ~Module() = default;
@@ -155,6 +157,13 @@ class Module {
   // forward/backward call; a module that declares groups keeps the pointer and calls it as
   // GroupHooks says (GroupUse does the bracketing). Default: ignored.
   virtual void set_group_hooks(GroupHooks* /*hooks*/) {}
+
+  // Optional, for the flops profiler (ds/core/module_profile.h). Non-null: the module writes
+  // its module tree into *profile (replacing what is there) and returns true; from then on
+  // until the call with nullptr, each forward() adds each module's MACs and the elapsed time
+  // of its own ops. Called between forward/backward calls, on the thread that runs them.
+  // Default: false (no tree; the profiler prints its summary alone).
+  virtual bool set_module_profile(ModuleProfile* /*profile*/) { return false; }
 };
 
 }  // namespace ds

@@ -64,20 +64,36 @@ class DistributedSampler {
   std::vector<std::size_t> perm_, mine_, batch_;
 };
 
+// What a training loop pulls micro-batches from: token windows (Loader, below) or feature
+// arrays (FeatureLoader, ds/data/feature_loader.h). A Batch is valid until the next call.
+class BatchLoader {
+ public:
+  virtual ~BatchLoader() = default;
+  virtual Batch next() = 0;
+  virtual DistributedSampler& sampler() = 0;
+
+ protected:
+  BatchLoader() = default;
+  BatchLoader(const BatchLoader&) = default;
+  BatchLoader(BatchLoader&&) = default;
+  BatchLoader& operator=(const BatchLoader&) = default;
+  BatchLoader& operator=(BatchLoader&&) = default;
+};
+
 // Yields ds::Batch micro-batches of (B, seq) windows from a WindowSource (a TextDataset or
 // TokenShards, which must outlive the loader: it is not copied), through a
 // DistributedSampler. The token buffers are allocated once and reused: a Batch is valid
 // until the next call. The last micro-batch of an epoch may be smaller (drop_last = false).
-class Loader {
+class Loader : public BatchLoader {
  public:
   Loader(const WindowSource& data, std::int64_t seq, DistributedSampler sampler);
 
   // Next micro-batch into the loader's own buffers.
-  Batch next();
+  Batch next() override;
   // Next micro-batch into caller-owned buffers (at least micro_batch*seq each).
   Batch next(std::span<std::int32_t> inputs, std::span<std::int32_t> targets);
 
-  DistributedSampler& sampler() { return sampler_; }
+  DistributedSampler& sampler() override { return sampler_; }
   const DistributedSampler& sampler() const { return sampler_; }
   std::int64_t seq() const { return seq_; }
 

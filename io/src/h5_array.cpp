@@ -1,0 +1,131 @@
+#include "ds/io/h5_array.h"
+
+#include <string>
+#include <utility>
+#include <vector>
+
+#include "ds/core/file_read.h"
+#include "h5_check.h"
+#include "h5_hid.h"
+
+namespace ds::io {
+
+namespace {
+
+std::string integer_name(std::size_t bytes, bool is_signed) {
+  return (is_signed ? "int" : "uint") + std::to_string(bytes * 8);
+}
+
+// NumPy's name for a numeric type; the HDF5 class for the rest (what the user must change).
+std::string type_name(hid_t type, H5T_class_t cls) {
+  const std::size_t bytes = H5Tget_size(type);
+  switch (cls) {
+    case H5T_FLOAT: return "float" + std::to_string(bytes * 8);
+    case H5T_INTEGER: return integer_name(bytes, H5Tget_sign(type) == H5T_SGN_2);
+    case H5T_STRING: return "string";
+    case H5T_COMPOUND: return "compound";
+    case H5T_ENUM: return "enum (h5py writes bool arrays as one)";
+    case H5T_OPAQUE: return "opaque";
+    case H5T_ARRAY: return "array";
+    case H5T_VLEN: return "variable-length";
+    case H5T_REFERENCE: return "reference";
+    case H5T_BITFIELD: return "bitfield";
+    default: return "HDF5 type class " + std::to_string(int(cls));
+  }
+}
+
+// An open dataset of rank >= 1 and its extent. Reads go one call per row run: rows come in the
+// sampler's order (shuffled, repeated when padded), which one HDF5 selection of many rows
+// would put back in file order and merge.
+struct OpenArray {
+  Hid dset, space;
+  std::vector<hsize_t> dims;
+  std::size_t row_numel = 1;  // elements per row: the product of dims after the first
+  std::string where;          // "file F dataset D" for errors
+
+  // Rows [first, first + count) into dst, converted to mem_type by HDF5.
+  void read(std::size_t first, std::size_t count, hid_t mem_type, void* dst) const {
+    DS_CHECK(first + count <= dims[0], "HDF5 " << where << ": rows [" << first << ", " << first + count
+                                               << ") beyond its " << dims[0] << " rows");
+    if (count == 0 || row_numel == 0) return;
+    std::vector<hsize_t> start(dims.size(), 0), cnt = dims;
+    start[0] = first;
+    cnt[0] = count;
+    DS_H5_CHECK(H5Sselect_hyperslab(space.get(), H5S_SELECT_SET, start.data(), nullptr, cnt.data(), nullptr), where);
+    const hsize_t numel = hsize_t(count) * row_numel;
+    Hid mspace(DS_H5_CHECK(H5Screate_simple(1, &numel, nullptr), where), H5Sclose);
+    DS_H5_CHECK(H5Dread(dset.get(), mem_type, mspace.get(), space.get(), H5P_DEFAULT, dst),
+                where << " rows [" << first << ", " << first + count << ")");
+  }
+};
+
+OpenArray open_array(hid_t file, const std::string& path, std::string_view name) {
+  const std::string n(name);
+  OpenArray a;
+  a.where = "file " + path + " dataset " + n;
+  a.dset = Hid(DS_H5_CHECK(H5Dopen2(file, n.c_str(), H5P_DEFAULT), a.where), H5Dclose);
+  a.space = Hid(DS_H5_CHECK(H5Dget_space(a.dset.get()), a.where), H5Sclose);
+  const int nd = DS_H5_CHECK(H5Sget_simple_extent_ndims(a.space.get()), a.where);
+  DS_CHECK(nd >= 1, "HDF5 " << a.where << " is a scalar, not an array of rows");
+  a.dims.resize(std::size_t(nd));
+  DS_H5_CHECK(H5Sget_simple_extent_dims(a.space.get(), a.dims.data(), nullptr), a.where);
+  for (std::size_t d = 1; d < a.dims.size(); ++d) a.row_numel *= std::size_t(a.dims[d]);
+  return a;
+}
+
+}  // namespace
+
+H5ArrayFile::H5ArrayFile(const std::string& path) : path_(path) {
+  detail::silence_hdf5_errors();
+  check_regular_file(path, "HDF5 file");  // a FIFO would block H5Fopen; a directory reads as corrupt
+  id_ = DS_H5_CHECK(H5Fopen(path.c_str(), H5F_ACC_RDONLY, H5P_DEFAULT), "file " << path);
+}
+
+H5ArrayFile::~H5ArrayFile() {
+  if (id_ >= 0) {
+    H5Fclose(id_);
+    H5Eclear2(H5E_DEFAULT);
+  }
+}
+
+H5ArrayFile::H5ArrayFile(H5ArrayFile&& o) noexcept : id_(o.id_), path_(std::move(o.path_)) { o.id_ = -1; }
+
+bool H5ArrayFile::is_dataset(std::string_view name) const {
+  const std::string n(name);
+  if (!link_path_exists(id_, n)) return false;
+  Hid obj(DS_H5_CHECK(H5Oopen(id_, n.c_str(), H5P_DEFAULT), "file " << path_ << " object " << n), H5Oclose);
+  return H5Iget_type(obj.get()) == H5I_DATASET;
+}
+
+ArrayInfo H5ArrayFile::info(std::string_view name) const {
+  const std::string n(name);
+  Hid dset(DS_H5_CHECK(H5Dopen2(id_, n.c_str(), H5P_DEFAULT), "file " << path_ << " dataset " << n), H5Dclose);
+  Hid space(DS_H5_CHECK(H5Dget_space(dset.get()), "file " << path_ << " dataset " << n), H5Sclose);
+  Hid type(DS_H5_CHECK(H5Dget_type(dset.get()), "file " << path_ << " dataset " << n), H5Tclose);
+  const int nd = DS_H5_CHECK(H5Sget_simple_extent_ndims(space.get()), "file " << path_ << " dataset " << n);
+  std::vector<hsize_t> dims(static_cast<std::size_t>(nd));
+  if (nd > 0) DS_H5_CHECK(H5Sget_simple_extent_dims(space.get(), dims.data(), nullptr), "file " << path_ << " dataset " << n);
+  const H5T_class_t cls = DS_H5_CHECK(H5Tget_class(type.get()), "file " << path_ << " dataset " << n);
+  ArrayInfo out;
+  out.kind = cls == H5T_FLOAT ? ElementKind::Float : cls == H5T_INTEGER ? ElementKind::Integer : ElementKind::Other;
+  out.type_name = type_name(type.get(), cls);
+  out.shape.assign(dims.begin(), dims.end());
+  return out;
+}
+
+void H5ArrayFile::read_rows(std::string_view name, std::span<const std::size_t> rows, float* dst) const {
+  const OpenArray a = open_array(id_, path_, name);
+  for (std::size_t i = 0; i < rows.size(); ++i) a.read(rows[i], 1, H5T_NATIVE_FLOAT, dst + i * a.row_numel);
+}
+
+void H5ArrayFile::read_rows(std::string_view name, std::span<const std::size_t> rows, std::int32_t* dst) const {
+  const OpenArray a = open_array(id_, path_, name);
+  for (std::size_t i = 0; i < rows.size(); ++i) a.read(rows[i], 1, H5T_NATIVE_INT32, dst + i * a.row_numel);
+}
+
+void H5ArrayFile::read_row_range(std::string_view name, std::size_t first, std::size_t count,
+                                 std::int32_t* dst) const {
+  open_array(id_, path_, name).read(first, count, H5T_NATIVE_INT32, dst);
+}
+
+}  // namespace ds::io
