@@ -246,6 +246,9 @@ void run(Job& j, DistributedContext& dist) {
   // "saved checkpoint" line as a synchronous save.
   engine.wait_for_checkpoint();
   print_summary(j, engine, rep, start_step, losses, rank0);
+  // comms_logger: rank 0's collectives, as DeepSpeed's log_summary() prints them.
+  if (const std::string comms = engine.comms_summary(); rank0 && !comms.empty())
+    std::printf("[train] comms_logger summary (rank 0):\n%s", comms.c_str());
 }
 
 }  // namespace ds::train

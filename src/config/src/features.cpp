@@ -2,7 +2,7 @@
 // trained (curriculum, progressive layer drop, MoQ, random-LTD, compression, quantized ZeRO,
 // tensor parallelism) is an error naming the key when enabled; one that only observes
 // (monitors, profilers) is warned about once -- never accepted and dropped in silence.
-// (tensorboard and csv_monitor are implemented: sections.cpp.)
+// (tensorboard, csv_monitor and comms_logger are implemented: sections.cpp.)
 #include <string>
 #include <vector>
 
@@ -33,7 +33,6 @@ const Feature kFeatures[] = {
     {"comet", Kind::Observes,
      "it needs the comet_ml Python client and the network, which a C++ job has neither of; tensorboard and "
      "csv_monitor write the same scalars"},
-    {"comms_logger", Kind::Observes, "wall_clock_breakdown shows the time spent in communication"},
     {"eigenvalue", Kind::Observes, "nothing computes Hessian eigenvalues in dstrain"},
 };
 

@@ -95,6 +95,8 @@ DsConfig parse_root(const JsonNode& root, const std::string& source, std::vector
     }
     parse_communication(ctx, *m, cfg.communication, cfg.comms_config);
   }
+  if (const Member* m = top.get("comms_logger"); m && m->value.kind != K::Null)
+    parse_comms_logger(ctx, *m, cfg.comms_logger);
   if (const Member* m = top.get("kernels"); m && m->value.kind != K::Null) parse_kernels(ctx, *m, cfg.kernels);
   if (const Member* m = top.get("activation_checkpointing"); m && m->value.kind != K::Null)
     parse_activation_checkpointing(ctx, *m, cfg.activation_checkpointing);

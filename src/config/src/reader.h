@@ -279,6 +279,7 @@ void parse_comms_config(Ctx& ctx, const Member& section, CommsConfig& c);
 void check_features(Ctx& ctx, Section& top);
 void check_zero_features(Section& zero_optimization);
 void parse_communication(Ctx& ctx, const Member& section, CommunicationConfig& c, CommsConfig& timeout);
+void parse_comms_logger(Ctx& ctx, const Member& section, CommsLoggerConfig& c);
 void parse_kernels(Ctx& ctx, const Member& section, KernelsConfig& c);
 void parse_activation_checkpointing(Ctx& ctx, const Member& section, ActivationCheckpointingConfig& c);
 

@@ -42,6 +42,7 @@ const Table& section_keys() {
       {"csv_monitor", {"enabled", "output_path", "job_name"}},
       {"tensorboard", {"enabled", "output_path", "job_name"}},
       {"communication", {"timeout", "shared_memory", "progress_thread", "device_backend"}},
+      {"comms_logger", {"enabled", "verbose", "prof_all", "prof_ops", "debug"}},
       {"kernels", {"attention", "attention_block", "cpu_bf16_gemm"}},
       {"zero_optimization.offload_optimizer", {"device", "nvme_path", "buffer_count", "pin_memory", "pipeline_read",
                                                "pipeline_write", "fast_init", "ratio"}},
@@ -89,7 +90,7 @@ std::vector<std::string> config_keys() {
   std::vector<std::string> keys;
   nlohmann::json doc = nlohmann::json::object();
   for (const char* section : {"fp16", "bf16", "bfloat16", "data_types", "checkpoint", "csv_monitor", "tensorboard", "comms_config",
-                              "communication", "kernels", "amp", "activation_checkpointing", "aio"})
+                              "communication", "comms_logger", "kernels", "amp", "activation_checkpointing", "aio"})
     doc[section] = nlohmann::json::object();
   doc["zero_optimization"] = {{"offload_optimizer", nlohmann::json::object()},
                               {"offload_param", nlohmann::json::object()}};

@@ -272,6 +272,26 @@ void parse_communication(Ctx& ctx, const Member& section, CommunicationConfig& c
   s.finish();
 }
 
+// DeepSpeed's keys and defaults; the engine checks the prof_ops names against the collectives
+// it records (the communicator library holds that table).
+void parse_comms_logger(Ctx& ctx, const Member& section, CommsLoggerConfig& c) {
+  Section s(ctx, section.value, section.key_pos, "comms_logger");
+  s.boolean("enabled", c.enabled);
+  s.boolean("verbose", c.verbose);
+  s.boolean("prof_all", c.prof_all);
+  if (const Member* m = s.get("prof_ops"); m && m->value.kind != K::Null) {
+    const char* expected = "a list of collective names such as [\"all_reduce\", \"all_gather\"]";
+    if (m->value.kind != K::Array) s.type_error(*m, expected);
+    c.prof_ops.clear();
+    for (const JsonNode& op : m->value.items) {
+      if (op.kind != K::String) s.type_error(*m, expected);
+      c.prof_ops.push_back(op.str);
+    }
+  }
+  s.boolean("debug", c.debug);
+  s.finish();
+}
+
 namespace {
 
 // One of `choices` (case-insensitive), stored as written in the list.

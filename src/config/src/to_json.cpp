@@ -148,6 +148,9 @@ nlohmann::json to_json(const DsConfig& cfg) {
   for (const auto& [name, m] : {std::pair<const char*, const MonitorConfig&>{"csv_monitor", cfg.csv_monitor},
                                 {"tensorboard", cfg.tensorboard}})
     j[name] = {{"enabled", m.enabled}, {"output_path", m.output_path}, {"job_name", m.job_name}};
+  if (const auto& l = cfg.comms_logger; l.enabled)
+    j["comms_logger"] = {{"enabled", true}, {"verbose", l.verbose}, {"prof_all", l.prof_all},
+                         {"prof_ops", l.prof_ops}, {"debug", l.debug}};
   // Only when given: the section's presence is what turns recomputation on.
   if (const auto& a = cfg.activation_checkpointing; a.enabled)
     j["activation_checkpointing"] = {{"partition_activations", a.partition_activations},

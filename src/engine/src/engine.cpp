@@ -13,6 +13,7 @@
 #include "ds/core/error.h"
 #include "ds/core/log.h"
 #include "ds/engine/monitor.h"
+#include "ds/mpi/comms_logger.h"
 #include "ds/optim/optimizer.h"
 #include "ds/sched/lr_scheduler.h"
 #include "grad_reducer.h"
@@ -29,6 +30,7 @@ Engine::Engine(config::DsConfig cfg, Module& module, std::shared_ptr<Communicato
     : cfg_(std::move(cfg)), module_(&module), comm_(std::move(comm)), dist_keepalive_(std::move(dist_keepalive)),
       device_comm_(std::move(device_comm)), device_(module.device()) {
   DS_CHECK(comm_ != nullptr, "ds::Engine needs a communicator");
+  CommCallerScope caller("initialize");  // comms_logger.debug's name for the collectives below
   rank_ = comm_->rank();
   world_ = comm_->size();
   configure_precision_and_comms();
@@ -68,6 +70,7 @@ void Engine::configure_precision_and_comms() {
     check_device_limits();
     if (device_comm_) device_comm_->set_compute_stream(module_->device_stream());
   }
+  if (cfg_.comms_logger.enabled) enable_comms_logger();  // off: the backends as they are, nothing timed
 }
 
 // The flat layout of the module's parameters and the store that holds them, allocated once.
@@ -235,10 +238,12 @@ auto bracketed(engine::GradSync& sync, F&& call) {
 }  // namespace
 
 float Engine::evaluate(const Batch& batch) {
+  CommCallerScope caller("evaluate");
   return bracketed(*sync_, [&] { return module_->evaluate(batch); });
 }
 
 float Engine::forward(const Batch& batch) {
+  CommCallerScope caller("forward");
   timers_.start("forward");
   const float loss = bracketed(*sync_, [&] { return module_->forward(batch); });
   timers_.stop("forward");
@@ -253,6 +258,7 @@ float Engine::forward(const Batch& batch) {
 }
 
 float Engine::backward(float loss) {
+  CommCallerScope caller("backward");
   timers_.start("backward");
   const double gas = double(cfg_.gradient_accumulation_steps);
   // A dynamic fp16 scale may have changed at the last boundary: apply its outcome first.
@@ -268,6 +274,7 @@ float Engine::backward(float loss) {
 }
 
 void Engine::step() {
+  CommCallerScope caller("step");
   if (is_gradient_accumulation_boundary()) {
     boundary_step();
   } else {

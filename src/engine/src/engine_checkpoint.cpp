@@ -11,6 +11,7 @@
 #include "ds/core/log.h"
 #include "ds/engine/engine.h"
 #include "ds/io/checkpoint.h"
+#include "ds/mpi/comms_logger.h"
 #include "ds/optim/optimizer.h"
 #include "ds/sched/lr_scheduler.h"
 #include "grad_sync.h"
@@ -162,6 +163,7 @@ std::string Engine::wait_for_checkpoint() {
 
 void Engine::save_checkpoint(const std::string& save_dir, std::optional<std::string> tag,
                              const io::StateValue& client_state, bool save_latest) {
+  CommCallerScope caller("save_checkpoint");
   resolve_step();  // the counters, scaler and scheduler a save writes include the last step's outcome
   wait_for_checkpoint();
   const std::string t = tag.value_or("global_step" + std::to_string(global_steps_));
@@ -222,6 +224,7 @@ void Engine::save_checkpoint(const std::string& save_dir, std::optional<std::str
 std::optional<std::pair<std::string, io::StateValue>> Engine::load_checkpoint(const std::string& load_dir,
                                                                                std::optional<std::string> tag,
                                                                                const LoadOptions& opt) {
+  CommCallerScope caller("load_checkpoint");
   resolve_step();  // the last step's outcome now, not over the loaded state later
   wait_for_checkpoint();
   std::string t;

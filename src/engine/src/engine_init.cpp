@@ -8,6 +8,7 @@
 #include "ds/core/error.h"
 #include "ds/core/hash.h"
 #include "ds/mpi/comm_factory.h"
+#include "ds/mpi/comms_logger.h"
 #include "ds/mpi/device_comm.h"
 #include "ds/mpi/init.h"
 #include "ds/core/log.h"
@@ -39,6 +40,21 @@ InitResult initialize(const std::string& config, Module& module, std::shared_ptr
                       std::shared_ptr<Communicator> device_comm) {
   std::vector<std::string> warnings;
   return initialize(config::load_config(config, &warnings), module, std::move(comm), std::move(device_comm));
+}
+
+// comms_logger: one log for both communicators, each wrapped so that every collective the
+// engine (and a caller of comm()) runs is recorded. A prof_ops name that is not a collective
+// stops initialize naming the key.
+void Engine::enable_comms_logger() {
+  const config::CommsLoggerConfig& c = cfg_.comms_logger;
+  CommsLoggerOptions o;
+  o.verbose = c.verbose;
+  o.prof_all = c.prof_all;
+  o.prof_ops = c.prof_ops;
+  o.debug = c.debug;
+  comms_log_ = std::make_shared<CommsLog>(std::move(o), rank_, world_, cfg_.source + ": comms_logger.prof_ops");
+  comm_ = make_recording_communicator(comm_, comms_log_);
+  if (device_comm_) device_comm_ = make_recording_communicator(device_comm_, comms_log_);
 }
 
 // What the GPU path (docs/dev/gpu.md) does not offer, refused at initialize naming the key.

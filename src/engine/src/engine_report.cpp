@@ -5,6 +5,7 @@
 #include "ds/core/log.h"
 #include "ds/engine/engine.h"
 #include "ds/engine/monitor.h"
+#include "ds/mpi/comms_logger.h"
 #include "ds/optim/optimizer.h"
 #include "ds/sched/lr_scheduler.h"
 #include "grad_reducer.h"
@@ -82,5 +83,7 @@ Engine::GradientMemory Engine::gradient_memory() const {
 }
 
 std::vector<float> Engine::gather_params_fp32() const { return store_->params_fp32(); }
+
+std::string Engine::comms_summary() const { return comms_log_ ? comms_log_->summary() : std::string(); }
 
 }  // namespace ds

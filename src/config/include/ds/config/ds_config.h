@@ -119,6 +119,16 @@ struct CommsConfig {
   double timeout = 1800.0;
 };
 
+// DeepSpeed's comms_logger: per collective kind and message size, counts, latencies and
+// bandwidths, a summary at the end of training (docs/user/config.md).
+struct CommsLoggerConfig {
+  bool enabled = false;
+  bool verbose = false;               // print each operation as it completes (rank 0)
+  bool prof_all = true;               // every collective; false: only prof_ops
+  std::vector<std::string> prof_ops;  // collective names ("all_reduce", ...), checked by the engine
+  bool debug = false;                 // the summary names the engine step that called each one
+};
+
 // dstrain extension: how the ranks talk on one node.
 struct CommunicationConfig {
   bool shared_memory = true;    // shared-memory collectives between the ranks of a node; false: plain MPI
@@ -192,6 +202,7 @@ struct DsConfig {
   MonitorConfig tensorboard;
   CommsConfig comms_config;
   CommunicationConfig communication;
+  CommsLoggerConfig comms_logger;
   KernelsConfig kernels;
   ActivationCheckpointingConfig activation_checkpointing;
   AioConfig aio;

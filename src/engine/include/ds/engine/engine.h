@@ -37,6 +37,7 @@ namespace ds::sched { class LrScheduler; }
 
 namespace ds {
 
+class CommsLog;
 namespace engine { class Monitors; class ParamStore; class GradSync; class GroupFetcher; struct AsyncSave; struct FetchOptions; struct NvmeOptions; struct StoreOptions; }
 namespace io { struct CheckpointContent; struct ShardRange; }
 
@@ -174,6 +175,9 @@ class Engine {
   // Accumulated ms per phase ("forward", "backward", "reduce", "step"); reset after each
   // progress line when wall_clock_breakdown is on.
   const Timers& timers() const { return timers_; }
+  // comms_logger: this rank's collectives so far in DeepSpeed's log_summary() table ("" when
+  // comms_logger is off or none ran). Not collective; the train app prints rank 0's at the end.
+  std::string comms_summary() const;
 
  private:
   // Collective: every rank must hold the same parameter names and shapes (else ds::Error on all ranks).
@@ -181,6 +185,7 @@ class Engine {
   void check_device_limits() const;  // the GPU path's limits (engine_init.cpp)
   // The constructor's steps, in its order (engine.cpp).
   void configure_precision_and_comms();
+  void enable_comms_logger();  // wraps the communicators in recording ones (engine_init.cpp)
   engine::StoreOptions configure_storage();
   void configure_optimizer(const engine::StoreOptions& so);
   void init_and_bind_parameters();
@@ -210,6 +215,7 @@ class Engine {
   std::shared_ptr<void> dist_keepalive_;    // the distributed context when initialize made it
   std::shared_ptr<Communicator> device_comm_;  // NCCL or staged group for a CUDA module's gradients (world > 1)
   Communicator* grad_comm_ = nullptr;       // where gradients and ZeRO gathers travel: device_comm_ or comm_
+  std::shared_ptr<CommsLog> comms_log_;     // comms_logger.enabled: what comm_ and device_comm_ recorded
   Device device_ = Device::Cpu;             // module.device()
   int rank_ = 0, world_ = 1;
   DType wdtype_ = DType::F32;               // working params and grads: F32 | F16 | BF16
