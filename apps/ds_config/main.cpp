@@ -2,6 +2,8 @@
 //
 //   ds_config check FILE [--world_size N] [--steps N] [--lr X]   resolved config as JSON on stdout
 //   ds_config schedule FILE --steps N [--world_size N] [--lr X]  "step,lr" CSV, one row per step
+//   ds_config pipe-schedule --stages S --micro_batches M [--stage_id K] [--eval]
+//                                         DeepSpeed's pipeline schedule, one line per step
 //
 // stdout holds only that output. Every diagnostic goes to stderr: warnings (unknown top-level
 // keys, deprecated forms), one note per "auto" value filled (--steps and --lr fill what
@@ -17,6 +19,7 @@
 #include <CLI/CLI.hpp>
 
 #include "cli_usage.h"
+#include "pipe_schedule.h"
 #include "ds/config/parse.h"
 #include "ds/core/env.h"
 #include "ds/core/error.h"
@@ -97,6 +100,16 @@ int main(int argc, char** argv) {
   schedule->add_option("--lr", a.lr, "learning rate of the run: fills an optimizer \"lr\": \"auto\"")
       ->check(CLI::NonNegativeNumber);
 
+  ds::tools::PipeScheduleArgs pa;
+  auto* pipe = app.add_subcommand("pipe-schedule", "print DeepSpeed's pipeline schedule of each stage, step by step");
+  pipe->add_option("--stages", pa.stages, "pipeline stages")->required()->check(positive_int);
+  pipe->add_option("--micro_batches", pa.micro_batches, "micro-batches per step (gradient_accumulation_steps)")
+      ->required()
+      ->check(positive_int);
+  pipe->add_option("--stage_id", pa.stage_id, "print only this stage (0-based)")
+      ->check(CLI::Range(0, std::numeric_limits<int>::max()));
+  pipe->add_flag("--eval", pa.eval, "the inference schedule (forward passes only) instead of 1F1B training");
+
   try {
     app.parse(argc, argv);
   } catch (const CLI::ParseError& e) {
@@ -105,6 +118,10 @@ int main(int argc, char** argv) {
   try {
     ds::env::check_all();  // a bad DS_* value: one error line before any work
     if (check->parsed()) return run_check(a);
+    if (pipe->parsed()) {
+      std::cout << ds::tools::pipe_schedule_text(pa);
+      return 0;
+    }
     return run_schedule(a);
   } catch (const std::exception& e) {
     std::cerr << "ds_config: error: " << ds::user_message(e) << "\n";
