@@ -1,16 +1,23 @@
-// The bf16 GEMM against a double-precision reference on bf16-rounded inputs, every
-// transpose combination, awkward sizes, alpha/beta. Tolerance: 1e-5 of sum_k |a||b| per
-// element (fp32 accumulation of exact bf16 products).
+// The own GEMM kernels against a double-precision reference (the bf16 one on bf16-rounded
+// inputs), every transpose combination, awkward sizes (edges of both register tiles: 6 x 64
+// for AVX-512, 6 x 16 for AVX2), alpha/beta, every epilogue. Tolerance: 1e-5 of
+// sum_k |a||b| per element (fp32 accumulation of exact products). The fp32 tests run on
+// every kernel set with an own fp32 kernel (avx2, avx512) up to the one in use, so the
+// default run covers both on an AVX-512 machine and the .isa_avx2 run the AVX2 one alone.
 #include <gtest/gtest.h>
 
 #include <array>
 #include <cmath>
 #include <random>
+#include <string>
 #include <vector>
 
+#include "ds/core/cpu_features.h"
+#include "ds/core/error.h"
 #include "ds/core/half.h"
 #include "ds/nn/gemm.h"
 #include "same_bits.h"
+#include "scoped_isa.h"
 
 namespace {
 
@@ -58,14 +65,19 @@ void check(bool ta, bool tb, std::int64_t M, std::int64_t N, std::int64_t K, flo
   for (std::int64_t m = 0; m < M; ++m) ASSERT_EQ(C[m * ldc + N], C0[m * ldc + N]);
 }
 
+// The shapes every kernel's test starts with: one element, partial tiles, alpha and beta.
+void check_small_shapes(bool ta, bool tb) {
+  check(ta, tb, 1, 1, 1, 1.0f, 0.0f);
+  check(ta, tb, 7, 13, 5, 0.5f, 1.0f);
+  check(ta, tb, 13, 65, 33, 1.0f, 0.0f);
+  check(ta, tb, 70, 130, 64, -2.0f, 0.25f);
+}
+
 TEST(NnGemm, Bf16MatchesReference) {
   if (!ds::nn::bf16_gemm_supported()) GTEST_SKIP() << "no AVX512-BF16 on this CPU";
   for (bool ta : {false, true})
     for (bool tb : {false, true}) {
-      check(ta, tb, 1, 1, 1, 1.0f, 0.0f);
-      check(ta, tb, 7, 13, 5, 0.5f, 1.0f);
-      check(ta, tb, 13, 65, 33, 1.0f, 0.0f);
-      check(ta, tb, 70, 130, 64, -2.0f, 0.25f);
+      check_small_shapes(ta, tb);
       // Odd K and k-pair tails inside the 16-pair packing blocks; partial strip groups of a
       // transposed A; packed B of 5 KB and of 1.25 MB (both tile orders).
       check(ta, tb, 9, 67, 67, 1.0f, 0.0f);
@@ -74,40 +86,84 @@ TEST(NnGemm, Bf16MatchesReference) {
     }
 }
 
+// The kernel sets with an own fp32 GEMM kernel at or below the one in use.
+std::vector<ds::CpuIsa> own_f32_isas() {
+  std::vector<ds::CpuIsa> out;
+  for (ds::CpuIsa isa : {ds::CpuIsa::avx2, ds::CpuIsa::avx512})
+    if (ds::cpu_isa_best() != ds::CpuIsa::neon && ds::isa_at_least(isa)) out.push_back(isa);
+  return out;
+}
+
+// Every x86 kernel set from avx2 up runs the layers' GEMMs on an own kernel with the fused
+// epilogue (none on plain or neon: OpenBLAS there).
+TEST(NnGemm, OwnF32KernelOnAvx2AndAvx512) {
+  for (ds::CpuIsa isa : own_f32_isas()) {
+    ds_test::ScopedIsa scoped(ds::isa_name(isa));
+    EXPECT_TRUE(ds::nn::f32_gemm_supported()) << ds::isa_name(isa);
+    EXPECT_TRUE(ds::nn::own_gemm_for_layers(ds::nn::Precision::F32)) << ds::isa_name(isa);
+  }
+  if (ds::cpu_isa() == ds::CpuIsa::plain || ds::cpu_isa() == ds::CpuIsa::neon) {
+    EXPECT_FALSE(ds::nn::f32_gemm_supported());
+    EXPECT_THROW(ds::nn::gemm_f32(false, false, 1, 1, 1, 1.0f, nullptr, 1, nullptr, 1, 0.0f, nullptr, 1), ds::Error);
+  }
+}
+
 TEST(NnGemm, F32BlockedMatchesReference) {
-  if (!ds::nn::f32_gemm_supported()) GTEST_SKIP() << "no AVX-512 on this CPU";
+  if (own_f32_isas().empty()) GTEST_SKIP() << "no own fp32 kernel for the kernel set in use";
   g_bf16 = false;
-  for (bool ta : {false, true})
-    for (bool tb : {false, true}) {
-      check(ta, tb, 1, 1, 1, 1.0f, 0.0f);
-      check(ta, tb, 7, 13, 5, 0.5f, 1.0f);
-      check(ta, tb, 13, 65, 33, 1.0f, 0.0f);
-      check(ta, tb, 70, 130, 64, -2.0f, 0.25f);
-      check(ta, tb, 6, 64, 0, 1.0f, 0.5f);  // K = 0: C = beta C
-      // K > 256: a transposed A is packed (strip groups, a partial last one); op(B) of
-      // 145 KB and of 1.25 MB: both tile orders (B in L2 or not).
-      check(ta, tb, 301, 70, 520, 1.0f, 1.0f);
-      check(ta, tb, 50, 600, 520, 0.5f, 0.0f);
-    }
+  for (ds::CpuIsa isa : own_f32_isas()) {
+    ds_test::ScopedIsa scoped(ds::isa_name(isa));
+    SCOPED_TRACE(ds::isa_name(isa));
+    for (bool ta : {false, true})
+      for (bool tb : {false, true}) {
+        check_small_shapes(ta, tb);
+        check(ta, tb, 6, 64, 0, 1.0f, 0.5f);  // K = 0: C = beta C
+        // K > 256: a transposed A is packed (strip groups, a partial last one); op(B) of
+        // 145 KB and of 1.25 MB: both tile orders (B in L2 or not).
+        check(ta, tb, 301, 70, 520, 1.0f, 1.0f);
+        check(ta, tb, 50, 600, 520, 0.5f, 0.0f);
+        // Every column remainder of the AVX2 tile (one or two 8-column vectors, partial or
+        // full), row remainders 0 and 2-5 (1 above); one full group of eight 6-row strips
+        // of A^T and one row more.
+        for (std::int64_t n : {8, 9, 15, 16, 17, 24})
+          check(ta, tb, 6 + n % 6, n, 9, 1.0f, 0.5f);
+        check(ta, tb, 48, 23, 300, 1.0f, 0.0f);
+        check(ta, tb, 49, 31, 301, -1.0f, 1.0f);
+      }
+  }
   g_bf16 = true;
 }
 
 // The own kernels with an epilogue, as the layers call them (gemm_epilogue picks by
-// precision): fp32 always where AVX-512 is, bf16 where AVX512-BF16 is.
-std::vector<ds::nn::Precision> epilogue_kernels() {
-  std::vector<ds::nn::Precision> k;
-  if (ds::nn::f32_gemm_supported()) k.push_back(ds::nn::Precision::F32);
-  if (ds::nn::bf16_gemm_supported()) k.push_back(ds::nn::Precision::BF16);
+// precision): fp32 on each kernel set of own_f32_isas(), bf16 where AVX512-BF16 is.
+struct Kernel {
+  ds::nn::Precision prec;
+  ds::CpuIsa isa;
+};
+std::vector<Kernel> epilogue_kernels() {
+  std::vector<Kernel> k;
+  for (ds::CpuIsa isa : own_f32_isas()) k.push_back({ds::nn::Precision::F32, isa});
+  if (ds::nn::bf16_gemm_supported()) k.push_back({ds::nn::Precision::BF16, ds::cpu_isa()});
   return k;
 }
-const char* name(ds::nn::Precision p) { return p == ds::nn::Precision::BF16 ? "bf16 kernel" : "fp32 kernel"; }
+std::string name(const Kernel& k) {
+  return std::string(k.prec == ds::nn::Precision::BF16 ? "bf16 kernel (" : "fp32 kernel (") + ds::isa_name(k.isa) + ")";
+}
+// f(precision, kernel name) for each epilogue kernel, run on its kernel set.
+template <class F>
+void for_each_kernel(F&& f) {
+  for (const Kernel& k : epilogue_kernels()) {
+    ds_test::ScopedIsa scoped(ds::isa_name(k.isa));
+    f(k.prec, name(k));
+  }
+}
 
 // GemmEpilogue::a_row_sum adds each row's sum of op(A) (the bias gradient of a weight
 // gradient) from the fp32 values: fp32 kernel: summed while packing a transposed A with
 // K > 256, by a plain loop otherwise; bf16 kernel: while packing A, either layout.
 TEST(NnGemm, RowSumOfA) {
-  if (epilogue_kernels().empty()) GTEST_SKIP() << "no AVX-512 on this CPU";
-  for (ds::nn::Precision prec : epilogue_kernels())
+  if (epilogue_kernels().empty()) GTEST_SKIP() << "no own GEMM kernel for the kernel set in use";
+  for_each_kernel([&](ds::nn::Precision prec, const std::string& kname) {
   for (bool ta : {false, true})
     for (auto [M, N, K] : {std::array<std::int64_t, 3>{1, 1, 1}, {13, 20, 33}, {301, 70, 520}, {50, 17, 1000}}) {
       Operands o(ta, false, M, N, K, std::uint64_t(M * 17 + K));
@@ -125,10 +181,11 @@ TEST(NnGemm, RowSumOfA) {
           mag += std::fabs(a);
         }
         ASSERT_NEAR(rs[std::size_t(m)], s, 1e-5 * mag + 1e-5)
-            << name(prec) << " ta " << ta << " M " << M << " K " << K << " row " << m;
+            << kname << " ta " << ta << " M " << M << " K " << K << " row " << m;
       }
       ASSERT_EQ(rs[std::size_t(M)], float(M) - 3.0f);
     }
+  });
 }
 
 // gemm_tri against the plain triple loop on the defined part: LowerC compares n <= m only;
@@ -167,8 +224,8 @@ void check_tri(ds::nn::Tri tri, bool ta, bool tb, std::int64_t M, std::int64_t N
 // k): the same bits on any number of threads, for both kernels, with the weight-gradient
 // form's row sums too.
 TEST(NnGemm, SameBitsOnAnyThreadCount) {
-  if (epilogue_kernels().empty()) GTEST_SKIP() << "no AVX-512 on this CPU";
-  for (ds::nn::Precision prec : epilogue_kernels())
+  if (epilogue_kernels().empty()) GTEST_SKIP() << "no own GEMM kernel for the kernel set in use";
+  for_each_kernel([&](ds::nn::Precision prec, const std::string& kname) {
     for (bool ta : {false, true}) {
       const std::int64_t M = 301, N = 600, K = 520;
       Operands o(ta, false, M, N, K, 99 + std::uint64_t(ta));
@@ -186,21 +243,30 @@ TEST(NnGemm, SameBitsOnAnyThreadCount) {
       const std::vector<float> one = run(1);
       for (int t : {2, 3})
         ASSERT_EQ(ds::test::first_bit_difference(run(t), one), "")
-            << name(prec) << " ta " << ta << " (C, then the row sums) on " << t << " threads";
+            << kname << " ta " << ta << " (C, then the row sums) on " << t << " threads";
     }
+  });
 }
 
+// On each own fp32 kernel (avx2, avx512) and on the kernel set in use (plain: the full
+// product through the front door).
 TEST(NnGemm, TriangularMatchesReference) {
   using ds::nn::Tri;
-  for (Tri tri : {Tri::LowerC, Tri::LowerA, Tri::UpperA})
-    for (bool ta : {false, true})
-      for (bool tb : {false, true}) {
-        const bool sq = tri != Tri::LowerC;  // op(A) triangles need K == M
-        check_tri(tri, ta, tb, 1, 1, 1, 1.0f, 0.0f);
-        check_tri(tri, ta, tb, 7, sq ? 5 : 7, 7, 0.5f, 1.0f);
-        check_tri(tri, ta, tb, 37, sq ? 17 : 37, sq ? 37 : 13, 1.0f, 0.0f);
-        check_tri(tri, ta, tb, 130, sq ? 64 : 130, sq ? 130 : 64, -2.0f, 0.25f);
-      }
+  std::vector<ds::CpuIsa> sets = own_f32_isas();
+  if (sets.empty()) sets.push_back(ds::cpu_isa());
+  for (ds::CpuIsa isa : sets) {
+    ds_test::ScopedIsa scoped(ds::isa_name(isa));
+    SCOPED_TRACE(ds::isa_name(isa));
+    for (Tri tri : {Tri::LowerC, Tri::LowerA, Tri::UpperA})
+      for (bool ta : {false, true})
+        for (bool tb : {false, true}) {
+          const bool sq = tri != Tri::LowerC;  // op(A) triangles need K == M
+          check_tri(tri, ta, tb, 1, 1, 1, 1.0f, 0.0f);
+          check_tri(tri, ta, tb, 7, sq ? 5 : 7, 7, 0.5f, 1.0f);
+          check_tri(tri, ta, tb, 37, sq ? 17 : 37, sq ? 37 : 13, 1.0f, 0.0f);
+          check_tri(tri, ta, tb, 130, sq ? 64 : 130, sq ? 130 : 64, -2.0f, 0.25f);
+        }
+  }
 }
 
 TEST(NnGemm, FrontDoorF32IsSgemm) {
@@ -212,8 +278,8 @@ TEST(NnGemm, FrontDoorF32IsSgemm) {
 // GemmEpilogue::half_c: accumulating into bf16 / fp16 storage gives exactly the bits of the
 // fp32 result (same kernel, beta 0) added to the old half values and rounded once.
 TEST(NnGemm, HalfAccumulateIsFp32ThenOneRounding) {
-  if (epilogue_kernels().empty()) GTEST_SKIP() << "no AVX-512 on this CPU";
-  for (ds::nn::Precision prec : epilogue_kernels())
+  if (epilogue_kernels().empty()) GTEST_SKIP() << "no own GEMM kernel for the kernel set in use";
+  for_each_kernel([&](ds::nn::Precision prec, const std::string& kname) {
   for (bool bf16 : {true, false})
     for (bool ta : {false, true})
       for (auto [M, N, K] : {std::array<std::int64_t, 3>{1, 1, 1}, {13, 70, 33}, {301, 70, 520}}) {
@@ -235,16 +301,17 @@ TEST(NnGemm, HalfAccumulateIsFp32ThenOneRounding) {
         ds::nn::gemm_epilogue(prec, ta, false, M, N, K, 0.5f, o.A.data(), o.lda, o.B.data(), o.ldb, 1.0f, nullptr,
                               o.ldc, ep);
         for (std::size_t i = 0; i < h.size(); ++i)
-          ASSERT_EQ(h[i], want[i]) << name(prec) << (bf16 ? " into bf16" : " into fp16") << " ta " << ta << " M " << M << " N " << N << " K "
+          ASSERT_EQ(h[i], want[i]) << kname << (bf16 ? " into bf16" : " into fp16") << " ta " << ta << " M " << M << " N " << N << " K "
                                    << K << " at " << i;
       }
+  });
 }
 
 // Bias and residual in the epilogue: exactly the plain product (same kernel, beta 0) with the
 // bias, then the residual, added in fp32 afterwards; with beta 1 the old C first.
 TEST(NnGemm, EpilogueBiasAndAddAreTheSameAdditions) {
-  if (epilogue_kernels().empty()) GTEST_SKIP() << "no AVX-512 on this CPU";
-  for (ds::nn::Precision prec : epilogue_kernels())
+  if (epilogue_kernels().empty()) GTEST_SKIP() << "no own GEMM kernel for the kernel set in use";
+  for_each_kernel([&](ds::nn::Precision prec, const std::string& kname) {
     for (auto [M, N, K] : {std::array<std::int64_t, 3>{1, 1, 1}, {7, 13, 5}, {12, 128, 40}, {70, 260, 64}}) {
       Operands o(false, true, M, N, K, std::uint64_t(M * 3 + N + K));
       Operands extra(false, false, M, N, 1, std::uint64_t(K + 5));  // its C: the residual, ldc = N + 2
@@ -269,11 +336,12 @@ TEST(NnGemm, EpilogueBiasAndAddAreTheSameAdditions) {
               if (beta != 0.0f) want = std::fma(o.C[i], beta, want);
               want = (want + bias[std::size_t(n)]) + extra.C[std::size_t(m * extra.ldc + n)];
             }
-            ASSERT_EQ(got[i], want) << name(prec) << " beta " << beta << " M " << M << " N " << N << " K " << K
+            ASSERT_EQ(got[i], want) << kname << " beta " << beta << " M " << M << " N " << N << " K " << K
                                     << " at " << m << "," << n;
           }
       }
     }
+  });
 }
 
 }  // namespace

@@ -1,8 +1,10 @@
-// fp32 GEMMs with AVX-512 FMA (see ds/nn/gemm.h) and the front door that picks a kernel.
+// fp32 GEMMs with AVX-512 FMA (see ds/nn/gemm.h) and the front door that picks a kernel
+// (AVX-512 here, AVX2 + FMA in gemm_avx2.cpp, else OpenBLAS).
 //
-// B is packed into 64-column k-major panels (or read in place), A read in place (a long
-// transposed A packed into [k][MR] strips); the 6 x 64 register tile and its epilogue are in
-// gemm_tile.h, shared with the bf16 kernel (gemm_bf16.cpp).
+// The blocked driver (gemm_driver.h) packs B into 64-column k-major panels (or reads it in
+// place) and reads A in place (a long transposed A packed into [k][MR] strips); the 6 x 64
+// register tile and its epilogue are in gemm_tile.h, shared with the bf16 kernel
+// (gemm_bf16.cpp).
 #include "ds/nn/gemm.h"
 
 #include <cblas.h>
@@ -18,7 +20,7 @@
 #include "ds/core/cpu_features.h"
 #include "ds/core/env.h"
 #include "ds/core/error.h"
-#include "gemm_tile.h"
+#include "gemm_driver.h"
 
 namespace ds::nn {
 namespace {
@@ -164,15 +166,37 @@ __attribute__((target("avx512f,avx512bw,avx512vl,fma"))) void micro_kernel_f32(
   store_tile(acc, alpha, beta, c, ldc, mv, std::min<std::int64_t>(nv, 16 * NV), ep, m0, n0);
 }
 
+// The AVX-512 kernel set for gemm_f32_blocked (gemm_driver.h).
+struct Avx512F32 {
+  static constexpr std::int64_t MR = detail::MR, NR = detail::NR;
+  static void pack_at_group(float* out, const float* src, std::int64_t ld, std::int64_t rows, std::int64_t K,
+                            float* row_sum) {
+    ds::nn::pack_at_group(out, src, ld, rows, K, row_sum);
+  }
+  static void pack_b_panel(float* out, const View& x, std::int64_t n0, std::int64_t N, std::int64_t K) {
+    ds::nn::pack_b_panel(out, x, n0, N, K);
+  }
+  static void tile(const float* a, std::int64_t rs, std::int64_t ks, const float* b, std::int64_t bs, std::int64_t K,
+                   float alpha, float beta, float* c, std::int64_t ldc, std::int64_t mv, std::int64_t nv,
+                   const GemmEpilogue& ep, std::int64_t m0, std::int64_t n0) {
+    switch ((nv + 15) / 16) {  // a causal C skips the 16-column vectors above the diagonal
+      case 1: micro_kernel_f32<1>(a, rs, ks, b, bs, K, alpha, beta, c, ldc, mv, nv, ep, m0, n0); break;
+      case 2: micro_kernel_f32<2>(a, rs, ks, b, bs, K, alpha, beta, c, ldc, mv, nv, ep, m0, n0); break;
+      case 3: micro_kernel_f32<3>(a, rs, ks, b, bs, K, alpha, beta, c, ldc, mv, nv, ep, m0, n0); break;
+      default: micro_kernel_f32<4>(a, rs, ks, b, bs, K, alpha, beta, c, ldc, mv, nv, ep, m0, n0); break;
+    }
+  }
+};
+
 #endif  // __x86_64__
 
 }  // namespace
 
 
-// fp32 GEMMs go to OpenBLAS when it runs an AVX-512 kernel (OpenBLAS 0.3.21 does not know
-// newer CPU models and falls back to its SSE3 "Prescott" kernel unless OPENBLAS_CORETYPE,
-// e.g. SkylakeX, is set before the program starts), else to our AVX-512 kernel.
-// DS_NN_GEMM=openblas|own forces the choice.
+// fp32 GEMMs go to OpenBLAS when it runs a kernel for the kernel set in use or a wider one
+// (OpenBLAS 0.3.21 does not know newer CPU models and falls back to its SSE3 "Prescott"
+// kernel unless OPENBLAS_CORETYPE, e.g. SkylakeX or Haswell, is set before the program
+// starts), else to our own kernel. DS_NN_GEMM=openblas|own forces the choice.
 bool use_openblas_f32() {
   const std::string forced = env::get_string("DS_NN_GEMM");
   if (forced == "openblas") return true;
@@ -180,12 +204,15 @@ bool use_openblas_f32() {
   if (!f32_gemm_supported()) return true;
   std::string core = openblas_get_corename();
   for (auto& ch : core) ch = char(std::tolower(static_cast<unsigned char>(ch)));
-  return core.find("skylakex") != std::string::npos || core.find("cooperlake") != std::string::npos ||
-         core.find("sapphirerapids") != std::string::npos;
+  auto has = [&](const char* name) { return core.find(name) != std::string::npos; };
+  const bool avx512_core = has("skylakex") || has("cooperlake") || has("sapphirerapids");
+  if (cpu_isa() == CpuIsa::avx512) return avx512_core;
+  return avx512_core || has("haswell") || has("zen");
 }
 
 bool f32_gemm_supported() {
-  return cpu_isa() == CpuIsa::avx512;
+  const CpuIsa isa = cpu_isa();
+  return isa == CpuIsa::avx512 || isa == CpuIsa::avx2;
 }
 
 namespace {
@@ -193,78 +220,14 @@ namespace {
 void gemm_f32_impl(Tri tri, bool trans_a, bool trans_b, std::int64_t M, std::int64_t N, std::int64_t K,
                    float alpha, const float* A, std::int64_t lda, const float* B, std::int64_t ldb,
                    float beta, float* C, std::int64_t ldc, const GemmEpilogue& ep = {}) {
-  DS_CHECK(f32_gemm_supported(), "gemm_f32: no own fp32 GEMM kernel for the CPU kernel set in use ("
-                                      << isa_name(cpu_isa()) << ")");
+  const CpuIsa isa = cpu_isa();
+  DS_CHECK(f32_gemm_supported(),
+           "gemm_f32: no own fp32 GEMM kernel for the CPU kernel set in use (" << isa_name(isa) << ")");
 #if defined(__x86_64__)
-  if (M <= 0 || N <= 0) return;
-  const std::int64_t mp = (M + MR - 1) / MR, np = (N + NR - 1) / NR;
-  const std::int64_t Kp = std::max<std::int64_t>(K, 1);
-  float* pb = reinterpret_cast<float*>(ensure(1, std::size_t(np * NR * Kp)));
-  const View vb{B, ldb, !trans_b};
-  // op(A) is read in place; a transposed A with a long k is packed into [k][MR] panels
-  // first (each k step of A^T in place is a new cache line, and lda = 1024 floats would
-  // also alias in L1).
-  const bool pack_a = trans_a && K > 256;
-  float* pa = pack_a ? reinterpret_cast<float*>(ensure(0, std::size_t(mp * MR * Kp))) : nullptr;
-  // op(B) with rows contiguous in n (B not transposed) is read in place for every full
-  // 64-column panel (its k rows are ldb apart instead of 64: no copy), unless ldb is a
-  // multiple of 512 floats (rows 2 KiB apart share a few L1 sets: measured 143 against 152
-  // GFLOP/s packed at ldb = 1024), or A is packed too: the weight gradients (A = dout^T)
-  // with B packed measured 3% faster in the step (sum of the per-op minima of the Linear
-  // backwards, 6 interleaved runs, AMD EPYC: 76.1 -> 73.6 ms) and 2-20% at the bench shapes
-  // in isolation. A partial last panel and a transposed B are always packed.
-  const bool b_rows_ok = !trans_b && ldb % 512 != 0 && !pack_a;
-  auto b_in_place = [&](std::int64_t j) { return b_rows_ok && (j + 1) * NR <= N; };
-  const View va{A, lda, trans_a};
-  const bool par = !omp_in_parallel() && M * N * Kp > (1 << 21);
-  auto run = [&](bool team) {
-    // One 6 x 64 tile of C: row strip i, column panel j.
-    auto tile = [&](std::int64_t i, std::int64_t j) {
-      const std::int64_t m0 = i * MR, n0 = j * NR, mv = std::min(MR, M - m0);
-      std::int64_t nv = std::min(NR, N - n0), k0 = 0, k1 = K;
-      if (tri == Tri::LowerC) {  // columns past the tile's last row are not needed
-        nv = std::min(nv, m0 + mv - n0);
-        if (nv <= 0) return;
-      } else if (tri == Tri::LowerA) {  // op(A)(m, k) = 0 for k > m
-        k1 = std::min(K, m0 + mv);
-      } else if (tri == Tri::UpperA) {  // op(A)(m, k) = 0 for k < m
-        k0 = std::min(K, m0);
-      }
-      const float* a = pack_a ? pa + i * MR * K + k0 * MR : trans_a ? A + k0 * lda + m0 : A + m0 * lda + k0;
-      const std::int64_t rs = pack_a ? 1 : trans_a ? 1 : lda, ks = pack_a ? MR : trans_a ? lda : 1;
-      const bool bip = b_in_place(j);
-      const float* b = bip ? B + k0 * ldb + n0 : pb + j * NR * K + k0 * NR;
-      const std::int64_t bs = bip ? ldb : NR;
-      float* c = ep.half_c ? nullptr : C + m0 * ldc + n0;
-      const std::int64_t kk = k1 - k0;
-      switch ((nv + 15) / 16) {
-        case 1: micro_kernel_f32<1>(a, rs, ks, b, bs, kk, alpha, beta, c, ldc, mv, nv, ep, m0, n0); break;
-        case 2: micro_kernel_f32<2>(a, rs, ks, b, bs, kk, alpha, beta, c, ldc, mv, nv, ep, m0, n0); break;
-        case 3: micro_kernel_f32<3>(a, rs, ks, b, bs, kk, alpha, beta, c, ldc, mv, nv, ep, m0, n0); break;
-        default: micro_kernel_f32<4>(a, rs, ks, b, bs, kk, alpha, beta, c, ldc, mv, nv, ep, m0, n0); break;
-      }
-    };
-    // A transposed A is packed whole before any tile (packing a strip group just before its
-    // tiles measured 3-6% slower: the 4 KiB-strided reads evict B's lines from the L2).
-    if (pack_a) {
-      for_range(team, true, 0, mp, kStripGroup, [&](std::int64_t g) {
-        pack_at_group(pa + g * MR * K, A + g * MR, lda, M - g * MR, K,
-                      ep.a_row_sum ? ep.a_row_sum + g * MR : nullptr);
-      });
-    } else if (ep.a_row_sum) {
-      for_range(team, true, 0, M, 1, [&](std::int64_t i) {
-        float s = 0.0f;
-        for (std::int64_t k = 0; k < K; ++k) s += va.at(i, k);
-        ep.a_row_sum[i] += s;
-      });
-    }
-    for_range(team, false, 0, np, 1, [&](std::int64_t j) {
-      if (!b_in_place(j)) pack_b_panel(pb + j * NR * K, vb, j * NR, N, K);
-    });
-    // Tile order: for_each_tile (gemm_tile.h).
-    for_each_tile(team, mp, np, std::uint64_t(Kp) * NR * sizeof(float), tile);
-  };
-  run_gemm(par, run);
+  if (isa == CpuIsa::avx512)
+    gemm_f32_blocked<Avx512F32>(tri, trans_a, trans_b, M, N, K, alpha, A, lda, B, ldb, beta, C, ldc, ep);
+  else
+    gemm_f32_avx2(tri, trans_a, trans_b, M, N, K, alpha, A, lda, B, ldb, beta, C, ldc, ep);
 #else
   (void)tri, (void)trans_a, (void)trans_b, (void)M, (void)N, (void)K, (void)alpha, (void)A, (void)lda, (void)B;
   (void)ldb, (void)beta, (void)C, (void)ldc, (void)ep;
@@ -280,8 +243,8 @@ void gemm_f32(bool trans_a, bool trans_b, std::int64_t M, std::int64_t N, std::i
 }
 
 bool own_f32_for_layers() {
-  static const bool own = f32_gemm_supported() && env::get_string("DS_NN_GEMM") != "openblas";
-  return own;
+  static const bool forced_blas = env::get_string("DS_NN_GEMM") == "openblas";
+  return !forced_blas && f32_gemm_supported();  // the kernel set is read per call (tests switch it)
 }
 
 bool own_gemm_for_layers(Precision p) { return runs_bf16(p) || own_f32_for_layers(); }

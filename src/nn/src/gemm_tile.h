@@ -1,8 +1,9 @@
 // Internal to ds_nn's GEMMs (gemm.cpp: fp32, gemm_bf16.cpp: bf16): the register tile both
-// micro-kernels accumulate (MR x NR fp32), its store with the fused epilogue, the operand
-// view, what the packers share (the in-register 16 x 16 transpose, the transposed-A strip
-// groups with their row sums), and the per-thread packing buffers. The register tile is
-// AVX-512 and exists on x86-64 only; elsewhere only the bf16 entry's declaration.
+// AVX-512 micro-kernels accumulate (MR x NR fp32), its store with the fused epilogue, the
+// operand view, what the packers share (the in-register 16 x 16 transpose, the
+// transposed-A strip groups with their row sums), and the per-thread packing buffers and
+// tile order, which the AVX2 kernel (gemm_avx2.cpp) uses too. x86-64 only; elsewhere only
+// the bf16 entry's declaration.
 #pragma once
 
 #include <cstdint>

@@ -1,12 +1,13 @@
 // GEMM front door for the layers: C = alpha * op(A) op(B) + beta * C, row-major fp32 in and
 // out, op(A) M x K, op(B) K x N.
 //
-// gemm(Precision::F32): OpenBLAS cblas_sgemm when OpenBLAS runs an AVX-512 kernel; else our
-// AVX-512 FMA kernel (6 x 64 register tile, B packed, A read in place) when the CPU has
-// AVX-512. Debian's OpenBLAS 0.3.21 does not know newer CPU models and falls back to its
-// SSE3 "Prescott" kernel (~1/4 of the AVX-512 rate) unless OPENBLAS_CORETYPE=SkylakeX is in
-// the environment before the program starts. DS_NN_GEMM=openblas|own overrides the choice;
-// without AVX-512, OpenBLAS. The layers call the own kernels directly for all their GEMMs
+// gemm(Precision::F32): OpenBLAS cblas_sgemm when OpenBLAS runs a kernel as wide as the CPU
+// kernel set in use (ds::cpu_isa()); else our own FMA kernel for that set: AVX-512 (6 x 64
+// register tile) or AVX2 + FMA (6 x 16), B packed, A read in place. Debian's OpenBLAS 0.3.21
+// does not know newer CPU models and falls back to its SSE3 "Prescott" kernel (~1/4 of the
+// AVX-512 rate) unless OPENBLAS_CORETYPE (SkylakeX, Haswell) is in the environment before
+// the program starts. DS_NN_GEMM=openblas|own overrides the choice; on the plain and neon
+// sets, OpenBLAS. The layers call the own kernels directly for all their GEMMs
 // (gemm_epilogue: forward, input and weight gradients) and the triangular one for attention
 // (gemm_tri); see docs/user/models.md.
 // Precision::BF16 rounds A and B to bfloat16 (round to nearest even) while packing them and
@@ -71,7 +72,8 @@ void gemm_bf16(bool trans_a, bool trans_b, std::int64_t M, std::int64_t N, std::
                float alpha, const float* A, std::int64_t lda, const float* B, std::int64_t ldb,
                float beta, float* C, std::int64_t ldc);
 
-// The same blocking with fp32 FMA (AVX-512); requires f32_gemm_supported().
+// The same blocking with fp32 FMA (AVX-512 or AVX2, by the kernel set in use); requires
+// f32_gemm_supported(): the set in use is avx512 or avx2.
 bool f32_gemm_supported();
 // Whether Precision::F32 goes to OpenBLAS (see above).
 bool use_openblas_f32();
@@ -83,7 +85,7 @@ void gemm_f32(bool trans_a, bool trans_b, std::int64_t M, std::int64_t N, std::i
 // AVX512-BF16, else the fp32 one, which needs f32_gemm_supported()) with a fused epilogue,
 // applied after alpha/beta on every C element: + bias[n], + add[m * ld_add + n] (null
 // pointers skip a step). The layers use it for all their GEMMs when own_gemm_for_layers(p)
-// (fp32: AVX-512 and DS_NN_GEMM is not "openblas"; rates at the layer shapes:
+// (fp32: f32_gemm_supported() and DS_NN_GEMM is not "openblas"; rates at the layer shapes:
 // bench/train/bench_gemm_shapes).
 // a_row_sum (not an epilogue step: read while op(A) is packed): row_sum[m] += sum over k of
 // op(A)(m, k), i.e. the bias gradient when the GEMM is a weight gradient dout^T x inp; the
@@ -106,8 +108,8 @@ void gemm_epilogue(Precision p, bool trans_a, bool trans_b, std::int64_t M, std:
                    float alpha, const float* A, std::int64_t lda, const float* B, std::int64_t ldb, float beta,
                    float* C, std::int64_t ldc, const GemmEpilogue& ep);
 
-// Triangular-structure fp32 GEMM for causal attention (own AVX-512 kernel; without
-// AVX-512 the full product through gemm(F32), which gives the same defined values):
+// Triangular-structure fp32 GEMM for causal attention (own kernel; without one the full
+// product through gemm(F32), which gives the same defined values):
 //   LowerC: only C(m, n) with n <= m is needed; C above the diagonal is unspecified (some of
 //           it is written, in 16-column steps). alpha/beta apply as usual below it.
 //   LowerA: op(A)(m, k) must be zero for k > m; most of those entries are skipped.
