@@ -7,7 +7,8 @@
 // MPI is then initialized in a child process (so a failing MPI_Init cannot take the report
 // down) to report the thread level and MPI's own rank and size, checked against the
 // environment. --json prints one JSON object whose keys are a contract:
-// version, compiler, mpi, hdf5, cuda, nccl, cpu {features, threads, isa, isa_reason}, distributed {rank,
+// version, compiler, mpi, hdf5, cuda, nccl, torch (the libtorch version the PyTorch adapter was
+// built with, or null), cpu {features, threads, isa, isa_reason}, distributed {rank,
 // world_size, local_rank, local_size, node_rank, master_addr, master_port, source}.
 #include <hdf5.h>
 #include <mpi.h>
@@ -135,6 +136,9 @@ json build_report(bool use_mpi) {
     r["cuda"] = nullptr;
   }
   r["nccl"] = opt(b.nccl);
+  // Set by CMake (cmake/DsTorch.cmake): empty when this build has no PyTorch adapter.
+  const std::string torch_version = DS_TORCH_VERSION;
+  r["torch"] = torch_version.empty() ? json(nullptr) : json(torch_version);
   r["cpu"] = json{{"features", ds::cpu_features_string()}, {"threads", ds::cpu_threads()},
                   {"isa", ds::isa_name(ds::cpu_isa())}, {"isa_reason", ds::cpu_isa_reason()}};
 
@@ -211,6 +215,8 @@ void print_human(const json& r) {
     line("CUDA devices", show(r["cuda"]["devices"]) + (r["cuda"]["error"].is_null() ? "" : " (" + show(r["cuda"]["error"]) + ")"));
   }
   line("NCCL", show(r["nccl"]));
+  line("libtorch", r["torch"].is_null() ? std::string("not compiled in (DS_WITH_TORCH)")
+                                        : show(r["torch"]) + " (train --model torchscript:PATH)");
   line("CPU features", show(r["cpu"]["features"]));
   line("CPU kernels", r["cpu"]["isa_reason"].get<std::string>());
   line("CPU threads", show(r["cpu"]["threads"]));

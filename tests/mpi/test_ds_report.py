@@ -10,7 +10,7 @@ import subprocess
 import sys
 
 exe = sys.argv[1]
-KEYS = {"version", "compiler", "mpi", "hdf5", "cuda", "nccl", "cpu", "distributed"}
+KEYS = {"version", "compiler", "mpi", "hdf5", "cuda", "nccl", "torch", "cpu", "distributed"}
 DIST = {"rank", "world_size", "local_rank", "local_size", "node_rank", "master_addr", "master_port", "source"}
 # Start from a clean environment: no launcher variables from whoever runs the test.
 BASE = {k: v for k, v in os.environ.items()
@@ -29,6 +29,7 @@ def report(extra, *args):
     assert DIST <= set(r["distributed"]), r["distributed"]
     assert set(r["cpu"]) >= {"features", "threads"} and r["cpu"]["threads"] >= 1
     assert r["mpi"]["library"] and r["hdf5"].count(".") == 2
+    assert r["torch"] is None or r["torch"].count(".") == 2, r["torch"]
     return r
 
 

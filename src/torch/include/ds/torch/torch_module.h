@@ -1,0 +1,63 @@
+// ds::torch::TorchModule: a TorchScript module (torch.jit.script(model).save(path)) trained by
+// the engine as any ds::Module. No torch header here: libtorch stays inside ds_torch.
+//
+// The contract for the scripted module, checked when the file is loaded:
+//   forward(self, inputs: Tensor, targets: Tensor) -> Tensor   -- the mean loss, a scalar
+// (0-dim or one element, floating point, depending on the parameters). What the module gets:
+//   token batches   inputs int64 [batch, seq], targets int64 [batch, seq]
+//   feature batches inputs float [batch, *sample_shape] (the working dtype), and
+//                   targets int64 [batch, *target_shape] (class ids) or float [batch, *target_shape]
+// The tensors are the module's own copies of the batch: it may keep or change them.
+//
+// Parameters are named_parameters() in that order, with those names (the checkpoint names);
+// buffers (running statistics) are the module's and are not checkpointed. The initial values
+// are the module's own (init_parameters ignores the seed; the engine broadcasts rank 0's).
+// bind() makes every parameter's data and its .grad views of the engine's storage, so no
+// parameter or gradient is copied per step; the module is cast to the working dtype first
+// (bf16 / fp16; the engine keeps the fp32 master). backward() runs autograd on loss * scale,
+// which accumulates into the bound gradients in place, and reports grad_ready(i) as soon as
+// parameter i's gradient is accumulated (a post hook on its gradient accumulator, as PyTorch
+// DDP's reducer does), then the parameters that got no gradient (an unused branch), so every
+// rank reports every parameter once per micro-batch. After backward the .grad tensors must
+// still be the engine's views: a module that replaced them is an error, not silent wrong
+// training. forward/backward run in train mode, evaluate in eval mode without autograd.
+// libtorch's intra-op threads are set at bind() to ds::cpu_threads() (the rank's share).
+// Every libtorch failure reaches the caller as ds::Error naming the file and the call.
+#pragma once
+
+#include <functional>
+#include <memory>
+#include <span>
+#include <string>
+#include <vector>
+
+#include "ds/core/module.h"
+
+namespace ds::torch {
+
+class TorchModule final : public Module {
+ public:
+  // Loads and checks `path` (see the contract above); throws ds::Error naming it.
+  explicit TorchModule(const std::string& path);
+  ~TorchModule() override;
+  TorchModule(const TorchModule&) = delete;
+  TorchModule& operator=(const TorchModule&) = delete;
+
+  std::vector<ParamInfo> parameters() const override;
+  void init_parameters(std::span<const std::span<float>> params, std::uint64_t seed) override;
+  void bind(std::span<const TensorView> params, std::span<const TensorView> grads) override;
+  float forward(const Batch& batch) override;
+  void backward(float scale, const std::function<void(std::size_t)>& grad_ready) override;
+  float evaluate(const Batch& batch) override;
+
+  const std::string& path() const;
+
+ private:
+  struct Impl;
+  std::unique_ptr<Impl> impl_;
+};
+
+// "1.13.0": the libtorch this library was compiled against.
+std::string libtorch_version();
+
+}  // namespace ds::torch

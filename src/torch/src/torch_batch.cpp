@@ -1,0 +1,60 @@
+// A Batch as the scripted forward receives it, and forward's result checked as the loss
+// (the contract in ds/torch/torch_module.h).
+#include "torch_call.h"
+#include "torch_impl.h"
+
+namespace ds::torch {
+
+namespace {
+
+std::vector<std::int64_t> with_batch(std::int64_t batch, std::span<const std::int64_t> shape,
+                                     std::int64_t fallback) {
+  std::vector<std::int64_t> dims{batch};
+  if (shape.empty()) {
+    if (fallback > 0) dims.push_back(fallback);
+  } else {
+    dims.insert(dims.end(), shape.begin(), shape.end());
+  }
+  return dims;
+}
+
+// The caller's memory copied into a tensor of `dtype` (the module may keep its inputs for
+// backward, after the caller has moved on).
+template <class T>
+at::Tensor owned(std::span<const T> data, const std::vector<std::int64_t>& dims, at::ScalarType from,
+                 at::ScalarType dtype, const std::string& path) {
+  std::int64_t numel = 1;
+  for (auto d : dims) numel *= d;
+  DS_CHECK(numel == std::int64_t(data.size()), path << ": the batch holds " << data.size()
+                                                    << " values where its shape needs " << numel);
+  const auto view = at::from_blob(const_cast<T*>(data.data()), dims, at::TensorOptions().dtype(from));
+  return dtype == from ? view.clone() : view.to(dtype);
+}
+
+}  // namespace
+
+std::vector<c10::IValue> batch_inputs(const Batch& b, at::ScalarType working, const std::string& path) {
+  if (b.features.empty()) {  // token model
+    const std::vector<std::int64_t> dims{b.batch, b.seq};
+    return {owned(b.inputs, dims, at::kInt, at::kLong, path), owned(b.targets, dims, at::kInt, at::kLong, path)};
+  }
+  const auto in_dims = with_batch(b.batch, b.sample_shape, b.feature_dim);
+  const auto target_dims = with_batch(b.batch, b.target_shape, 0);
+  at::Tensor inputs = owned(b.features, in_dims, at::kFloat, working, path);
+  at::Tensor targets = b.target_values.empty() ? owned(b.targets, target_dims, at::kInt, at::kLong, path)
+                                               : owned(b.target_values, target_dims, at::kFloat, working, path);
+  return {std::move(inputs), std::move(targets)};
+}
+
+at::Tensor checked_loss(const c10::IValue& out, bool need_grad, const std::string& path) {
+  DS_CHECK(out.isTensor(), path << ": forward must return the loss tensor, got " << out.tagKind());
+  at::Tensor loss = out.toTensor();
+  DS_CHECK(loss.numel() == 1 && loss.dim() <= 1 && at::isFloatingType(loss.scalar_type()),
+           path << ": forward must return the mean loss as a floating-point scalar, got a tensor of shape "
+                << loss.sizes() << " and dtype " << loss.scalar_type());
+  DS_CHECK(!need_grad || loss.requires_grad(),
+           path << ": the loss forward returned does not depend on any parameter that requires grad");
+  return loss.reshape({});
+}
+
+}  // namespace ds::torch

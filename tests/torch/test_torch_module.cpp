@@ -1,0 +1,164 @@
+// TorchModule on its own (no engine): the contract checks at load, parameter names and
+// initial values, gradients accumulated into the bound views, readiness from autograd's
+// hooks during backward, and the parameters an unused branch leaves without a gradient.
+#include <gtest/gtest.h>
+
+#include <cmath>
+#include <fstream>
+#include <vector>
+
+#include "ds/torch/torch_module.h"
+#include "../common/temp_dir.h"
+#include "torch_test_env.h"
+
+using ds::test::RegressionData;
+using ds::test::torch_model;
+using ds::torch::TorchModule;
+
+namespace {
+
+// Engine-like flat storage for a module: fp32 parameters (its own initial values) and
+// zeroed gradients, bound.
+struct Bound {
+  std::vector<std::vector<float>> params, grads;
+  explicit Bound(TorchModule& m) {
+    std::vector<std::span<float>> spans;
+    for (const auto& p : m.parameters()) {
+      params.emplace_back(p.numel());
+      grads.emplace_back(p.numel(), 0.0f);
+    }
+    for (auto& p : params) spans.emplace_back(p);
+    m.init_parameters(spans, 0);
+    std::vector<ds::TensorView> pv, gv;
+    for (std::size_t i = 0; i < params.size(); ++i) {
+      pv.push_back({params[i].data(), params[i].size(), ds::DType::F32});
+      gv.push_back({grads[i].data(), grads[i].size(), ds::DType::F32});
+    }
+    m.bind(pv, gv);
+  }
+};
+
+}  // namespace
+
+TEST(TorchModule, ParametersAreNamedParametersInOrder) {
+  TorchModule m(torch_model("regression"));
+  const auto ps = m.parameters();
+  ASSERT_EQ(ps.size(), 4u);
+  EXPECT_EQ(ps[0].name, "fc1.weight");
+  EXPECT_EQ(ps[0].shape, (std::vector<std::int64_t>{16, 6}));
+  EXPECT_EQ(ps[3].name, "fc2.bias");
+  EXPECT_EQ(ps[3].numel(), 3u);
+}
+
+// backward(scale) adds scale * gradient into the bound views: twice the same batch with
+// scales 1 and 2 gives three times the first gradient, in the same memory.
+TEST(TorchModule, BackwardAccumulatesIntoTheBoundViews) {
+  TorchModule m(torch_model("regression"));
+  Bound s(m);
+  RegressionData data;
+  const float loss = m.forward(data.batch(0, 8));
+  EXPECT_GT(loss, 0.0f);
+  m.backward(1.0f, [](std::size_t) {});
+  const std::vector<float> once = s.grads[0];
+  EXPECT_NE(once[0], 0.0f);
+  EXPECT_FLOAT_EQ(m.forward(data.batch(0, 8)), loss);
+  m.backward(2.0f, [](std::size_t) {});
+  for (std::size_t k = 0; k < once.size(); ++k) EXPECT_NEAR(s.grads[0][k], 3 * once[k], 1e-5f * (1 + std::fabs(once[k])));
+}
+
+// The parameters the engine writes are the ones the module computes with.
+TEST(TorchModule, ForwardReadsTheBoundParameters) {
+  TorchModule m(torch_model("regression"));
+  Bound s(m);
+  RegressionData data;
+  const float before = m.forward(data.batch(0, 8));
+  for (float& w : s.params[2]) w = 0.0f;  // fc2.weight: the output is the bias alone
+  for (float& b : s.params[3]) b = 0.0f;
+  double expect = 0;
+  for (int k = 0; k < 8 * RegressionData::kOut; ++k) expect += double(data.y[std::size_t(k)]) * data.y[std::size_t(k)];
+  const float after = m.forward(data.batch(0, 8));
+  EXPECT_NE(after, before);
+  EXPECT_NEAR(after, expect / (8 * RegressionData::kOut), 1e-5);
+}
+
+// Readiness comes from autograd as it goes: fc2 (used last in forward) before fc1, each once.
+TEST(TorchModule, GradReadyFollowsAutogradOrder) {
+  TorchModule m(torch_model("regression"));
+  Bound s(m);
+  RegressionData data;
+  m.forward(data.batch(0, 8));
+  std::vector<std::size_t> order;
+  m.backward(1.0f, [&](std::size_t i) { order.push_back(i); });
+  ASSERT_EQ(order.size(), 4u);
+  EXPECT_GE(order[0], 2u);
+  EXPECT_GE(order[1], 2u);
+  EXPECT_LT(order[2], 2u);
+  EXPECT_LT(order[3], 2u);
+}
+
+// A branch forward does not take: its parameters are reported too (at the end), unchanged.
+TEST(TorchModule, UnusedBranchIsReported) {
+  TorchModule m(torch_model("unused"));
+  Bound s(m);
+  RegressionData data;
+  m.forward(data.batch(0, 8));
+  std::vector<int> count(m.parameters().size(), 0);
+  m.backward(1.0f, [&](std::size_t i) { ++count[i]; });
+  for (std::size_t i = 0; i < count.size(); ++i) EXPECT_EQ(count[i], 1) << m.parameters()[i].name;
+  EXPECT_EQ(m.parameters()[2].name, "extra.weight");
+  for (float g : s.grads[2]) EXPECT_EQ(g, 0.0f);
+}
+
+TEST(TorchModule, IntegerTargetsAreClassIds) {
+  TorchModule m(torch_model("classifier"));
+  Bound s(m);
+  RegressionData data;
+  std::vector<std::int32_t> ids{0, 1, 2, 3, 3, 2, 1, 0};
+  ds::Batch b = data.batch(0, 8);
+  b.target_values = {};
+  b.target_shape = {};
+  b.targets = ids;
+  const float loss = m.forward(b);
+  EXPECT_GT(loss, 0.5f);  // about ln 4 for an untrained 4-way classifier
+  EXPECT_LT(loss, 3.0f);
+}
+
+TEST(TorchModule, ContractErrorsNameTheFile) {
+  TempDir dir("ds_torch");
+  const std::string text = (dir.path / "notes.pt").string();
+  std::ofstream(text) << "not a model\n";
+  EXPECT_HAS(error_of([&] { TorchModule m(text); }), text + " is not a TorchScript module");
+  EXPECT_HAS(error_of([&] { TorchModule m((dir.path / "absent.pt").string()); }), "does not exist");
+  const std::string arity = torch_model("wrong_arity");
+  EXPECT_HAS(error_of([&] { TorchModule m(arity); }), arity + ": forward must be forward(self, inputs: Tensor, targets");
+  EXPECT_HAS(error_of([&] { TorchModule m(torch_model("no_params")); }), "no parameters");
+  TorchModule vec(torch_model("vector_loss"));
+  Bound s(vec);
+  RegressionData data;
+  EXPECT_HAS(error_of([&] { vec.forward(data.batch(0, 8)); }), "forward must return the mean loss as a floating-point scalar");
+}
+
+// A module that swaps a parameter's memory for its own copy is stopped after that backward.
+TEST(TorchModule, ReplacedParameterMemoryIsAnError) {
+  TorchModule m(torch_model("replaces_data"));
+  Bound s(m);
+  RegressionData data;
+  m.forward(data.batch(0, 8));
+  EXPECT_HAS(error_of([&] { m.backward(1.0f, [](std::size_t) {}); }),
+             "after backward, fc1.weight's data is no longer the engine's memory");
+}
+
+// What libtorch throws inside the scripted forward arrives as ds::Error naming the file and
+// the message's last line (here: a batch of the wrong width).
+TEST(TorchModule, LibtorchErrorsBecomeDsErrors) {
+  TorchModule m(torch_model("regression"));
+  Bound s(m);
+  RegressionData data;
+  std::vector<std::int64_t> wide{3};
+  ds::Batch b = data.batch(0, 8);
+  b.features = b.features.subspan(0, 8 * 3);
+  b.sample_shape = wide;
+  const std::string err = error_of([&] { m.forward(b); });
+  EXPECT_HAS(err, torch_model("regression") + ": m.module.forward");
+  EXPECT_HAS(err, "shapes cannot be multiplied");
+}
