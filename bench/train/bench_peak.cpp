@@ -2,7 +2,7 @@
 // (CPU time, 12 independent accumulator chains, no memory traffic):
 //   fp32 vfmadd231ps (32 FLOP / instruction), bf16 vdpbf16ps (64 FLOP: 16 lanes x 2 pairs,
 //   fp32 accumulation), fp16 vfmadd231ph (64 FLOP, fp16 accumulation).
-// It bounds what a bf16 GEMM can gain over fp32 on this CPU (see docs/user/models.md).
+// It bounds what a bf16 GEMM can gain over fp32 on this CPU (see docs/dev/kernels.md, "bf16 GEMMs").
 //
 // Check: every accumulator sum comes back finite and positive (the loop ran). Headline: the
 // bf16 form's FLOP rate over the fp32 FMA's, both measured here (none without AVX512-BF16);

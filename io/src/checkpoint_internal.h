@@ -27,7 +27,7 @@ inline constexpr std::size_t kMaxTagBytes = 255;
 // would otherwise make the reader open files anywhere.
 bool is_plain_name(std::string_view s);
 
-// Test hook (docs/user/checkpoints.md): the debug variable DS_CKPT_TEST_KILL_AT=<phase>[@rank]
+// Test hook (docs/dev/checkpoints.md): the debug variable DS_CKPT_TEST_KILL_AT=<phase>[@rank]
 // makes the process raise SIGKILL when it reaches <phase>. Phases: begin, shard_write,
 // before_manifest, before_rename, before_latest, after_latest.
 void test_kill_point(std::string_view phase, int rank);

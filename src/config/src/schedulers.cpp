@@ -1,6 +1,6 @@
 // The LR scheduler descriptors (ds/config/registry.h): DeepSpeed's runtime/lr_schedules.py
 // constructors, their parameters and defaults. Adding a scheduler: one entry here, its
-// formula in src/sched (docs/user/optimizers.md).
+// formula in src/sched (docs/dev/kernels.md "The maths").
 #include "ds/config/registry.h"
 
 // A Param entry names the members it sets; the others are value-initialized (no choices,

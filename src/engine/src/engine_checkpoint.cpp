@@ -1,6 +1,7 @@
 // Engine::save_checkpoint / load_checkpoint over the HDF5 checkpoint store (ds_io).
-// docs/user/checkpoints.md describes the layout, the commit protocol and the load checks;
-// DeepSpeedEngine.save_checkpoint / load_checkpoint (runtime/engine.py) the behaviour we follow.
+// docs/user/checkpoints.md describes the layout, docs/dev/checkpoints.md the commit protocol
+// and the load checks; DeepSpeedEngine.save_checkpoint / load_checkpoint (runtime/engine.py)
+// the behaviour we follow.
 #include <algorithm>
 #include <cmath>
 #include <cstring>

@@ -23,7 +23,7 @@
 
 namespace ds::data {
 
-// The embedded default corpus (verbatim licence texts, see docs/user/models.md), as bytes.
+// The embedded default corpus (verbatim licence texts, see docs/user/data.md), as bytes.
 std::string_view embedded_corpus();
 
 class TextDataset : public WindowSource {

@@ -9,7 +9,7 @@
 // the program starts. DS_NN_GEMM=openblas|own overrides the choice; on the plain and neon
 // sets, OpenBLAS. The layers call the own kernels directly for all their GEMMs
 // (gemm_epilogue: forward, input and weight gradients) and the triangular one for attention
-// (gemm_tri); see docs/user/models.md.
+// (gemm_tri); see docs/dev/kernels.md.
 // Precision::BF16 rounds A and B to bfloat16 (round to nearest even) while packing them and
 // multiplies with AVX512-BF16 `vdpbf16ps`, accumulating in fp32 (that OpenBLAS is built
 // without cblas_sbgemm). Without AVX512-BF16 a BF16 request runs fp32. Whether it pays
