@@ -40,4 +40,16 @@ TEST(ConfigCommsLogger, BadValuesNameTheKey) {
   EXPECT_HAS(error_of(R"({"comms_logger": true})"), "comms_logger: expected an object");
 }
 
+// comms_config (which DeepSpeed ignores) written with the logger's keys: the warning says where
+// they go.
+TEST(ConfigCommsLogger, LoggerKeysUnderCommsConfigPointToTheSection) {
+  std::vector<std::string> w;
+  parse(R"({"comms_config": {"verbose": true, "zzz": 1}})", &w);
+  ASSERT_EQ(w.size(), 2u);
+  EXPECT_HAS(w[0], "comms_config.verbose is ignored (DeepSpeed ignores comms_config; dstrain's communication "
+                   "settings are in \"communication\"; the communication logger's keys go in \"comms_logger\")");
+  EXPECT_HAS(w[1], "comms_config.zzz is ignored");
+  EXPECT_EQ(w[1].find("comms_logger"), std::string::npos) << w[1];
+}
+
 }  // namespace

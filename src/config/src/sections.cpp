@@ -252,8 +252,12 @@ void parse_comms_config(Ctx& ctx, const Member& section, CommsConfig& c) {
   for (const Member& m : section.value.members) {
     if (m.key == "timeout") continue;
     s.accept({m.key.c_str()});
+    // verbose, prof_all, ...: most likely meant for DeepSpeed's communication logger.
+    const std::string logger = section_of(m.key, "comms_config") == "comms_logger"
+                                   ? "; the communication logger's keys go in \"comms_logger\""
+                                   : "";
     ctx.warn(m.key_pos, "comms_config." + m.key + " is ignored (DeepSpeed ignores comms_config; dstrain's "
-                        "communication settings are in \"communication\")");
+                        "communication settings are in \"communication\"" + logger + ")");
   }
   s.finish();
 }
