@@ -78,84 +78,96 @@ void ensure_space(const std::string& path, std::size_t bytes) {
   DS_THROW("not enough disk space for " << path << " (about " << bytes << " bytes): " << std::strerror(err));
 }
 
+// Rank 0's random save id (48 bits), which names the temporary directory.
+std::uint64_t random_save_id() {
+  std::random_device rd;
+  return ((std::uint64_t(rd()) << 32) ^ rd() ^ std::uint64_t(::getpid()) ^
+          std::uint64_t(std::chrono::steady_clock::now().time_since_epoch().count())) & 0xffffffffffffull;
+}
+
+// The first collective, under a deadline (the communicator's unless the options set one): tag
+// and layout hashes and rank 0's random save id. A rank that is alone in save_checkpoint times
+// out here. Returns the tag every rank saves under; `id` receives the agreed save id.
+std::string agree_on_tag(Communicator& comm, const std::string& save_dir, const std::string& tag,
+                         const SaveOptions& options, const CheckpointContent& content, std::uint64_t& id) {
+  const int rank = comm.rank();
+  const double timeout = options.collective_timeout_s >= 0 ? options.collective_timeout_s : comm.timeout();
+  const detail::SaveAgreement agreed =
+      detail::agree_on_save(comm, fnv1a64(tag), fnv1a64(layout_signature(content)),
+                            rank == 0 ? random_save_id() : 0, timeout, save_dir, tag);
+  id = agreed.id;
+  DS_CHECK(agreed.same_layout,
+           "save_checkpoint: ranks disagree on what they save (ZeRO stage, flat length, dtype or optimizer state); "
+           "this rank: " << layout_signature(content));
+  if (agreed.same_tag) return tag;
+  DS_CHECK(options.tag_validation != TagValidation::Fail,
+           "[rank=" << rank << "] The checkpoint tag name '" << tag
+                    << "' is not consistent across all ranks (checkpoint.tag_validation = Fail)");
+  // Warn / Ignore: every rank adopts rank 0's tag so the shards land in one directory.
+  const std::string t0 = detail::broadcast_tag(comm, tag);
+  if (options.tag_validation == TagValidation::Warn) {
+    DS_WARN("[rank=" << rank << "] The checkpoint tag name '" << tag
+                     << "' is not consistent across all ranks; saving under rank 0's tag '" << t0 << "'");
+  }
+  return t0;
+}
+
+PendingSave pending_save(const std::string& save_dir, const std::string& tag, const SaveOptions& options,
+                         std::uint64_t id, int world_size, const CheckpointContent& content) {
+  PendingSave p;
+  p.save_dir = save_dir;
+  p.tag = tag;
+  p.options = options;
+  p.id = id;
+  p.world_size = world_size;
+  p.num_shard_datasets = content.shard.size();
+  p.final_dir = (fs::path(save_dir) / tag).string();
+  char idhex[32];
+  std::snprintf(idhex, sizeof idhex, "%012llx", static_cast<unsigned long long>(p.id));
+  p.tmp_dir = (fs::path(save_dir) / (tag + ".tmp-" + idhex)).string();
+  return p;
+}
+
+// Rank 0 creates the save directory and claims the temporary one. Returns the status the
+// ranks share: 0 ready, 1 the tag exists (and overwrite is off), 2 failed (`error` says why).
+std::int64_t prepare_dirs_on_rank0(PendingSave& p, std::string& error) {
+  try {
+    std::error_code ec;
+    fs::create_directories(p.save_dir, ec);
+    DS_CHECK(!ec && fs::is_directory(p.save_dir), "cannot create checkpoint directory " << p.save_dir << ": " << ec.message());
+    p.tag_seen = dir_identity(p.final_dir);  // the commit places the save only over this
+    if (p.tag_seen.exists && !p.options.overwrite) return 1;
+    clean_stale_tmp_dirs(p.save_dir);
+    try {
+      p.claim = detail::create_claimed_dir(p.tmp_dir);  // the marker goes in first, locked
+      p.tmp_made = dir_identity(p.tmp_dir);
+      fsync_path(p.save_dir);
+    } catch (...) {
+      p.claim.reset();
+      fs::remove_all(p.tmp_dir, ec);
+      throw;
+    }
+    return 0;
+  } catch (const std::exception& e) {
+    error = e.what();
+    return 2;
+  }
+}
+
 }  // namespace
 
 PendingSave begin_save(Communicator& comm, const std::string& save_dir, const std::string& tag_in,
                        const SaveOptions& options, const CheckpointContent& content) {
   DS_CHECK(!save_dir.empty(), "save_checkpoint: save_dir is empty");
   check_tag(tag_in);
-  const int rank = comm.rank(), size = comm.size();
-  std::string tag = tag_in;
-
-  // First collective, under a deadline (the communicator's unless the options set one): tag
-  // and layout hashes and rank 0's random save id. A rank that is alone in save_checkpoint
-  // times out here.
+  const int rank = comm.rank();
   std::uint64_t id = 0;
-  if (rank == 0) {
-    std::random_device rd;
-    id = ((std::uint64_t(rd()) << 32) ^ rd() ^ std::uint64_t(::getpid()) ^
-          std::uint64_t(std::chrono::steady_clock::now().time_since_epoch().count())) & 0xffffffffffffull;
-  }
-  const double timeout = options.collective_timeout_s >= 0 ? options.collective_timeout_s : comm.timeout();
-  const detail::SaveAgreement agreed = detail::agree_on_save(comm, fnv1a64(tag), fnv1a64(layout_signature(content)), id,
-                                                             timeout, save_dir, tag);
-  DS_CHECK(agreed.same_layout,
-           "save_checkpoint: ranks disagree on what they save (ZeRO stage, flat length, dtype or optimizer state); "
-           "this rank: " << layout_signature(content));
-  if (!agreed.same_tag) {
-    DS_CHECK(options.tag_validation != TagValidation::Fail,
-             "[rank=" << rank << "] The checkpoint tag name '" << tag
-                      << "' is not consistent across all ranks (checkpoint.tag_validation = Fail)");
-    // Warn / Ignore: every rank adopts rank 0's tag so the shards land in one directory.
-    const std::string t0 = detail::broadcast_tag(comm, tag);
-    if (options.tag_validation == TagValidation::Warn) {
-      DS_WARN("[rank=" << rank << "] The checkpoint tag name '" << tag
-                       << "' is not consistent across all ranks; saving under rank 0's tag '" << t0 << "'");
-    }
-    tag = t0;
-  }
-
-  PendingSave p;
-  p.save_dir = save_dir;
-  p.tag = tag;
-  p.options = options;
-  p.id = agreed.id;
-  p.world_size = size;
-  p.num_shard_datasets = content.shard.size();
-  p.final_dir = (fs::path(save_dir) / tag).string();
-  char idhex[32];
-  std::snprintf(idhex, sizeof idhex, "%012llx", static_cast<unsigned long long>(p.id));
-  p.tmp_dir = (fs::path(save_dir) / (tag + ".tmp-" + idhex)).string();
+  const std::string tag = agree_on_tag(comm, save_dir, tag_in, options, content, id);
+  PendingSave p = pending_save(save_dir, tag, options, id, comm.size(), content);
 
   // Rank 0 prepares the directory; the status all-reduce orders it before any rank writes.
-  std::int64_t status = 0;  // 1: tag exists, 2: rank 0 could not prepare the directory
   std::string rank0_error;
-  if (rank == 0) {
-    try {
-      std::error_code ec;
-      fs::create_directories(save_dir, ec);
-      DS_CHECK(!ec && fs::is_directory(save_dir), "cannot create checkpoint directory " << save_dir << ": " << ec.message());
-      p.tag_seen = dir_identity(p.final_dir);  // the commit places the save only over this
-      if (p.tag_seen.exists && !options.overwrite) {
-        status = 1;
-      } else {
-        clean_stale_tmp_dirs(save_dir);
-        try {
-          p.claim = detail::create_claimed_dir(p.tmp_dir);  // the marker goes in first, locked
-          p.tmp_made = dir_identity(p.tmp_dir);
-          fsync_path(save_dir);
-        } catch (...) {
-          p.claim.reset();
-          fs::remove_all(p.tmp_dir, ec);
-          throw;
-        }
-      }
-    } catch (const std::exception& e) {
-      status = 2;
-      rank0_error = e.what();
-    }
-  }
-  status = detail::max_status(comm, status);
+  const std::int64_t status = detail::max_status(comm, rank == 0 ? prepare_dirs_on_rank0(p, rank0_error) : 0);
   DS_CHECK(status != 1, "checkpoint tag '" << tag << "' already exists in " << save_dir << " (" << p.final_dir
                                            << "); an existing tag is never overwritten unless overwrite is set");
   if (status == 2) {
