@@ -489,6 +489,30 @@ TEST(Engine, CommunicationSectionTurnsHostPathsOff) {
   EXPECT_EQ(r.engine->global_steps(), 1);
 }
 
+// comms_logger off (the default): the engine keeps the communicator it was given, so nothing is
+// timed; on: a recording one over it, whose summary holds the step's collectives.
+TEST(Engine, CommsLoggerWrapsTheCommunicatorOnlyWhenEnabled) {
+  ds::test::TestMlp model(kD, kH);
+  auto off = ds::initialize(parse(base_config(2, 1)), model, g_world);
+  EXPECT_EQ(off.engine->comm_ptr(), g_world);
+  EXPECT_EQ(off.engine->comms_summary(), "");
+  json cfg = base_config(2, 1);
+  cfg["comms_logger"] = {{"enabled", true}};
+  ds::test::TestMlp logged(kD, kH);
+  auto on = ds::initialize(parse(cfg), logged, g_world);
+  EXPECT_NE(on.engine->comm_ptr(), g_world);
+  EXPECT_EQ(on.engine->comm().size(), W());
+  ds::test::Data data(64, kD);
+  float l = on.engine->forward(data.batch(2 * g_world->rank(), 2));
+  on.engine->backward(l);
+  on.engine->step();
+  const std::string summary = on.engine->comms_summary();
+  if (W() > 1) {  // one rank moves nothing
+    EXPECT_NE(summary.find("\nbroadcast\n"), std::string::npos) << summary;   // the initial parameters
+    EXPECT_NE(summary.find("\nall_reduce\n"), std::string::npos) << summary;  // the gradients
+  }
+}
+
 TEST(Engine, BroadcastAtInitMakesReplicasEqual) {
   auto cfg = base_config(2, 1);
   cfg["seed"] = 42 + g_world->rank();  // different seeds per rank
