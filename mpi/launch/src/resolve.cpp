@@ -94,24 +94,25 @@ bool slurm_pool(const EnvList& environ, Pool& pool) {
   return true;
 }
 
-Resolution resolve(const ResolveOptions& opts, const EnvList& environ,
-                   const std::function<LocalDevices()>& devices) {
-  Resolution res;
-  res.master_port = opts.master_port;
+namespace {
+
+void check_options(const ResolveOptions& opts) {
   DS_CHECK(opts.master_port > 0 && opts.master_port < 65536,
            "--master_port " << opts.master_port << " is not a TCP port (1..65535)");
   DS_CHECK(opts.num_nodes >= -1, "--num_nodes must be >= 0");
   DS_CHECK(opts.num_gpus >= -1, "--num_gpus must be >= 0");
-
-  if (!opts.master_addr.empty()) {
-    // A host name or an IPv4/IPv6 address: it travels in argv and environment only.
-    bool ok = opts.master_addr.front() != '-' && opts.master_addr.size() <= 253;
-    for (char c : opts.master_addr) {
-      ok = ok && ((c >= 'a' && c <= 'z') || (c >= 'A' && c <= 'Z') || (c >= '0' && c <= '9') ||
-                  c == '.' || c == '-' || c == '_' || c == ':');
-    }
-    DS_CHECK(ok, "--master_addr '" << opts.master_addr << "' is not a host name or IP address");
+  if (opts.master_addr.empty()) return;
+  // A host name or an IPv4/IPv6 address: it travels in argv and environment only.
+  bool ok = opts.master_addr.front() != '-' && opts.master_addr.size() <= 253;
+  for (char c : opts.master_addr) {
+    ok = ok && ((c >= 'a' && c <= 'z') || (c >= 'A' && c <= 'Z') || (c >= '0' && c <= '9') || c == '.' ||
+                c == '-' || c == '_' || c == ':');
   }
+  DS_CHECK(ok, "--master_addr '" << opts.master_addr << "' is not a host name or IP address");
+}
+
+// The hosts to choose from: the hostfile, else the Slurm allocation, else (empty) this machine.
+Pool read_pool(const ResolveOptions& opts, const EnvList& environ, Resolution& res) {
   Pool pool;
   if (read_hostfile(opts.hostfile, pool)) {
     res.source = PoolSource::Hostfile;
@@ -119,67 +120,82 @@ Resolution resolve(const ResolveOptions& opts, const EnvList& environ,
     DS_THROW("hostfile '" << opts.hostfile << "' does not exist");
   } else if (slurm_pool(environ, pool)) {
     res.source = PoolSource::Slurm;
-    res.notes.push_back("no hostfile at " + opts.hostfile +
-                        "; using the Slurm allocation (SLURM_JOB_NODELIST)");
+    res.notes.push_back("no hostfile at " + opts.hostfile + "; using the Slurm allocation (SLURM_JOB_NODELIST)");
   } else {
     res.source = PoolSource::Local;
   }
+  return pool;
+}
 
-  std::string include = opts.include;
-  bool derived_include = false;
-  if (res.source == PoolSource::Local) {
-    const std::string* cvd = env_get(environ, "CUDA_VISIBLE_DEVICES");
-    if (cvd != nullptr && !cvd->empty()) {
-      if (!opts.include.empty() || !opts.exclude.empty() || opts.num_nodes > 1 || opts.num_gpus > 0) {
-        res.notes.push_back("ignoring CUDA_VISIBLE_DEVICES=" + *cvd +
-                            " because --include/--exclude/--num_nodes/--num_gpus was given");
-      } else {
-        include = "localhost:" + *cvd;
-        derived_include = true;
-      }
-      res.unset_cuda_visible = true;
-    }
+// --include, or on this machine alone CUDA_VISIBLE_DEVICES as "localhost:<list>" (DeepSpeed's
+// runner) when no other selection was given; `derived` says the include came from it.
+std::string include_filter(const ResolveOptions& opts, const EnvList& environ, Resolution& res, bool& derived) {
+  derived = false;
+  if (res.source != PoolSource::Local) return opts.include;
+  const std::string* cvd = env_get(environ, "CUDA_VISIBLE_DEVICES");
+  if (cvd == nullptr || cvd->empty()) return opts.include;
+  res.unset_cuda_visible = true;
+  if (!opts.include.empty() || !opts.exclude.empty() || opts.num_nodes > 1 || opts.num_gpus > 0) {
+    res.notes.push_back("ignoring CUDA_VISIBLE_DEVICES=" + *cvd +
+                        " because --include/--exclude/--num_nodes/--num_gpus was given");
+    return opts.include;
   }
+  derived = true;
+  return "localhost:" + *cvd;
+}
 
+// This machine alone: its devices are the slots and the master is 127.0.0.1. Returns true when
+// the slots are CPUs (no GPU found), which --num_gpus may then exceed.
+bool use_local_pool(const ResolveOptions& opts, const std::function<LocalDevices()>& devices, Resolution& res,
+                    Pool& pool) {
+  LocalDevices dev = devices();
+  DS_CHECK(dev.count > 0, "no hostfile at " << opts.hostfile << " and no local devices: unable to proceed");
+  pool = {{"localhost", dev.count}};
+  if (!opts.master_addr.empty() && opts.master_addr != "127.0.0.1") {
+    res.notes.push_back("single machine without hostfile: --master_addr " + opts.master_addr +
+                        " replaced by 127.0.0.1");
+  }
+  res.master_addr = "127.0.0.1";
+  DS_CHECK(opts.num_nodes <= 1, "--num_nodes " << opts.num_nodes << " > 1 but there is no hostfile at "
+                                               << opts.hostfile << " to name the other nodes");
+  return !dev.gpus;
+}
+
+// --num_nodes keeps the first hosts, --num_gpus the first slots of each.
+void apply_counts(const ResolveOptions& opts, bool cpu_slots, Resolution& res) {
+  if (opts.num_nodes > 0 && static_cast<std::size_t>(opts.num_nodes) < res.world.size()) {
+    res.world.resize(static_cast<std::size_t>(opts.num_nodes));
+  }
+  if (opts.num_gpus <= 0) return;
+  for (auto& [host, slots] : res.world) {
+    int have = static_cast<int>(slots.size());
+    DS_CHECK(cpu_slots || opts.num_gpus <= have,
+             "--num_gpus " << opts.num_gpus << " exceeds the " << have << " slots of host '" << host << "'");
+    slots.resize(static_cast<std::size_t>(opts.num_gpus));
+    for (int i = 0; i < opts.num_gpus; ++i) slots[static_cast<std::size_t>(i)] = i;
+  }
+}
+
+}  // namespace
+
+Resolution resolve(const ResolveOptions& opts, const EnvList& environ,
+                   const std::function<LocalDevices()>& devices) {
+  Resolution res;
+  res.master_port = opts.master_port;
+  check_options(opts);
+  Pool pool = read_pool(opts, environ, res);
+  bool derived_include = false;
+  const std::string include = include_filter(opts, environ, res, derived_include);
   if ((opts.num_nodes >= 0 || opts.num_gpus >= 0) && (!include.empty() || !opts.exclude.empty())) {
     DS_THROW("cannot combine --num_nodes/--num_gpus with --include/--exclude"
              << (derived_include ? " (the include came from CUDA_VISIBLE_DEVICES; unset it)" : ""));
   }
-
-  bool cpu_slots = false;
-  if (res.source == PoolSource::Local) {
-    LocalDevices dev = devices();
-    DS_CHECK(dev.count > 0, "no hostfile at " << opts.hostfile
-                                              << " and no local devices: unable to proceed");
-    cpu_slots = !dev.gpus;
-    pool = {{"localhost", dev.count}};
-    if (!opts.master_addr.empty() && opts.master_addr != "127.0.0.1") {
-      res.notes.push_back("single machine without hostfile: --master_addr " + opts.master_addr +
-                          " replaced by 127.0.0.1");
-    }
-    res.master_addr = "127.0.0.1";
-    DS_CHECK(opts.num_nodes <= 1, "--num_nodes " << opts.num_nodes << " > 1 but there is no hostfile at "
-                                                 << opts.hostfile << " to name the other nodes");
-  }
-
+  const bool cpu_slots = res.source == PoolSource::Local && use_local_pool(opts, devices, res, pool);
   res.world = apply_filters(pool, include, opts.exclude);
-
   if (res.master_addr.empty()) {
     res.master_addr = opts.master_addr.empty() ? res.world.front().first : opts.master_addr;
   }
-  if (opts.num_nodes > 0 && static_cast<std::size_t>(opts.num_nodes) < res.world.size()) {
-    res.world.resize(static_cast<std::size_t>(opts.num_nodes));
-  }
-  if (opts.num_gpus > 0) {
-    for (auto& [host, slots] : res.world) {
-      int have = static_cast<int>(slots.size());
-      DS_CHECK(cpu_slots || opts.num_gpus <= have,
-               "--num_gpus " << opts.num_gpus << " exceeds the " << have << " slots of host '"
-                             << host << "'");
-      slots.resize(static_cast<std::size_t>(opts.num_gpus));
-      for (int i = 0; i < opts.num_gpus; ++i) slots[static_cast<std::size_t>(i)] = i;
-    }
-  }
+  apply_counts(opts, cpu_slots, res);
   long total = 0;
   for (const auto& [h, s] : res.world) total += static_cast<long>(s.size());
   DS_CHECK(total > 0, "the resolved job has no slots (every host has slots=0)");
