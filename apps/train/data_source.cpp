@@ -9,9 +9,15 @@
 
 namespace ds::train {
 
-DataSource open_data(const std::string& path, const std::string& data_dtype) {
+namespace {
+// HDF5's format signature, at the file's start (files with a user block are not recognised).
+constexpr std::string_view kHdf5Signature("\x89HDF\r\n\x1a\n", 8);
+}  // namespace
+
+DataSource open_data(const TrainOptions& opts) {
+  const std::string& path = opts.data;
   DataSource src;
-  const int raw_width = data_dtype == "uint32" ? 4 : 2;
+  const int raw_width = opts.data_dtype == "uint32" ? 4 : 2;
   if (path.empty()) {
     src.text = data::TextDataset::embedded();
     return src;
@@ -27,11 +33,18 @@ DataSource open_data(const std::string& path, const std::string& data_dtype) {
   if (!f) DS_THROW("--data " << path << ": cannot open for reading");
   const std::size_t got = std::fread(magic, 1, sizeof magic, f);
   std::fclose(f);
-  const bool dstokens = got == 8 && std::string_view(magic, 8) == "DSTOKENS";
+  const std::string_view head(magic, got);
+  if (head == kHdf5Signature) {
+    src.arrays = data::Hdf5Dataset::open(path, opts.data_inputs, opts.data_targets);
+    return src;
+  }
+  const TrainOptions defaults;
+  DS_CHECK(opts.data_inputs == defaults.data_inputs && opts.data_targets == defaults.data_targets,
+           "--data_inputs and --data_targets name arrays of an HDF5 file; --data " << path << " is not one");
   const bool bin = std::filesystem::path(path).extension() == ".bin";
-  if (dstokens)
+  if (head == "DSTOKENS")
     src.text = data::TextDataset::from_token_file(path);
-  else if (bin || !data_dtype.empty() || data::TokenShards::has_llmc_magic(path))
+  else if (bin || !opts.data_dtype.empty() || data::TokenShards::has_llmc_magic(path))
     src.shards = data::TokenShards::open(path, raw_width);
   else
     src.text = data::TextDataset::from_file(path);

@@ -10,6 +10,7 @@
 #include "client_state_check.h"
 #include "ds/config/parse.h"
 #include "ds/data/dataset.h"
+#include "ds/data/hdf5_dataset.h"
 #include "ds/data/token_shards.h"
 #include "ds/nn/model_factory.h"
 #include "ds/tokenizer/bpe.h"
@@ -35,6 +36,26 @@ struct Job {
     return val_data;
   }
   std::string shards_note;  // "3 llm.c shards, uint16 tokens" (empty for other data)
+  // An HDF5 file's input and target arrays (feature data) instead of tokens: the datasets
+  // above are then empty.
+  std::optional<data::Hdf5Dataset> train_arrays, val_arrays;
+  bool feature_data() const { return train_arrays.has_value(); }
+  // Samples of a split: windows of block_size + 1 tokens, or the arrays' samples.
+  std::size_t train_samples() const {
+    return feature_data() ? train_arrays->num_samples() : train_src().num_samples(spec.block_size);
+  }
+  std::size_t val_samples() const {
+    if (feature_data()) return val_arrays->num_samples();
+    return val_src().size() > 0 ? val_src().num_samples(spec.block_size) : 0;
+  }
+  // What the throughput figures count per sample: its block_size tokens, or 1 for feature data.
+  std::int64_t tokens_per_sample() const { return feature_data() ? 1 : spec.block_size; }
+  // The unit of data_size() and of the throughput figures.
+  const char* data_unit() const { return feature_data() ? "samples" : "tokens"; }
+  // Tokens in the data, or samples for feature data (both splits).
+  std::size_t data_size() const {
+    return feature_data() ? train_samples() + val_samples() : train_src().size() + val_src().size();
+  }
   // The model (module, sampler, FLOPs, checkpointing line, batch adapter) from nn::make_model.
   nn::BuiltModel model;
   bool on_gpu = false;
@@ -55,7 +76,7 @@ struct Job {
 // What the run trains on, as its checkpoints record it (a resume on other data warns).
 inline DataIdentity data_identity(const Job& j) {
   return {j.opts.data.empty() ? std::string("the embedded corpus") : j.opts.data,
-          std::int64_t(j.train_src().size() + j.val_src().size()), j.data_hash};
+          std::int64_t(j.data_size()), j.data_hash};
 }
 
 }  // namespace ds::train

@@ -48,7 +48,10 @@ void add_model_flags(CLI::App& app, TrainOptions& o) {
 void add_data_flags(CLI::App& app, TrainOptions& o) {
   app.add_option("--data", o.data,
                  "Training data: a text file (bytes are tokens), a DSTOKENS file, nanoGPT .bin / llm.c "
-                 "shards (one file or a quoted glob such as 'dir/train_*.bin'); default: the embedded corpus");
+                 "shards (one file or a quoted glob such as 'dir/train_*.bin'), or an HDF5 file of arrays "
+                 "(inputs and targets); default: the embedded corpus");
+  app.add_option("--data_inputs", o.data_inputs, "HDF5 --data: the dataset holding the inputs (default: inputs)");
+  app.add_option("--data_targets", o.data_targets, "HDF5 --data: the dataset holding the targets (default: targets)");
   app.add_option("--data_dtype", o.data_dtype,
                  "Token type of headerless (nanoGPT) token files: uint16 (default) or uint32")
       ->check(CLI::IsMember({"uint16", "uint32"}));

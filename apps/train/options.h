@@ -26,6 +26,8 @@ struct TrainOptions {
   // Data and run length.
   std::string data;                  // empty: the embedded corpus
   std::string data_dtype;            // --data_dtype uint16|uint32 (raw token files); empty: uint16
+  std::string data_inputs = "inputs";    // HDF5 --data: the inputs dataset
+  std::string data_targets = "targets";  // HDF5 --data: the targets dataset
   std::optional<std::int64_t> steps, epochs;
   std::optional<double> lr;  // fills an optimizer "lr": "auto" (the HF Trainer's placeholder)
   std::optional<std::uint64_t> seed;

@@ -70,9 +70,38 @@ void load_tokenizer(Job& j) {
                           << ": the model needs at least the tokenizer's vocab size");
 }
 
+// Feature data: the MLP reads the samples as they are -- in_features from the inputs' shape,
+// one output per class (model.vocab_size, else the largest class id + 1). The decoders read
+// tokens; other models (a TorchScript module) take the batch as it is.
+void fit_model_to_arrays(Job& j, const data::Hdf5Dataset& d) {
+  const std::string& type = j.spec.type;
+  DS_CHECK(type != "gpt" && type != "llama", "--model " << type << " reads tokens, but --data " << j.opts.data
+                                                       << " holds arrays (" << d.describe()
+                                                       << "); train them with --model mlp");
+  if (type != "mlp") return;
+  DS_CHECK(d.integer_targets() && d.target_shape().empty(),
+           "--model mlp is a classifier: it needs one integer class id per sample, but --data "
+               << j.opts.data << " has " << d.describe() << "; choose a targets array of class ids (--data_targets)");
+  const auto [lo, hi] = d.target_range();
+  DS_CHECK(lo >= 0, "--data " << j.opts.data << ": targets '" << d.targets_name() << "' hold class id " << lo
+                              << "; --model mlp needs class ids >= 0");
+  if (j.spec.vocab_size == 0) j.spec.vocab_size = std::int64_t(hi) + 1;
+  DS_CHECK(hi < j.spec.vocab_size, "--data " << j.opts.data << ": targets '" << d.targets_name() << "' hold class id "
+                                             << hi << " but model.vocab_size (the MLP's classes) is "
+                                             << j.spec.vocab_size);
+  j.spec.in_features = std::int64_t(d.sample_numel());
+}
+
 // The vocabulary checked against the model, then the training / validation split (the
-// validation part holds at least one window per rank when there is one).
+// validation part holds at least one window -- or sample -- per rank when there is one).
 void split_data(Job& j, const DataSource& src, int world_size) {
+  if (src.arrays) {
+    fit_model_to_arrays(j, *src.arrays);
+    auto parts = src.arrays->split(j.opts.val_fraction, std::size_t(world_size));
+    j.train_arrays.emplace(std::move(parts.first));
+    j.val_arrays.emplace(std::move(parts.second));
+    return;
+  }
   const auto min_val_tokens =
       j.opts.val_fraction > 0 ? std::size_t(j.spec.block_size * world_size + 1) : std::size_t(0);
   if (src.shards) {
@@ -118,13 +147,18 @@ void fill_auto_values(Job& j) {
 // --steps, --epochs, the scheduler's total_num_steps, or the default.
 void plan_run_length(Job& j, const DataSource& src, const DistributedContext& dist) {
   const std::int64_t seq = j.spec.block_size;
-  const std::size_t train_samples = j.train_src().num_samples(seq);
+  const std::size_t train_samples = j.train_samples();
+  const auto mb = std::size_t(j.cfg.train_micro_batch_size_per_gpu);
+  DS_CHECK(!j.feature_data() || train_samples >= mb * std::size_t(dist.world_size),
+           "--data " << j.opts.data << ": " << train_samples << " training samples (of "
+                     << j.data_size() << "; --val_fraction holds out " << j.val_samples()
+                     << ") are fewer than one micro-batch of " << mb << " on each of " << dist.world_size
+                     << " rank(s); lower train_micro_batch_size_per_gpu or give more samples");
   DS_CHECK(train_samples >= std::size_t(dist.world_size),
            data_name(j.opts) << " is too small: " << (src.shards ? src.shards->size() : src.text.size())
                              << " tokens give " << train_samples << " training windows of block_size+1 = "
                              << seq + 1 << " tokens; need at least one per rank (" << dist.world_size
                              << "). Use a smaller --block_size or more data");
-  const auto mb = std::size_t(j.cfg.train_micro_batch_size_per_gpu);
   data::DistributedSampler probe(train_samples, dist.world_size, dist.rank, mb, true, j.seed,
                                  j.cfg.dataloader_drop_last);
   DS_CHECK(probe.steps_per_epoch() > 0,
@@ -162,11 +196,13 @@ void check_save_targets(const Job& j) {
 void set_identity(Job& j, const DataSource& src) {
   std::ostringstream id;
   id << config::to_json(j.cfg).dump() << '|' << j.spec.describe() << '|' << j.total_steps << '|' << j.eval_interval
-     << '|' << j.eval_iters << '|' << j.train_src().size() << '|' << j.val_src().size() << '|'
+     << '|' << j.eval_iters << '|' << j.train_samples() << '|' << j.val_samples() << '|' << j.data_size() << '|'
      << j.opts.load_dir.empty() << '|' << (j.on_gpu ? "cuda" : "cpu");
   j.identity = id.str();
   const auto t = src.text.tokens();
-  j.data_hash = src.shards ? src.shards->fingerprint() : fnv1a64(t.data(), t.size_bytes());
+  j.data_hash = src.shards   ? src.shards->fingerprint()
+                : src.arrays ? src.arrays->fingerprint()
+                             : fnv1a64(t.data(), t.size_bytes());
 }
 
 // The model for this device (nn::make_model), then --init_from: rank 0 checks the file
@@ -203,7 +239,7 @@ JobPtr prepare(const TrainOptions& opts, const DistributedContext& dist) {
   check_local_rank(opts, dist);
   load_config(j, dist.world_size);
   load_tokenizer(j);
-  const DataSource src = open_data(opts.data, opts.data_dtype);
+  const DataSource src = open_data(opts);
   split_data(j, src, dist.world_size);
   encode_prompt(j);
   plan_run_length(j, src, dist);
@@ -217,9 +253,8 @@ JobPtr prepare(const TrainOptions& opts, const DistributedContext& dist) {
   choose_threads(dist);
   // A micro-batch the data cannot fill (a warning), or more memory than this machine has (an
   // error now, not the OOM killer's silent end of a rank once training touches the pages).
-  const std::int64_t seq = j.spec.block_size;
   check_micro_batch(j.cfg, *j.model.module,
-                    BatchPlan{j.cfg.train_micro_batch_size_per_gpu, seq, j.train_src().num_samples(seq),
+                    BatchPlan{j.cfg.train_micro_batch_size_per_gpu, j.tokens_per_sample(), j.train_samples(),
                               dist.world_size, dist.local_size, j.on_gpu, data_name(opts)},
                     dist.rank == 0);
   return job;
@@ -234,7 +269,7 @@ std::uint64_t job_fingerprint(const Job& j) {
 std::string job_summary(const Job& j) {
   std::ostringstream os;
   os << j.spec.describe() << ", steps " << j.total_steps << ", train batch " << j.cfg.train_batch_size << ", "
-     << j.train_src().size() + j.val_src().size() << " data tokens";
+     << j.data_size() << " data " << j.data_unit();
   return os.str();
 }
 

@@ -11,9 +11,9 @@ namespace {
 
 // The sampler where the checkpoint left it, or (older checkpoints) skipped to its step.
 void restore_sampler(const io::StateValue& cs, std::int64_t start_step, std::int64_t here_micro_batch,
-                     std::int64_t gas, data::Loader& train_loader, bool rank0) {
+                     std::int64_t gas, data::DistributedSampler& train_sampler, bool rank0) {
   if (!cs.contains("sampler")) {
-    train_loader.sampler().skip_to_step(std::uint64_t(start_step * gas));
+    train_sampler.skip_to_step(std::uint64_t(start_step * gas));
     return;
   }
   data::SamplerState s;
@@ -31,12 +31,12 @@ void restore_sampler(const io::StateValue& cs, std::int64_t start_step, std::int
                     static_cast<long long>(there), static_cast<long long>(here_micro_batch));
     }
   }
-  train_loader.sampler().set_state(s);
+  train_sampler.set_state(s);
 }
 
 }  // namespace
 
-std::int64_t resume(const Job& j, Engine& engine, data::Loader& train_loader, std::mt19937_64& rng, int world_size,
+std::int64_t resume(const Job& j, Engine& engine, data::DistributedSampler& train_sampler, std::mt19937_64& rng, int world_size,
                     bool rank0) {
   if (j.opts.load_dir.empty()) return 0;
   std::optional<std::string> tag;
@@ -44,7 +44,7 @@ std::int64_t resume(const Job& j, Engine& engine, data::Loader& train_loader, st
   // The client state is checked (ranges, the model it was saved from) while the engine
   // validates the checkpoint, before anything is applied.
   const auto here_micro_batch = std::int64_t(j.cfg.train_micro_batch_size_per_gpu) * world_size;
-  const ResumeExpect expect{j.spec.describe(), train_loader.sampler().steps_per_epoch(), here_micro_batch};
+  const ResumeExpect expect{j.spec.describe(), train_sampler.steps_per_epoch(), here_micro_batch};
   LoadOptions load_opts;
   load_opts.check_client_state = [&expect](const io::StateValue& cs, const std::string& dir) {
     check_client_state(cs, dir, expect);
@@ -59,7 +59,7 @@ std::int64_t resume(const Job& j, Engine& engine, data::Loader& train_loader, st
   DS_CHECK(start_step == engine.global_steps(),
            "checkpoint " << loaded->first << ": client state step " << start_step
                          << " disagrees with the engine's global_steps " << engine.global_steps());
-  restore_sampler(cs, start_step, here_micro_batch, j.cfg.gradient_accumulation_steps, train_loader, rank0);
+  restore_sampler(cs, start_step, here_micro_batch, j.cfg.gradient_accumulation_steps, train_sampler, rank0);
   if (cs.contains("rng")) {
     std::istringstream is(cs.at("rng").as_string());
     is >> rng;

@@ -16,15 +16,18 @@ void print_run_header(const Job& j, const Engine& engine, int world_size, std::i
   if (j.model.checkpointing_note)
     std::printf("[train] activation checkpointing: %s\n", j.model.checkpointing_note().c_str());
   if (!bf16_gemm_line.empty()) std::printf("[train] bf16: %s\n", bf16_gemm_line.c_str());
-  std::printf("[train] data: %s: %zu training / %zu validation tokens, %lld optimizer steps per epoch\n",
-              j.opts.data.empty() ? "embedded corpus" : j.opts.data.c_str(), j.train_src().size(),
-              j.val_src().size(), static_cast<long long>(j.steps_per_epoch));
+  const bool features = j.feature_data();
+  std::printf("[train] data: %s: %zu training / %zu validation %s, %lld optimizer steps per epoch\n",
+              j.opts.data.empty() ? "embedded corpus" : j.opts.data.c_str(),
+              features ? j.train_samples() : j.train_src().size(), features ? j.val_samples() : j.val_src().size(),
+              j.data_unit(), static_cast<long long>(j.steps_per_epoch));
   if (!j.shards_note.empty()) std::printf("[train] token data: %s\n", j.shards_note.c_str());
-  std::printf("[train] %d rank(s) x micro-batch %lld x %lld accumulation = %lld sequences of %lld tokens per step; "
-              "steps %lld-%lld, seed %llu\n",
+  if (features) std::printf("[train] arrays: %s\n", j.train_arrays->describe().c_str());
+  const std::string per_sample = features ? std::string("samples") : "sequences of " + std::to_string(j.spec.block_size) + " tokens";
+  std::printf("[train] %d rank(s) x micro-batch %lld x %lld accumulation = %lld %s per step; steps %lld-%lld, seed %llu\n",
               world_size, static_cast<long long>(j.cfg.train_micro_batch_size_per_gpu),
               static_cast<long long>(j.cfg.gradient_accumulation_steps),
-              static_cast<long long>(engine.train_batch_size()), static_cast<long long>(j.spec.block_size),
+              static_cast<long long>(engine.train_batch_size()), per_sample.c_str(),
               static_cast<long long>(start_step + 1), static_cast<long long>(j.total_steps),
               static_cast<unsigned long long>(j.seed));
   std::fflush(stdout);
@@ -38,12 +41,12 @@ void print_summary(const Job& j, Engine& engine, const Reporter& rep, std::int64
   if (!rank0) return;
   const std::int64_t done = rep.steps_done();
   const double tps = rep.tokens_per_s();
-  const std::int64_t tokens_per_step = engine.train_batch_size() * j.spec.block_size;
+  const std::int64_t tokens_per_step = engine.train_batch_size() * j.tokens_per_sample();
   if (done > 0)
-    std::printf("[train] done: %lld steps (%lld-%lld) in %.1f s, %lld tokens, %.0f tokens/s",
+    std::printf("[train] done: %lld steps (%lld-%lld) in %.1f s, %lld %s, %.0f %s/s",
                 static_cast<long long>(done), static_cast<long long>(start_step + 1),
                 static_cast<long long>(j.total_steps), rep.elapsed_s(), static_cast<long long>(done * tokens_per_step),
-                tps);
+                j.data_unit(), tps, j.data_unit());
   else
     std::printf("[train] done: 0 steps");
   if (done > 0 && j.model.flops_per_token > 0) std::printf(", %.1f GFLOP/s", tps * j.model.flops_per_token / 1e9);

@@ -4,10 +4,12 @@
 
 #include <cmath>
 #include <cstdio>
+#include <memory>
 #include <random>
 #include <sstream>
 #include <vector>
 
+#include "ds/data/feature_loader.h"
 #include "ds/data/sampler.h"
 #include "ds/engine/engine.h"
 #include "ds/io/state_value.h"
@@ -84,23 +86,29 @@ void note_nothing_to_train(const Job& j, std::int64_t start_step, Reporter& rep)
   }
 }
 
+// The loader of a split: token windows of the text or token files, or the samples of the
+// HDF5 arrays (feature data).
+std::unique_ptr<data::BatchLoader> make_loader(const Job& j, bool train, data::DistributedSampler sampler) {
+  if (j.feature_data())
+    return std::make_unique<data::FeatureLoader>(train ? *j.train_arrays : *j.val_arrays, std::move(sampler));
+  return std::make_unique<data::Loader>(train ? j.train_src() : j.val_src(), j.spec.block_size, std::move(sampler));
+}
+
 // The loop's state: loaders, RNG, and the steps that use them (train, validate, save).
 class Trainer {
  public:
   Trainer(const Job& j, Engine& engine, const DistributedContext& dist)
       : j_(j), engine_(engine), world_size_(dist.world_size), rng_(j.seed),
-        train_loader_(j.train_src(), j.spec.block_size,
-                      data::DistributedSampler(j.train_src().num_samples(j.spec.block_size), dist.world_size,
-                                               dist.rank, micro_batch(), true, j.seed, j.cfg.dataloader_drop_last)) {
-    const std::int64_t seq = j.spec.block_size;
-    const std::size_t val_samples = j.val_src().size() > 0 ? j.val_src().num_samples(seq) : 0;
+        train_loader_(make_loader(j, true,
+                                  data::DistributedSampler(j.train_samples(), dist.world_size, dist.rank,
+                                                           micro_batch(), true, j.seed, j.cfg.dataloader_drop_last))) {
+    const std::size_t val_samples = j.val_samples();
     if (val_samples >= std::size_t(dist.world_size) && j.eval_iters > 0)
-      val_loader_.emplace(j.val_src(), seq,
-                          data::DistributedSampler(val_samples, dist.world_size, dist.rank, micro_batch(), false,
-                                                   j.seed, false));
+      val_loader_ = make_loader(
+          j, false, data::DistributedSampler(val_samples, dist.world_size, dist.rank, micro_batch(), false, j.seed, false));
   }
 
-  data::Loader& train_loader() { return train_loader_; }
+  data::DistributedSampler& train_sampler() { return train_loader_->sampler(); }
   std::mt19937_64& rng() { return rng_; }
 
   // Steps start_step + 1 .. total_steps: validation every eval_interval steps and at the end,
@@ -139,7 +147,7 @@ class Trainer {
     double loss_sum = 0;
     double lr = engine_.get_lr();
     for (std::int64_t micro = 0; micro < gas; ++micro) {
-      Batch b = to_model(train_loader_.next());
+      Batch b = to_model(train_loader_->next());
       const float loss = engine_.forward(b);
       loss_sum += double(loss);
       engine_.backward(loss);
@@ -175,7 +183,7 @@ class Trainer {
   void save(std::int64_t step) {
     io::StateValue cs;
     cs["step"] = step;
-    const auto s = train_loader_.sampler().state();
+    const auto s = train_loader_->sampler().state();
     cs["sampler"]["epoch"] = std::int64_t(s.epoch);
     cs["sampler"]["step"] = std::int64_t(s.step);
     cs["sampler"]["global_micro_batch"] = std::int64_t(micro_batch()) * world_size_;
@@ -192,8 +200,7 @@ class Trainer {
   Engine& engine_;
   int world_size_;
   std::mt19937_64 rng_;
-  data::Loader train_loader_;
-  std::optional<data::Loader> val_loader_;
+  std::unique_ptr<data::BatchLoader> train_loader_, val_loader_;
 };
 
 }  // namespace
@@ -221,13 +228,13 @@ void run(Job& j, DistributedContext& dist) {
   Engine& engine = *init.engine;
 
   Trainer trainer(j, engine, dist);
-  const std::int64_t start_step = resume(j, engine, trainer.train_loader(), trainer.rng(), dist.world_size, rank0);
+  const std::int64_t start_step = resume(j, engine, trainer.train_sampler(), trainer.rng(), dist.world_size, rank0);
   if (rank0 && !j.opts.save_dir.empty()) check_save_room(j, engine, start_step, dist.world_size);
   if (rank0)
     print_run_header(j, engine, dist.world_size, start_step,
                      bf16_gemm && engine.working_dtype() == DType::BF16 ? bf16_gemm_line(j, bf16_detail) : "");
 
-  Reporter rep(rank0, j.bar, start_step + 1, j.total_steps, engine.train_batch_size() * j.spec.block_size,
+  Reporter rep(rank0, j.bar, start_step + 1, j.total_steps, engine.train_batch_size() * j.tokens_per_sample(),
                j.cfg.steps_per_print, j.opts.loss_csv);
   if (rank0) note_nothing_to_train(j, start_step, rep);
   const FinalLosses losses = trainer.train(start_step, rep);

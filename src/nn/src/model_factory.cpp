@@ -126,19 +126,22 @@ BuiltModel make_gpu_model(const ModelSpec& spec, int device, const ModelKernels&
 
 BuiltModel make_cpu_model(const ModelSpec& spec, const ModelKernels& kernels, const ModelCheckpointing& ckpt) {
   if (spec.type == "mlp") {
+    // On feature arrays (in_features > 0) it reads the batch as it is; on tokens through the batcher.
+    const bool features = spec.in_features > 0;
     MlpConfig m;
-    m.in_features = spec.block_size * spec.vocab_size;
+    m.in_features = features ? spec.in_features : spec.block_size * spec.vocab_size;
     m.hidden = spec.n_embd;
     m.n_classes = spec.vocab_size;
     m.n_hidden_layers = spec.n_layer;
     auto mlp = std::make_unique<Mlp>(m);
     BuiltModel b;
     if (ckpt.enabled) b.checkpointing_note = [] { return std::string("no effect on --model mlp (it has no blocks to recompute)"); };
-    // FLOPs per sample spread over the block_size tokens a sample reads.
-    b.flops_per_token = mlp->flops_per_sample() / double(spec.block_size);
-    b.adapt_batch = [batcher = std::make_shared<MlpBatcher>(spec.block_size, spec.vocab_size)](const Batch& t) {
-      return (*batcher)(t);
-    };
+    // FLOPs per sample spread over the block_size tokens a sample reads (a sample of arrays: one "token").
+    b.flops_per_token = mlp->flops_per_sample() / double(features ? 1 : spec.block_size);
+    if (!features)
+      b.adapt_batch = [batcher = std::make_shared<MlpBatcher>(spec.block_size, spec.vocab_size)](const Batch& t) {
+        return (*batcher)(t);
+      };
     b.module = std::move(mlp);
     return b;
   }

@@ -17,6 +17,9 @@ std::string ModelSpec::describe() const {
     if (rope_theta != ModelSpec{}.rope_theta) os << " rope_theta=" << rope_theta;
     if (rms_norm_eps != ModelSpec{}.rms_norm_eps) os << " rms_norm_eps=" << rms_norm_eps;
     if (tie_embeddings) os << " tie_embeddings=true";
+  } else if (in_features > 0) {
+    os << "mlp n_layer=" << n_layer << " n_embd=" << n_embd << " in_features=" << in_features
+       << " vocab_size=" << vocab_size;
   } else {
     os << "mlp n_layer=" << n_layer << " n_embd=" << n_embd << " block_size=" << block_size
        << " vocab_size=" << vocab_size;

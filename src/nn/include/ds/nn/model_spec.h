@@ -19,7 +19,10 @@ struct ModelSpec {
   bool tie_embeddings = false;         // llama: the LM head reuses the token embedding
   std::int64_t n_embd = 128;
   std::int64_t block_size = 64;
-  std::int64_t vocab_size = 0;  // 0: from the data (256 for text, the token file's vocab)
+  std::int64_t vocab_size = 0;  // 0: from the data (256 for text, the token file's vocab; mlp on arrays: classes)
+  // mlp on feature arrays: features per sample, read as they are. 0: the one-hot encoding of
+  // block_size tokens (block_size x vocab_size features, the class the next token).
+  std::int64_t in_features = 0;
 
   // One line naming the shape; the llama settings above appear only when not at their
   // defaults, so the line (which a resume compares) reads as before for default models.
