@@ -20,14 +20,15 @@ RUN_PACKAGES=(
 # h5dump, the system Python with mpi4py/h5py/numpy/torch (interop tests and baselines), libtorch
 # (the optional PyTorch adapter, DS_WITH_TORCH: built and tested where it is installed),
 # Slurm + munge (single-node Slurm tests), iproute2 (network namespaces), ssh (the launcher's
-# reachability check), procps, git, and debootstrap (the fresh-machine check); on x86-64 also
+# reachability check), procps, git, debootstrap (the fresh-machine check), scikit-learn (its
+# bundled digits images: real feature data for the HDF5 data tests); on x86-64 also
 # the arm64 cross compiler and qemu-user (the arm64 check, scripts/check_arm64.sh).
 TEST_PACKAGES=(
   git ca-certificates
   hdf5-tools
   libgtest-dev libgmock-dev libbenchmark-dev
   clang libclang-rt-14-dev
-  python3 python3-mpi4py python3-h5py python3-numpy python3-torch libtorch-dev
+  python3 python3-mpi4py python3-h5py python3-numpy python3-torch libtorch-dev python3-sklearn
   slurm-wlm munge
   iproute2 procps openssh-client
   debootstrap
