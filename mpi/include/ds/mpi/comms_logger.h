@@ -87,7 +87,8 @@ class CommsLog {
     std::vector<double> latencies_s;  // one per operation, in order
     std::vector<Bandwidth> bandwidths;
   };
-  // record name -> message bytes -> entries; record names in first-seen order.
+  // record name -> message bytes -> entries; record names in first-seen order. For tests and
+  // reports once the recorded operations completed: what they return is read without the lock.
   const std::vector<std::string>& record_names() const { return names_; }
   const std::map<std::size_t, Entry>* sizes(const std::string& record_name) const;
 
