@@ -67,8 +67,19 @@ float Decoder::mean_loss(std::int64_t N) {
 float Decoder::loss_forward(const Batch& batch) {
   const std::string who = std::string(name_) + "::forward";
   detail::take_batch(batch, block_size_, vocab_, who.c_str(), tokens_, targets_);
+  if (mprof_) add_forward_macs(*mprof_, batch.batch, batch.seq);
   run_forward(tokens_.data(), batch.batch, batch.seq);
+  ModuleTimer loss_time(mprof_, modules_.model);  // the loss is the model's own op
   return mean_loss(batch.batch * batch.seq);
+}
+
+bool Decoder::set_module_profile(ModuleProfile* profile) {
+  mprof_ = profile;
+  if (profile) {
+    *profile = modules_.tree;
+    profile->recomputes_forward = ckpt_;
+  }
+  return true;
 }
 
 float Decoder::forward(const Batch& batch) {

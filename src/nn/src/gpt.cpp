@@ -24,7 +24,8 @@ namespace k = kernels;
 // Op profiler: one entry per op name; a scope adds its process CPU time and elapsed time
 // (clock_gettime costs well under 1 us; the ops take 50 us and more). Inside the forward's
 // parallel region only thread 0 records: the forward ops' times are those of its share of
-// the sequences, which the threads run side by side.
+// the sequences, which the threads run side by side. A forward op also names its module
+// (module_trees.h): while the flops profiler's profile is set, its elapsed time goes there.
 enum Op : int {
   kEmbFwd, kLnFwd, kQkvFwd, kAttFwd, kAttProjFwd, kFcFwd, kGeluFwd, kFcProjFwd, kLmHeadFwd, kXentFwd,
   kXentBwd, kLmHeadBwd, kFcProjBwd, kGeluBwd, kFcBwd, kLnBwd, kAttProjBwd, kAttBwd, kQkvBwd, kEmbBwd,
@@ -41,21 +42,25 @@ struct GptProf {
   Gpt* g;
   int op;
   double flops;
+  int module;
   double t0 = 0, w0 = 0;
   static double clock_s(clockid_t id) {
     timespec ts;
     clock_gettime(id, &ts);
     return double(ts.tv_sec) + 1e-9 * double(ts.tv_nsec);
   }
-  GptProf(Gpt* gpt, int o, double f = 0)
-      : g(gpt->profiling_ && omp_get_thread_num() == 0 ? gpt : nullptr), op(o), flops(f) {
+  GptProf(Gpt* gpt, int o, double f = 0, int m = -1)
+      : g((gpt->profiling_ || (m >= 0 && gpt->mprof_)) && omp_get_thread_num() == 0 ? gpt : nullptr), op(o),
+        flops(f), module(m) {
     if (!g) return;
     t0 = clock_s(CLOCK_PROCESS_CPUTIME_ID);
     w0 = clock_s(CLOCK_MONOTONIC);
   }
   ~GptProf() {
     if (!g) return;
-    g->prof_.add(std::size_t(op), clock_s(CLOCK_PROCESS_CPUTIME_ID) - t0, clock_s(CLOCK_MONOTONIC) - w0, flops);
+    const double wall = clock_s(CLOCK_MONOTONIC) - w0;
+    if (g->profiling_) g->prof_.add(std::size_t(op), clock_s(CLOCK_PROCESS_CPUTIME_ID) - t0, wall, flops);
+    if (module >= 0 && g->mprof_) g->mprof_->add_seconds(module, wall);
   }
 };
 
@@ -106,6 +111,7 @@ Gpt::Gpt(const GptConfig& cfg) : Decoder("Gpt", cfg.block_size, cfg.vocab_size),
   claimed_ = std::vector<std::atomic<bool>>(infos.size());
   folded_ = std::vector<std::atomic<bool>>(infos.size());
   done_order_.reserve(infos.size());
+  modules_ = gpt_modules(cfg_, infos);
 }
 
 // Each parameter from the seed and its own index: any range gives what the whole model does.
@@ -200,7 +206,7 @@ void Gpt::run_forward(const std::int32_t* tokens, std::int64_t B, std::int64_t T
     }
   };
   if (!hooks_) {
-    { GptProf pf(this, kParamsFwd, 0); ps_.prepare_forward(); }
+    { GptProf pf(this, kParamsFwd, 0, modules_.model); ps_.prepare_forward(); }
     region(0, num_stages());
     return;
   }
@@ -211,7 +217,7 @@ void Gpt::run_forward(const std::int32_t* tokens, std::int64_t B, std::int64_t T
     const std::size_t grp = forward_group(st);
     GroupUse use(hooks_, grp, Pass::Forward);
     if (st != num_stages() - 1) {
-      GptProf pf(this, kParamsFwd, 0);
+      GptProf pf(this, kParamsFwd, 0, modules_.model);
       ps_.prepare_forward(groups_[grp].first, groups_[grp].count);
     }
     region(st, st + 1);
@@ -224,49 +230,50 @@ void Gpt::forward_rows(const std::int32_t* tokens, std::int64_t b0, std::int64_t
   const int L = int(layers_.size());
   auto at = [&](float* p, std::int64_t width) { return p + r0 * width; };
   if (s0 == 0) {
-    GptProf pf(this, kEmbFwd, 0);
+    GptProf pf(this, kEmbFwd, 0, modules_.embed);  // wte and wpe in one kernel
     k::embedding_forward(at(resid_[0], C), tokens, ps_.w(wte_), ps_.w(wpe_), B, T, C);
   }
   for (std::size_t l = std::size_t(std::max(s0, 1) - 1); int(l) < std::min(s1 - 1, L); ++l) {
     const LayerIdx& P = layers_[l];
     const LayerAct& a = acts_[l];
+    const BlockModules& M = modules_.blocks[l];
     const float* x = at(resid_[l], C);
     {
-      GptProf pf(this, kLnFwd, 0);
+      GptProf pf(this, kLnFwd, 0, M.norm_1);
       k::layernorm_forward(at(a.ln1, C), at(a.ln1_mean, 1), at(a.ln1_rstd, 1), x, ps_.w(P.ln1w), ps_.w(P.ln1b), N, C);
     }
     {
-      GptProf pf(this, kQkvFwd, 2.0 * double(N) * double(3 * C) * double(C));
+      GptProf pf(this, kQkvFwd, 2.0 * double(N) * double(3 * C) * double(C), M.q);
       k::linear_forward(at(a.qkv, 3 * C), at(a.ln1, C), ps_.w(P.qkvw), ps_.w(P.qkvb), nullptr, N, C, 3 * C, prec_);
     }
     {
-      GptProf pf(this, kAttFwd, 4.0 * double(B * NH) * double(T) * double(T) * double(C / NH));
+      GptProf pf(this, kAttFwd, 4.0 * double(B * NH) * double(T) * double(T) * double(C / NH), M.attn);
       k::attention_forward(at(a.atty, C), a.att + b0 * NH * T * T, at(a.qkv, 3 * C), B, T, C, NH);
     }
     {
-      GptProf pf(this, kAttProjFwd, 2.0 * double(N) * double(C) * double(C));
+      GptProf pf(this, kAttProjFwd, 2.0 * double(N) * double(C) * double(C), M.attn_out);
       k::linear_forward(at(a.x1, C), at(a.atty, C), ps_.w(P.projw), ps_.w(P.projb), x, N, C, C, prec_);
     }
     {
-      GptProf pf(this, kLnFwd, 0);
+      GptProf pf(this, kLnFwd, 0, M.norm_2);
       k::layernorm_forward(at(a.ln2, C), at(a.ln2_mean, 1), at(a.ln2_rstd, 1), at(a.x1, C), ps_.w(P.ln2w), ps_.w(P.ln2b), N, C);
     }
     {
-      GptProf pf(this, kFcFwd, 2.0 * double(N) * double(4 * C) * double(C));
+      GptProf pf(this, kFcFwd, 2.0 * double(N) * double(4 * C) * double(C), M.up);
       k::linear_forward(at(a.fch, 4 * C), at(a.ln2, C), ps_.w(P.fcw), ps_.w(P.fcb), nullptr, N, C, 4 * C, prec_);
     }
-    { GptProf pf(this, kGeluFwd, 0); k::gelu_forward(at(a.fch_gelu, 4 * C), at(a.fch, 4 * C), 4 * N * C); }
+    { GptProf pf(this, kGeluFwd, 0, M.mlp); k::gelu_forward(at(a.fch_gelu, 4 * C), at(a.fch, 4 * C), 4 * N * C); }
     {
-      GptProf pf(this, kFcProjFwd, 2.0 * double(N) * double(4 * C) * double(C));
+      GptProf pf(this, kFcProjFwd, 2.0 * double(N) * double(4 * C) * double(C), M.down);
       k::linear_forward(at(resid_[l + 1], C), at(a.fch_gelu, 4 * C), ps_.w(P.fcprojw), ps_.w(P.fcprojb), at(a.x1, C), N, 4 * C, C, prec_);
     }
   }
   if (s0 <= L + 1 && L + 1 < s1) {
-    GptProf pf(this, kLnFwd, 0);
+    GptProf pf(this, kLnFwd, 0, modules_.final_norm);
     k::layernorm_forward(at(lnf_, C), at(lnf_mean_, 1), at(lnf_rstd_, 1), at(resid_.back(), C), ps_.w(lnfw_), ps_.w(lnfb_), N, C);
   }
   if (L + 2 < s1) {
-    GptProf pf(this, kLmHeadFwd, 2.0 * double(N) * double(V) * double(C));
+    GptProf pf(this, kLmHeadFwd, 2.0 * double(N) * double(V) * double(C), modules_.head);
     k::linear_forward(at(logits_, V), at(lnf_, C), ps_.w(wte_), nullptr, nullptr, N, C, V, prec_);
   }
 }

@@ -33,6 +33,7 @@ Llama::Llama(const LlamaConfig& cfg) : Decoder("Llama", cfg.block_size, cfg.voca
   rope_cos_.resize(std::size_t(cfg_.block_size * hd_ / 2));
   rope_sin_.resize(rope_cos_.size());
   k::rope_tables(rope_cos_.data(), rope_sin_.data(), cfg_.block_size, hd_, cfg_.rope_theta);
+  modules_ = llama_modules(cfg_, ps_.infos());
 }
 
 // Each parameter from the seed and its own index: any range gives what the whole model does.
@@ -98,25 +99,34 @@ void Llama::layer_forward(std::size_t l) {
   const LayerIdx& P = layers_[l];
   const LayerAct& a = acts_[l];
   const float* x = resid_[l];
+  // Each op's time to its module while the flops profiler's profile is set (module_trees.h).
+  const BlockModules& M = modules_.blocks[l];
+  auto in = [this](int module) { return ModuleTimer(mprof_, module); };
   // x1 = x + o_proj(attn(rope(q_proj(n)), rope(k_proj(n)), v_proj(n))), n = rmsnorm(x)
-  k::rmsnorm_forward(a.ln1, a.rstd1, x, ps_.w(P.ln1), N, C, eps);
-  k::linear_forward(a.q, a.ln1, ps_.w(P.q), nullptr, nullptr, N, C, C, prec_);
-  k::linear_forward(a.k, a.ln1, ps_.w(P.k), nullptr, nullptr, N, C, KV, prec_);
-  k::linear_forward(a.v, a.ln1, ps_.w(P.v), nullptr, nullptr, N, C, KV, prec_);
-  k::rope_forward(a.q, N, T, C, NH, hd_, rope_cos_.data(), rope_sin_.data());
-  k::rope_forward(a.k, N, T, KV, NKV, hd_, rope_cos_.data(), rope_sin_.data());
-  k::gqa_attention_forward(a.atty, a.att, a.q, a.k, a.v, C, KV, B, T, NH, NKV, hd_);
-  k::linear_forward(a.x1, a.atty, ps_.w(P.o), nullptr, x, N, C, C, prec_);
+  { auto t = in(M.norm_1); k::rmsnorm_forward(a.ln1, a.rstd1, x, ps_.w(P.ln1), N, C, eps); }
+  { auto t = in(M.q); k::linear_forward(a.q, a.ln1, ps_.w(P.q), nullptr, nullptr, N, C, C, prec_); }
+  { auto t = in(M.k); k::linear_forward(a.k, a.ln1, ps_.w(P.k), nullptr, nullptr, N, C, KV, prec_); }
+  { auto t = in(M.v); k::linear_forward(a.v, a.ln1, ps_.w(P.v), nullptr, nullptr, N, C, KV, prec_); }
+  {
+    auto t = in(M.attn);
+    k::rope_forward(a.q, N, T, C, NH, hd_, rope_cos_.data(), rope_sin_.data());
+    k::rope_forward(a.k, N, T, KV, NKV, hd_, rope_cos_.data(), rope_sin_.data());
+    k::gqa_attention_forward(a.atty, a.att, a.q, a.k, a.v, C, KV, B, T, NH, NKV, hd_);
+  }
+  { auto t = in(M.attn_out); k::linear_forward(a.x1, a.atty, ps_.w(P.o), nullptr, x, N, C, C, prec_); }
   // x2 = x1 + down_proj(silu(gate_proj(n)) * up_proj(n)), n = rmsnorm(x1)
-  k::rmsnorm_forward(a.ln2, a.rstd2, a.x1, ps_.w(P.ln2), N, C, eps);
-  k::linear_forward(a.gate, a.ln2, ps_.w(P.gate), nullptr, nullptr, N, C, I, prec_);
-  k::linear_forward(a.up, a.ln2, ps_.w(P.up), nullptr, nullptr, N, C, I, prec_);
-  k::swiglu_forward(a.h, a.gate, a.up, N * I);
-  k::linear_forward(resid_[l + 1], a.h, ps_.w(P.down), nullptr, a.x1, N, I, C, prec_);
+  { auto t = in(M.norm_2); k::rmsnorm_forward(a.ln2, a.rstd2, a.x1, ps_.w(P.ln2), N, C, eps); }
+  { auto t = in(M.gate); k::linear_forward(a.gate, a.ln2, ps_.w(P.gate), nullptr, nullptr, N, C, I, prec_); }
+  { auto t = in(M.up); k::linear_forward(a.up, a.ln2, ps_.w(P.up), nullptr, nullptr, N, C, I, prec_); }
+  { auto t = in(M.mlp); k::swiglu_forward(a.h, a.gate, a.up, N * I); }
+  { auto t = in(M.down); k::linear_forward(resid_[l + 1], a.h, ps_.w(P.down), nullptr, a.x1, N, I, C, prec_); }
 }
 
 void Llama::run_forward(const std::int32_t* tokens, std::int64_t B, std::int64_t T) {
-  if (!hooks_) ps_.prepare_forward();
+  if (!hooks_) {
+    ModuleTimer t(mprof_, modules_.model);
+    ps_.prepare_forward();
+  }
   ensure_scratch(B, T);
   B_ = B;
   T_ = T;
@@ -125,6 +135,7 @@ void Llama::run_forward(const std::int32_t* tokens, std::int64_t B, std::int64_t
   {
     GroupUse use(hooks_, 0, Pass::Forward);
     prepare_group(0);
+    ModuleTimer t(mprof_, modules_.embed);
     k::embedding_forward(resid_[0], tokens, ps_.w(embed_), nullptr, B, T, C);
   }
   for (std::size_t l = 0; l < layers_.size(); ++l) {
@@ -134,8 +145,9 @@ void Llama::run_forward(const std::int32_t* tokens, std::int64_t B, std::int64_t
   }
   GroupUse use(hooks_, final_group(), Pass::Forward);
   prepare_group(final_group());
-  k::rmsnorm_forward(lnf_, rstdf_, resid_.back(), ps_.w(normf_), N, C, eps);
+  { ModuleTimer t(mprof_, modules_.final_norm); k::rmsnorm_forward(lnf_, rstdf_, resid_.back(), ps_.w(normf_), N, C, eps); }
   GroupUse head(hooks_, head_group(), Pass::Forward);  // the final group again when untied
+  ModuleTimer t(mprof_, modules_.head);
   k::linear_forward(logits_, lnf_, ps_.w(head_), nullptr, nullptr, N, C, V, prec_);
 }
 

@@ -24,6 +24,13 @@ Mlp::Mlp(const MlpConfig& cfg) : cfg_(cfg) {
     w_.push_back(ps_.add(p + "weight", {dims_[i + 1], dims_[i]}));
     b_.push_back(ps_.add(p + "bias", {dims_[i + 1]}));
   }
+  modules_ = mlp_modules(cfg_, ps_.infos());
+}
+
+bool Mlp::set_module_profile(ModuleProfile* profile) {
+  mprof_ = profile;
+  if (profile) *profile = modules_.tree;
+  return true;
 }
 
 std::vector<ParamGroup> Mlp::parameter_groups() const {
@@ -87,7 +94,11 @@ float Mlp::run(const Batch& batch) {
   DS_CHECK(batch.features.size() == std::size_t(B * F) && batch.targets.size() == std::size_t(B),
            "Mlp::forward: features must hold batch*feature_dim = " << B * F << " floats and targets "
                                                                    << B << " ids");
-  if (!hooks_) ps_.prepare_forward();
+  if (mprof_) add_mlp_forward_macs(cfg_, modules_, B, *mprof_);
+  if (!hooks_) {
+    ModuleTimer t(mprof_, modules_.model);
+    ps_.prepare_forward();
+  }
   ensure_scratch(B);
   B_ = B;
   targets_.assign(batch.targets.begin(), batch.targets.end());
@@ -101,10 +112,15 @@ float Mlp::run(const Batch& batch) {
   auto use = [&](std::size_t l) {
     if (hooks_) ps_.prepare_forward(w_[l], 2);
   };
+  // Each op's time to its module while the flops profiler's profile is set (module_trees.h).
   for (std::size_t l = 0; l < pre_.size(); ++l) {
     GroupUse g(hooks_, l, Pass::Forward);
     use(l);
-    k::linear_forward(pre_[l], x, ps_.w(w_[l]), ps_.w(b_[l]), nullptr, B, dims_[l], dims_[l + 1]);
+    {
+      ModuleTimer t(mprof_, modules_.fc[l]);
+      k::linear_forward(pre_[l], x, ps_.w(w_[l]), ps_.w(b_[l]), nullptr, B, dims_[l], dims_[l + 1]);
+    }
+    ModuleTimer t(mprof_, modules_.model);
     k::gelu_forward(post_[l], pre_[l], B * dims_[l + 1]);
     x = post_[l];
   }
@@ -112,8 +128,10 @@ float Mlp::run(const Batch& batch) {
   {
     GroupUse g(hooks_, h, Pass::Forward);
     use(h);
+    ModuleTimer t(mprof_, modules_.head);
     k::linear_forward(logits_, x, ps_.w(w_[h]), ps_.w(b_[h]), nullptr, B, dims_[h], K);
   }
+  ModuleTimer t(mprof_, modules_.model);
   return k::crossentropy_forward(lse_, logits_, targets_.data(), B, K);
 }
 

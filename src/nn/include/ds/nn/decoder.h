@@ -17,6 +17,7 @@
 #include "ds/core/buffer.h"
 #include "ds/core/module.h"
 #include "ds/nn/gemm.h"
+#include "ds/nn/module_trees.h"
 #include "ds/nn/params.h"
 
 namespace ds::nn {
@@ -41,6 +42,9 @@ class Decoder : public Module {
   std::size_t num_parameters() const { return ps_.total_numel(); }
   // Training FLOPs per token (forward + backward) at `seq` tokens (default block_size), for MFU.
   virtual double flops_per_token(std::int64_t seq = 0) const = 0;
+  // The flops profiler: the model's module tree (ds/nn/module_trees.h); while a profile is
+  // set, each forward adds its MACs and each module's op times (the loss: the model's own).
+  bool set_module_profile(ModuleProfile* profile) override;
 
   // Activation checkpointing (DeepSpeed's deepspeed.checkpointing.checkpoint around each
   // block): forward keeps each block's input (the residual stream) and what the loss needs,
@@ -81,6 +85,8 @@ class Decoder : public Module {
   virtual void run_forward(const std::int32_t* tokens, std::int64_t B, std::int64_t T) = 0;
   // The mean cross-entropy of logits_ against targets_ over N rows (lse_ kept for backward).
   virtual float mean_loss(std::int64_t N);
+  // The MACs of a forward of B x T tokens into `out` (module_trees.h).
+  virtual void add_forward_macs(ModuleProfile& out, std::int64_t B, std::int64_t T) const = 0;
 
   // Whether the arena holds B x T rows with the current thread count and checkpointing;
   // if not, grows the capacities and returns a new arena (the old one freed first) for the
@@ -106,6 +112,9 @@ class Decoder : public Module {
   bool have_cache_ = false;
   Precision prec_ = Precision::F32;
   bool prec_fixed_ = false;
+  // The module tree (the model's constructor builds it) and the profile being filled (null: off).
+  DecoderModules modules_;
+  ModuleProfile* mprof_ = nullptr;
 
  private:
   float loss_forward(const Batch& batch);

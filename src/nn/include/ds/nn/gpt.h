@@ -63,6 +63,9 @@ class Gpt : public Decoder {
   std::int64_t arena_floats(std::int64_t N, std::int64_t T, int slots, bool checkpointing) const override;
   void run_forward(const std::int32_t* tokens, std::int64_t B, std::int64_t T) override;
   float mean_loss(std::int64_t N) override;  // Decoder's, profiled
+  void add_forward_macs(ModuleProfile& out, std::int64_t B, std::int64_t T) const override {
+    add_gpt_forward_macs(cfg_, modules_, B, T, out);
+  }
   // The forward and the backward run in stages, one group's use each (gpt.cpp: forward
   // embed, blocks, ln_f, head; backward head, ln_f, blocks in reverse, embed): all stages
   // in one parallel region without group hooks, one region per stage, bracketed, with them.

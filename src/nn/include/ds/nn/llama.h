@@ -41,6 +41,9 @@ class Llama : public Decoder {
   // Decoder layer l's forward over the batch run_forward set up (B_ x T_).
   void layer_forward(std::size_t l);
   void run_forward(const std::int32_t* tokens, std::int64_t B, std::int64_t T) override;
+  void add_forward_macs(ModuleProfile& out, std::int64_t B, std::int64_t T) const override {
+    add_llama_forward_macs(cfg_, modules_, B, T, out);
+  }
   // With group hooks (ZeRO-3): half dtypes convert group g's parameters inside its bracket.
   void prepare_group(std::size_t g);
   std::size_t final_group() const { return groups_.size() - 1; }

@@ -12,6 +12,7 @@
 
 #include "ds/core/buffer.h"
 #include "ds/core/module.h"
+#include "ds/nn/module_trees.h"
 #include "ds/nn/params.h"
 
 namespace ds::nn {
@@ -38,6 +39,8 @@ class Mlp : public Module {
   // The model brackets with the ParamSet's hooks: they wrap these and keep the fp32 shadows
   // of half dtypes to the groups in use (ParamSet::set_group_hooks).
   void set_group_hooks(GroupHooks* hooks) override { hooks_ = ps_.set_group_hooks(hooks, parameter_groups()); }
+  // The flops profiler: fc.N and head (ds/nn/module_trees.h); the GELUs and the loss are the model's own ops.
+  bool set_module_profile(ModuleProfile* profile) override;
 
   const MlpConfig& config() const { return cfg_; }
   // Training FLOPs per sample: 6 * (weights in GEMMs).
@@ -56,6 +59,8 @@ class Mlp : public Module {
   std::vector<std::size_t> w_, b_;  // per linear layer (hidden layers, then head)
   std::vector<std::int64_t> dims_;  // in, hidden..., classes
   GroupHooks* hooks_ = nullptr;
+  MlpModules modules_;
+  ModuleProfile* mprof_ = nullptr;
   HostBuffer arena_;
   std::int64_t cap_b_ = 0, B_ = 0;
   std::vector<float*> pre_, post_;  // per hidden layer: pre-activation, GELU output
