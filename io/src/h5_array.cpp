@@ -17,11 +17,11 @@ std::string integer_name(std::size_t bytes, bool is_signed) {
 }
 
 // NumPy's name for a numeric type; the HDF5 class for the rest (what the user must change).
-std::string type_name(hid_t type, H5T_class_t cls) {
-  const std::size_t bytes = H5Tget_size(type);
+std::string type_name(hid_t type, H5T_class_t cls, const std::string& where) {
+  const std::size_t bytes = H5Tget_size(type);  // 0 only for an invalid id, which H5Dget_type did not return
   switch (cls) {
     case H5T_FLOAT: return "float" + std::to_string(bytes * 8);
-    case H5T_INTEGER: return integer_name(bytes, H5Tget_sign(type) == H5T_SGN_2);
+    case H5T_INTEGER: return integer_name(bytes, DS_H5_CHECK(H5Tget_sign(type), where) == H5T_SGN_2);
     case H5T_STRING: return "string";
     case H5T_COMPOUND: return "compound";
     case H5T_ENUM: return "enum (h5py writes bool arrays as one)";
@@ -94,7 +94,7 @@ bool H5ArrayFile::is_dataset(std::string_view name) const {
   const std::string n(name);
   if (!link_path_exists(id_, n)) return false;
   Hid obj(DS_H5_CHECK(H5Oopen(id_, n.c_str(), H5P_DEFAULT), "file " << path_ << " object " << n), H5Oclose);
-  return H5Iget_type(obj.get()) == H5I_DATASET;
+  return DS_H5_CHECK(H5Iget_type(obj.get()), "file " << path_ << " object " << n) == H5I_DATASET;
 }
 
 ArrayInfo H5ArrayFile::info(std::string_view name) const {
@@ -108,7 +108,7 @@ ArrayInfo H5ArrayFile::info(std::string_view name) const {
   const H5T_class_t cls = DS_H5_CHECK(H5Tget_class(type.get()), "file " << path_ << " dataset " << n);
   ArrayInfo out;
   out.kind = cls == H5T_FLOAT ? ElementKind::Float : cls == H5T_INTEGER ? ElementKind::Integer : ElementKind::Other;
-  out.type_name = type_name(type.get(), cls);
+  out.type_name = type_name(type.get(), cls, "file " + path_ + " dataset " + n);
   out.shape.assign(dims.begin(), dims.end());
   return out;
 }
