@@ -1,5 +1,6 @@
 // fp16 / bf16 conversions: scalar reference plus bulk paths for the CPU kernel set in use
-// (ds::cpu_isa(): F16C from avx2 up; bf16 on 8 AVX2 or 16 AVX-512 lanes).
+// (ds::cpu_isa(): F16C from avx2 up; bf16 on 8 AVX2 or 16 AVX-512 lanes; on neon fcvt for fp16
+// and bf16 by the same integer rounding, 8 elements per step).
 #include "ds/core/half.h"
 
 #if defined(__x86_64__)
@@ -81,12 +82,43 @@ __attribute__((target("avx2"))) void bf16_to_f32_avx2(const bf16* s, float* d, s
 }
 #endif  // __x86_64__
 
+#if defined(__aarch64__)
+// --- NEON: fp16 by fcvtn / fcvtl (round to nearest even, subnormals kept under Linux's FPCR),
+// bf16 by integer rounding; both the scalar code's bits ---
+void f32_to_f16_neon(const float* s, f16* d, std::size_t n, std::size_t& i) {
+  for (; i + 8 <= n; i += 8) {
+    const float16x8_t h = vcombine_f16(vcvt_f16_f32(vld1q_f32(s + i)), vcvt_f16_f32(vld1q_f32(s + i + 4)));
+    vst1q_u16(&d[i].bits, vreinterpretq_u16_f16(h));
+  }
+}
+void f16_to_f32_neon(const f16* s, float* d, std::size_t n, std::size_t& i) {
+  for (; i + 8 <= n; i += 8) {
+    const float16x8_t h = vreinterpretq_f16_u16(vld1q_u16(&s[i].bits));
+    vst1q_f32(d + i, vcvt_f32_f16(vget_low_f16(h)));
+    vst1q_f32(d + i + 4, vcvt_high_f32_f16(h));
+  }
+}
+void f32_to_bf16_neon(const float* s, bf16* d, std::size_t n, std::size_t& i) {
+  for (; i + 8 <= n; i += 8)
+    vst1q_u16(&d[i].bits, vcombine_u16(f32x4_to_bf16_rne(vld1q_f32(s + i)), f32x4_to_bf16_rne(vld1q_f32(s + i + 4))));
+}
+void bf16_to_f32_neon(const bf16* s, float* d, std::size_t n, std::size_t& i) {
+  for (; i + 8 <= n; i += 8) {
+    const uint16x8_t h = vld1q_u16(&s[i].bits);
+    vst1q_f32(d + i, bf16x4_to_f32(vget_low_u16(h)));
+    vst1q_f32(d + i + 4, bf16x4_to_f32(vget_high_u16(h)));
+  }
+}
+#endif  // __aarch64__
+
 }  // namespace
 
 void convert_f32_to_f16(const float* src, f16* dst, std::size_t n) {
   std::size_t i = 0;
 #if defined(__x86_64__)
   if (isa_at_least(CpuIsa::avx2)) f32_to_f16_f16c(src, dst, n, i);
+#elif defined(__aarch64__)
+  if (isa_at_least(CpuIsa::neon)) f32_to_f16_neon(src, dst, n, i);
 #endif
   for (; i < n; ++i) dst[i] = float_to_f16(src[i]);
 }
@@ -94,6 +126,8 @@ void convert_f16_to_f32(const f16* src, float* dst, std::size_t n) {
   std::size_t i = 0;
 #if defined(__x86_64__)
   if (isa_at_least(CpuIsa::avx2)) f16_to_f32_f16c(src, dst, n, i);
+#elif defined(__aarch64__)
+  if (isa_at_least(CpuIsa::neon)) f16_to_f32_neon(src, dst, n, i);
 #endif
   for (; i < n; ++i) dst[i] = f16_to_float(src[i]);
 }
@@ -102,6 +136,8 @@ void convert_f32_to_bf16(const float* src, bf16* dst, std::size_t n) {
 #if defined(__x86_64__)
   if (isa_at_least(CpuIsa::avx512)) f32_to_bf16_avx512(src, dst, n, i);
   else if (isa_at_least(CpuIsa::avx2)) f32_to_bf16_avx2(src, dst, n, i);
+#elif defined(__aarch64__)
+  if (isa_at_least(CpuIsa::neon)) f32_to_bf16_neon(src, dst, n, i);
 #endif
   for (; i < n; ++i) dst[i] = float_to_bf16(src[i]);
 }
@@ -110,6 +146,8 @@ void convert_bf16_to_f32(const bf16* src, float* dst, std::size_t n) {
 #if defined(__x86_64__)
   if (isa_at_least(CpuIsa::avx512)) bf16_to_f32_avx512(src, dst, n, i);
   else if (isa_at_least(CpuIsa::avx2)) bf16_to_f32_avx2(src, dst, n, i);
+#elif defined(__aarch64__)
+  if (isa_at_least(CpuIsa::neon)) bf16_to_f32_neon(src, dst, n, i);
 #endif
   for (; i < n; ++i) dst[i] = bf16_to_float(src[i]);
 }

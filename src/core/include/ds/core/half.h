@@ -1,8 +1,8 @@
 // IEEE fp16 and bfloat16: storage types and round-to-nearest-even conversions.
 //
-// Scalar conversions are plain, portable code (the reference). The bulk converters pick
-// an F16C / AVX-512 path at run time when the CPU has it and fall back to the scalar code;
-// tests compare both over every 16-bit pattern and over random floats.
+// Scalar conversions are plain, portable code (the reference). The bulk converters take the
+// path of the CPU kernel set in use (F16C, AVX2 or AVX-512 lanes; NEON on aarch64) and the
+// scalar code for the tail; tests compare every set's path with the scalar code, bitwise.
 #pragma once
 
 #include <cstddef>
