@@ -169,6 +169,7 @@ __attribute__((target("avx512f,avx512bw,avx512vl,fma"))) void micro_kernel_f32(
 // The AVX-512 kernel set for gemm_f32_blocked (gemm_driver.h).
 struct Avx512F32 {
   static constexpr std::int64_t MR = detail::MR, NR = detail::NR;
+  static constexpr bool kBInPlace = true;
   static void pack_at_group(float* out, const float* src, std::int64_t ld, std::int64_t rows, std::int64_t K,
                             float* row_sum) {
     ds::nn::pack_at_group(out, src, ld, rows, K, row_sum);

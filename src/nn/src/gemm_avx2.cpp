@@ -4,8 +4,8 @@
 //
 // Register tile 6 x 16: 12 ymm accumulators, two B vectors and one broadcast of A per k (15
 // of the 16 ymm registers), so each k step is 12 FMAs against 2 loads and 6 broadcasts.
-// op(B) is packed into 16-column k-major panels (8 x 8 register transposes when its k is
-// contiguous) or read in place; a long transposed A is packed into [k][6] strips, eight
+// op(B) is always packed into 16-column k-major panels (8 x 8 register transposes when its k
+// is contiguous); a long transposed A is packed into [k][6] strips, eight
 // strips at a time, summing its rows on the way. The functions carry their target attribute,
 // so the rest of ds_nn stays baseline x86-64.
 #include <cstring>
@@ -97,6 +97,7 @@ DS_AVX2_TARGET void micro_kernel_avx2(const float* __restrict a, std::int64_t rs
     ar[r] = a + std::min<std::int64_t>(r, mv - 1) * rs;
     acc[r][0] = acc[r][1] = _mm256_setzero_ps();
   }
+#pragma GCC unroll 4
   for (std::int64_t k = 0; k < K; ++k) {
     const __m256 b0 = _mm256_loadu_ps(b + k * bs);
     const __m256 b1 = NV > 1 ? _mm256_loadu_ps(b + k * bs + 8) : _mm256_setzero_ps();
@@ -150,6 +151,19 @@ DS_AVX2_TARGET void pack_rows_k_major_16(float* __restrict out, const float* bas
   }
 }
 
+// out[k][0, 16) = src[k * ld + c] for c < valid, zeros past it: the k rows of a B stored
+// K x N as one panel (two vector copies per row when the panel is whole).
+DS_AVX2_TARGET void copy_rows_16(float* __restrict out, const float* src, std::int64_t ld, std::int64_t valid,
+                                 std::int64_t K) {
+  const __m256i m0 = lanes_below(valid), m1 = lanes_below(valid - 8);
+  for (std::int64_t k = 0; k < K; ++k) {
+    const float* row = src + k * ld;
+    const bool whole = valid == kNR;
+    _mm256_storeu_ps(out + k * kNR, whole ? _mm256_loadu_ps(row) : _mm256_maskload_ps(row, m0));
+    _mm256_storeu_ps(out + k * kNR + 8, whole ? _mm256_loadu_ps(row + 8) : _mm256_maskload_ps(row + 8, m1));
+  }
+}
+
 // op(A) = A^T into [k][6] strips, kStripGroup strips at a time (they share each k row's cache
 // lines), each strip's row sums in a register. A strip's 6 values per k are one 8-float load
 // (masked where it would reach past the group's rows) and one 8-float store whose last two
@@ -194,6 +208,7 @@ DS_AVX2_TARGET void pack_at_group_avx2(float* __restrict out, const float* src, 
 // The AVX2 kernel set for gemm_f32_blocked (gemm_driver.h).
 struct Avx2F32 {
   static constexpr std::int64_t MR = kMR, NR = kNR;
+  static constexpr bool kBInPlace = false;
   static void pack_at_group(float* out, const float* src, std::int64_t ld, std::int64_t rows, std::int64_t K,
                             float* row_sum) {
     pack_at_group_avx2(out, src, ld, rows, K, row_sum);
@@ -206,11 +221,7 @@ struct Avx2F32 {
       pack_rows_k_major_16(out, x.p + n0 * x.ld, x.ld, valid, K);
       return;
     }
-    for (std::int64_t k = 0; k < K; ++k) {
-      float* o = out + k * kNR;
-      std::memcpy(o, x.p + k * x.ld + n0, sizeof(float) * std::size_t(valid));
-      std::fill(o + valid, o + kNR, 0.0f);
-    }
+    copy_rows_16(out, x.p + n0, x.ld, valid, K);
   }
   static void tile(const float* a, std::int64_t rs, std::int64_t ks, const float* b, std::int64_t bs, std::int64_t K,
                    float alpha, float beta, float* c, std::int64_t ldc, std::int64_t mv, std::int64_t nv,

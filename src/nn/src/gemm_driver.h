@@ -5,6 +5,7 @@
 //
 //   struct Set {
 //     static constexpr std::int64_t MR, NR;  // register tile: MR rows x NR columns
+//     static constexpr bool kBInPlace;  // full panels of a B stored K x N may be read in place
 //     // op(A) = A^T into [k][MR] strips, kStripGroup strips from `src`, rows valid of them,
 //     // with each row's fp32 sum added into row_sum (when not null).
 //     static void pack_at_group(float* out, const float* src, std::int64_t ld, std::int64_t rows,
@@ -44,14 +45,16 @@ void gemm_f32_blocked(Tri tri, bool trans_a, bool trans_b, std::int64_t M, std::
   // also alias in L1).
   const bool pack_a = trans_a && K > 256;
   float* pa = pack_a ? reinterpret_cast<float*>(ensure(0, std::size_t(mp * R * Kp))) : nullptr;
-  // op(B) with rows contiguous in n (B not transposed) is read in place for every full
+  // op(B) with rows contiguous in n (B not transposed) is read in place, where the kernel set
+  // allows it (the AVX2 set packs every panel: at the dinp shapes packed measured 0.95-1.01
+  // of OpenBLAS in three interleaved runs, in place 0.85-1.14), for every full
   // column panel (its k rows are ldb apart instead of NR: no copy), unless ldb is a
   // multiple of 512 floats (rows 2 KiB apart share a few L1 sets: measured 143 against 152
   // GFLOP/s packed at ldb = 1024 with AVX-512), or A is packed too: the weight gradients
   // (A = dout^T) with B packed measured 3% faster in the step (sum of the per-op minima of the
   // Linear backwards, 6 interleaved runs, AMD EPYC: 76.1 -> 73.6 ms) and 2-20% at the bench
   // shapes in isolation. A partial last panel and a transposed B are always packed.
-  const bool b_rows_ok = !trans_b && ldb % 512 != 0 && !pack_a;
+  const bool b_rows_ok = Set::kBInPlace && !trans_b && ldb % 512 != 0 && !pack_a;
   auto b_in_place = [&](std::int64_t j) { return b_rows_ok && (j + 1) * W <= N; };
   const View va{A, lda, trans_a};
   const bool par = !omp_in_parallel() && M * N * Kp > (1 << 21);
