@@ -1,6 +1,7 @@
 // ds_config: validate a DeepSpeed ds_config.json the way dstrain reads it.
 //
 //   ds_config check FILE [--world_size N] [--steps N] [--lr X]   resolved config as JSON on stdout
+//                                         (with pipeline.stages > 1, notes with the grid and batch)
 //   ds_config schedule FILE --steps N [--world_size N] [--lr X]  "step,lr" CSV, one row per step
 //   ds_config pipe-schedule --stages S --micro_batches M [--stage_id K] [--eval]
 //                                         DeepSpeed's pipeline schedule, one line per step
@@ -24,6 +25,7 @@
 #include "ds/core/env.h"
 #include "ds/core/error.h"
 #include "ds/core/log.h"
+#include "ds/pipe/topology.h"
 #include "ds/sched/lr_scheduler.h"
 
 namespace {
@@ -35,10 +37,28 @@ struct Args {
   double lr = -1;          // < 0: not given
 };
 
+// The grid and the batch arithmetic of a pipelined config, as notes on stderr.
+void show_pipeline(const ds::config::DsConfig& cfg, const ds::pipe::PipeGrid& grid) {
+  const ds::pipe::PipeBatch b = ds::pipe::pipe_batch(grid, cfg.train_batch_size, cfg.train_micro_batch_size_per_gpu,
+                                                     cfg.gradient_accumulation_steps);
+  DS_INFO("note: pipeline: " << grid.stages() << " stages x " << grid.data_parallel_size()
+          << " data-parallel ranks = world size " << grid.world_size() << "; train_batch_size " << b.train_batch_size
+          << " = train_micro_batch_size_per_gpu " << b.micro_batch_size << " x gradient_accumulation_steps "
+          << b.gradient_accumulation_steps << " x data-parallel size " << b.data_parallel_size << "; "
+          << b.micro_batches() << " micro-batches per step through each pipe, partition_method "
+          << cfg.pipeline.partition_method);
+  DS_INFO("note: pipeline: train does not run pipelines yet and refuses pipeline.stages > 1; "
+          "`ds_config pipe-schedule --stages " << grid.stages() << " --micro_batches " << b.micro_batches()
+          << "` prints the schedule each stage would run");
+}
+
 ds::config::DsConfig load_resolved(const Args& a) {
   std::vector<std::string> warnings;  // already logged to stderr by the parser
   ds::config::DsConfig cfg = ds::config::load_config(a.file, &warnings);
-  ds::config::resolve_batch_sizes(cfg, a.world_size);
+  // The ranks form a pipe x data grid: the batch arithmetic is per data-parallel group.
+  const ds::pipe::PipeGrid grid(a.world_size, cfg.pipeline.stages);
+  ds::config::resolve_batch_sizes(cfg, grid.data_parallel_size());
+  if (grid.stages() > 1) show_pipeline(cfg, grid);
   ds::config::KnownValues known;
   if (a.steps > 0) known.total_steps = a.steps;
   if (a.lr >= 0) known.lr = a.lr;
@@ -84,7 +104,8 @@ int main(int argc, char** argv) {
   // CLI::Range, not PositiveNumber: the message names the real bounds ("not in range 1 to
   // 2147483647") instead of 0 to DBL_MAX.
   const auto positive_int = CLI::Range(1, std::numeric_limits<int>::max());
-  check->add_option("--world_size", a.world_size, "data-parallel world size (number of ranks)")
+  check->add_option("--world_size", a.world_size,
+                    "number of ranks (the data-parallel size, times pipeline.stages when pipelined)")
       ->check(positive_int);
   const auto positive_steps = CLI::Range(std::int64_t{1}, std::numeric_limits<std::int64_t>::max());
   check->add_option("--steps", a.steps, "optimizer steps of the run: fills a \"total_num_steps\": \"auto\"")
@@ -95,7 +116,8 @@ int main(int argc, char** argv) {
   auto* schedule = app.add_subcommand("schedule", "print step,lr for global steps 1..N");
   schedule->add_option("FILE", a.file, "ds_config.json (or JSON text, or base64 JSON)")->required();
   schedule->add_option("--steps", a.steps, "number of optimizer steps")->required()->check(positive_steps);
-  schedule->add_option("--world_size", a.world_size, "data-parallel world size (number of ranks)")
+  schedule->add_option("--world_size", a.world_size,
+                       "number of ranks (the data-parallel size, times pipeline.stages when pipelined)")
       ->check(positive_int);
   schedule->add_option("--lr", a.lr, "learning rate of the run: fills an optimizer \"lr\": \"auto\"")
       ->check(CLI::NonNegativeNumber);

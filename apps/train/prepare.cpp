@@ -49,6 +49,7 @@ void load_config(Job& j, int world_size) {
   const TrainOptions& opts = j.opts;
   DS_CHECK(std::filesystem::exists(opts.config), "config file " << opts.config << " does not exist");
   j.cfg = config::load_config_file(opts.config);
+  config::refuse_pipeline_training(j.cfg.pipeline, opts.config);  // before the batch arithmetic
   config::resolve_batch_sizes(j.cfg, world_size);
   j.spec = resolve_model_spec(j.cfg.raw.contains("model") ? j.cfg.raw.at("model") : nlohmann::json(nullptr), opts,
                               opts.config);

@@ -101,6 +101,7 @@ DsConfig parse_root(const JsonNode& root, const std::string& source, std::vector
   if (const Member* m = top.get("activation_checkpointing"); m && m->value.kind != K::Null)
     parse_activation_checkpointing(ctx, *m, cfg.activation_checkpointing);
   if (const Member* m = top.get("aio"); m && m->value.kind != K::Null) parse_aio(ctx, *m, cfg.aio);
+  if (const Member* m = top.get("pipeline"); m && m->value.kind != K::Null) parse_pipeline(ctx, *m, cfg.pipeline);
   if (const Member* m = top.get("seed"); m && m->value.kind != K::Null) {
     if (m->value.kind == K::UInt) cfg.seed = m->value.uint_value;
     else cfg.seed = static_cast<std::uint64_t>(top.read_int(*m, 0, kIntMax));
@@ -138,7 +139,7 @@ DsConfig parse_root(const JsonNode& root, const std::string& source, std::vector
   top.accept({"memory_breakdown", "dump_state", "sparse_gradients", "disable_allgather",
               "zero_allow_untested_optimizer", "zero_force_ds_cpu_optimizer", "timers",
               "log_level", "vocabulary_size", "torch_autocast", "autotuning",
-              "sparse_attention", "hybrid_engine", "compile", "nebula", "pipeline",
+              "sparse_attention", "hybrid_engine", "compile", "nebula",
               "weight_quantization", "graph_harvesting", "use_data_before_expert_parallelism",
               "fp32_allreduce", "monitor_config"});
   top.finish_top_level();

@@ -44,6 +44,8 @@ const Table& section_keys() {
       {"communication", {"timeout", "shared_memory", "progress_thread", "device_backend"}},
       {"comms_logger", {"enabled", "verbose", "prof_all", "prof_ops", "debug"}},
       {"kernels", {"attention", "attention_block", "cpu_bf16_gemm"}},
+      {"pipeline", {"stages", "partition_method", "activation_checkpoint_interval", "seed_layers",
+                    "pipe_partitioned", "grad_partitioned", "use_reentrant"}},
       {"zero_optimization.offload_optimizer", {"device", "nvme_path", "buffer_count", "pin_memory", "pipeline_read",
                                                "pipeline_write", "fast_init", "ratio"}},
       {"zero_optimization.offload_param", {"buffer_size", "max_in_cpu"}},
@@ -90,7 +92,7 @@ std::vector<std::string> config_keys() {
   std::vector<std::string> keys;
   nlohmann::json doc = nlohmann::json::object();
   for (const char* section : {"fp16", "bf16", "bfloat16", "data_types", "checkpoint", "csv_monitor", "tensorboard", "comms_config",
-                              "communication", "comms_logger", "kernels", "amp", "activation_checkpointing", "aio"})
+                              "communication", "comms_logger", "kernels", "amp", "activation_checkpointing", "aio", "pipeline"})
     doc[section] = nlohmann::json::object();
   doc["zero_optimization"] = {{"offload_optimizer", nlohmann::json::object()},
                               {"offload_param", nlohmann::json::object()}};

@@ -139,6 +139,7 @@ nlohmann::json to_json(const DsConfig& cfg) {
                   {"attention_block", cfg.kernels.attention_block},
                   {"cpu_bf16_gemm", cfg.kernels.cpu_bf16_gemm}};
   // Under DeepSpeed's current name of thread_count.
+  j["pipeline"] = pipeline_to_json(cfg.pipeline);
   j["aio"] = {{"block_size", cfg.aio.block_size},
               {"queue_depth", cfg.aio.queue_depth},
               {"intra_op_parallelism", cfg.aio.thread_count},

@@ -54,6 +54,7 @@ Engine::Engine(config::DsConfig cfg, Module& module, std::shared_ptr<Communicato
 
 // The config for this world size, the dtypes it names, and the communicators' settings.
 void Engine::configure_precision_and_comms() {
+  config::refuse_pipeline_training(cfg_.pipeline, cfg_.source);  // before the batch arithmetic
   config::resolve_batch_sizes(cfg_, world_);
   // "auto" values the caller has not filled (the train app fills them from its flags first):
   // filled from what the config knows, or refused (a learning rate, a precision).

@@ -13,6 +13,7 @@
 
 #include <nlohmann/json.hpp>
 
+#include "ds/config/pipeline_config.h"
 #include "ds/optim/params.h"
 #include "ds/sched/params.h"
 
@@ -206,6 +207,7 @@ struct DsConfig {
   KernelsConfig kernels;
   ActivationCheckpointingConfig activation_checkpointing;
   AioConfig aio;
+  PipelineConfig pipeline;
   std::optional<std::uint64_t> seed;  // dstrain extension (DeepSpeed has no top-level seed)
 
   // The "auto" values as written, in order; fill_auto_values() (ds/config/parse.h) resolves them.
