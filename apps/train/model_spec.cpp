@@ -6,6 +6,7 @@
 #include <utility>
 
 #include "ds/core/error.h"
+#include "torch_model.h"
 
 namespace ds::train {
 
@@ -50,8 +51,8 @@ ModelSpec resolve_model_spec(const nlohmann::json& section, const TrainOptions& 
     }
     if (section.contains("type")) {
       const auto& t = section.at("type");
-      DS_CHECK(t.is_string() && (t == "gpt" || t == "mlp" || t == "llama"),
-               source << ": model.type must be \"gpt\", \"mlp\" or \"llama\", got " << t.dump());
+      DS_CHECK(t.is_string() && (t == "gpt" || t == "mlp" || t == "llama" || is_torchscript(t.get<std::string>())),
+               source << ": model.type must be \"gpt\", \"mlp\", \"llama\" or \"torchscript:PATH\", got " << t.dump());
       m.type = t.get<std::string>();
     }
     m.n_layer = positive_int(section, "n_layer", m.n_layer, source);

@@ -3,6 +3,7 @@
 #include <CLI/CLI.hpp>
 
 #include "ds/engine/args.h"
+#include "torch_model.h"
 
 namespace ds::train {
 
@@ -17,8 +18,15 @@ CLI::Option* add_optional(CLI::App& app, const std::string& name, std::optional<
 
 // The model's shape: --model and its sizes (checked again with the config's model section).
 void add_model_flags(CLI::App& app, TrainOptions& o) {
-  add_optional(app, "--model", o.model, "Model: gpt (default), mlp or llama (its GPU model: --device cuda only, not yet run on a GPU)")
-      ->check(CLI::IsMember({"gpt", "mlp", "llama"}));
+  add_optional(app, "--model", o.model,
+               "Model: gpt (default), mlp, llama (its GPU model: --device cuda only, not yet run on a GPU), or "
+               "torchscript:PATH (a TorchScript module whose forward returns the loss)")
+      ->check(CLI::Validator(
+          [](std::string& v) {
+            const bool ok = v == "gpt" || v == "mlp" || v == "llama" || is_torchscript(v);
+            return ok ? std::string() : "must be gpt, mlp, llama or torchscript:PATH, got " + v;
+          },
+          "gpt|mlp|llama|torchscript:PATH"));
   add_optional(app, "--n_layer", o.n_layer, "Transformer blocks (GPT) / hidden layers (MLP)")
       ->check(CLI::Range(std::int64_t{1}, std::int64_t{1024}));
   add_optional(app, "--n_head", o.n_head, "Attention heads (GPT)")

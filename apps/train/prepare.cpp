@@ -22,6 +22,7 @@
 #include "job.h"
 #include "save_dir_check.h"
 #include "terminal.h"
+#include "torch_model.h"
 #include "train_loop.h"
 
 namespace ds::train {
@@ -218,7 +219,8 @@ void build_model(Job& j, int rank) {
   ckpt.from = opts.activation_checkpointing ? std::string("--activation_checkpointing")
                                             : "activation_checkpointing in " + opts.config;
   ckpt.micro_batch = j.cfg.train_micro_batch_size_per_gpu;
-  j.model = nn::make_model(j.spec, j.on_gpu, j.device, kernels, ckpt);
+  j.model = is_torchscript(j.spec.type) ? make_torchscript_model(j.spec, ckpt)
+                                         : nn::make_model(j.spec, j.on_gpu, j.device, kernels, ckpt);
   if (!opts.init_from.empty())
     j.model.module = init_from_file(std::move(j.model.module), opts.init_from, rank == 0, &j.init_from_note);
 }
@@ -245,7 +247,7 @@ JobPtr prepare(const TrainOptions& opts, const DistributedContext& dist) {
   encode_prompt(j);
   plan_run_length(j, src, dist);
   check_save_targets(j);
-  j.on_gpu = nn::model_on_gpu(j.spec, opts.device);
+  j.on_gpu = is_torchscript(j.spec.type) ? torchscript_on_gpu(opts.device) : nn::model_on_gpu(j.spec, opts.device);
   if (j.on_gpu) j.device = shared_device(dist.device, visible_device_count());
   set_identity(j, src);
   // Progress bar only on a terminal (rank 0's stdout; run() shares rank 0's verdict).

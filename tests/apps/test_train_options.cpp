@@ -155,6 +155,19 @@ TEST(ModelSpec, Errors) {
   EXPECT_NE(msg(nlohmann::json::array()).find("object"), std::string::npos);
 }
 
+// --model torchscript:PATH (or model.type): the whole string is the type, checked here; the
+// file itself is read when the model is built.
+TEST(ModelSpec, TorchScript) {
+  auto flag = parse({"--config", "c", "--model", "torchscript:dir/m.pt"});
+  ASSERT_TRUE(flag.options) << flag.message;
+  EXPECT_EQ(ds::train::resolve_model_spec(nullptr, *flag.options, "c.json").type, "torchscript:dir/m.pt");
+  EXPECT_FALSE(parse({"--config", "c", "--model", "torchscript:"}).options);
+  ds::train::TrainOptions o;
+  EXPECT_EQ(ds::train::resolve_model_spec({{"type", "torchscript:m.pt"}}, o, "c.json").describe(),
+            "torchscript:m.pt block_size=64 vocab_size=0");
+  EXPECT_THROW(ds::train::resolve_model_spec({{"type", "torchscript"}}, o, "c.json"), ds::Error);
+}
+
 TEST(ModelSpec, Llama) {
   ds::train::TrainOptions o;
   nlohmann::json section = {{"type", "llama"}, {"n_head", 4}, {"n_kv_head", 2}, {"n_embd", 64}, {"intermediate_size", 96}};
@@ -186,7 +199,7 @@ TEST(ModelSpec, Llama) {
             std::string::npos);
   EXPECT_NE(msg({{"n_kv_heads", 2}}, none).find("(known: type, n_layer, n_head, n_kv_head, n_embd, intermediate_size"),
             std::string::npos);
-  EXPECT_NE(msg({{"type", "llama2"}}, none).find("model.type must be \"gpt\", \"mlp\" or \"llama\""), std::string::npos);
+  EXPECT_NE(msg({{"type", "llama2"}}, none).find("model.type must be \"gpt\", \"mlp\", \"llama\" or \"torchscript:PATH\""), std::string::npos);
   // The command line takes --model llama and the llama flags.
   const char* argv[] = {"train", "--config", "c.json", "--model", "llama", "--n_kv_head", "2", "--intermediate_size", "40"};
   auto r = ds::train::parse_options(9, argv);

@@ -7,7 +7,9 @@ namespace ds::nn {
 
 std::string ModelSpec::describe() const {
   std::ostringstream os;
-  if (type == "gpt") {
+  if (type.starts_with("torchscript:")) {  // the train app's --model torchscript:PATH
+    os << type << " block_size=" << block_size << " vocab_size=" << vocab_size;
+  } else if (type == "gpt") {
     os << "gpt n_layer=" << n_layer << " n_head=" << n_head << " n_embd=" << n_embd
        << " block_size=" << block_size << " vocab_size=" << vocab_size;
   } else if (type == "llama") {

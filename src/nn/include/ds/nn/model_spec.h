@@ -9,7 +9,7 @@
 namespace ds::nn {
 
 struct ModelSpec {
-  std::string type = "gpt";       // gpt | mlp | llama
+  std::string type = "gpt";       // gpt | mlp | llama | torchscript:PATH (train --model)
   std::int64_t n_layer = 4;
   std::int64_t n_head = 4;
   std::int64_t n_kv_head = 0;          // llama: key/value heads (0: n_head)

@@ -1,0 +1,35 @@
+#!/usr/bin/env bash
+# train --model torchscript:PATH end to end: make_models.py's token LM (embedding + linear,
+# cross-entropy) on the embedded corpus at 2 ranks, in fp32 and bf16 under ZeRO stage 2, and
+# the errors a user meets (a file that is missing or is not a module, a wrong forward, --device
+# cuda), each one line naming the file.
+source "$DS_SOURCE_DIR/tests/apps/lib.sh"
+"$PY" "$DS_SOURCE_DIR/tests/torch/make_models.py" "$WORK/models"
+LM=torchscript:$WORK/models/lm.pt
+RUN=(--config "$CONFIGS/default.json" --block_size 32 --eval_iters 2)
+
+# Untrained, the LM's loss is about ln 256 = 5.55; 40 steps (30 of warm-up) bring it below 5.4.
+final_val() { sed -n 's/.*final validation loss \([0-9.]*\).*/\1/p' "$1.out"; }
+must_run 2 fp32 --model "$LM" "${RUN[@]}" --steps 40
+grep -q "model: $LM block_size=32 vocab_size=256" fp32.out || fail "fp32: no model line naming $LM"
+v=$(final_val fp32)
+"$PY" -c "import sys; sys.exit(0 if float('$v') < 5.4 else 1)" || fail "fp32: final validation loss $v, not below 5.4"
+
+write_config bf16_z2.json "$CONFIGS/default.json" 'c["bf16"] = {"enabled": True}; c["zero_optimization"] = {"stage": 2}'
+must_run 2 bf16 --config bf16_z2.json --model "$LM" --steps 20 --block_size 32 --eval_iters 2
+grep -q "ZeRO stage 2, bf16 working" bf16.out || fail "bf16: not a bf16 ZeRO-2 run"
+[ -n "$(final_val bf16)" ] || fail "bf16: no final validation loss"
+
+# expect_error NAME TEXT args...: train fails on one line that contains TEXT.
+expect_error() {
+  local name=$1 text=$2; shift 2
+  if run_train 1 "$name" "$@"; then fail "$name: train succeeded"; fi
+  grep -q "^train: error: .*$text" "$name.err" || { cat "$name.err"; fail "$name: no error line with '$text'"; }
+}
+expect_error missing "$WORK/models/absent.pt does not exist" --model "torchscript:$WORK/models/absent.pt" "${RUN[@]}" --steps 2
+echo "not a model" >notes.pt
+expect_error not_module "$WORK/notes.pt is not a TorchScript module" --model "torchscript:$WORK/notes.pt" "${RUN[@]}" --steps 2
+expect_error arity "wrong_arity.pt: forward must be forward(self, inputs: Tensor, targets: Tensor)" \
+  --model "torchscript:$WORK/models/wrong_arity.pt" "${RUN[@]}" --steps 2
+expect_error cuda "a TorchScript model trains on the CPU" --model "$LM" --device cuda "${RUN[@]}" --steps 2
+echo "PASS"
