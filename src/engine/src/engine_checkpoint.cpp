@@ -222,30 +222,137 @@ void Engine::save_checkpoint(const std::string& save_dir, std::optional<std::str
   a.worker = std::thread([&a, rank] { a.result = io::write_local(a.pending, rank, a.content); });
 }
 
+namespace {
+
+// The tag to load: the one given, else the one in load_dir/latest (nullopt, with DeepSpeed's
+// warning, when there is none).
+std::optional<std::string> tag_to_load(const std::string& load_dir, const std::optional<std::string>& tag) {
+  if (tag) return *tag;
+  auto latest = io::read_latest(load_dir);
+  if (!latest) {
+    DS_WARN("Unable to find latest file at " << load_dir << "/latest, if trying to load latest checkpoint please "
+            "ensure this file exists or pass an explicit checkpoint tag when loading a checkpoint.");
+  }
+  return latest;
+}
+
+// A checkpoint checked on this rank before anything of the engine changes.
+struct CheckedLoad {
+  std::unique_ptr<io::CheckpointReader> reader;
+  io::StateValue engine_state, client_state;
+  std::vector<std::size_t> present;  // indices of the model's parameters found in the checkpoint
+};
+
+// The optimizer state: saved for the same flat layout and optimizer, every dataset present, and
+// the ranges this rank steps checksummed.
+void check_optimizer_state(io::CheckpointReader& r, const io::StateValue& es, const optim::Optimizer& optimizer,
+                           const std::vector<io::ExpectedParam>& expected, const std::vector<io::ShardRange>& ranges) {
+  DS_CHECK(r.same_flat_layout(expected),
+           "checkpoint " << r.dir() << ": the saved parameter layout (names, shapes, order) differs from the model's, "
+                         "so its optimizer state cannot be loaded; load with load_optimizer_states = false");
+  std::string saved_opt = es.contains("optimizer") && es.at("optimizer").is_string() ? es.at("optimizer").as_string() : "?";
+  DS_CHECK(saved_opt == optimizer.name(), "checkpoint " << r.dir() << " holds " << saved_opt
+                                                        << " optimizer state; this engine runs " << optimizer.name()
+                                                        << " (load with load_optimizer_states = false)");
+  DS_CHECK(r.has_shard_dataset("fp32_master"), "checkpoint " << r.dir() << " has no fp32_master");
+  for (const auto& name : optimizer.state_names())
+    DS_CHECK(r.has_shard_dataset("optim/" + name), "checkpoint " << r.dir() << " has no optimizer state 'optim/" << name << "'");
+  for (const auto& rg : ranges) r.verify_flat_range(rg.offset, rg.count);
+}
+
+// Opens and checks the checkpoint: names and shapes, the engine state's numbers, the client
+// state (the caller's check), the optimizer state when it is loaded, and the checksums of the
+// parameters. `ranges`: the dense ranges this rank steps.
+CheckedLoad check_checkpoint(const std::string& load_dir, const std::string& tag, int io_threads,
+                             const engine::PartitionMap& map, const LoadOptions& opt, bool load_opt,
+                             const optim::Optimizer& optimizer, const std::vector<io::ShardRange>& ranges) {
+  CheckedLoad c;
+  c.reader = std::make_unique<io::CheckpointReader>(load_dir, tag, io::LoadOptions{io_threads});
+  io::CheckpointReader& r = *c.reader;
+  std::vector<io::ExpectedParam> expected;
+  for (const auto& p : map.params) expected.push_back({p.name, p.shape, p.dense_offset});
+  r.check_model(expected, opt.load_module_strict);
+  std::vector<std::string> names;
+  const auto& mp = r.manifest().params;
+  for (std::size_t i = 0; i < map.params.size(); ++i) {
+    if (std::any_of(mp.begin(), mp.end(), [&](const io::ManifestParam& q) { return q.name == map.params[i].name; })) {
+      c.present.push_back(i);
+      names.push_back(map.params[i].name);
+    }
+  }
+  c.engine_state = r.engine_state();
+  c.client_state = r.client_state();
+  const std::string where = r.dir() + "/" + io::kModelFile;
+  check_engine_state(c.engine_state, where, !opt.load_module_only,
+                     opt.load_lr_scheduler_states && !opt.load_module_only, load_opt);
+  if (opt.check_client_state) opt.check_client_state(c.client_state, r.dir());
+  if (load_opt) check_optimizer_state(r, c.engine_state, optimizer, expected, ranges);
+  r.verify_params(names);
+  return c;
+}
+
+// Stage 3: this rank's pieces only. With the optimizer state: the master's dense ranges;
+// without: each parameter's weights (DeepSpeed's _restore_from_bit16_weights), cut to the pieces.
+void read_stage3_pieces(io::CheckpointReader& r, const engine::PartitionMap& map, int rank, const CheckedLoad& c,
+                        bool load_opt, DType wdtype, engine::StateViews& views) {
+  float* master = views.master.data();
+  if (load_opt) {
+    for (std::size_t gi = 0; gi < map.groups.size(); ++gi) {
+      const auto& g = map.groups[gi];
+      const std::size_t n = g.piece_real(rank);
+      if (n == 0) continue;
+      const std::size_t dense = g.dense_offset + std::size_t(rank) * g.piece;
+      r.read_flat("fp32_master", dense, n, master + g.part_offset);
+      for (auto& [name, span] : views.state) r.read_flat("optim/" + name, dense, n, span.data() + g.part_offset);
+    }
+    return;
+  }
+  std::vector<char> piece;
+  std::vector<float> f32;
+  for (std::size_t i : c.present) {
+    const auto& p = map.params[i];
+    const auto& g = map.groups[map.group_of(i)];
+    const std::size_t lo = g.offset + std::size_t(rank) * g.piece, hi = lo + g.piece;
+    const std::size_t a = std::max(lo, p.offset), b = std::min(hi, p.offset + p.numel);
+    if (a >= b) continue;
+    piece.resize((b - a) * dtype_size(wdtype));  // this rank's part of the tensor only
+    r.read_param_range(p.name, a - p.offset, b - a, piece.data(), wdtype);
+    f32.resize(b - a);
+    convert(piece.data(), wdtype, f32.data(), DType::F32, b - a);
+    std::copy(f32.begin(), f32.end(), master + g.part_offset + (a - lo));
+  }
+}
+
+// Stages 0-2: every parameter's weights, and this rank's step range [off, off + cnt) of the
+// master and optimizer state (without them: the master from the loaded weights, as DeepSpeed's
+// _restore_from_bit16_weights).
+void read_dense(io::CheckpointReader& r, const engine::PartitionMap& map, const CheckedLoad& c, bool load_opt,
+                DType wdtype, char* params, std::size_t off, std::size_t cnt, engine::StateViews& views) {
+  const std::size_t wsz = dtype_size(wdtype);
+  for (std::size_t i : c.present) {
+    const auto& p = map.params[i];
+    r.read_param(p.name, params + p.offset * wsz, wdtype, p.numel);
+  }
+  if (load_opt) {
+    r.read_flat("fp32_master", off, cnt, views.master.data());
+    for (auto& [name, span] : views.state) r.read_flat("optim/" + name, off, cnt, span.data());
+  } else {
+    convert(params + off * wsz, wdtype, views.master.data(), DType::F32, cnt);
+  }
+}
+
+}  // namespace
+
 std::optional<std::pair<std::string, io::StateValue>> Engine::load_checkpoint(const std::string& load_dir,
                                                                                std::optional<std::string> tag,
                                                                                const LoadOptions& opt) {
   CommCallerScope caller("load_checkpoint");
   resolve_step();  // the last step's outcome now, not over the loaded state later
   wait_for_checkpoint();
-  std::string t;
-  if (tag) {
-    t = *tag;
-  } else {
-    auto latest = io::read_latest(load_dir);
-    if (!latest) {
-      DS_WARN("Unable to find latest file at " << load_dir << "/latest, if trying to load latest checkpoint please "
-              "ensure this file exists or pass an explicit checkpoint tag when loading a checkpoint.");
-      return std::nullopt;
-    }
-    t = *latest;
-  }
+  const std::optional<std::string> t = tag_to_load(load_dir, tag);
+  if (!t) return std::nullopt;
 
   // ---- validate everything (on every rank) before touching the engine ----
-  std::string error;
-  std::unique_ptr<io::CheckpointReader> r;
-  io::StateValue es, client;
-  std::vector<std::size_t> present;  // indices of map_.params found in the checkpoint
   const bool load_opt = opt.load_optimizer_states && !opt.load_module_only;
   const bool s3 = map_.stage == 3;
   const std::size_t off = store_->step_offset();
@@ -253,38 +360,10 @@ std::optional<std::pair<std::string, io::StateValue>> Engine::load_checkpoint(co
   // The dense ranges this rank steps: its slice (stages 1-2), everything (stage 0), or its
   // pieces (stage 3).
   const std::vector<io::ShardRange> ranges = s3 ? stage3_ranges() : std::vector<io::ShardRange>{{off, cnt}};
+  std::string error;
+  CheckedLoad c;
   try {
-    r = std::make_unique<io::CheckpointReader>(load_dir, t, io::LoadOptions{cfg_.checkpoint.io_threads});
-    std::vector<io::ExpectedParam> expected;
-    for (const auto& p : map_.params) expected.push_back({p.name, p.shape, p.dense_offset});
-    r->check_model(expected, opt.load_module_strict);
-    std::vector<std::string> names;
-    for (std::size_t i = 0; i < map_.params.size(); ++i) {
-      const auto& mp = r->manifest().params;
-      if (std::any_of(mp.begin(), mp.end(), [&](const io::ManifestParam& q) { return q.name == map_.params[i].name; })) {
-        present.push_back(i);
-        names.push_back(map_.params[i].name);
-      }
-    }
-    es = r->engine_state();
-    client = r->client_state();
-    const std::string where = r->dir() + "/" + io::kModelFile;
-    check_engine_state(es, where, !opt.load_module_only, opt.load_lr_scheduler_states && !opt.load_module_only, load_opt);
-    if (opt.check_client_state) opt.check_client_state(client, r->dir());
-    if (load_opt) {
-      DS_CHECK(r->same_flat_layout(expected),
-               "checkpoint " << r->dir() << ": the saved parameter layout (names, shapes, order) differs from the model's, "
-                             "so its optimizer state cannot be loaded; load with load_optimizer_states = false");
-      std::string saved_opt = es.contains("optimizer") && es.at("optimizer").is_string() ? es.at("optimizer").as_string() : "?";
-      DS_CHECK(saved_opt == optimizer_->name(), "checkpoint " << r->dir() << " holds " << saved_opt
-                                                              << " optimizer state; this engine runs " << optimizer_->name()
-                                                              << " (load with load_optimizer_states = false)");
-      DS_CHECK(r->has_shard_dataset("fp32_master"), "checkpoint " << r->dir() << " has no fp32_master");
-      for (const auto& name : optimizer_->state_names())
-        DS_CHECK(r->has_shard_dataset("optim/" + name), "checkpoint " << r->dir() << " has no optimizer state 'optim/" << name << "'");
-      for (const auto& rg : ranges) r->verify_flat_range(rg.offset, rg.count);
-    }
-    r->verify_params(names);
+    c = check_checkpoint(load_dir, *t, cfg_.checkpoint.io_threads, map_, opt, load_opt, *optimizer_, ranges);
   } catch (const std::exception& ex) {
     error = ex.what();
   }
@@ -292,66 +371,27 @@ std::optional<std::pair<std::string, io::StateValue>> Engine::load_checkpoint(co
   float bad = error.empty() ? 0.0f : 1.0f;
   if (world_ > 1) comm_->all_reduce(TensorView{&bad, 1, DType::F32}, ReduceOp::Max);
   if (!error.empty()) throw Error(error);
-  DS_CHECK(bad == 0.0f, "load_checkpoint: another rank failed to validate checkpoint " << load_dir << "/" << t
+  DS_CHECK(bad == 0.0f, "load_checkpoint: another rank failed to validate checkpoint " << load_dir << "/" << *t
                                                                                        << " (see its message); nothing was loaded");
 
   // ---- apply ----
-  const std::size_t wsz = dtype_size(wdtype_);
   // In memory, or the NVMe swap files mapped (written back, and at stage 3 the working
   // partition rounded from them, by done_with_state_views).
   engine::StateViews views = store_->state_views(*optimizer_);
-  float* master = views.master.data();
-  auto& states = views.state;
   if (s3) {
-    // This rank's pieces only. With the optimizer state: the master's dense ranges; without:
-    // each parameter's weights (DeepSpeed's _restore_from_bit16_weights), cut to the pieces.
-    if (load_opt) {
-      for (std::size_t gi = 0; gi < map_.groups.size(); ++gi) {
-        const auto& g = map_.groups[gi];
-        const std::size_t n = g.piece_real(rank_);
-        if (n == 0) continue;
-        const std::size_t dense = g.dense_offset + std::size_t(rank_) * g.piece;
-        r->read_flat("fp32_master", dense, n, master + g.part_offset);
-        for (auto& [name, span] : states) r->read_flat("optim/" + name, dense, n, span.data() + g.part_offset);
-      }
-    } else {
-      std::vector<char> piece;
-      std::vector<float> f32;
-      for (std::size_t i : present) {
-        const auto& p = map_.params[i];
-        const auto& g = map_.groups[map_.group_of(i)];
-        const std::size_t lo = g.offset + std::size_t(rank_) * g.piece, hi = lo + g.piece;
-        const std::size_t a = std::max(lo, p.offset), b = std::min(hi, p.offset + p.numel);
-        if (a >= b) continue;
-        piece.resize((b - a) * wsz);  // this rank's part of the tensor only
-        r->read_param_range(p.name, a - p.offset, b - a, piece.data(), wdtype_);
-        f32.resize(b - a);
-        convert(piece.data(), wdtype_, f32.data(), DType::F32, b - a);
-        std::copy(f32.begin(), f32.end(), master + g.part_offset + (a - lo));
-      }
-    }
+    read_stage3_pieces(*c.reader, map_, rank_, c, load_opt, wdtype_, views);
   } else {
-    char* params = static_cast<char*>(store_->host_params().data());
-    for (std::size_t i : present) {
-      const auto& p = map_.params[i];
-      r->read_param(p.name, params + p.offset * wsz, wdtype_, p.numel);
-    }
-    if (load_opt) {
-      r->read_flat("fp32_master", off, cnt, master);
-      for (auto& [name, span] : states) r->read_flat("optim/" + name, off, cnt, span.data());
-    } else {
-      // DeepSpeed's _restore_from_bit16_weights: the fp32 master from the (loaded) weights.
-      convert(params + off * wsz, wdtype_, master, DType::F32, cnt);
-    }
+    read_dense(*c.reader, map_, c, load_opt, wdtype_, static_cast<char*>(store_->host_params().data()), off, cnt,
+               views);
   }
   store_->done_with_state_views(true);
-  if (!opt.load_module_only) apply_engine_state(es, opt, load_opt);
+  if (!opt.load_module_only) apply_engine_state(c.engine_state, opt, load_opt);
   store_->from_host(*optimizer_, load_opt);  // GPU path: the loaded values go to the device
   sync_->params_changed();                    // stage 3: gathered copies are stale
   store_->zero_grads();
   reset_cycle();
-  DS_INFO("loaded checkpoint " << r->dir());
-  return std::make_pair(r->dir(), std::move(client));
+  DS_INFO("loaded checkpoint " << c.reader->dir());
+  return std::make_pair(c.reader->dir(), std::move(c.client_state));
 }
 
 // The counters, scheduler and loss scaler of a validated engine state.
