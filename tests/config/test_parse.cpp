@@ -209,9 +209,34 @@ TEST(ConfigParse, UnimplementedFeaturesFollowOneRule) {
   parse(R"({"tensor_parallel": {"autotp_size": 1}, "zero_optimization": {"zero_hpz_partition_size": 1},
             "tensorboard": {"enabled": true, "output_path": "tb"}, "wandb": {"enabled": true},
             "flops_profiler": {"enabled": true}, "comms_logger": {"enabled": true, "verbose": true}})", &w);
-  ASSERT_EQ(w.size(), 2u);  // in the feature table's order; tensorboard and comms_logger are implemented
-  EXPECT_HAS(w[0], "flops_profiler is enabled but dstrain does not implement it; wall_clock_breakdown");
-  EXPECT_HAS(w[1], "wandb is enabled but dstrain does not implement it; it needs the wandb Python client");
+  ASSERT_EQ(w.size(), 1u);  // tensorboard, flops_profiler and comms_logger are implemented
+  EXPECT_HAS(w[0], "wandb is enabled but dstrain does not implement it; it needs the wandb Python client");
+}
+
+// flops_profiler: DeepSpeed's keys and defaults; a bad value names its key.
+TEST(ConfigParse, FlopsProfilerKeys) {
+  const auto d = parse(R"({"flops_profiler": {"enabled": true}})");
+  EXPECT_TRUE(d.flops_profiler.enabled);
+  EXPECT_EQ(d.flops_profiler.profile_step, 1);
+  EXPECT_EQ(d.flops_profiler.module_depth, -1);
+  EXPECT_EQ(d.flops_profiler.top_modules, 1);
+  EXPECT_TRUE(d.flops_profiler.detailed);
+  EXPECT_FALSE(d.flops_profiler.output_file.has_value());
+  const auto c = parse(R"({"flops_profiler": {"enabled": true, "profile_step": 3, "module_depth": 2,
+                           "top_modules": 4, "detailed": false, "output_file": "prof/out.txt"}})");
+  EXPECT_EQ(c.flops_profiler.profile_step, 3);
+  EXPECT_EQ(c.flops_profiler.module_depth, 2);
+  EXPECT_EQ(c.flops_profiler.top_modules, 4);
+  EXPECT_FALSE(c.flops_profiler.detailed);
+  EXPECT_EQ(c.flops_profiler.output_file.value_or(""), "prof/out.txt");
+  EXPECT_FALSE(parse(R"({"flops_profiler": {"output_file": null}})").flops_profiler.output_file.has_value());
+  EXPECT_HAS(error_of(R"({"flops_profiler": {"profile_step": -1}})"),
+             "ds.json:1:21: flops_profiler.profile_step: expected an integer >= 0, got -1");
+  EXPECT_HAS(error_of(R"({"flops_profiler": {"module_depth": -2}})"), "flops_profiler.module_depth: expected an integer >= -1");
+  EXPECT_HAS(error_of(R"({"flops_profiler": {"top_modules": 1.5}})"), "flops_profiler.top_modules: expected an integer");
+  EXPECT_HAS(error_of(R"({"flops_profiler": {"detailed": 1}})"), "flops_profiler.detailed: expected true or false");
+  EXPECT_HAS(error_of(R"({"flops_profiler": {"output_file": 3}})"), "flops_profiler.output_file: expected a string");
+  EXPECT_HAS(error_of(R"({"flops_profiler": {"module_dept": 1}})"), "(did you mean \"module_depth\"?)");
 }
 
 // DeepSpeed accepts 0 for both bucket sizes; 0 says what it does.

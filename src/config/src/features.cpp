@@ -2,7 +2,7 @@
 // trained (curriculum, progressive layer drop, MoQ, random-LTD, compression, quantized ZeRO,
 // tensor parallelism) is an error naming the key when enabled; one that only observes
 // (monitors, profilers) is warned about once -- never accepted and dropped in silence.
-// (tensorboard, csv_monitor and comms_logger are implemented: sections.cpp.)
+// (tensorboard, csv_monitor and comms_logger are implemented: sections.cpp; flops_profiler: flops_profiler.cpp.)
 #include <string>
 #include <vector>
 
@@ -26,7 +26,6 @@ const Feature kFeatures[] = {
     {"quantize_training", Kind::ChangesTraining, "MoQ quantization-aware training"},
     {"data_efficiency", Kind::ChangesTraining, "data efficiency (curriculum sampling, random-LTD)"},
     {"compression_training", Kind::ChangesTraining, "compression training"},
-    {"flops_profiler", Kind::Observes, "wall_clock_breakdown prints the time of each phase of a step"},
     {"wandb", Kind::Observes,
      "it needs the wandb Python client and the network, which a C++ job has neither of; tensorboard and "
      "csv_monitor write the same scalars"},

@@ -85,6 +85,8 @@ DsConfig parse_root(const JsonNode& root, const std::string& source, std::vector
   if (const Member* m = top.get("checkpoint"); m && m->value.kind != K::Null) parse_checkpoint(ctx, *m, cfg.checkpoint);
   if (const Member* m = top.get("csv_monitor"); m && m->value.kind != K::Null) parse_monitor(ctx, *m, cfg.csv_monitor);
   if (const Member* m = top.get("tensorboard"); m && m->value.kind != K::Null) parse_monitor(ctx, *m, cfg.tensorboard);
+  if (const Member* m = top.get("flops_profiler"); m && m->value.kind != K::Null)
+    parse_flops_profiler(ctx, *m, cfg.flops_profiler);
   if (const Member* m = top.get("comms_config"); m && m->value.kind != K::Null)
     parse_comms_config(ctx, *m, cfg.comms_config);
   if (const Member* m = top.get("communication"); m && m->value.kind != K::Null) {

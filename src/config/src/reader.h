@@ -283,6 +283,7 @@ void parse_comms_logger(Ctx& ctx, const Member& section, CommsLoggerConfig& c);
 void parse_kernels(Ctx& ctx, const Member& section, KernelsConfig& c);
 void parse_activation_checkpointing(Ctx& ctx, const Member& section, ActivationCheckpointingConfig& c);
 void parse_pipeline(Ctx& ctx, const Member& section, PipelineConfig& c);  // pipeline.cpp
+void parse_flops_profiler(Ctx& ctx, const Member& section, FlopsProfilerConfig& c);
 
 // The whole document (loaders.cpp). keys: config_keys() collects every key path read.
 DsConfig parse_root(const JsonNode& root, const std::string& source, std::vector<std::string>* warnings,

@@ -41,6 +41,7 @@ const Table& section_keys() {
       {"data_types", {"grad_accum_dtype"}},
       {"csv_monitor", {"enabled", "output_path", "job_name"}},
       {"tensorboard", {"enabled", "output_path", "job_name"}},
+      {"flops_profiler", {"profile_step", "module_depth", "top_modules", "detailed", "output_file"}},
       {"communication", {"timeout", "shared_memory", "progress_thread", "device_backend"}},
       {"comms_logger", {"enabled", "verbose", "prof_all", "prof_ops", "debug"}},
       {"kernels", {"attention", "attention_block", "cpu_bf16_gemm"}},
@@ -91,7 +92,7 @@ std::vector<std::string> config_keys() {
   // section present, and one optimizer and scheduler section per descriptor.
   std::vector<std::string> keys;
   nlohmann::json doc = nlohmann::json::object();
-  for (const char* section : {"fp16", "bf16", "bfloat16", "data_types", "checkpoint", "csv_monitor", "tensorboard", "comms_config",
+  for (const char* section : {"fp16", "bf16", "bfloat16", "data_types", "checkpoint", "csv_monitor", "tensorboard", "flops_profiler", "comms_config",
                               "communication", "comms_logger", "kernels", "amp", "activation_checkpointing", "aio", "pipeline"})
     doc[section] = nlohmann::json::object();
   doc["zero_optimization"] = {{"offload_optimizer", nlohmann::json::object()},

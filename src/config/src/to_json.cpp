@@ -149,6 +149,10 @@ nlohmann::json to_json(const DsConfig& cfg) {
   for (const auto& [name, m] : {std::pair<const char*, const MonitorConfig&>{"csv_monitor", cfg.csv_monitor},
                                 {"tensorboard", cfg.tensorboard}})
     j[name] = {{"enabled", m.enabled}, {"output_path", m.output_path}, {"job_name", m.job_name}};
+  if (const auto& f = cfg.flops_profiler; f.enabled)
+    j["flops_profiler"] = {{"enabled", true}, {"profile_step", f.profile_step}, {"module_depth", f.module_depth},
+                           {"top_modules", f.top_modules}, {"detailed", f.detailed},
+                           {"output_file", f.output_file ? json(*f.output_file) : json(nullptr)}};
   if (const auto& l = cfg.comms_logger; l.enabled)
     j["comms_logger"] = {{"enabled", true}, {"verbose", l.verbose}, {"prof_all", l.prof_all},
                          {"prof_ops", l.prof_ops}, {"debug", l.debug}};

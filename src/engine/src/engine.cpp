@@ -12,6 +12,7 @@
 #include "ds/config/validate.h"
 #include "ds/core/error.h"
 #include "ds/core/log.h"
+#include "ds/engine/flops_profiler.h"
 #include "ds/engine/monitor.h"
 #include "ds/mpi/comms_logger.h"
 #include "ds/optim/optimizer.h"
@@ -43,6 +44,9 @@ Engine::Engine(config::DsConfig cfg, Module& module, std::shared_ptr<Communicato
   configure_grad_sync(so);
   async_save_ = std::make_unique<engine::AsyncSave>();
   monitors_ = std::make_unique<engine::Monitors>(cfg_, rank_ == 0);
+  if (cfg_.flops_profiler.enabled)
+    flops_profiler_ = std::make_unique<engine::FlopsProfiler>(cfg_.flops_profiler, *module_, rank_ == 0, world_,
+                                                              cfg_.train_micro_batch_size_per_gpu);
   DS_INFO("dstrain engine: " << (device_ == Device::Cuda ? "CUDA device, " : "") << map_.params.size()
           << " parameter tensors, " << map_.total_numel << " parameters, ZeRO stage " << map_.stage << ", "
           << dtype_name(wdtype_) << " working / " << dtype_name(comm_dtype_) << " communication, world size "
@@ -246,7 +250,9 @@ float Engine::evaluate(const Batch& batch) {
 float Engine::forward(const Batch& batch) {
   CommCallerScope caller("forward");
   timers_.start("forward");
+  if (flops_profiler_) flops_profiler_->begin(engine::FlopsPhase::Forward, global_steps_);
   const float loss = bracketed(*sync_, [&] { return module_->forward(batch); });
+  if (flops_profiler_) flops_profiler_->end(engine::FlopsPhase::Forward);
   timers_.stop("forward");
   if (std::isfinite(loss)) {
     cycle_loss_sum_ += loss;
@@ -261,6 +267,7 @@ float Engine::forward(const Batch& batch) {
 float Engine::backward(float loss) {
   CommCallerScope caller("backward");
   timers_.start("backward");
+  if (flops_profiler_) flops_profiler_->begin(engine::FlopsPhase::Backward, global_steps_);
   const double gas = double(cfg_.gradient_accumulation_steps);
   // A dynamic fp16 scale may have changed at the last boundary: apply its outcome first.
   if (scaler_.dynamic()) resolve_step();
@@ -271,13 +278,16 @@ float Engine::backward(float loss) {
   timers_.stop("backward");
   sync_->end_backward();
   store_->after_backward();
+  if (flops_profiler_) flops_profiler_->end(engine::FlopsPhase::Backward);
   return float(loss / gas);
 }
 
 void Engine::step() {
   CommCallerScope caller("step");
   if (is_gradient_accumulation_boundary()) {
+    if (flops_profiler_) flops_profiler_->begin(engine::FlopsPhase::Step, global_steps_);
     boundary_step();
+    if (flops_profiler_) flops_profiler_->end(engine::FlopsPhase::Step);  // the profiled step's end prints
   } else {
     // An unresolved boundary before this step keeps "not applied" as the last word.
     if (pending_.active) pending_.superseded = true;

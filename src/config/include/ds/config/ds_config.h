@@ -171,6 +171,18 @@ struct MonitorConfig {
 };
 using CsvMonitorConfig = MonitorConfig;
 
+// flops_profiler (DeepSpeed's keys and defaults): at the optimizer step that starts when
+// profile_step steps are done, global rank 0 prints the forward's profile per module
+// (docs/user/config.md "flops_profiler").
+struct FlopsProfilerConfig {
+  bool enabled = false;
+  std::int64_t profile_step = 1;
+  std::int64_t module_depth = -1;  // -1: every depth
+  std::int64_t top_modules = 1;    // per depth in the aggregated profile
+  bool detailed = true;            // the per-module tree
+  std::optional<std::string> output_file;  // None or "": stdout
+};
+
 // A value written "auto" (the Hugging Face Trainer's placeholder, which it replaces before
 // DeepSpeed reads the config): its key path and where it was written (file:line:col).
 struct AutoValue {
@@ -201,6 +213,7 @@ struct DsConfig {
   CheckpointConfig checkpoint;
   CsvMonitorConfig csv_monitor;
   MonitorConfig tensorboard;
+  FlopsProfilerConfig flops_profiler;
   CommsConfig comms_config;
   CommunicationConfig communication;
   CommsLoggerConfig comms_logger;

@@ -38,7 +38,7 @@ namespace ds::sched { class LrScheduler; }
 namespace ds {
 
 class CommsLog;
-namespace engine { class Monitors; class ParamStore; class GradSync; class GroupFetcher; struct AsyncSave; struct FetchOptions; struct NvmeOptions; struct StoreOptions; }
+namespace engine { class FlopsProfiler; class Monitors; class ParamStore; class GradSync; class GroupFetcher; struct AsyncSave; struct FetchOptions; struct NvmeOptions; struct StoreOptions; }
 namespace io { struct CheckpointContent; struct ShardRange; }
 
 // Switches for the engine's own tests, per engine (docs/dev/engine.md "The boundary step");
@@ -274,6 +274,7 @@ class Engine {
   double last_loss_ = 0.0;
   double last_lr_ = 0.0;           // lr of the last boundary (applied, or would have been)
   std::unique_ptr<engine::Monitors> monitors_;  // csv_monitor, tensorboard (rank 0)
+  std::unique_ptr<engine::FlopsProfiler> flops_profiler_;  // flops_profiler.enabled (prints on rank 0)
 
   // The asynchronous save in flight (checkpoint.async_save): its snapshot and writer thread.
   // Last, so it is joined before anything else goes.
