@@ -1,9 +1,10 @@
 // The own GEMM kernels against a double-precision reference (the bf16 one on bf16-rounded
-// inputs), every transpose combination, awkward sizes (edges of both register tiles: 6 x 64
-// for AVX-512, 6 x 16 for AVX2), alpha/beta, every epilogue. Tolerance: 1e-5 of
-// sum_k |a||b| per element (fp32 accumulation of exact products). The fp32 tests run on
-// every kernel set with an own fp32 kernel (avx2, avx512) up to the one in use, so the
-// default run covers both on an AVX-512 machine and the .isa_avx2 run the AVX2 one alone.
+// inputs), every transpose combination, awkward sizes (edges of every register tile: 6 x 64
+// for AVX-512, 6 x 16 for AVX2, 8 x 12 for NEON), alpha/beta, every epilogue. Tolerance: 1e-5
+// of sum_k |a||b| per element (fp32 accumulation of exact products). The fp32 tests run on
+// every kernel set with an own fp32 kernel (avx2, avx512; neon on aarch64) up to the one in
+// use, so the default run covers both x86 ones on an AVX-512 machine, the .isa_avx2 run the
+// AVX2 one alone, and the run under qemu-aarch64 the NEON one.
 #include <gtest/gtest.h>
 
 #include <array>
@@ -86,23 +87,29 @@ TEST(NnGemm, Bf16MatchesReference) {
     }
 }
 
-// The kernel sets with an own fp32 GEMM kernel at or below the one in use.
+// The kernel sets of this CPU's architecture with an own fp32 GEMM kernel, at or below the
+// one in use.
 std::vector<ds::CpuIsa> own_f32_isas() {
+  const bool arm = ds::cpu_isa_best() == ds::CpuIsa::neon;
   std::vector<ds::CpuIsa> out;
-  for (ds::CpuIsa isa : {ds::CpuIsa::avx2, ds::CpuIsa::avx512})
-    if (ds::cpu_isa_best() != ds::CpuIsa::neon && ds::isa_at_least(isa)) out.push_back(isa);
+  for (ds::CpuIsa isa : {ds::CpuIsa::avx2, ds::CpuIsa::avx512, ds::CpuIsa::neon})
+    if ((isa == ds::CpuIsa::neon) == arm && ds::isa_at_least(isa)) out.push_back(isa);
   return out;
 }
 
-// Every x86 kernel set from avx2 up runs the layers' GEMMs on an own kernel with the fused
-// epilogue (none on plain or neon: OpenBLAS there).
-TEST(NnGemm, OwnF32KernelOnAvx2AndAvx512) {
+// Every vector kernel set (avx2, avx512, neon) runs the layers' GEMMs on an own kernel with
+// the fused epilogue; the plain set has none (OpenBLAS). On aarch64 the default set is neon,
+// so its run under qemu checks that the NEON kernel is the one the layers use.
+TEST(NnGemm, OwnF32KernelOnEveryVectorSet) {
+  if (ds::cpu_isa_best() == ds::CpuIsa::neon && ds::cpu_isa() == ds::CpuIsa::neon) {
+    EXPECT_EQ(own_f32_isas(), std::vector<ds::CpuIsa>{ds::CpuIsa::neon});
+  }
   for (ds::CpuIsa isa : own_f32_isas()) {
     ds_test::ScopedIsa scoped(ds::isa_name(isa));
     EXPECT_TRUE(ds::nn::f32_gemm_supported()) << ds::isa_name(isa);
     EXPECT_TRUE(ds::nn::own_gemm_for_layers(ds::nn::Precision::F32)) << ds::isa_name(isa);
   }
-  if (ds::cpu_isa() == ds::CpuIsa::plain || ds::cpu_isa() == ds::CpuIsa::neon) {
+  if (ds::cpu_isa() == ds::CpuIsa::plain) {
     EXPECT_FALSE(ds::nn::f32_gemm_supported());
     EXPECT_THROW(ds::nn::gemm_f32(false, false, 1, 1, 1, 1.0f, nullptr, 1, nullptr, 1, 0.0f, nullptr, 1), ds::Error);
   }
@@ -129,6 +136,14 @@ TEST(NnGemm, F32BlockedMatchesReference) {
           check(ta, tb, 6 + n % 6, n, 9, 1.0f, 0.5f);
         check(ta, tb, 48, 23, 300, 1.0f, 0.0f);
         check(ta, tb, 49, 31, 301, -1.0f, 1.0f);
+        // The same for the NEON tile: one to three 4-column vectors, full or 1-3 columns
+        // short, a second panel; row remainders 1-7 and 0; one full group of eight 8-row
+        // strips of A^T and one row more.
+        for (auto [m, n] : {std::array<std::int64_t, 2>{9, 4}, {10, 5}, {11, 6}, {12, 11}, {13, 12}, {14, 13},
+                            {15, 14}, {16, 23}})
+          check(ta, tb, m, n, 9, 1.0f, 0.5f);
+        check(ta, tb, 64, 23, 300, 1.0f, 0.0f);
+        check(ta, tb, 65, 13, 301, -1.0f, 1.0f);
       }
   }
   g_bf16 = true;
@@ -248,7 +263,7 @@ TEST(NnGemm, SameBitsOnAnyThreadCount) {
   });
 }
 
-// On each own fp32 kernel (avx2, avx512) and on the kernel set in use (plain: the full
+// On each own fp32 kernel (avx2, avx512, neon) and on the kernel set in use (plain: the full
 // product through the front door).
 TEST(NnGemm, TriangularMatchesReference) {
   using ds::nn::Tri;

@@ -1,5 +1,5 @@
 // fp32 GEMMs with AVX-512 FMA (see ds/nn/gemm.h) and the front door that picks a kernel
-// (AVX-512 here, AVX2 + FMA in gemm_avx2.cpp, else OpenBLAS).
+// (AVX-512 here, AVX2 + FMA in gemm_avx2.cpp, NEON in gemm_neon.cpp, else OpenBLAS).
 //
 // The blocked driver (gemm_driver.h) packs B into 64-column k-major panels (or reads it in
 // place) and reads A in place (a long transposed A packed into [k][MR] strips); the 6 x 64
@@ -202,7 +202,7 @@ bool use_openblas_f32() {
   const std::string forced = env::get_string("DS_NN_GEMM");
   if (forced == "openblas") return true;
   if (forced == "own") return false;
-  if (!f32_gemm_supported()) return true;
+  if (!f32_gemm_supported() || cpu_isa() == CpuIsa::neon) return true;  // arm64 OpenBLAS cores are all NEON / SVE
   std::string core = openblas_get_corename();
   for (auto& ch : core) ch = char(std::tolower(static_cast<unsigned char>(ch)));
   auto has = [&](const char* name) { return core.find(name) != std::string::npos; };
@@ -213,7 +213,7 @@ bool use_openblas_f32() {
 
 bool f32_gemm_supported() {
   const CpuIsa isa = cpu_isa();
-  return isa == CpuIsa::avx512 || isa == CpuIsa::avx2;
+  return isa == CpuIsa::avx512 || isa == CpuIsa::avx2 || isa == CpuIsa::neon;
 }
 
 namespace {
@@ -229,6 +229,8 @@ void gemm_f32_impl(Tri tri, bool trans_a, bool trans_b, std::int64_t M, std::int
     gemm_f32_blocked<Avx512F32>(tri, trans_a, trans_b, M, N, K, alpha, A, lda, B, ldb, beta, C, ldc, ep);
   else
     gemm_f32_avx2(tri, trans_a, trans_b, M, N, K, alpha, A, lda, B, ldb, beta, C, ldc, ep);
+#elif defined(__aarch64__)
+  gemm_f32_neon(tri, trans_a, trans_b, M, N, K, alpha, A, lda, B, ldb, beta, C, ldc, ep);
 #else
   (void)tri, (void)trans_a, (void)trans_b, (void)M, (void)N, (void)K, (void)alpha, (void)A, (void)lda, (void)B;
   (void)ldb, (void)beta, (void)C, (void)ldc, (void)ep;

@@ -1,7 +1,7 @@
 // Internal to ds_nn's fp32 GEMMs: the blocked driver every fp32 kernel set shares (gemm.cpp:
-// AVX-512, gemm_avx2.cpp: AVX2 + FMA). It decides what is packed, splits the tiles between
-// threads in gemm_tile.h's order and applies the triangular skips; the kernel set supplies
-// the register tile and its packers:
+// AVX-512, gemm_avx2.cpp: AVX2 + FMA, gemm_neon.cpp: aarch64 NEON). It decides what is
+// packed, splits the tiles between threads in gemm_blocking.h's order and applies the
+// triangular skips; the kernel set supplies the register tile and its packers:
 //
 //   struct Set {
 //     static constexpr std::int64_t MR, NR;  // register tile: MR rows x NR columns
@@ -27,7 +27,6 @@
 
 #include "gemm_tile.h"
 
-#if defined(__x86_64__)
 namespace ds::nn::detail {
 
 template <class Set>
@@ -100,10 +99,17 @@ void gemm_f32_blocked(Tri tri, bool trans_a, bool trans_b, std::int64_t M, std::
   run_gemm(par, run);
 }
 
+#if defined(__x86_64__)
 // The AVX2 + FMA set's instance (gemm_avx2.cpp), called by gemm.cpp's dispatch.
 void gemm_f32_avx2(Tri tri, bool trans_a, bool trans_b, std::int64_t M, std::int64_t N, std::int64_t K, float alpha,
                    const float* A, std::int64_t lda, const float* B, std::int64_t ldb, float beta, float* C,
                    std::int64_t ldc, const GemmEpilogue& ep);
+#endif
+#if defined(__aarch64__)
+// The NEON set's instance (gemm_neon.cpp), called by gemm.cpp's dispatch.
+void gemm_f32_neon(Tri tri, bool trans_a, bool trans_b, std::int64_t M, std::int64_t N, std::int64_t K, float alpha,
+                   const float* A, std::int64_t lda, const float* B, std::int64_t ldb, float beta, float* C,
+                   std::int64_t ldc, const GemmEpilogue& ep);
+#endif
 
 }  // namespace ds::nn::detail
-#endif  // __x86_64__

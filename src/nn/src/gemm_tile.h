@@ -1,9 +1,8 @@
 // Internal to ds_nn's GEMMs (gemm.cpp: fp32, gemm_bf16.cpp: bf16): the register tile both
-// AVX-512 micro-kernels accumulate (MR x NR fp32), its store with the fused epilogue, the
-// operand view, what the packers share (the in-register 16 x 16 transpose, the
-// transposed-A strip groups with their row sums), and the per-thread packing buffers and
-// tile order, which the AVX2 kernel (gemm_avx2.cpp) uses too. x86-64 only; elsewhere only
-// the bf16 entry's declaration.
+// AVX-512 micro-kernels accumulate (MR x NR fp32), its store with the fused epilogue and what
+// the packers share (the in-register 16 x 16 transpose, the transposed-A strip groups with
+// their row sums). x86-64 only; elsewhere only the bf16 entry's declaration and the portable
+// blocking of gemm_blocking.h.
 #pragma once
 
 #include <cstdint>
@@ -19,14 +18,14 @@ void gemm_bf16_epilogue(bool trans_a, bool trans_b, std::int64_t M, std::int64_t
 
 }  // namespace ds::nn::detail
 
+#include "gemm_blocking.h"
+
 #if defined(__x86_64__)
 #include <immintrin.h>
-#include <unistd.h>
 
 #include <algorithm>
 
 #include "ds/core/bf16_simd.h"
-#include "ds/core/buffer.h"
 
 // GCC 12 reports the _mm512_undefined_ps() inside its own intrinsics headers as
 // maybe-uninitialized (a false positive; the lanes are all written).
@@ -39,14 +38,6 @@ namespace ds::nn::detail {
 // Register tile: MR rows x NR = 4 vectors of 16 columns in 24 zmm accumulators.
 constexpr std::int64_t MR = 6;
 constexpr std::int64_t NR = 64;
-
-// Element (i, k) of op(X) where X is stored row-major with leading dimension ld.
-struct View {
-  const float* p;
-  std::int64_t ld;
-  bool trans;  // op(X) = X^T
-  float at(std::int64_t i, std::int64_t k) const { return trans ? p[k * ld + i] : p[i * ld + k]; }
-};
 
 // The first n of 16 lanes (none for n <= 0, all for n >= 16): a row tail's mask.
 __attribute__((target("avx512f"))) inline __mmask16 tail_mask16(std::int64_t n) {
@@ -142,80 +133,10 @@ __attribute__((target("avx512f,avx512bw,avx512vl,fma"))) inline void transpose16
 }
 
 
-// f(i) for i in [first, last) by `step`: split statically over the team of the enclosing
-// `omp parallel` when `team` (with the loop's barrier unless `nowait`), else all in order on
-// the calling thread. The GEMMs open a parallel region only when they are large enough to
-// split: on the KVM guests measured, an inactive one-thread region costs ~1.2 us and each
-// of its loop barriers ~1.1 us, 3.5-5 us per small GEMM, and the attention runs 768 GEMMs of
-// 10-20 us per step. (An orphaned `omp for` would bind to a caller's team instead: the
-// attention calls the GEMMs from inside its own parallel loop.)
-template <class F>
-inline void for_range(bool team, bool nowait, std::int64_t first, std::int64_t last, std::int64_t step, F&& f) {
-  if (!team) {
-    for (std::int64_t i = first; i < last; i += step) f(i);
-  } else if (nowait) {
-#pragma omp for schedule(static) nowait
-    for (std::int64_t i = first; i < last; i += step) f(i);
-  } else {
-#pragma omp for schedule(static)
-    for (std::int64_t i = first; i < last; i += step) f(i);
-  }
-}
-
-// Per-core L2 size (the tile order depends on it); 2 MiB when the system does not say.
-inline std::uint64_t l2_bytes() {
-  static const std::uint64_t b = [] {
-    const long v = sysconf(_SC_LEVEL2_CACHE_SIZE);
-    return v > 0 ? std::uint64_t(v) : std::uint64_t(2) << 20;
-  }();
-  return b;
-}
-
-// The tile order both kernels use: C in blocks of as many column panels as fit half the L2
-// (panel_bytes each: the packed or in-place op(B) of one 64-column panel over all of k), and
-// inside a block the row strips outside, the block's panels inside each strip: the strip
-// stays in L1, the block's B in the L2, and A comes through once per block. With `team` the
-// threads split each block by row strips (static schedule: thread t gets the t-th range of
-// strips of every block), the rows the other row-parallel ops give it too, so a thread reads
-// mostly the activations it wrote. tile(i, j): row strip i, column panel j.
-template <class Tile>
-inline void for_each_tile(bool team, std::int64_t mp, std::int64_t np, std::uint64_t panel_bytes, Tile&& tile) {
-  const std::int64_t nb = std::max<std::int64_t>(1, std::int64_t(l2_bytes() / 2 / std::max<std::uint64_t>(panel_bytes, 1)));
-  for (std::int64_t j0 = 0; j0 < np; j0 += nb) {
-    const std::int64_t nj = std::min(nb, np - j0);
-    for_range(team, true, 0, mp * nj, 1, [&](std::int64_t t) { tile(t / nj, j0 + t % nj); });
-  }
-}
-
-// run(team): in a parallel region of all threads when `par` (run(true), whose for_range loops
-// split among them), else on the calling thread alone (run(false)) with no OpenMP region.
-template <class Run>
-inline void run_gemm(bool par, Run&& run) {
-  if (par) {
-#pragma omp parallel
-    run(true);
-  } else {
-    run(false);
-  }
-}
-
-// Packing buffers, one pair per calling thread (the attention runs one GEMM per thread):
-// allocated at the first call, grown only when a larger GEMM arrives.
-inline HostBuffer& pack_buffer(int which) {
-  thread_local HostBuffer bufs[2];
-  return bufs[which];
-}
-inline std::uint32_t* ensure(int which, std::size_t words) {
-  HostBuffer& b = pack_buffer(which);
-  if (b.bytes() < words * 4) b = HostBuffer(words * 4);
-  return b.as<std::uint32_t>();
-}
-
 // One group of kStripGroup MR-row strips of a transposed A being packed (both kernels pack
 // op(A) = A^T this way: the strips share each k row's cache lines): how many strips of the
 // group hold rows, each strip's row mask, and its running fp32 row sums (the bias gradient of
 // a weight-gradient GEMM), added into row_sum at the end.
-constexpr std::int64_t kStripGroup = 8;
 struct StripGroup {
   static_assert(MR <= 8, "one 256-bit vector per strip and k");
   std::int64_t ns;

@@ -3,11 +3,11 @@
 //
 // gemm(Precision::F32): OpenBLAS cblas_sgemm when OpenBLAS runs a kernel as wide as the CPU
 // kernel set in use (ds::cpu_isa()); else our own FMA kernel for that set: AVX-512 (6 x 64
-// register tile) or AVX2 + FMA (6 x 16), B packed, A read in place. Debian's OpenBLAS 0.3.21
-// does not know newer CPU models and falls back to its SSE3 "Prescott" kernel (~1/4 of the
-// AVX-512 rate) unless OPENBLAS_CORETYPE (SkylakeX, Haswell) is in the environment before
-// the program starts. DS_NN_GEMM=openblas|own overrides the choice; on the plain and neon
-// sets, OpenBLAS. The layers call the own kernels directly for all their GEMMs
+// register tile), AVX2 + FMA (6 x 16) or NEON (8 x 12), B packed, A read in place. Debian's
+// OpenBLAS 0.3.21 does not know newer CPU models and falls back to its SSE3 "Prescott" kernel
+// (~1/4 of the AVX-512 rate) unless OPENBLAS_CORETYPE (SkylakeX, Haswell) is in the
+// environment before the program starts. DS_NN_GEMM=openblas|own overrides the choice; on
+// the plain set, and on neon (every arm64 OpenBLAS kernel is NEON or SVE), OpenBLAS. The layers call the own kernels directly for all their GEMMs
 // (gemm_epilogue: forward, input and weight gradients) and the triangular one for attention
 // (gemm_tri); see docs/dev/kernels.md.
 // Precision::BF16 rounds A and B to bfloat16 (round to nearest even) while packing them and
@@ -72,8 +72,8 @@ void gemm_bf16(bool trans_a, bool trans_b, std::int64_t M, std::int64_t N, std::
                float alpha, const float* A, std::int64_t lda, const float* B, std::int64_t ldb,
                float beta, float* C, std::int64_t ldc);
 
-// The same blocking with fp32 FMA (AVX-512 or AVX2, by the kernel set in use); requires
-// f32_gemm_supported(): the set in use is avx512 or avx2.
+// The same blocking with fp32 FMA (AVX-512, AVX2 or NEON, by the kernel set in use); requires
+// f32_gemm_supported(): the set in use is avx512, avx2 or neon.
 bool f32_gemm_supported();
 // Whether Precision::F32 goes to OpenBLAS (see above).
 bool use_openblas_f32();
