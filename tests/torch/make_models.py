@@ -9,6 +9,7 @@ OUTDIR/regression_<opt>.txt  PyTorch's loss per step, micro-batch BATCH, one ste
 OUTDIR/classifier.pt      MLP classifier, integer class ids as targets (cross-entropy)
 OUTDIR/unused.pt          the regression MLP with a branch forward never takes
 OUTDIR/lm.pt              token LM (embedding + linear, cross-entropy), vocab 256
+OUTDIR/digits_cnn.pt      small CNN for scikit-learn's 8x8 digits (inputs [B,8,8], class ids)
 OUTDIR/wrong_arity.pt, vector_loss.pt, no_params.pt, replaces_data.pt: the contract's error cases"""
 import os
 import sys
@@ -67,6 +68,19 @@ class TokenLm(nn.Module):
         return F.cross_entropy(logits.view(-1, logits.size(-1)), targets.view(-1))
 
 
+class DigitsCnn(nn.Module):
+    """scikit-learn's 8x8 digits: inputs [B, 8, 8] float, targets [B] class ids."""
+
+    def __init__(self):
+        super().__init__()
+        self.conv = nn.Conv2d(1, 8, 3, padding=1)
+        self.fc = nn.Linear(8 * 4 * 4, 10)
+
+    def forward(self, inputs, targets):
+        h = F.max_pool2d(torch.relu(self.conv(inputs.unsqueeze(1))), 2)
+        return F.cross_entropy(self.fc(h.flatten(1)), targets)
+
+
 class WrongArity(nn.Module):
     def __init__(self):
         super().__init__()
@@ -110,7 +124,7 @@ def main(out):
     os.makedirs(out, exist_ok=True)
     torch.manual_seed(0)
     torch.set_num_threads(1)
-    for name, cls in [("regression", Regression), ("classifier", Classifier), ("unused", Unused), ("lm", TokenLm),
+    for name, cls in [("regression", Regression), ("classifier", Classifier), ("unused", Unused), ("lm", TokenLm), ("digits_cnn", DigitsCnn),
                       ("wrong_arity", WrongArity), ("vector_loss", VectorLoss), ("no_params", NoParams),
                       ("replaces_data", ReplacesData)]:
         torch.jit.script(cls()).save(os.path.join(out, name + ".pt"))
