@@ -122,6 +122,26 @@ TEST(Optimizers, NamesAndStateTensors) {
   EXPECT_EQ(make_optimizer(c)->name(), "adamw");
 }
 
+// Every optimizer's state names come from the one list in ds/optim/params.h (the config's
+// descriptors and the memory estimate read it too).
+TEST(Optimizers, StateNamesAreTheParamsList) {
+  for (const char* type : {"adam", "adamw", "sgd", "lamb", "adagrad"}) {
+    for (double momentum : {0.0, 0.9}) {
+      OptimizerConfig c;
+      c.type = type;
+      c.momentum = momentum;
+      EXPECT_EQ(make_optimizer(c)->state_names(), optimizer_state_names(c)) << type << " momentum " << momentum;
+    }
+  }
+  OptimizerConfig c;
+  c.type = "lamb";
+  EXPECT_EQ(optimizer_state_names(c), (std::vector<std::string>{"exp_avg", "exp_avg_sq"}));
+  c.type = "adagrad";
+  EXPECT_EQ(optimizer_state_names(c), std::vector<std::string>{"sum"});
+  c.type = "rmsprop";
+  EXPECT_TRUE(optimizer_state_names(c).empty());
+}
+
 TEST(Optimizers, AdamWModeDefaultIsDecoupled) {
   // "adam" with default adam_w_mode == "adamw"; adam_w_mode=false is L2 and differs.
   OptimizerConfig a, w, l2;

@@ -1,6 +1,6 @@
 // The optimizer descriptors (ds/config/registry.h): DeepSpeed's names, torch's defaults, and
-// what dstrain's engine restricts, and the state tensors each keeps. Adding an optimizer: one
-// entry here, its class in src/optim (docs/user/optimizers.md).
+// what dstrain's engine restricts. Adding an optimizer: one entry here, its class in src/optim
+// and its state tensors in ds/optim/params.h (docs/user/optimizers.md).
 #include <algorithm>
 
 #include <nlohmann/json.hpp>
@@ -34,8 +34,6 @@ std::vector<Spec> with(std::vector<Spec> more) {
   return all;
 }
 
-std::vector<std::string> adam_state(const P&) { return {"exp_avg", "exp_avg_sq"}; }
-
 const FalseOnly kAmsgrad{"amsgrad", "amsgrad is not supported (DeepSpeed's FusedAdam rejects it too); remove it"};
 const FalseOnly kMaximize{"maximize", "maximize is not supported; remove it"};
 
@@ -53,7 +51,6 @@ OptimizerDescriptor adam(const char* name, const char* display) {
                    {"bias_correction", &P::bias_correction}, adam_w_mode});
   d.false_only = {kAmsgrad};
   d.noted = {{"torch_adam", "is accepted and ignored: dstrain has one Adam implementation per device"}};
-  d.state = adam_state;
   return d;
 }
 
@@ -68,7 +65,6 @@ OptimizerDescriptor lamb() {
   d.false_only = {kAmsgrad};
   d.needs_dynamic_loss_scale = "DeepSpeed's FusedLamb";
   d.zero_reason = "computes per-tensor trust ratios";
-  d.state = adam_state;
   d.check = [](const P& p) -> std::optional<std::pair<std::string, std::string>> {
     if (p.min_coeff > p.max_coeff) return {{"min_coeff", "must be <= max_coeff (" + nlohmann::json(p.max_coeff).dump() + ")"}};
     return std::nullopt;
@@ -91,9 +87,6 @@ OptimizerDescriptor sgd() {
       return {{"nesterov", "Nesterov momentum requires a momentum > 0 and zero dampening (as torch.optim.SGD)"}};
     return std::nullopt;
   };
-  d.state = [](const P& p) {
-    return p.momentum != 0 ? std::vector<std::string>{"momentum_buffer"} : std::vector<std::string>{};
-  };
   return d;
 }
 
@@ -108,7 +101,6 @@ OptimizerDescriptor adagrad() {
                    {"initial_accumulator_value", &P::initial_accumulator_value, Range::at_least(0)}});
   d.false_only = {kMaximize};
   d.ignored = {"foreach", "differentiable", "fused"};
-  d.state = [](const P&) { return std::vector<std::string>{"sum"}; };
   return d;
 }
 

@@ -21,6 +21,8 @@ class Base : public Optimizer {
              "optimizer " << c.type << ": the CUDA kernels were not built (dstrain "
                           "was configured without CUDA: DS_WITH_CUDA)");
   }
+  // From the one list in ds/optim/params.h, which the config's descriptors read too.
+  std::vector<std::string> state_names() const override { return optimizer_state_names(cfg_); }
   void init_state(std::size_t n) override {
     n_ = n;
     initialised_ = true;
@@ -125,9 +127,6 @@ class Adam final : public Base {
     (k == Kernel::Cpu ? adam_cpu : adam_ref)(master, st[0], st[1], grad, working, n, h);
   }
 
- public:
-  std::vector<std::string> state_names() const override { return {"exp_avg", "exp_avg_sq"}; }
-
  private:
   bool adamw_;
 };
@@ -150,12 +149,6 @@ class Sgd final : public Base {
     if (k == Kernel::Cuda) return device::sgd(master, buf, grad, working, n, h, ctx);
     (k == Kernel::Cpu ? sgd_cpu : sgd_ref)(master, buf, grad, working, n, h);
   }
-
- public:
-  std::vector<std::string> state_names() const override {
-    if (cfg_.momentum != 0.0) return {"momentum_buffer"};
-    return {};
-  }
 };
 
 class Adagrad final : public Base {
@@ -172,9 +165,6 @@ class Adagrad final : public Base {
     if (k == Kernel::Cuda) return device::adagrad(master, st[0], grad, working, n, h, ctx);
     (k == Kernel::Cpu ? adagrad_cpu : adagrad_ref)(master, st[0], grad, working, n, h);
   }
-
- public:
-  std::vector<std::string> state_names() const override { return {"sum"}; }
   float initial_state_value(std::size_t) const override { return float(cfg_.initial_accumulator_value); }
 };
 
@@ -211,9 +201,6 @@ class Lamb final : public Base {
     (k == Kernel::Cpu ? lamb_cpu : lamb_ref)(master, st[0], st[1], grad, working, n, segments, h, coeffs_);
   }
   std::span<const float> last_lamb_coeffs() const override { return coeffs_; }
-
- public:
-  std::vector<std::string> state_names() const override { return {"exp_avg", "exp_avg_sq"}; }
 
  private:
   std::vector<float> coeffs_;

@@ -88,11 +88,10 @@ struct OptimizerDescriptor {
   std::string zero_reason;
   // A rule across its params: {key under optimizer.params, message} of the first broken.
   std::optional<std::pair<std::string, std::string>> (*check)(const optim::OptimizerParams&) = nullptr;
-  // The state tensors it keeps, one fp32 value per parameter each: their checkpoint names in
-  // the optimizer's order (ds::optim::Optimizer::state_names() must agree; a test checks),
-  // for the given params (SGD keeps momentum_buffer only with momentum != 0). The engine's
-  // memory estimate reads it.
-  std::vector<std::string> (*state)(const optim::OptimizerParams&) = nullptr;
+  // The state tensors it keeps, one fp32 value per parameter each, for the given params: the
+  // optimizer library's one list (ds/optim/params.h), which Optimizer::state_names() returns
+  // too. The engine's memory estimate reads it.
+  std::vector<std::string> (*state)(const optim::OptimizerParams&) = &optim::optimizer_state_names;
 };
 
 struct SchedulerDescriptor {

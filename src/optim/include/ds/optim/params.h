@@ -5,6 +5,7 @@
 
 #include <array>
 #include <string>
+#include <vector>
 
 namespace ds::optim {
 
@@ -26,6 +27,17 @@ struct OptimizerParams {
   // Adagrad (torch defaults: lr 1e-2, eps 1e-10)
   double lr_decay = 0.0, initial_accumulator_value = 0.0;
 };
+
+// The state tensors an optimizer of these params keeps, one fp32 value per parameter each:
+// their checkpoint names in the order its kernels take them (SGD keeps momentum_buffer only
+// with momentum != 0; an unknown type keeps none). The one list: Optimizer::state_names(),
+// the config's descriptors and the engine's memory estimate read it.
+inline std::vector<std::string> optimizer_state_names(const OptimizerParams& p) {
+  if (p.type == "adam" || p.type == "adamw" || p.type == "lamb") return {"exp_avg", "exp_avg_sq"};
+  if (p.type == "sgd") return p.momentum != 0 ? std::vector<std::string>{"momentum_buffer"} : std::vector<std::string>{};
+  if (p.type == "adagrad") return {"sum"};
+  return {};
+}
 
 }  // namespace ds::optim
 
