@@ -73,6 +73,16 @@ TEST(Hdf5Dataset, ShapesAndConvertedElements) {
   EXPECT_EQ(f[6], 200.f);
   EXPECT_EQ(f[17], 705.f);
   EXPECT_EQ(t, (std::vector<std::int32_t>{3, 2, 3}));
+  // Runs of consecutive rows, out of order: one read, each row back in its place.
+  const std::size_t runs[] = {5, 6, 1, 4, 9, 5};
+  std::vector<float> g(36);
+  std::vector<std::int32_t> u(6);
+  d.read(runs, g.data(), nullptr, u.data());
+  for (std::size_t i = 0; i < 6; ++i) {
+    EXPECT_EQ(g[i * 6], float(100 * runs[i])) << i;
+    EXPECT_EQ(g[i * 6 + 5], float(100 * runs[i] + 5)) << i;
+    EXPECT_EQ(u[i], std::int32_t(runs[i] % 4)) << i;
+  }
   EXPECT_EQ(d.target_range(), (std::pair<std::int32_t, std::int32_t>{0, 3}));
 }
 
