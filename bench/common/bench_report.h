@@ -30,6 +30,8 @@
 
 #include <nlohmann/json.hpp>
 
+#include "ds/core/cpu_features.h"
+
 namespace ds::bench {
 
 // The median (mean of the middle two for an even count); NaN for none.
@@ -89,6 +91,7 @@ class Report {
     j_["below_min_ratio"] = below;
     j_["load_average"] = load_average();
     j_["cpus"] = std::thread::hardware_concurrency();
+    j_["cpu_isa"] = cpu_isa_name();
     j_["utc"] = utc_now();
     if (!print) return code;
     for (const auto& f : failures_) std::fprintf(stderr, "%s: error: result check failed: %s\n", bench_.c_str(), f.c_str());
@@ -114,6 +117,14 @@ class Report {
     char s[32];
     std::snprintf(s, sizeof s, "%.3f", v);
     return s;
+  }
+  // The CPU kernel set the run used (ds::cpu_isa(): DS_CPU_ISA or the CPU's best).
+  static std::string cpu_isa_name() {
+    try {
+      return ds::isa_name(ds::cpu_isa());
+    } catch (const std::exception& e) {
+      return std::string("invalid: ") + e.what();
+    }
   }
   static std::string load_average() {
     std::ifstream f("/proc/loadavg");

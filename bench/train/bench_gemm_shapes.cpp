@@ -21,6 +21,7 @@
 #include <vector>
 
 #include "ds/core/buffer.h"
+#include "ds/core/cpu_features.h"
 #include "ds/nn/gemm.h"
 #include "bench_report.h"
 
@@ -109,8 +110,8 @@ int main(int argc, char** argv) {
     auto f = p == ds::nn::Precision::F32 ? ds::nn::gemm_f32 : ds::nn::gemm_bf16;
     f(s.ta, s.tb, s.M, s.N, s.K, 1.0f, A, s.ta ? s.M : s.K, B, s.tb ? s.K : s.N, 0.0f, Cm, s.N);
   };
-  std::printf("threads %d, OpenBLAS core %s; GFLOP/s by CPU time (median of %d)\n", omp_get_max_threads(),
-              openblas_get_corename(), reps);
+  std::printf("threads %d, CPU kernel set %s, OpenBLAS core %s; GFLOP/s by CPU time (median of %d)\n",
+              omp_get_max_threads(), ds::isa_name(ds::cpu_isa()), openblas_get_corename(), reps);
   const Shape sq{"square 1024", false, true, 1024, 1024, 1024, 0};
   std::printf("| shape | M x N x K | calls/step | openblas | own fp32 | own bf16 | openblas ms/step |\n");
   std::printf("| --- | --- | --- | --- | --- | --- | --- |\n");

@@ -27,6 +27,7 @@
 #include <vector>
 
 #include "ds/core/buffer.h"
+#include "ds/core/cpu_features.h"
 #include "ds/core/half.h"
 #include "ds/data/dataset.h"
 #include "ds/data/sampler.h"
@@ -245,7 +246,8 @@ int main(int argc, char** argv) {
                          : "",
                 (long long)cfg.n_embd, (long long)T,
                 (long long)cfg.vocab_size, (long long)B, dtype.c_str(), threads, P);
-    std::printf("  linear GEMMs: %s (OpenBLAS core %s)\n", gemm_name.c_str(), openblas_get_corename());
+    std::printf("  linear GEMMs: %s (CPU kernel set %s, OpenBLAS core %s)\n", gemm_name.c_str(),
+                ds::isa_name(ds::cpu_isa()), openblas_get_corename());
     std::printf("  tokens/s %.0f  (fwd %.1f ms, bwd %.1f ms, adamw %.1f ms per step)  loss %.3f -> %.3f\n", tps,
                 1e3 * t_fwd / steps, 1e3 * t_bwd / steps, 1e3 * t_opt / steps, first_loss, loss);
     std::printf("  model %.1f MFLOP/token; sgemm %.0f GFLOP/s (model shape), %.0f GFLOP/s (n=1024); "

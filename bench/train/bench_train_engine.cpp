@@ -32,6 +32,7 @@
 #include "ds/mpi/init.h"
 #include "ds/nn/gemm.h"
 #include "ds/core/buffer.h"
+#include "ds/core/cpu_features.h"
 #include "ds/core/hash.h"
 #include "ds/nn/gpt.h"
 #include "ds/nn/llama.h"
@@ -145,8 +146,9 @@ int main(int argc, char** argv) {
                        : ds::nn::own_f32_for_layers()                     ? "own-f32"
                                                                           : "openblas";
     if (ctx.rank == 0)
-      std::printf("dstrain engine %s, %s, %d ranks x %d threads: tokens/s %.0f (step %.1f ms), loss %.4f -> %.4f\n",
-                  is_llama ? "Llama" : "GPT", dtype.c_str(), ctx.world_size, omp_get_max_threads(), tps, 1e3 * dt / steps, first, loss);
+      std::printf("dstrain engine %s, %s, %d ranks x %d threads, kernel set %s: tokens/s %.0f (step %.1f ms), loss %.4f -> %.4f\n",
+                  is_llama ? "Llama" : "GPT", dtype.c_str(), ctx.world_size, omp_get_max_threads(),
+                  ds::isa_name(ds::cpu_isa()), tps, 1e3 * dt / steps, first, loss);
     // The checks: mean loss over ranks falls; every rank holds the same parameters.
     double losses[2] = {first, loss};
     MPI_Allreduce(MPI_IN_PLACE, losses, 2, MPI_DOUBLE, MPI_SUM, ctx.mpi_comm);

@@ -21,17 +21,20 @@
 # pages every step without). SkylakeX is set even over a preset OPENBLAS_CORETYPE: one machine
 # of this class came with OPENBLAS_CORETYPE=Haswell in its environment, the AVX2 kernel, which
 # halves sgemm (89 against 184 GFLOP/s) and so both PyTorch and the bound.
-# DS_BENCH_OPENBLAS_CORETYPE chooses another core.
+# DS_BENCH_OPENBLAS_CORETYPE chooses another core. DS_CPU_ISA (passed to every rank) runs our
+# side on a lower CPU kernel set; with DS_CPU_ISA=avx2 the default core is Haswell, OpenBLAS's
+# AVX2 kernel, so both sides and the bound use AVX2. Each row names the kernel set it ran.
 set -euo pipefail
 BUILD=${1:-build}
 STEPS=${2:-20}
 HERE=$(cd "$(dirname "$0")" && pwd)
 PY=${DS_SYSTEM_PYTHON:-/usr/bin/python3}
-if grep -qw avx512f /proc/cpuinfo; then best_core=SkylakeX; else best_core=Haswell; fi
+if grep -qw avx512f /proc/cpuinfo && [ "${DS_CPU_ISA:-auto}" != avx2 ]; then best_core=SkylakeX; else best_core=Haswell; fi
+export DS_CPU_ISA=${DS_CPU_ISA:-auto}
 export OPENBLAS_CORETYPE=${DS_BENCH_OPENBLAS_CORETYPE:-$best_core}
 export GLIBC_TUNABLES=glibc.malloc.mmap_threshold=33554432:glibc.malloc.trim_threshold=17179869184
 export OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1
-MPIRUN="mpirun --oversubscribe --bind-to none -x OPENBLAS_CORETYPE -x GLIBC_TUNABLES -x OMP_NUM_THREADS"
+MPIRUN="mpirun --oversubscribe --bind-to none -x OPENBLAS_CORETYPE -x GLIBC_TUNABLES -x OMP_NUM_THREADS -x DS_CPU_ISA"
 OUT=$(mktemp)
 trap 'rm -f "$OUT"' EXIT
 
@@ -81,9 +84,9 @@ print(f"model: GPT {fpt/1e6:.2f}" + (f", Llama {llama[0]['flops_per_token']/1e6:
       f"{own[1]['openblas_core']}: " + ", ".join(f"{rate[t]:.0f} GFLOP/s on {t} thread(s)" for t in sorted(rate))
       + f"; by CPU time {rate_cpu:.0f} GFLOP per CPU-second")
 print()
-print("| implementation | dtype | ranks x threads | tokens/s | compute bound | % of bound | vs PyTorch (same layout) "
+print("| implementation | kernel set | dtype | ranks x threads | tokens/s | compute bound | % of bound | vs PyTorch (same layout) "
       "| tokens per CPU-s | % of CPU-time bound | vs PyTorch (CPU time) |")
-print("| --- | --- | --- | --- | --- | --- | --- | --- | --- | --- |")
+print("| --- | --- | --- | --- | --- | --- | --- | --- | --- | --- | --- |")
 def per_cpu_s(r):  # tokens per CPU-second of one rank (ranks are symmetric)
     return 8 * 128 / (r["cpu_ms_per_step"] / 1e3)  # batch x seq of the bench shape if r.get("cpu_ms_per_step") else float("nan")
 for r in rows:
@@ -100,7 +103,7 @@ for r in rows:
     c = per_cpu_s(r)
     cb = rate_cpu * 1e9 / f
     vsc = f"{c / per_cpu_s(t):.2f}x" if t else "-"
-    print(f"| {name} | {r.get('dtype', 'fp32')} | {ranks} x {thr} | {tps:.0f} | {b:.0f} | {100 * tps / b:.0f}% | {vs} "
+    print(f"| {name} | {r.get('cpu_isa', '-')} | {r.get('dtype', 'fp32')} | {ranks} x {thr} | {tps:.0f} | {b:.0f} | {100 * tps / b:.0f}% | {vs} "
           f"| {c:.0f} | {100 * c / cb:.0f}% | {vsc} |")
 print(f"\nCPU-time columns: tokens per CPU-second of one rank (all its threads, spin-waits included) "
       f"against the bound {rate_cpu * 1e9 / fpt:.0f} = sgemm FLOPs per CPU-second / FLOPs per token (the GPT's; a Llama row uses its own).")

@@ -3,11 +3,13 @@
 #include <gtest/gtest.h>
 
 #include <cmath>
+#include <cstdlib>
 #include <string>
 
 #include <nlohmann/json.hpp>
 
 #include "bench_report.h"
+#include "ds/core/cpu_features.h"
 
 namespace {
 
@@ -103,4 +105,19 @@ TEST(BenchReport, MinRatioMustBeANonNegativeNumber) {
   EXPECT_EXIT(ds::bench::parse_min_ratio("b", "x"), testing::ExitedWithCode(2),
               "b: error: --min_ratio: expected a number >= 0, got 'x'");
   EXPECT_EXIT(ds::bench::parse_min_ratio("b", "-1"), testing::ExitedWithCode(2), "--min_ratio");
+}
+
+// Every record names the CPU kernel set the run used, as DS_CPU_ISA chose it.
+TEST(BenchReport, RecordNamesTheCpuKernelSet) {
+  const char* saved = std::getenv("DS_CPU_ISA");
+  const std::string restore = saved ? saved : "";
+  for (const char* isa : {"plain", "auto"}) {
+    setenv("DS_CPU_ISA", isa, 1);
+    ds::bench::Report r("b");
+    r.headline("ours / ref", 1.0);
+    EXPECT_EQ(record(finish(r).out)["cpu_isa"], std::string(isa) == "plain" ? "plain" : ds::isa_name(ds::cpu_isa_best()))
+        << isa;
+  }
+  if (saved) setenv("DS_CPU_ISA", restore.c_str(), 1);
+  else unsetenv("DS_CPU_ISA");
 }
