@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <cstring>
+#include <numeric>
 #include <string>
 #include <utility>
 #include <vector>
@@ -43,22 +44,8 @@ struct OpenArray {
   std::size_t row_numel = 1;  // elements per row: the product of dims after the first
   std::string where;          // "file F dataset D" for errors
 
-  // Rows [first, first + count) into dst, converted to mem_type by HDF5.
-  void read(std::size_t first, std::size_t count, hid_t mem_type, void* dst) const {
-    DS_CHECK(first + count <= dims[0], "HDF5 " << where << ": rows [" << first << ", " << first + count
-                                               << ") beyond its " << dims[0] << " rows");
-    if (count == 0 || row_numel == 0) return;
-    std::vector<hsize_t> start(dims.size(), 0), cnt = dims;
-    start[0] = first;
-    cnt[0] = count;
-    DS_H5_CHECK(H5Sselect_hyperslab(space.get(), H5S_SELECT_SET, start.data(), nullptr, cnt.data(), nullptr), where);
-    const hsize_t numel = hsize_t(count) * row_numel;
-    Hid mspace(DS_H5_CHECK(H5Screate_simple(1, &numel, nullptr), where), H5Sclose);
-    DS_H5_CHECK(H5Dread(dset.get(), mem_type, mspace.get(), space.get(), H5P_DEFAULT, dst),
-                where << " rows [" << first << ", " << first + count << ")");
-  }
-
-  // Rows in any order, repeats allowed, into dst in that order. One HDF5 read for all of them
+  // Rows in any order, repeats allowed, into dst in that order, converted to mem_type by HDF5.
+  // One HDF5 read for all of them
   // (an H5Dread with conversion costs tens of microseconds, a row of a few KiB far less): a
   // selection of the runs of consecutive distinct rows, which HDF5 returns in file order,
   // then each row copied to its place.
@@ -158,7 +145,9 @@ void H5ArrayFile::read_rows(std::string_view name, std::span<const std::size_t> 
 
 void H5ArrayFile::read_row_range(std::string_view name, std::size_t first, std::size_t count,
                                  std::int32_t* dst) const {
-  open_array(id_, path_, name).read(first, count, H5T_NATIVE_INT32, dst);
+  std::vector<std::size_t> rows(count);
+  std::iota(rows.begin(), rows.end(), first);  // sorted and distinct: read straight into dst
+  open_array(id_, path_, name).read_rows(rows, H5T_NATIVE_INT32, sizeof(std::int32_t), dst);
 }
 
 }  // namespace ds::io
