@@ -41,8 +41,10 @@ std::vector<c10::IValue> batch_inputs(const Batch& b, at::ScalarType working, co
   const auto in_dims = with_batch(b.batch, b.sample_shape, b.feature_dim);
   const auto target_dims = with_batch(b.batch, b.target_shape, 0);
   at::Tensor inputs = owned(b.features, in_dims, at::kFloat, working, path);
+  // Float targets stay fp32 whatever the working dtype: the loss is best taken in fp32 (and
+  // libtorch's CPU mse_loss has no bf16 kernel).
   at::Tensor targets = b.target_values.empty() ? owned(b.targets, target_dims, at::kInt, at::kLong, path)
-                                               : owned(b.target_values, target_dims, at::kFloat, working, path);
+                                               : owned(b.target_values, target_dims, at::kFloat, at::kFloat, path);
   return {std::move(inputs), std::move(targets)};
 }
 

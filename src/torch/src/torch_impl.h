@@ -46,7 +46,7 @@ struct TorchModule::Impl {
 
 // Loads the file and checks forward's signature (torch_load.cpp).
 ::torch::jit::Module load_checked(const std::string& path);
-// The forward arguments for a batch, in the working dtype (torch_batch.cpp).
+// The forward arguments for a batch: float inputs in the working dtype (torch_batch.cpp).
 std::vector<c10::IValue> batch_inputs(const Batch& batch, at::ScalarType working, const std::string& path);
 // Checks forward's result is a scalar floating-point loss and returns it (torch_batch.cpp).
 at::Tensor checked_loss(const c10::IValue& out, bool need_grad, const std::string& path);

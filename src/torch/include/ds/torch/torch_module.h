@@ -5,8 +5,8 @@
 //   forward(self, inputs: Tensor, targets: Tensor) -> Tensor   -- the mean loss, a scalar
 // (0-dim or one element, floating point, depending on the parameters). What the module gets:
 //   token batches   inputs int64 [batch, seq], targets int64 [batch, seq]
-//   feature batches inputs float [batch, *sample_shape] (the working dtype), and
-//                   targets int64 [batch, *target_shape] (class ids) or float [batch, *target_shape]
+//   feature batches inputs float [batch, *sample_shape] in the working dtype, and targets
+//                   int64 [batch, *target_shape] (class ids) or fp32 [batch, *target_shape]
 // The tensors are the module's own copies of the batch: it may keep or change them.
 //
 // Parameters are named_parameters() in that order, with those names (the checkpoint names);
