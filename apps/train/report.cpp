@@ -88,7 +88,7 @@ void Reporter::step(const StepRecord& r) {
     std::printf("[train] step=%lld/%lld loss=%.4f lr=%.4e grad_norm=%.4f", static_cast<long long>(r.step),
                 static_cast<long long>(last_step_), r.loss, r.lr, r.grad_norm);
     if (r.loss_scale != 1.0) std::printf(" loss_scale=%g", r.loss_scale);
-    std::printf(" tokens/s=%.0f elapsed=%s\n", tokens_per_s(), format_duration(last_step_end_s_).c_str());
+    std::printf(" %s/s=%.0f elapsed=%s\n", unit_.c_str(), tokens_per_s(), format_duration(last_step_end_s_).c_str());
   }
   if (r.val_loss) {
     const std::int64_t done = r.step - first_step_ + 1, left = last_step_ - r.step;
@@ -125,7 +125,8 @@ void Reporter::draw_bar(bool force) {
               static_cast<long long>(last_step_), bar.c_str(), frac * 100);
   if (last_loss_) std::printf(" | loss %.4f", *last_loss_);
   if (last_val_) std::printf(" | val %.4f", *last_val_);
-  std::printf(" | %.0f tok/s | %s<%s", tps, format_duration(now).c_str(), format_duration(eta).c_str());
+  std::printf(" | %.0f %s/s | %s<%s", tps, unit_ == "tokens" ? "tok" : unit_.c_str(), format_duration(now).c_str(),
+              format_duration(eta).c_str());
   std::fflush(stdout);
   bar_open_ = true;
 }

@@ -7,6 +7,7 @@
 #include <cstdio>
 #include <optional>
 #include <string>
+#include <utility>
 
 #include "ds/core/timer.h"
 
@@ -34,6 +35,8 @@ class Reporter {
   Reporter(const Reporter&) = delete;
   Reporter& operator=(const Reporter&) = delete;
 
+  // What the throughput counts (tokens_per_step's unit): "tokens" (the default) or "samples".
+  void set_unit(std::string unit) { unit_ = std::move(unit); }
   void step(const StepRecord& r);
   // A plain line that must not be torn by the bar (checkpoints saved, warnings).
   void note(const std::string& line);
@@ -60,6 +63,7 @@ class Reporter {
   std::optional<double> last_loss_, last_val_;
   double last_lr_ = 0;
   bool bar_open_ = false;
+  std::string unit_ = "tokens";
 };
 
 // "1:05" / "1:02:03".

@@ -236,6 +236,7 @@ void run(Job& j, DistributedContext& dist) {
 
   Reporter rep(rank0, j.bar, start_step + 1, j.total_steps, engine.train_batch_size() * j.tokens_per_sample(),
                j.cfg.steps_per_print, j.opts.loss_csv);
+  rep.set_unit(j.data_unit());
   if (rank0) note_nothing_to_train(j, start_step, rep);
   const FinalLosses losses = trainer.train(start_step, rep);
   rep.finish_bar();

@@ -64,9 +64,11 @@ compare_losses eq2.csv falls1.csv 1e-5
 HALF=(--data digits.h5 --data_inputs pixels --data_targets labels --val_fraction 0.5 --eval_iters 2 --steps 40)
 must_run 2 full --config mlp.json "${HALF[@]}" --save_dir ck --save_interval 20 --loss_csv full.csv
 grep -q "29 optimizer steps per epoch" full.out || fail "epoch: $(grep '\[train\] data' full.out)"
-must_run 2 resumed --config mlp.json "${HALF[@]}" --load_dir ck --ckpt_id global_step20 --loss_csv resumed.csv
+must_run 2 resumed --config mlp.json "${HALF[@]}" --load_dir ck --ckpt_id global_step20 --loss_csv resumed.csv \
+  --progress bar
 compare_losses resumed.csv full.csv 1e-6 21
 grep -q 'resumed from' resumed.out || fail "no resume message"
+grep -q '[0-9] samples/s |' resumed.out || fail "the progress bar does not count samples"
 
 # Errors: one line naming the file and the arrays, exit non-zero.
 expect_error() {
