@@ -6,6 +6,7 @@
 #include <string>
 
 #include "ds/config/parse.h"
+#include "ds/mpi/comm_backends.h"
 #include "parse_test_util.h"
 
 namespace {
@@ -70,6 +71,20 @@ TEST(ConfigExtensionKeys, StrictValues) {
   EXPECT_HAS(error_of(R"({"kernels": {"cpu_bf16_gemm": true}})"),
              "kernels.cpu_bf16_gemm: expected \"auto\", \"on\" or \"off\", got true");
   EXPECT_HAS(error_of(R"({"kernels": 3})"), "kernels: expected an object, got 3");
+}
+
+// device_backend's choices are the communicator table's device-memory rows: each is accepted,
+// the others refused with the list the communicator library gives.
+TEST(ConfigExtensionKeys, DeviceBackendChoicesComeFromTheCommTable) {
+  for (const ds::CommBackend& b : ds::comm_backends()) {
+    const std::string json = R"({"communication": {"device_backend": ")" + std::string(b.name) + "\"}}";
+    if (b.device_memory) {
+      EXPECT_EQ(parse(json).communication.device_backend, b.name);
+    } else {
+      EXPECT_HAS(error_of(json), "communication.device_backend: expected " + ds::comm_backend_choices(true, true) +
+                                     ", got \"" + std::string(b.name) + "\"");
+    }
+  }
 }
 
 }  // namespace

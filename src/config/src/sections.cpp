@@ -3,6 +3,7 @@
 #include <utility>
 #include <vector>
 
+#include "ds/mpi/comm_backends.h"
 #include "reader.h"
 
 namespace ds::config::detail {
@@ -264,6 +265,14 @@ void parse_comms_config(Ctx& ctx, const Member& section, CommsConfig& c) {
 
 namespace {
 void choice(Section& s, const std::string& key, std::string& out, const std::vector<std::string>& choices);
+
+// "auto", then the communicators whose buffers are device memory, from their table.
+std::vector<std::string> device_backend_choices() {
+  std::vector<std::string> choices = {"auto"};
+  for (const CommBackend& b : comm_backends())
+    if (b.device_memory) choices.emplace_back(b.name);
+  return choices;
+}
 }  // namespace
 
 // dstrain extensions: the knobs that were environment variables.
@@ -272,7 +281,7 @@ void parse_communication(Ctx& ctx, const Member& section, CommunicationConfig& c
   s.number("timeout", timeout.timeout, Range{0, 1e9});
   s.boolean("shared_memory", c.shared_memory);
   s.boolean("progress_thread", c.progress_thread);
-  choice(s, "device_backend", c.device_backend, {"auto", "nccl", "staged"});
+  choice(s, "device_backend", c.device_backend, device_backend_choices());
   s.finish();
 }
 
