@@ -122,6 +122,7 @@ class Trainer {
       const bool last = step == j_.total_steps;
       if (last || (j_.eval_interval > 0 && step % j_.eval_interval == 0)) {
         r.val_loss = validate();
+        if (r.val_loss) engine_.log_eval_loss(*r.val_loss);
         if (last) out.validation = r.val_loss;
       }
       rep.step(r);

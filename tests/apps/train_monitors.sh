@@ -2,7 +2,8 @@
 # A Hugging Face-style config through train: its "auto" values filled from --lr and --steps
 # with one note each (refused without --lr; an "auto" precision always refused), and the
 # tensorboard monitor's event file read back by the tests' own reader (tests/io/tfevents_reader.py):
-# DeepSpeed's tags at global samples, the same loss and lr as csv_monitor's rows.
+# DeepSpeed's tags at global samples, the same loss and lr as csv_monitor's rows, the validation
+# loss the job printed.
 source "$(dirname "$0")/lib.sh"
 
 write_config hf.json "$CONFIGS/default.json" '
@@ -25,7 +26,9 @@ grep -q 'optimizer.params.weight_decay: "auto" -> 0.0 (dstrain' run.out || fail 
 
 events=(mon/tb/events.out.tfevents.*)
 [ ${#events[@]} = 1 ] && [ -s "${events[0]}" ] || fail "expected one event file in mon/tb, got: ${events[*]}"
-PYTHONPATH="$DS_SOURCE_DIR/tests/io" "$PY" - "${events[0]}" mon/csv/train.csv <<'PYEOF'
+final_val=$(sed -n 's/.*final validation loss \([0-9.]*\).*/\1/p' run.out)
+[ -n "$final_val" ] || fail "no final validation loss in the output"
+PYTHONPATH="$DS_SOURCE_DIR/tests/io" "$PY" - "${events[0]}" mon/csv/train.csv "$final_val" <<'PYEOF'
 import csv, math, sys
 from tfevents_reader import scalars
 got = scalars(sys.argv[1])
@@ -34,7 +37,12 @@ assert len(rows) == 8, rows
 by = {}
 for step, tag, value in got:
     by.setdefault(tag, {})[step] = value
-assert set(by) == {"Train/Samples/train_loss", "Train/Samples/lr", "Train/Samples/samples_per_sec"}, set(by)
+assert set(by) == {"Train/Samples/train_loss", "Train/Samples/lr", "Train/Samples/samples_per_sec",
+                   "Train/Samples/eval_loss"}, set(by)
+# The validation loss at the samples of the step it followed: the last one is the final one printed.
+last_samples = int(rows[-1]["samples"])
+assert set(by["Train/Samples/eval_loss"]) <= {int(r["samples"]) for r in rows}, by["Train/Samples/eval_loss"]
+assert abs(by["Train/Samples/eval_loss"][last_samples] - float(sys.argv[3])) <= 5e-5, (by["Train/Samples/eval_loss"], sys.argv[3])
 for r in rows:
     samples = int(r["samples"])
     for tag, col in (("Train/Samples/train_loss", "loss"), ("Train/Samples/lr", "lr")):

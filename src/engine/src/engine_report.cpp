@@ -47,6 +47,10 @@ void Engine::report_progress(bool overflow, double loss, double step_ms) {
   }
 }
 
+void Engine::log_eval_loss(double loss) {
+  if (monitors_->any()) monitors_->write_eval_loss(global_samples_, loss);
+}
+
 double Engine::get_lr() const {
   resolve_step();  // the scheduler steps only when the last boundary's step was applied
   return scheduler_->lr();

@@ -64,6 +64,10 @@ void TensorBoardMonitor::write(const CsvRow& r) {
   events_->add_scalars(r.samples, s);
 }
 
+void TensorBoardMonitor::write_eval_loss(std::int64_t samples, double loss) {
+  events_->add_scalars(samples, {{"Train/Samples/eval_loss", float(loss)}});
+}
+
 Monitors::Monitors(const config::DsConfig& cfg, bool make) {
   if (!make) return;
   if (cfg.csv_monitor.enabled) csv_ = std::make_unique<CsvMonitor>(cfg.csv_monitor.output_path, cfg.csv_monitor.job_name);
@@ -76,6 +80,10 @@ Monitors::~Monitors() = default;
 void Monitors::write(const CsvRow& row) {
   if (csv_) csv_->write(row);
   if (tb_) tb_->write(row);
+}
+
+void Monitors::write_eval_loss(std::int64_t samples, double loss) {
+  if (tb_) tb_->write_eval_loss(samples, loss);
 }
 
 }  // namespace ds::engine

@@ -98,6 +98,10 @@ class Engine {
   void step();
   // Validation loss (no gradients, no counters).
   float evaluate(const Batch& batch);
+  // The validation loss the caller computed (its mean over ranks and batches) goes to the
+  // enabled monitors at global_samples() (tensorboard: Train/Samples/eval_loss); rank 0
+  // writes, the other ranks ignore it. Not collective.
+  void log_eval_loss(double loss);
 
   // --- checkpoints (defined in engine_checkpoint.cpp) ---
   void save_checkpoint(const std::string& save_dir, std::optional<std::string> tag = std::nullopt,

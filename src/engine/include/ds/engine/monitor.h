@@ -14,7 +14,9 @@
 // tensorboard: TensorBoard event files (ds/io/tfevents.h) in <output_path>/<job_name>/, one
 // new file per run, with DeepSpeed's tags and its x axis (global samples):
 //   Train/Samples/train_loss, Train/Samples/lr, Train/Samples/loss_scale (fp16 only),
-//   Train/Samples/samples_per_sec (dstrain's; the samples of the step over its wall time).
+//   Train/Samples/samples_per_sec (dstrain's; the samples of the step over its wall time),
+//   Train/Samples/eval_loss (the validation loss, when the caller reports one: Engine::log_eval_loss,
+//   DeepSpeed's pipeline engine's tag).
 // Events are flushed at every boundary (a crash loses at most the step being written).
 #pragma once
 
@@ -61,6 +63,7 @@ class TensorBoardMonitor {
   TensorBoardMonitor(const std::string& output_path, const std::string& job_name, bool fp16);
   ~TensorBoardMonitor();
   void write(const CsvRow& row);
+  void write_eval_loss(std::int64_t samples, double loss);
   const std::string& path() const;
 
  private:
@@ -77,6 +80,8 @@ class Monitors {
   ~Monitors();
   bool any() const { return csv_ || tb_; }
   void write(const CsvRow& row);
+  // The validation loss at `samples`: TensorBoard only (train.csv's columns are per step).
+  void write_eval_loss(std::int64_t samples, double loss);
   const CsvMonitor* csv() const { return csv_.get(); }
   const TensorBoardMonitor* tensorboard() const { return tb_.get(); }
 
