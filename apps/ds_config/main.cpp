@@ -25,6 +25,7 @@
 #include "ds/core/env.h"
 #include "ds/core/error.h"
 #include "ds/core/log.h"
+#include "ds/mpi/comms_logger.h"
 #include "ds/pipe/topology.h"
 #include "ds/sched/lr_scheduler.h"
 
@@ -66,8 +67,18 @@ ds::config::DsConfig load_resolved(const Args& a) {
   return cfg;
 }
 
+// comms_logger.prof_ops names collectives of the communicator layer: checked as the engine
+// checks them when the logger is enabled.
+void check_comms_logger(const ds::config::DsConfig& cfg) {
+  if (!cfg.comms_logger.enabled) return;
+  ds::CommsLoggerOptions names;
+  names.prof_ops = cfg.comms_logger.prof_ops;
+  ds::CommsLog(std::move(names), 0, 1, cfg.source + ": comms_logger.prof_ops");
+}
+
 int run_check(const Args& a) {
   const auto cfg = load_resolved(a);
+  check_comms_logger(cfg);
   std::cout << ds::config::to_json(cfg).dump(2) << "\n";
   return 0;
 }

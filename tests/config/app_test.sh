@@ -153,6 +153,13 @@ run sched_bad 1 schedule "$DATA/bad_batch.json" --steps 3 --world_size 2
 expect_err sched_bad "ds_config: error:"
 "$APP" schedule "$DATA/good_minimal.json" >/dev/null 2>&1 && fail "schedule without --steps accepted"
 
+# comms_logger.prof_ops names collectives: checked as train checks them, only when enabled.
+printf '{"train_batch_size": 8, "comms_logger": {"enabled": true, "prof_all": false, "prof_ops": ["allreduce"]}}' >"$TMP/cl_bad.json"
+run cl_bad 1 check "$TMP/cl_bad.json"
+expect_err cl_bad 'comms_logger.prof_ops: unknown collective "allreduce"; expected all_reduce'
+printf '{"train_batch_size": 8, "comms_logger": {"enabled": true, "prof_all": false, "prof_ops": ["all_reduce", "all_gather_into_tensor"]}}' >"$TMP/cl_good.json"
+run cl_good 0 check "$TMP/cl_good.json"
+
 if [ "$fails" -ne 0 ]; then
   echo "$fails check(s) failed"
   exit 1
