@@ -18,21 +18,10 @@ namespace detail {
 // The document
 // ---------------------------------------------------------------------------------------
 
-DsConfig parse_root(const JsonNode& root, const std::string& source, std::vector<std::string>* warnings,
-                    std::vector<std::string>* keys) {
-  Ctx ctx;
-  ctx.keys = keys;
-  ctx.source = source;
-  ctx.warnings = warnings;
-  if (root.kind != K::Object) ctx.fail(root.pos, "", "a config must be a JSON object, got " + describe(root));
+namespace {
 
-  DsConfig cfg;
-  cfg.source = source;
-  cfg.raw = to_nlohmann(root);
-  ctx.autos = &cfg.auto_values;
-  Section top(ctx, root, {}, "");
-
-  // Batch sizes: "auto" or null mean "not given" (HF-style configs write "auto").
+// Batch sizes: "auto" or null mean "not given" (HF-style configs write "auto").
+void parse_batch_sizes(Section& top, DsConfig& cfg) {
   auto batch = [&](const char* key, std::int64_t& out) {
     if (const Member* m = top.get(key)) {
       if (m->value.kind != K::Null) out = top.read_int(*m, 1, kIntMax);
@@ -41,12 +30,11 @@ DsConfig parse_root(const JsonNode& root, const std::string& source, std::vector
   batch("train_batch_size", cfg.train_batch_size);
   batch("train_micro_batch_size_per_gpu", cfg.train_micro_batch_size_per_gpu);
   batch("gradient_accumulation_steps", cfg.gradient_accumulation_steps);
+}
 
-  if (const Member* m = top.get("optimizer"); m && m->value.kind != K::Null) cfg.optimizer = parse_optimizer(ctx, *m);
-  if (const Member* m = top.get("scheduler"); m && m->value.kind != K::Null) cfg.scheduler = parse_scheduler(ctx, *m);
+// fp16, and "bf16" or its legacy name "bfloat16" when "bf16" is absent.
+void parse_precision(Ctx& ctx, Section& top, DsConfig& cfg) {
   if (const Member* m = top.get("fp16")) parse_fp16(ctx, *m, cfg.fp16);
-
-  // "bf16", or its legacy name "bfloat16" when "bf16" is absent.
   const Member* bf16 = top.get("bf16");
   const Member* bfloat16 = top.get("bfloat16");
   if (bf16 && bfloat16) {
@@ -57,7 +45,10 @@ DsConfig parse_root(const JsonNode& root, const std::string& source, std::vector
   } else if (bfloat16) {
     parse_bf16(ctx, *bfloat16, cfg.bf16);
   }
+}
 
+// zero_optimization, and the legacy top-level allgather_size (used when the section is a bool).
+void parse_zero_keys(Ctx& ctx, Section& top, const JsonNode& root, DsConfig& cfg) {
   if (const Member* m = top.get("zero_optimization")) parse_zero(ctx, *m, cfg.zero_optimization);
   if (const Member* m = top.get("allgather_size")) {
     const std::int64_t v = top.read_int(*m, 2, kIntMax);
@@ -65,7 +56,10 @@ DsConfig parse_root(const JsonNode& root, const std::string& source, std::vector
     const Member* z = root.find("zero_optimization");
     if (z && z->value.kind == K::Bool) cfg.zero_optimization.allgather_bucket_size = v;
   }
+}
 
+// The single values of the top level that shape a step.
+void parse_step_keys(Section& top, DsConfig& cfg) {
   top.number("gradient_clipping", cfg.gradient_clipping, at_least(0));
   if (const Member* m = top.get("steps_per_print")) {
     if (m->value.kind == K::Null) cfg.steps_per_print.reset();
@@ -81,12 +75,10 @@ DsConfig parse_root(const JsonNode& root, const std::string& source, std::vector
     cfg.communication_data_type = v;
   }
   top.boolean("dataloader_drop_last", cfg.dataloader_drop_last);
-  if (const Member* m = top.get("data_types"); m && m->value.kind != K::Null) parse_data_types(ctx, *m, cfg.data_types);
-  if (const Member* m = top.get("checkpoint"); m && m->value.kind != K::Null) parse_checkpoint(ctx, *m, cfg.checkpoint);
-  if (const Member* m = top.get("csv_monitor"); m && m->value.kind != K::Null) parse_monitor(ctx, *m, cfg.csv_monitor);
-  if (const Member* m = top.get("tensorboard"); m && m->value.kind != K::Null) parse_monitor(ctx, *m, cfg.tensorboard);
-  if (const Member* m = top.get("flops_profiler"); m && m->value.kind != K::Null)
-    parse_flops_profiler(ctx, *m, cfg.flops_profiler);
+}
+
+// communication, refusing a timeout given there and in the deprecated comms_config.
+void parse_communication_keys(Ctx& ctx, Section& top, const JsonNode& root, DsConfig& cfg) {
   if (const Member* m = top.get("comms_config"); m && m->value.kind != K::Null)
     parse_comms_config(ctx, *m, cfg.comms_config);
   if (const Member* m = top.get("communication"); m && m->value.kind != K::Null) {
@@ -99,6 +91,17 @@ DsConfig parse_root(const JsonNode& root, const std::string& source, std::vector
   }
   if (const Member* m = top.get("comms_logger"); m && m->value.kind != K::Null)
     parse_comms_logger(ctx, *m, cfg.comms_logger);
+}
+
+// The sections after the step keys, each read when given and not null.
+void parse_other_sections(Ctx& ctx, Section& top, const JsonNode& root, DsConfig& cfg) {
+  if (const Member* m = top.get("data_types"); m && m->value.kind != K::Null) parse_data_types(ctx, *m, cfg.data_types);
+  if (const Member* m = top.get("checkpoint"); m && m->value.kind != K::Null) parse_checkpoint(ctx, *m, cfg.checkpoint);
+  if (const Member* m = top.get("csv_monitor"); m && m->value.kind != K::Null) parse_monitor(ctx, *m, cfg.csv_monitor);
+  if (const Member* m = top.get("tensorboard"); m && m->value.kind != K::Null) parse_monitor(ctx, *m, cfg.tensorboard);
+  if (const Member* m = top.get("flops_profiler"); m && m->value.kind != K::Null)
+    parse_flops_profiler(ctx, *m, cfg.flops_profiler);
+  parse_communication_keys(ctx, top, root, cfg);
   if (const Member* m = top.get("kernels"); m && m->value.kind != K::Null) parse_kernels(ctx, *m, cfg.kernels);
   if (const Member* m = top.get("activation_checkpointing"); m && m->value.kind != K::Null)
     parse_activation_checkpointing(ctx, *m, cfg.activation_checkpointing);
@@ -109,8 +112,10 @@ DsConfig parse_root(const JsonNode& root, const std::string& source, std::vector
     else cfg.seed = static_cast<std::uint64_t>(top.read_int(*m, 0, kIntMax));
   }
   top.get("model");  // the train app's model section; kept in raw
+}
 
-  // DeepSpeed keys whose non-default value changes behaviour we do not implement.
+// DeepSpeed keys whose non-default value changes behaviour we do not implement.
+void check_unimplemented(Ctx& ctx, Section& top) {
   if (const Member* m = top.get("amp", false); m && m->value.kind != K::Null) {
     Section a(ctx, m->value, m->key_pos, "amp");
     a.only_default("enabled", false, "Apex AMP is not supported; use fp16 or bf16");
@@ -136,6 +141,31 @@ DsConfig parse_root(const JsonNode& root, const std::string& source, std::vector
       ctx.fail(m->key_pos, "managed_gradient_accumulation", "false is not supported: dstrain owns the accumulation boundary");
     }
   }
+}
+
+}  // namespace
+
+DsConfig parse_root(const JsonNode& root, const std::string& source, std::vector<std::string>* warnings,
+                    std::vector<std::string>* keys) {
+  Ctx ctx;
+  ctx.keys = keys;
+  ctx.source = source;
+  ctx.warnings = warnings;
+  if (root.kind != K::Object) ctx.fail(root.pos, "", "a config must be a JSON object, got " + describe(root));
+
+  DsConfig cfg;
+  cfg.source = source;
+  cfg.raw = to_nlohmann(root);
+  ctx.autos = &cfg.auto_values;
+  Section top(ctx, root, {}, "");
+  parse_batch_sizes(top, cfg);
+  if (const Member* m = top.get("optimizer"); m && m->value.kind != K::Null) cfg.optimizer = parse_optimizer(ctx, *m);
+  if (const Member* m = top.get("scheduler"); m && m->value.kind != K::Null) cfg.scheduler = parse_scheduler(ctx, *m);
+  parse_precision(ctx, top, cfg);
+  parse_zero_keys(ctx, top, root, cfg);
+  parse_step_keys(top, cfg);
+  parse_other_sections(ctx, top, root, cfg);
+  check_unimplemented(ctx, top);
   check_features(ctx, top);
   // DeepSpeed top-level keys accepted with no effect (docs/user/config.md).
   top.accept({"memory_breakdown", "dump_state", "sparse_gradients", "disable_allgather",

@@ -76,76 +76,63 @@ json offload_json(const OffloadConfig& o, bool optimizer) {
   return j;
 }
 
-}  // namespace
+json fp16_json(const Fp16Config& f) {
+  return {{"enabled", f.enabled},
+          {"auto_cast", f.auto_cast},
+          {"loss_scale", f.loss_scale},
+          {"initial_scale_power", f.initial_scale_power},
+          {"loss_scale_window", f.loss_scale_window},
+          {"hysteresis", f.hysteresis},
+          {"consecutive_hysteresis", f.consecutive_hysteresis},
+          {"min_loss_scale", f.min_loss_scale}};
+}
 
-nlohmann::json to_json(const DsConfig& cfg) {
-  json j = json::object();
-  j["train_batch_size"] = batch_value(cfg.train_batch_size);
-  j["train_micro_batch_size_per_gpu"] = batch_value(cfg.train_micro_batch_size_per_gpu);
-  j["gradient_accumulation_steps"] = batch_value(cfg.gradient_accumulation_steps);
-  j["optimizer"] = cfg.optimizer ? optimizer_json(*cfg.optimizer) : json(nullptr);
-  j["scheduler"] = cfg.scheduler ? scheduler_json(*cfg.scheduler, cfg.optimizer) : json(nullptr);
+json zero_json(const ZeroConfig& z) {
+  return {{"stage", z.stage},
+          {"contiguous_gradients", z.contiguous_gradients},
+          {"reduce_scatter", z.reduce_scatter},
+          {"reduce_bucket_size", z.reduce_bucket_size},
+          {"allgather_bucket_size", z.allgather_bucket_size},
+          {"allgather_partitions", z.allgather_partitions},
+          // As given (null: DeepSpeed's stage == 3), so that re-reading the
+          // resolved file does not warn about a false nobody wrote.
+          {"overlap_comm", z.overlap_comm ? json(*z.overlap_comm) : json(nullptr)},
+          // Stage 3, under DeepSpeed's documented stage3_ names.
+          {"stage3_prefetch_bucket_size", z.prefetch_bucket_size},
+          {"stage3_param_persistence_threshold", z.param_persistence_threshold},
+          {"stage3_model_persistence_threshold", z.model_persistence_threshold},
+          {"stage3_max_live_parameters", z.max_live_parameters},
+          {"stage3_max_reuse_distance", z.max_reuse_distance},
+          {"stage3_gather_16bit_weights_on_model_save", z.gather_16bit_weights_on_model_save},
+          {"sub_group_size", z.sub_group_size},
+          {"offload_optimizer", offload_json(z.offload_optimizer, true)},
+          {"offload_param", offload_json(z.offload_param, false)}};
+}
 
-  const auto& f = cfg.fp16;
-  j["fp16"] = {{"enabled", f.enabled},
-               {"auto_cast", f.auto_cast},
-               {"loss_scale", f.loss_scale},
-               {"initial_scale_power", f.initial_scale_power},
-               {"loss_scale_window", f.loss_scale_window},
-               {"hysteresis", f.hysteresis},
-               {"consecutive_hysteresis", f.consecutive_hysteresis},
-               {"min_loss_scale", f.min_loss_scale}};
-  j["bf16"] = {{"enabled", cfg.bf16.enabled}, {"check_grad_overflow", cfg.bf16.check_grad_overflow}};
-  const auto& z = cfg.zero_optimization;
-  j["zero_optimization"] = {{"stage", z.stage},
-                            {"contiguous_gradients", z.contiguous_gradients},
-                            {"reduce_scatter", z.reduce_scatter},
-                            {"reduce_bucket_size", z.reduce_bucket_size},
-                            {"allgather_bucket_size", z.allgather_bucket_size},
-                            {"allgather_partitions", z.allgather_partitions},
-                            // As given (null: DeepSpeed's stage == 3), so that re-reading the
-                            // resolved file does not warn about a false nobody wrote.
-                            {"overlap_comm", z.overlap_comm ? json(*z.overlap_comm) : json(nullptr)},
-                            // Stage 3, under DeepSpeed's documented stage3_ names.
-                            {"stage3_prefetch_bucket_size", z.prefetch_bucket_size},
-                            {"stage3_param_persistence_threshold", z.param_persistence_threshold},
-                            {"stage3_model_persistence_threshold", z.model_persistence_threshold},
-                            {"stage3_max_live_parameters", z.max_live_parameters},
-                            {"stage3_max_reuse_distance", z.max_reuse_distance},
-                            {"stage3_gather_16bit_weights_on_model_save", z.gather_16bit_weights_on_model_save},
-                            {"sub_group_size", z.sub_group_size},
-                            {"offload_optimizer", offload_json(z.offload_optimizer, true)},
-                            {"offload_param", offload_json(z.offload_param, false)}};
+// Under DeepSpeed's current name of thread_count.
+json aio_json(const AioConfig& a) {
+  return {{"block_size", a.block_size},         {"queue_depth", a.queue_depth},
+          {"intra_op_parallelism", a.thread_count}, {"single_submit", a.single_submit},
+          {"overlap_events", a.overlap_events}, {"use_gds", a.use_gds}};
+}
+
+// The top-level values of a step; unset dtypes resolve as DeepSpeed resolves them.
+void add_step_keys(const DsConfig& cfg, json& j) {
   j["gradient_clipping"] = cfg.gradient_clipping;
   j["steps_per_print"] = cfg.steps_per_print ? json(*cfg.steps_per_print) : json(nullptr);
   j["wall_clock_breakdown"] = cfg.wall_clock_breakdown;
   j["prescale_gradients"] = cfg.prescale_gradients;
   j["gradient_predivide_factor"] = cfg.gradient_predivide_factor;
+  const char* training_dtype = cfg.fp16.enabled ? "fp16" : cfg.bf16.enabled ? "bf16" : "fp32";
   // None resolves to the training dtype, as DeepSpeed does.
-  j["communication_data_type"] = cfg.communication_data_type.value_or(
-      cfg.fp16.enabled ? "fp16" : cfg.bf16.enabled ? "bf16" : "fp32");
+  j["communication_data_type"] = cfg.communication_data_type.value_or(training_dtype);
   // None resolves to the working dtype, as DeepSpeed does.
-  j["data_types"] = {{"grad_accum_dtype", cfg.data_types.grad_accum_dtype.value_or(
-                                              cfg.fp16.enabled ? "fp16" : cfg.bf16.enabled ? "bf16" : "fp32")}};
+  j["data_types"] = {{"grad_accum_dtype", cfg.data_types.grad_accum_dtype.value_or(training_dtype)}};
   j["dataloader_drop_last"] = cfg.dataloader_drop_last;
-  j["checkpoint"] = {{"tag_validation", cfg.checkpoint.tag_validation},
-                     {"async_save", cfg.checkpoint.async_save},
-                     {"io_threads", cfg.checkpoint.io_threads}};
-  j["communication"] = {{"timeout", cfg.comms_config.timeout},
-                        {"shared_memory", cfg.communication.shared_memory},
-                        {"progress_thread", cfg.communication.progress_thread},
-                        {"device_backend", cfg.communication.device_backend}};
-  j["kernels"] = {{"attention", cfg.kernels.attention},
-                  {"attention_block", cfg.kernels.attention_block},
-                  {"cpu_bf16_gemm", cfg.kernels.cpu_bf16_gemm}};
-  // Under DeepSpeed's current name of thread_count.
-  j["pipeline"] = pipeline_to_json(cfg.pipeline);
-  j["aio"] = {{"block_size", cfg.aio.block_size},
-              {"queue_depth", cfg.aio.queue_depth},
-              {"intra_op_parallelism", cfg.aio.thread_count},
-              {"single_submit", cfg.aio.single_submit},
-              {"overlap_events", cfg.aio.overlap_events},
-              {"use_gds", cfg.aio.use_gds}};
+}
+
+// The monitors, and the sections written only when enabled.
+void add_monitor_sections(const DsConfig& cfg, json& j) {
   for (const auto& [name, m] : {std::pair<const char*, const MonitorConfig&>{"csv_monitor", cfg.csv_monitor},
                                 {"tensorboard", cfg.tensorboard}})
     j[name] = {{"enabled", m.enabled}, {"output_path", m.output_path}, {"job_name", m.job_name}};
@@ -164,6 +151,34 @@ nlohmann::json to_json(const DsConfig& cfg) {
                                      {"number_checkpoints", a.number_checkpoints ? json(*a.number_checkpoints) : json(nullptr)},
                                      {"synchronize_checkpoint_boundary", a.synchronize_checkpoint_boundary},
                                      {"profile", a.profile}};
+}
+
+}  // namespace
+
+nlohmann::json to_json(const DsConfig& cfg) {
+  json j = json::object();
+  j["train_batch_size"] = batch_value(cfg.train_batch_size);
+  j["train_micro_batch_size_per_gpu"] = batch_value(cfg.train_micro_batch_size_per_gpu);
+  j["gradient_accumulation_steps"] = batch_value(cfg.gradient_accumulation_steps);
+  j["optimizer"] = cfg.optimizer ? optimizer_json(*cfg.optimizer) : json(nullptr);
+  j["scheduler"] = cfg.scheduler ? scheduler_json(*cfg.scheduler, cfg.optimizer) : json(nullptr);
+  j["fp16"] = fp16_json(cfg.fp16);
+  j["bf16"] = {{"enabled", cfg.bf16.enabled}, {"check_grad_overflow", cfg.bf16.check_grad_overflow}};
+  j["zero_optimization"] = zero_json(cfg.zero_optimization);
+  add_step_keys(cfg, j);
+  j["checkpoint"] = {{"tag_validation", cfg.checkpoint.tag_validation},
+                     {"async_save", cfg.checkpoint.async_save},
+                     {"io_threads", cfg.checkpoint.io_threads}};
+  j["communication"] = {{"timeout", cfg.comms_config.timeout},
+                        {"shared_memory", cfg.communication.shared_memory},
+                        {"progress_thread", cfg.communication.progress_thread},
+                        {"device_backend", cfg.communication.device_backend}};
+  j["kernels"] = {{"attention", cfg.kernels.attention},
+                  {"attention_block", cfg.kernels.attention_block},
+                  {"cpu_bf16_gemm", cfg.kernels.cpu_bf16_gemm}};
+  j["pipeline"] = pipeline_to_json(cfg.pipeline);
+  j["aio"] = aio_json(cfg.aio);
+  add_monitor_sections(cfg, j);
   j["seed"] = cfg.seed ? json(*cfg.seed) : json(nullptr);
   if (cfg.raw.is_object() && cfg.raw.contains("model")) j["model"] = cfg.raw["model"];
   return j;
