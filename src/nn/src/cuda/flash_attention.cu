@@ -164,6 +164,8 @@ struct TileRegs {
 };
 
 // ------------------------------------------------------------------------------- forward
+// Long on purpose: FlashAttention-2's loop as one fused kernel; its register tiles and
+// shared-memory buffers live across the barriers of every step, which reads best in one place.
 template <typename T, int HS>
 __global__ void __launch_bounds__(kThreads) flash_fwd_kernel(T* __restrict__ o, float* __restrict__ lse,
                                                              const T* __restrict__ q, const T* __restrict__ k,
@@ -333,6 +335,8 @@ __global__ void flash_dq_convert_kernel(T* __restrict__ dq, const float* __restr
     dq[i] = from_f<T>(acc[i]);
 }
 
+// Long on purpose: the backward pass as one fused kernel (as the forward one): dK and dV stay
+// in registers over the whole loop across the query tiles.
 template <typename T, int HS>
 __global__ void __launch_bounds__(kThreads) flash_bwd_kernel(T* __restrict__ dk, T* __restrict__ dv,
                                                              float* __restrict__ dq_acc, const T* __restrict__ q,

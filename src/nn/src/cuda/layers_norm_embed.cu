@@ -254,6 +254,8 @@ constexpr std::size_t ln_v2_smem() {  // dw and db accumulators: [2][8 warps][K 
 // shared memory, then the 8 warps' sums are added in order 0..7.
 // Accumulator layout (bank-conflict-free float4 accesses): column s*256 + lane*8 + k of a warp
 // sits at s*256 + (k/4)*128 + lane*4 + k%4.
+// Long on purpose: one fused kernel whose rows, partial sums and shared-memory accumulators
+// are live across its barriers; split, each piece would take them all by reference.
 template <typename T, bool VEC, int K>
 __global__ void __launch_bounds__(kThreads, ln_min_blocks<T, VEC, K>())
     layernorm_bwd_v2_kernel(T* dinp, float* pw, float* pb, const T* dout, const T* inp, const T* w,
