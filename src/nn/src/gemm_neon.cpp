@@ -65,9 +65,10 @@ inline void store_vec(float32x4_t acc, std::int64_t cols, float alpha, float bet
   }
 }
 
-// The valid mv x nv corner of the tile stored with alpha, beta and the epilogue; c points at
-// the tile's (0, 0), bias / add / half_c are indexed by its origin (m0, n0t) in C.
-inline void store_tile12(float32x4_t (&acc)[kMR][kNV], float alpha, float beta, float* c, std::int64_t ldc,
+// The valid mv x nv corner of the tile (the accumulators as stored after the k loop) stored
+// with alpha, beta and the epilogue; c points at the tile's (0, 0), bias / add / half_c are
+// indexed by its origin (m0, n0t) in C.
+inline void store_tile12(const float (&tile)[kMR][kNR], float alpha, float beta, float* c, std::int64_t ldc,
                          std::int64_t mv, std::int64_t nv, const GemmEpilogue& ep, std::int64_t m0,
                          std::int64_t n0t) {
   for (std::int64_t r = 0; r < mv; ++r)
@@ -76,10 +77,10 @@ inline void store_tile12(float32x4_t (&acc)[kMR][kNV], float alpha, float beta, 
       if (cols <= 0) break;
       if (ep.half_c) {  // 16-bit storage, beta 1 (checked by the caller), no bias / add
         std::uint16_t* h = static_cast<std::uint16_t*>(ep.half_c) + (m0 + r) * ldc + n0t + n0;
-        half_accumulate4(h, cols, vmulq_n_f32(acc[r][j], alpha), ep.half_bf16);
+        half_accumulate4(h, cols, vmulq_n_f32(vld1q_f32(&tile[r][n0]), alpha), ep.half_bf16);
         continue;
       }
-      store_vec(acc[r][j], cols, alpha, beta, c + r * ldc + n0, ep.bias ? ep.bias + n0t + n0 : nullptr,
+      store_vec(vld1q_f32(&tile[r][n0]), cols, alpha, beta, c + r * ldc + n0, ep.bias ? ep.bias + n0t + n0 : nullptr,
                 ep.add ? ep.add + (m0 + r) * ep.ld_add + n0t + n0 : nullptr);
     }
 }
@@ -105,8 +106,10 @@ void micro_kernel_neon(const float* __restrict a, std::int64_t rs, std::int64_t 
                        std::int64_t bs, std::int64_t K, float alpha, float beta, float* c, std::int64_t ldc,
                        std::int64_t mv, std::int64_t nv, const GemmEpilogue& ep, std::int64_t m0, std::int64_t n0) {
   float32x4_t acc[kMR][kNV];
-  for (auto& row : acc)
-    for (auto& v : row) v = vdupq_n_f32(0.0f);
+#pragma GCC unroll 8
+  for (int r = 0; r < kMR; ++r)
+#pragma GCC unroll 3
+    for (int j = 0; j < kNV; ++j) acc[r][j] = vdupq_n_f32(0.0f);
   const float* ar[kMR];
   for (int r = 0; r < kMR; ++r) ar[r] = a + std::min<std::int64_t>(r, mv - 1) * rs;
   for (std::int64_t k = 0; k < K; ++k) {
@@ -125,7 +128,15 @@ void micro_kernel_neon(const float* __restrict a, std::int64_t rs, std::int64_t 
       }
     }
   }
-  store_tile12(acc, alpha, beta, c, ldc, mv, std::min<std::int64_t>(nv, 4 * NV), ep, m0, n0);
+  // The accumulators leave their registers once, here, by constant indices: the epilogue's
+  // run-time row and column counts indexing acc itself made GCC keep acc in memory and store
+  // it on every k step.
+  float tile[kMR][kNR];
+#pragma GCC unroll 8
+  for (int r = 0; r < kMR; ++r)
+#pragma GCC unroll 3
+    for (int j = 0; j < kNV; ++j) vst1q_f32(&tile[r][4 * j], acc[r][j]);
+  store_tile12(tile, alpha, beta, c, ldc, mv, std::min<std::int64_t>(nv, 4 * NV), ep, m0, n0);
 }
 
 // 4 x 4 transpose in registers.
