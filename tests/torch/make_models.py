@@ -8,6 +8,7 @@ OUTDIR/regression_x.f32   STEPS*BATCH samples of 6 floats; regression_y.f32: 3 f
 OUTDIR/regression_<opt>.txt  PyTorch's loss per step, micro-batch BATCH, one step per batch
 OUTDIR/classifier.pt      MLP classifier, integer class ids as targets (cross-entropy)
 OUTDIR/unused.pt          the regression MLP with a branch forward never takes
+OUTDIR/dropout.pt         the regression MLP with dropout (train mode vs eval mode)
 OUTDIR/lm.pt              token LM (embedding + linear, cross-entropy), vocab 256
 OUTDIR/digits_cnn.pt      small CNN for scikit-learn's 8x8 digits (inputs [B,8,8], class ids)
 OUTDIR/wrong_arity.pt, vector_loss.pt, no_params.pt, replaces_data.pt: the contract's error cases"""
@@ -41,6 +42,15 @@ class Classifier(Regression):
 
     def forward(self, inputs, targets):
         return F.cross_entropy(self.fc2(torch.relu(self.fc1(inputs))), targets)
+
+
+class Dropout(Regression):
+    def __init__(self):
+        super().__init__()
+        self.drop = nn.Dropout(0.5)
+
+    def forward(self, inputs, targets):
+        return F.mse_loss(self.fc2(self.drop(torch.tanh(self.fc1(inputs)))), targets)
 
 
 class Unused(nn.Module):
@@ -124,7 +134,7 @@ def main(out):
     os.makedirs(out, exist_ok=True)
     torch.manual_seed(0)
     torch.set_num_threads(1)
-    for name, cls in [("regression", Regression), ("classifier", Classifier), ("unused", Unused), ("lm", TokenLm), ("digits_cnn", DigitsCnn),
+    for name, cls in [("regression", Regression), ("classifier", Classifier), ("unused", Unused), ("dropout", Dropout), ("lm", TokenLm), ("digits_cnn", DigitsCnn),
                       ("wrong_arity", WrongArity), ("vector_loss", VectorLoss), ("no_params", NoParams),
                       ("replaces_data", ReplacesData)]:
         torch.jit.script(cls()).save(os.path.join(out, name + ".pt"))

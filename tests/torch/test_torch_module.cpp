@@ -109,6 +109,20 @@ TEST(TorchModule, UnusedBranchIsReported) {
   for (float g : s.grads[2]) EXPECT_EQ(g, 0.0f);
 }
 
+// forward runs in train mode (dropout draws a new mask each call), evaluate in eval mode
+// without autograd (the same loss every time), and forward after evaluate trains again.
+TEST(TorchModule, EvaluateRunsInEvalMode) {
+  TorchModule m(torch_model("dropout"));
+  Bound s(m);
+  RegressionData data;
+  const float a = m.forward(data.batch(0, 8)), b = m.forward(data.batch(0, 8));
+  EXPECT_NE(a, b);
+  const float e1 = m.evaluate(data.batch(0, 8)), e2 = m.evaluate(data.batch(0, 8));
+  EXPECT_EQ(e1, e2);
+  EXPECT_NE(m.forward(data.batch(0, 8)), e1);
+  m.backward(1.0f, [](std::size_t) {});
+}
+
 TEST(TorchModule, IntegerTargetsAreClassIds) {
   TorchModule m(torch_model("classifier"));
   Bound s(m);
