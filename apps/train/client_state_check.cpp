@@ -28,8 +28,9 @@ std::string fingerprint_text(std::uint64_t h) {
   return b;
 }
 
-std::string describe(const std::string& source, std::int64_t tokens, const std::string& fingerprint) {
-  return "'" + source + "' (" + std::to_string(tokens) + " tokens, " + fingerprint + ")";
+std::string describe(const std::string& source, std::int64_t count, const std::string& unit,
+                     const std::string& fingerprint) {
+  return "'" + source + "' (" + std::to_string(count) + " " + unit + ", " + fingerprint + ")";
 }
 
 }  // namespace
@@ -39,6 +40,7 @@ io::StateValue data_identity_state(const DataIdentity& data) {
   v["source"] = data.source;
   v["tokens"] = data.tokens;
   v["fingerprint"] = fingerprint_text(data.fingerprint);
+  v["unit"] = data.unit;
   return v;
 }
 
@@ -47,14 +49,17 @@ std::string data_change_warning(const io::StateValue& cs, const std::string& dir
   const io::StateValue& d = cs.at("data");
   const bool readable = d.is_map() && d.contains("source") && d.at("source").is_string() && d.contains("tokens") &&
                         d.at("tokens").is_int() && d.contains("fingerprint") && d.at("fingerprint").is_string();
-  const std::string this_run = describe(here.source, here.tokens, fingerprint_text(here.fingerprint));
+  const std::string this_run = describe(here.source, here.tokens, here.unit, fingerprint_text(here.fingerprint));
   if (!readable)
     return "checkpoint " + dir + ": client state 'data' is not readable; cannot tell whether this run's data " +
            this_run + " is what it was trained on";
   const std::string there = d.at("fingerprint").as_string();
-  if (d.at("tokens").as_int() == here.tokens && there == fingerprint_text(here.fingerprint)) return "";
+  const std::string unit = d.contains("unit") && d.at("unit").is_string() ? d.at("unit").as_string() : "tokens";
+  if (d.at("tokens").as_int() == here.tokens && unit == here.unit && there == fingerprint_text(here.fingerprint))
+    return "";
   return "checkpoint " + dir + " was trained on " +
-         describe(printable_excerpt(d.at("source").as_string(), 256), d.at("tokens").as_int(), printable_excerpt(there)) +
+         describe(printable_excerpt(d.at("source").as_string(), 256), d.at("tokens").as_int(),
+                  printable_excerpt(unit, 16), printable_excerpt(there)) +
          "; this run trains on " + this_run + ": the data position continues from the checkpoint's, in other data";
 }
 

@@ -22,11 +22,14 @@ void check_client_state(const io::StateValue& cs, const std::string& dir, const 
 
 // What a run trains on, saved in the client state ("data") so that a resume on other data is
 // noticed: the --data value ("the embedded corpus" without it), the token count and a hash of
-// the tokens (token files: their sizes and first and last 4 KiB).
+// the tokens (token files: their sizes and first and last 4 KiB). HDF5 arrays count samples
+// (unit "samples", saved as "unit"; a checkpoint without it counted tokens) and hash the
+// arrays' names, element types and shapes.
 struct DataIdentity {
   std::string source;
   std::int64_t tokens = 0;
   std::uint64_t fingerprint = 0;
+  std::string unit = "tokens";
 };
 io::StateValue data_identity_state(const DataIdentity& data);
 // Empty when the checkpoint in `dir` was trained on `here` (same tokens and fingerprint; the

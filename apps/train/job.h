@@ -76,7 +76,7 @@ struct Job {
 // What the run trains on, as its checkpoints record it (a resume on other data warns).
 inline DataIdentity data_identity(const Job& j) {
   return {j.opts.data.empty() ? std::string("the embedded corpus") : j.opts.data,
-          std::int64_t(j.data_size()), j.data_hash};
+          std::int64_t(j.data_size()), j.data_hash, j.data_unit()};
 }
 
 }  // namespace ds::train

@@ -61,14 +61,18 @@ compare_losses eq2.csv falls1.csv 1e-5
 # Resume: steps 21-40 from the step-20 checkpoint repeat the unbroken run's (2 ranks, integer
 # inputs converted to float; half the samples held out, so an epoch is 29 steps and the
 # resumed run crosses into the second, reshuffled one).
-HALF=(--data digits.h5 --data_inputs pixels --data_targets labels --val_fraction 0.5 --eval_iters 2 --steps 40)
-must_run 2 full --config mlp.json "${HALF[@]}" --save_dir ck --save_interval 20 --loss_csv full.csv
+HALF=(--data digits.h5 --data_inputs pixels --data_targets labels --val_fraction 0.5 --eval_iters 2)
+must_run 2 full --config mlp.json "${HALF[@]}" --steps 40 --save_dir ck --save_interval 20 --loss_csv full.csv
 grep -q "29 optimizer steps per epoch" full.out || fail "epoch: $(grep '\[train\] data' full.out)"
-must_run 2 resumed --config mlp.json "${HALF[@]}" --load_dir ck --ckpt_id global_step20 --loss_csv resumed.csv \
+must_run 2 resumed --config mlp.json "${HALF[@]}" --steps 40 --load_dir ck --ckpt_id global_step20 --loss_csv resumed.csv \
   --progress bar
 compare_losses resumed.csv full.csv 1e-6 21
 grep -q 'resumed from' resumed.out || fail "no resume message"
 grep -q '[0-9] samples/s |' resumed.out || fail "the progress bar does not count samples"
+# Resumed on other arrays of the file: a warning naming both, counted in samples.
+must_run 2 other --config mlp.json "${HALF[@]/pixels/images}" --steps 21 --load_dir ck --ckpt_id global_step20
+grep -q "train: warning: checkpoint ck/global_step20 was trained on 'digits.h5' (1797 samples, fnv1a64:" other.err ||
+  fail "no data warning in samples: $(cat other.err)"
 
 # Errors: one line naming the file and the arrays, exit non-zero.
 expect_error() {
