@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
 # train --model torchscript:PATH end to end: make_models.py's token LM (embedding + linear,
-# cross-entropy) on the embedded corpus at 2 ranks, in fp32 and bf16 under ZeRO stage 2, and
+# cross-entropy) on the embedded corpus at 2 ranks, in fp32 (ZeRO stage 0, and stage 3 with
+# offload to host memory: the same losses) and bf16 under ZeRO stage 2, and
 # the errors a user meets (a file that is missing or is not a module, a wrong forward, --device
 # cuda), each one line naming the file.
 source "$DS_SOURCE_DIR/tests/apps/lib.sh"
@@ -10,10 +11,16 @@ RUN=(--config "$CONFIGS/default.json" --block_size 32 --eval_iters 2)
 
 # Untrained, the LM's loss is about ln 256 = 5.55; 40 steps (30 of warm-up) bring it below 5.4.
 final_val() { sed -n 's/.*final validation loss \([0-9.]*\).*/\1/p' "$1.out"; }
-must_run 2 fp32 --model "$LM" "${RUN[@]}" --steps 40
+must_run 2 fp32 --model "$LM" "${RUN[@]}" --steps 40 --loss_csv fp32.csv
 grep -q "model: $LM block_size=32 vocab_size=256" fp32.out || fail "fp32: no model line naming $LM"
 v=$(final_val fp32)
 "$PY" -c "import sys; sys.exit(0 if float('$v') < 5.4 else 1)" || fail "fp32: final validation loss $v, not below 5.4"
+
+# ZeRO stage 3 with parameters and optimizer state offloaded to host memory: the same losses.
+write_config z3_offload.json "$CONFIGS/default.json" \
+  'c["zero_optimization"] = {"stage": 3, "offload_param": {"device": "cpu"}, "offload_optimizer": {"device": "cpu"}}'
+must_run 2 z3 --config z3_offload.json --model "$LM" --block_size 32 --eval_iters 2 --steps 40 --loss_csv z3.csv
+compare_losses fp32.csv z3.csv 1e-5
 
 write_config bf16_z2.json "$CONFIGS/default.json" 'c["bf16"] = {"enabled": True}; c["zero_optimization"] = {"stage": 2}'
 must_run 2 bf16 --config bf16_z2.json --model "$LM" --steps 20 --block_size 32 --eval_iters 2
