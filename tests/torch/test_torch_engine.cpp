@@ -25,7 +25,8 @@ namespace {
 // make_models.py's OPTIMIZERS, as ds_config sections.
 json optimizer(const std::string& name) {
   if (name == "sgd") return {{"type", "SGD"}, {"params", {{"lr", 0.05}, {"momentum", 0.9}}}};
-  return {{"type", "AdamW"}, {"params", {{"lr", 0.01}, {"betas", {0.9, 0.999}}, {"eps", 1e-8}, {"weight_decay", 0.01}}}};
+  return {{"type", "AdamW"},
+          {"params", {{"lr", 0.01}, {"betas", {0.9, 0.999}}, {"eps", 1e-8}, {"weight_decay", 0.01}}}};
 }
 
 struct TrainRun {

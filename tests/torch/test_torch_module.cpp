@@ -63,7 +63,8 @@ TEST(TorchModule, BackwardAccumulatesIntoTheBoundViews) {
   EXPECT_NE(once[0], 0.0f);
   EXPECT_FLOAT_EQ(m.forward(data.batch(0, 8)), loss);
   m.backward(2.0f, [](std::size_t) {});
-  for (std::size_t k = 0; k < once.size(); ++k) EXPECT_NEAR(s.grads[0][k], 3 * once[k], 1e-5f * (1 + std::fabs(once[k])));
+  for (std::size_t k = 0; k < once.size(); ++k)
+    EXPECT_NEAR(s.grads[0][k], 3 * once[k], 1e-5f * (1 + std::fabs(once[k])));
 }
 
 // The parameters the engine writes are the ones the module computes with.
@@ -144,12 +145,14 @@ TEST(TorchModule, ContractErrorsNameTheFile) {
   EXPECT_HAS(error_of([&] { TorchModule m(text); }), text + " is not a TorchScript module");
   EXPECT_HAS(error_of([&] { TorchModule m((dir.path / "absent.pt").string()); }), "does not exist");
   const std::string arity = torch_model("wrong_arity");
-  EXPECT_HAS(error_of([&] { TorchModule m(arity); }), arity + ": forward must be forward(self, inputs: Tensor, targets");
+  EXPECT_HAS(error_of([&] { TorchModule m(arity); }),
+             arity + ": forward must be forward(self, inputs: Tensor, targets");
   EXPECT_HAS(error_of([&] { TorchModule m(torch_model("no_params")); }), "no parameters");
   TorchModule vec(torch_model("vector_loss"));
   Bound s(vec);
   RegressionData data;
-  EXPECT_HAS(error_of([&] { vec.forward(data.batch(0, 8)); }), "forward must return the mean loss as a floating-point scalar");
+  EXPECT_HAS(error_of([&] { vec.forward(data.batch(0, 8)); }),
+             "forward must return the mean loss as a floating-point scalar");
 }
 
 // A module that swaps a parameter's memory for its own copy is stopped after that backward.
