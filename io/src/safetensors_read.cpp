@@ -10,12 +10,12 @@
 #include <limits>
 #include <nlohmann/json.hpp>
 #include <sstream>
-#include <unordered_set>
 
 #include "ds/core/error.h"
 #include "ds/core/excerpt.h"
 #include "ds/core/file_read.h"
 #include "ds/core/half.h"
+#include "ds/core/json.h"
 #include "ds/io/safetensors.h"
 
 namespace ds::io {
@@ -43,30 +43,21 @@ std::string json_excerpt(const nlohmann::json& v) {
   return excerpt(v.dump(-1, ' ', false, nlohmann::json::error_handler_t::replace));
 }
 
-// Parses a header or index strictly: nesting deeper than kMaxJsonDepth and a key repeated in
-// one object are errors (nlohmann alone keeps the last of duplicates, so a second tensor of
-// the same name would silently replace the first).
+// Parses a header or index with the strict JSON reader (JSON alone): nesting deeper than
+// kMaxJsonDepth and a key repeated in one object are errors (nlohmann alone keeps the last of
+// duplicates, so a second tensor of the same name would silently replace the first).
 nlohmann::json parse_checked_json(const std::string& text, const std::string& path, const std::string& what) {
-  std::vector<std::unordered_set<std::string>> open_objects;  // keys seen so far, per open object
-  auto check = [&](int depth, nlohmann::json::parse_event_t event, nlohmann::json& parsed) {
-    using E = nlohmann::json::parse_event_t;
-    if ((event == E::object_start || event == E::array_start) && depth >= kMaxJsonDepth)
-      DS_THROW(path << ": " << what << " nests deeper than " << kMaxJsonDepth << " levels (not a safetensors "
-                    << what << ")");
-    if (event == E::object_start) open_objects.emplace_back();
-    if (event == E::object_end) open_objects.pop_back();
-    if (event == E::key) {
-      auto& keys = open_objects.back();
-      const auto& key = parsed.get_ref<const std::string&>();
-      DS_CHECK(keys.insert(key).second, path << ": " << what << " has the key '" << excerpt(key) << "' twice"
-                                             << (open_objects.size() == 1 ? std::string() : " in one object"));
-    }
-    return true;
-  };
   try {
-    return nlohmann::json::parse(text, check);
-  } catch (const nlohmann::json::exception& e) {
-    DS_THROW(path << ": " << what << " is not valid JSON (" << excerpt(e.what(), 200) << ")");
+    return to_nlohmann(parse_json(text, path, kMaxJsonDepth, JsonSyntax::Strict));
+  } catch (const JsonError& e) {
+    const std::string at = " (line " + std::to_string(e.pos.line) + ", column " + std::to_string(e.pos.column) + ")";
+    if (e.kind == JsonError::Kind::TooDeep)
+      DS_THROW(path << ": " << what << " nests deeper than " << kMaxJsonDepth << " levels (not a safetensors "
+                    << what << ")" << at);
+    if (e.kind == JsonError::Kind::DuplicateKey)
+      DS_THROW(path << ": " << what << " has the key '" << excerpt(e.key) << "' twice"
+                    << (e.in_root ? std::string() : " in one object") << at);
+    DS_THROW(path << ": " << what << " is not valid JSON (" << excerpt(e.reason, 200) << at << ")");
   }
 }
 

@@ -4,13 +4,13 @@
 #include <string>
 #include <vector>
 
-#include "json_reader.h"
 #include "ds/core/error.h"
+#include "ds/core/json.h"
 
 namespace {
 
-using ds::config::JsonNode;
-using ds::config::parse_json;
+using ds::JsonNode;
+using ds::parse_json;
 
 std::string error_of(const std::string& text) {
   try {
@@ -21,9 +21,9 @@ std::string error_of(const std::string& text) {
   return "<no error>";
 }
 
-std::string error_of_members(const std::string& text, const ds::config::MemberSink& take) {
+std::string error_of_members(const std::string& text, const ds::MemberSink& take) {
   try {
-    (void)ds::config::parse_json_members(text, "v.json", take);
+    (void)ds::parse_json_members(text, "v.json", take);
   } catch (const ds::Error& e) {
     return e.what();
   }
@@ -115,7 +115,7 @@ TEST(JsonReader, MembersAreHandedOverNotKept) {
     seen.push_back(m.key);
     return true;
   };
-  const JsonNode root = ds::config::parse_json_members("{\"a\": 1,\n \"b\": {\"c\": [2]}, # x\n}", "v.json", take);
+  const JsonNode root = ds::parse_json_members("{\"a\": 1,\n \"b\": {\"c\": [2]}, # x\n}", "v.json", take);
   EXPECT_EQ(root.kind, JsonNode::Kind::Object);
   EXPECT_TRUE(root.members.empty());
   EXPECT_EQ(seen, (std::vector<std::string>{"a", "b"}));
@@ -127,7 +127,7 @@ TEST(JsonReader, MembersAreHandedOverNotKept) {
   EXPECT_HAS(error_of_members("{\"a\": {\"x\": 1, \"x\": 2}}", take), "v.json:1:16: duplicate key \"a.x\"");
   seen.clear();
   EXPECT_HAS(error_of_members("{\"a\": 1 \"b\": 2}", take), "v.json:1:9: expected ',' or '}' after the value of \"a\"");
-  const JsonNode array = ds::config::parse_json_members("[1, 2]", "v.json", take);
+  const JsonNode array = ds::parse_json_members("[1, 2]", "v.json", take);
   EXPECT_EQ(array.kind, JsonNode::Kind::Array);
   EXPECT_EQ(array.items.size(), 2u);
 }
@@ -141,10 +141,39 @@ TEST(JsonReader, DepthLimitAndBom) {
 
 TEST(JsonReader, RoundTripThroughNlohmann) {
   const JsonNode n = parse_json(R"({"a": [1, -2, 2.5, "s", null, true], "b": {"c": 18446744073709551615}})", "x");
-  const nlohmann::json j = ds::config::to_nlohmann(n);
+  const nlohmann::json j = ds::to_nlohmann(n);
   EXPECT_EQ(j["a"][2], 2.5);
   EXPECT_EQ(j["b"]["c"].get<std::uint64_t>(), 18446744073709551615ull);
-  EXPECT_EQ(ds::config::to_nlohmann(ds::config::from_nlohmann(j)), j);
+  EXPECT_EQ(ds::to_nlohmann(ds::from_nlohmann(j)), j);
+}
+
+// JsonSyntax::Strict (safetensors headers and indexes) takes JSON alone; errors say what they
+// are about (JsonError) so a caller can word them, and numbers convert as nlohmann parses them.
+TEST(JsonReader, StrictSyntaxAndErrorKinds) {
+  auto strict_error = [](const std::string& text) -> ds::JsonError {
+    try {
+      parse_json(text, "h.json", 4, ds::JsonSyntax::Strict);
+    } catch (const ds::JsonError& e) {
+      return e;
+    }
+    return ds::JsonError(ds::JsonError::Kind::Syntax, "h.json", {}, "<no error>", "", false);
+  };
+  EXPECT_EQ(parse_json("{\"a\": [1, 2]}", "h.json", 4, ds::JsonSyntax::Strict).members.size(), 1u);
+  EXPECT_EQ(std::string(strict_error("{} # x").what()), "h.json:1:4: a comment (not JSON)");
+  EXPECT_EQ(strict_error("{\"a\": 1, /* x */ \"b\": 2}").reason, "a comment (not JSON)");
+  EXPECT_EQ(strict_error("[1, 2,]").reason, "a trailing comma (not JSON)");
+  EXPECT_EQ(strict_error("{\"a\": 1,}").pos.column, 9);
+  EXPECT_EQ(strict_error("{\"a\": {\"b\": [[[1]]]}}").kind, ds::JsonError::Kind::TooDeep);
+  const ds::JsonError root = strict_error("{\"a\": 1,\n \"a\": 2}");
+  EXPECT_EQ(root.kind, ds::JsonError::Kind::DuplicateKey);
+  EXPECT_EQ(root.key, "a");
+  EXPECT_TRUE(root.in_root);
+  EXPECT_EQ(root.pos.line, 2);
+  EXPECT_FALSE(strict_error("{\"a\": {\"b\": 1, \"b\": 2}}").in_root);
+  // Relaxed (the default) still takes both.
+  EXPECT_EQ(parse_json("{\"a\": [1, 2,], # x\n}", "c.json").members.size(), 1u);
+  EXPECT_TRUE(ds::to_nlohmann(parse_json("[5, -5]", "n.json"))[0].is_number_unsigned());
+  EXPECT_TRUE(ds::to_nlohmann(parse_json("[5, -5]", "n.json"))[1].is_number_integer());
 }
 
 }  // namespace

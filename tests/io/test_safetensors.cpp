@@ -118,6 +118,11 @@ TEST(Safetensors, HeaderErrorsNameFileAndTensor) {
   EXPECT_HAS(err(), "bad header length 1099511627776 (over the format's cap");
   write_raw(p, "{nope", 0);
   EXPECT_HAS(err(), "the header is not valid JSON");
+  // JSON alone: the comments and trailing commas a config may hold are refused here.
+  write_raw(p, "{} // x", 0);
+  EXPECT_HAS(err(), "the header is not valid JSON (a comment (not JSON) (line 1, column 4))");
+  write_raw(p, R"({"__metadata__": {"a": "b"},})", 0);
+  EXPECT_HAS(err(), "the header is not valid JSON (a trailing comma (not JSON) (line 1, column 29))");
   write_raw(p, R"({"t": {"dtype": "Q7", "shape": [1], "data_offsets": [0, 4]}})", 4);
   EXPECT_HAS(err(), p.string() + ": tensor 't': unknown dtype \"Q7\"");
   write_raw(p, R"({"t": {"dtype": "F32", "shape": [2, 2], "data_offsets": [0, 12]}})", 12);
@@ -178,6 +183,7 @@ TEST(Safetensors, HostileHeadersGiveShortErrors) {
   write_raw(p, R"({"w": {"dtype": "F32", "shape": [1], "data_offsets": [0, 4]}, )"
                R"("w": {"dtype": "F32", "shape": [1], "data_offsets": [4, 8]}})", 8);
   EXPECT_HAS(err(), p.string() + ": the header has the key 'w' twice");
+  EXPECT_HAS(err(), "twice (line 1, column 63)");  // the strict reader says where
   write_raw(p, R"({"w": {"dtype": "F32", "dtype": "F16", "shape": [1], "data_offsets": [0, 4]}})", 4);
   EXPECT_HAS(err(), "the header has the key 'dtype' twice in one object");
 

@@ -11,7 +11,7 @@
 #include <string>
 #include <vector>
 
-#include "json_reader.h"
+#include "ds/core/json.h"
 #include "ds/config/parse.h"
 #include "ds/config/registry.h"
 #include "ds/core/error.h"

@@ -7,7 +7,7 @@
 #include <string>
 
 #include "ds/config/ds_config.h"
-#include "json_reader.h"
+#include "ds/core/json.h"
 
 namespace ds::config::detail {
 

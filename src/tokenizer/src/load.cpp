@@ -11,16 +11,16 @@
 #include "ds/core/error.h"
 #include "ds/core/excerpt.h"
 #include "ds/core/file_read.h"
+#include "ds/core/json.h"
 #include "ds/core/text_lines.h"
 #include "impl.h"
-#include "json_reader.h"
 
 namespace ds::tokenizer {
 
 namespace {
 
-using config::JsonNode;
-using config::SourcePos;
+using ds::JsonNode;
+using ds::SourcePos;
 using Kind = JsonNode::Kind;
 
 // Tokenizer files are a few MiB (Llama 3's tokenizer.json: 9 MiB); this leaves room.
@@ -35,7 +35,7 @@ std::string quoted(const std::string& s) {
   JsonNode n;
   n.kind = Kind::String;
   n.str = s;
-  return config::describe(n);
+  return describe(n);
 }
 
 // Room for ids a file leaves unused (reserved or removed tokens) above its entry count. The
@@ -47,7 +47,7 @@ std::int64_t id_limit(std::size_t entries) { return std::int64_t(entries) + kUnu
 
 std::int32_t token_id(const JsonNode& v, const std::string& source, const std::string& key, std::int64_t limit) {
   if (v.kind != Kind::Int || v.int_value < 0 || v.int_value >= std::numeric_limits<std::int32_t>::max())
-    fail_at(source, v.pos, "key " + key + ": a token id must be an integer from 0 to 2147483646, got " + config::describe(v));
+    fail_at(source, v.pos, "key " + key + ": a token id must be an integer from 0 to 2147483646, got " + describe(v));
   if (v.int_value >= limit)
     fail_at(source, v.pos, "key " + key + ": id " + std::to_string(v.int_value) + " is too large: the file has " +
                                std::to_string(limit - kUnusedIdAllowance) + " tokens, so its ids must be below " +
@@ -85,7 +85,7 @@ bool add_vocab_entry(BpeTokenizer::Impl& t, const JsonNode::Member& m, const std
 
 [[noreturn]] void fail_not_vocab(const JsonNode& vocab, const std::string& source, const std::string& key_prefix) {
   fail_at(source, vocab.pos, (key_prefix.empty() ? std::string("the document") : "key \"" + key_prefix + "\"") +
-                                 " must be an object of token -> id, got " + config::describe(vocab));
+                                 " must be an object of token -> id, got " + describe(vocab));
 }
 
 // Adds the vocabulary object's entries (tokenizer.json's model.vocab, already parsed).
@@ -102,14 +102,14 @@ void add_vocab(BpeTokenizer::Impl& t, const JsonNode& vocab, const std::string& 
 // tables, then again to fill them.
 void add_vocab_json(BpeTokenizer::Impl& t, std::string_view text, const std::string& source) {
   std::size_t count = 0;
-  const JsonNode root = config::parse_json_members(text, source, [&](JsonNode::Member&) {
+  const JsonNode root = parse_json_members(text, source, [&](JsonNode::Member&) {
     ++count;
     return true;
   });
   if (root.kind != Kind::Object) fail_not_vocab(root, source, "");
   const std::int64_t limit = id_limit(count);
   t.reserve(std::size_t(limit), count);
-  (void)config::parse_json_members(text, source,
+  (void)parse_json_members(text, source,
                                    [&](JsonNode::Member& m) { return add_vocab_entry(t, m, source, "", limit); });
 }
 
@@ -185,7 +185,7 @@ struct TokenizerJson {
   }
   // A key that must hold one of the values this tokenizer implements.
   [[noreturn]] void only(const JsonNode& v, const std::string& path, const std::string& what) const {
-    fail_at(source, v.pos, "key \"" + path + "\" is " + config::describe(v) + ": " + what);
+    fail_at(source, v.pos, "key \"" + path + "\" is " + describe(v) + ": " + what);
   }
 };
 
@@ -257,7 +257,7 @@ void add_json_merges(const TokenizerJson& doc, const JsonNode& model, BpeTokeniz
     if (m.kind == Kind::String) {
       const std::size_t sp = m.str.find(' ');
       if (sp == std::string::npos || sp == 0 || sp + 1 == m.str.size() || m.str.find(' ', sp + 1) != std::string::npos)
-        fail("expected \"left right\" (two tokens separated by one space), got " + config::describe(m));
+        fail("expected \"left right\" (two tokens separated by one space), got " + describe(m));
       left = m.str.substr(0, sp);
       right = m.str.substr(sp + 1);
     } else if (m.kind == Kind::Array && m.items.size() == 2 && m.items[0].kind == Kind::String &&
@@ -265,7 +265,7 @@ void add_json_merges(const TokenizerJson& doc, const JsonNode& model, BpeTokeniz
       left = m.items[0].str;
       right = m.items[1].str;
     } else {
-      fail("expected \"left right\" or [\"left\", \"right\"], got " + config::describe(m));
+      fail("expected \"left right\" or [\"left\", \"right\"], got " + describe(m));
     }
     add_merge(t, left, right, std::int32_t(i), "model.vocab", fail);
   }
@@ -284,7 +284,7 @@ BpeTokenizer BpeTokenizer::from_gpt2_files(std::string_view vocab_json, const st
 BpeTokenizer BpeTokenizer::from_tokenizer_json(std::string_view json, const std::string& source) {
   auto t = std::make_shared<Impl>();
   t->source = source;
-  const JsonNode root = config::parse_json(json, source);
+  const JsonNode root = parse_json(json, source);
   if (root.kind != Kind::Object) fail_at(source, root.pos, "a tokenizer.json must be a JSON object");
   const TokenizerJson doc{source};
   const JsonNode& model = doc.require(root, "model", "model");

@@ -1,4 +1,4 @@
-#include "json_reader.h"
+#include "ds/core/json.h"
 
 #include <cctype>
 #include <charconv>
@@ -8,9 +8,8 @@
 #include <limits>
 #include <unordered_set>
 
-#include "ds/core/error.h"
 
-namespace ds::config {
+namespace ds {
 
 double JsonNode::as_double() const {
   switch (kind) {
@@ -33,8 +32,9 @@ namespace {
 class Reader {
  public:
   // `take`, when given, receives the root object's members instead of the tree (parse_json_members).
-  Reader(std::string_view text, const std::string& source, int max_depth, const MemberSink* take = nullptr)
-      : t_(text), source_(source), max_depth_(max_depth), take_(take) {}
+  Reader(std::string_view text, const std::string& source, int max_depth, JsonSyntax syntax,
+         const MemberSink* take = nullptr)
+      : t_(text), source_(source), max_depth_(max_depth), strict_(syntax == JsonSyntax::Strict), take_(take) {}
 
   JsonNode parse_document() {
     // A UTF-8 byte-order mark is not part of the document.
@@ -51,6 +51,7 @@ class Reader {
   std::string_view t_;
   const std::string& source_;
   int max_depth_;
+  bool strict_;  // JSON alone: no comments, no trailing commas
   const MemberSink* take_;
   size_t p_ = 0;
   int line_ = 1, col_ = 1;
@@ -70,8 +71,13 @@ class Reader {
     }
   }
 
-  [[noreturn]] void fail(SourcePos at, const std::string& message) const {
-    DS_THROW(source_ << ":" << at.line << ":" << at.column << ": " << message);
+  [[noreturn]] void fail(SourcePos at, const std::string& message,
+                         JsonError::Kind kind = JsonError::Kind::Syntax, const std::string& key = {},
+                         bool in_root = false) const {
+    throw JsonError(kind, source_, at, message, key, in_root);
+  }
+  void refuse_in_strict(const char* what) const {
+    if (strict_) fail(here(), std::string(what) + " (not JSON)");
   }
 
   std::string char_desc() const {
@@ -98,8 +104,10 @@ class Reader {
       if (c == ' ' || c == '\t' || c == '\n' || c == '\r') {
         advance();
       } else if (c == '#' || (c == '/' && peek(1) == '/')) {
+        refuse_in_strict("a comment");
         while (!eof() && peek() != '\n') advance();
       } else if (c == '/' && peek(1) == '*') {
+        refuse_in_strict("a comment");
         const SourcePos start = here();
         advance();
         advance();
@@ -338,7 +346,8 @@ class Reader {
   }
 
   void check_depth(int depth, SourcePos at) const {
-    if (depth > max_depth_) fail(at, "nesting deeper than " + std::to_string(max_depth_) + " levels");
+    if (depth > max_depth_)
+      fail(at, "nesting deeper than " + std::to_string(max_depth_) + " levels", JsonError::Kind::TooDeep);
   }
 
   JsonNode parse_array(int depth) {
@@ -366,6 +375,7 @@ class Reader {
         advance();
         skip_ws();
         if (peek() == ']') {  // trailing comma (hjson allows it)
+          refuse_in_strict("a trailing comma");
           advance();
           return n;
         }
@@ -392,12 +402,14 @@ class Reader {
     };
     SourcePos first;
     try {
-      Reader(t_, source_, max_depth_, &find).parse_document();
+      Reader(t_, source_, max_depth_, strict_ ? JsonSyntax::Strict : JsonSyntax::Relaxed, &find).parse_document();
     } catch (const Found& found) {
       first = found.pos;
     }
-    fail(m.key_pos, "duplicate key \"" + m.key + "\" (first at line " + std::to_string(first.line) + ", column " +
-                        std::to_string(first.column) + ")");
+    fail(m.key_pos,
+         "duplicate key \"" + m.key + "\" (first at line " + std::to_string(first.line) + ", column " +
+             std::to_string(first.column) + ")",
+         JsonError::Kind::DuplicateKey, m.key, true);
   }
 
   JsonNode parse_object(int depth) {
@@ -409,9 +421,11 @@ class Reader {
     const bool to_sink = take_ != nullptr && depth == 1;
     std::unordered_set<std::string> seen;
     std::string last_key;
+    bool after_comma = false;
     for (;;) {
       skip_ws();
       if (peek() == '}') {  // empty object, or a trailing comma (hjson allows it)
+        if (after_comma) refuse_in_strict("a trailing comma");
         advance();
         return n;
       }
@@ -432,9 +446,10 @@ class Reader {
       path_.push_back(m.key);
       if (!to_sink && !seen.insert(m.key).second) {
         const JsonNode::Member* first = n.find(m.key);
-        fail(m.key_pos, "duplicate key \"" + path_string() + "\" (first at line " +
-                            std::to_string(first->key_pos.line) + ", column " +
-                            std::to_string(first->key_pos.column) + ")");
+        fail(m.key_pos,
+             "duplicate key \"" + path_string() + "\" (first at line " + std::to_string(first->key_pos.line) +
+                 ", column " + std::to_string(first->key_pos.column) + ")",
+             JsonError::Kind::DuplicateKey, m.key, depth == 1);
       }
       m.value = parse_value(depth);
       path_.pop_back();
@@ -448,6 +463,7 @@ class Reader {
       skip_ws();
       if (peek() == ',') {
         advance();
+        after_comma = true;
         continue;
       }
       if (peek() == '}') {
@@ -462,13 +478,13 @@ class Reader {
 
 }  // namespace
 
-JsonNode parse_json(std::string_view text, const std::string& source, int max_depth) {
-  Reader r(text, source, max_depth);
+JsonNode parse_json(std::string_view text, const std::string& source, int max_depth, JsonSyntax syntax) {
+  Reader r(text, source, max_depth, syntax);
   return r.parse_document();
 }
 
 JsonNode parse_json_members(std::string_view text, const std::string& source, const MemberSink& take, int max_depth) {
-  Reader r(text, source, max_depth, &take);
+  Reader r(text, source, max_depth, JsonSyntax::Relaxed, &take);
   return r.parse_document();
 }
 
@@ -477,7 +493,8 @@ nlohmann::json to_nlohmann(const JsonNode& node) {
   switch (node.kind) {
     case K::Null: return nullptr;
     case K::Bool: return node.boolean;
-    case K::Int: return node.int_value;
+    case K::Int:  // as nlohmann's parser types it: non-negative integers are unsigned
+      return node.int_value >= 0 ? nlohmann::json(std::uint64_t(node.int_value)) : nlohmann::json(node.int_value);
     case K::UInt: return node.uint_value;
     case K::Double: return node.double_value;
     case K::String: return node.str;
@@ -553,4 +570,4 @@ std::string describe(const JsonNode& node) {
   return "?";
 }
 
-}  // namespace ds::config
+}  // namespace ds

@@ -1,9 +1,11 @@
-// A small JSON reader that remembers where every value and key came from.
+// The one strict JSON reader: a tree that remembers where every value and key came from.
 //
 // nlohmann::json can neither report the line:column of a key nor detect duplicate keys, and
-// both are what a user needs to fix a config. This reader accepts strict JSON plus what
-// DeepSpeed's hjson reader also takes and users actually write: // and /* */ and # comments
-// and trailing commas. Keys and strings must be double-quoted. Errors (ds::Error) read
+// both are what a user needs to fix a file. The config, tokenizer.json and safetensors
+// headers and indexes are read with it. Keys and strings must be double-quoted and a key may
+// appear once per object. JsonSyntax::Relaxed (the config, tokenizer files) also takes what
+// DeepSpeed's hjson reader takes and users actually write: // and /* */ and # comments and
+// trailing commas; JsonSyntax::Strict takes JSON alone. Errors (JsonError, a ds::Error) read
 // "source:line:column: message"; columns count characters (UTF-8 code points) from 1.
 #pragma once
 
@@ -11,11 +13,14 @@
 #include <functional>
 #include <string>
 #include <string_view>
+#include <utility>
 #include <vector>
 
 #include <nlohmann/json.hpp>
 
-namespace ds::config {
+#include "ds/core/error.h"
+
+namespace ds {
 
 struct SourcePos {
   int line = 0;    // 1-based; 0: unknown (a document that did not come from text)
@@ -48,9 +53,28 @@ struct JsonNode::Member {
   JsonNode value;
 };
 
+enum class JsonSyntax { Relaxed, Strict };
+
+// A parse error, with what it is about for callers that word it their own way (the
+// safetensors reader names "the header" or "the index").
+class JsonError : public Error {
+ public:
+  enum class Kind { Syntax, TooDeep, DuplicateKey };
+  // what(): "source:line:column: reason".
+  JsonError(Kind kind, const std::string& source, SourcePos pos, std::string reason, std::string key, bool in_root)
+      : Error(source + ":" + std::to_string(pos.line) + ":" + std::to_string(pos.column) + ": " + reason),
+        kind(kind), pos(pos), reason(std::move(reason)), key(std::move(key)), in_root(in_root) {}
+  Kind kind;
+  SourcePos pos;
+  std::string reason;    // the message without its place
+  std::string key;       // DuplicateKey: the repeated key
+  bool in_root = false;  // DuplicateKey: in the root object (else in a nested one)
+};
+
 // Parses text into a positioned tree. Nesting deeper than max_depth is an error (the reader
 // is recursive; the limit keeps hostile input from exhausting the stack).
-JsonNode parse_json(std::string_view text, const std::string& source, int max_depth = 128);
+JsonNode parse_json(std::string_view text, const std::string& source, int max_depth = 128,
+                    JsonSyntax syntax = JsonSyntax::Relaxed);
 
 // Receives one member of the root object (parse_json_members); false: its key repeats an
 // earlier one.
@@ -65,7 +89,8 @@ using MemberSink = std::function<bool(JsonNode::Member&)>;
 JsonNode parse_json_members(std::string_view text, const std::string& source, const MemberSink& take,
                             int max_depth = 128);
 
-// Conversions to and from nlohmann::json (positions are lost / unknown).
+// Conversions to and from nlohmann::json (positions are lost / unknown). Numbers take the
+// types nlohmann's own parser gives them (a non-negative integer is unsigned).
 nlohmann::json to_nlohmann(const JsonNode& node);
 JsonNode from_nlohmann(const nlohmann::json& value);
 
@@ -73,4 +98,4 @@ JsonNode from_nlohmann(const nlohmann::json& value);
 // strings (truncated), numbers as written, true/false/null, "an object", "an array".
 std::string describe(const JsonNode& node);
 
-}  // namespace ds::config
+}  // namespace ds
