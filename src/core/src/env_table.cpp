@@ -37,7 +37,8 @@ constexpr Var kTable[] = {
     {"DS_CKPT_TEST_KILL_AT", Type::String, "", Class::Debug,
      "kills the process at a named point of a checkpoint save (crash-safety tests)"},
     {"DS_NN_GEMM", Type::Choice, "auto", Class::Debug,
-     "fp32 GEMM back end: auto, openblas or own (the AVX-512 kernel)", "auto|openblas|own"},
+     "fp32 GEMM back end: auto, openblas or own (the AVX-512 or AVX2 kernel of the kernel set in use)",
+     "auto|openblas|own"},
     {"DS_NN_ROWS", Type::Choice, "auto", Class::Debug,
      "plain runs the softmax rows without the AVX-512 row kernels", "auto|plain"},
 };
