@@ -68,12 +68,17 @@ def functions(code):
     """Yields (head_start, body_start, body_end) offsets of each function body at file scope."""
     stack = []  # per open brace: "scope", "function" or "block"
     head_start = 0
+    # Start of the function whose braces just closed at this level: a constructor's
+    # "member{value}" initializer looks like a whole function, and its body follows.
+    continued = None
     for i, c in enumerate(code):
         if c == "{":
             inside_function = any(entry[0] != "scope" for entry in stack)
             head = code[head_start:i]
             if inside_function:
                 stack.append(("block", 0, 0))
+            elif continued is not None and (not head.strip() or head.lstrip().startswith(",")):
+                stack.append(("function", continued, i))
             elif SCOPE_WORDS.search(head.split("(")[0]):
                 stack.append(("scope", 0, 0))
             elif "(" in head:
@@ -81,14 +86,17 @@ def functions(code):
             else:
                 stack.append(("block", 0, 0))
             head_start = i + 1
+            continued = None
         elif c == "}":
             if stack:
                 kind, start, body = stack.pop()
                 if kind == "function":
                     yield start, body, i
+                    continued = start if not any(entry[0] != "scope" for entry in stack) else None
             head_start = i + 1
         elif c == ";" and not any(entry[0] != "scope" for entry in stack):
             head_start = i + 1
+            continued = None
 
 
 def signature_line(code, head, body):
