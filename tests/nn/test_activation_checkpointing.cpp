@@ -11,6 +11,7 @@
 #include "ds/nn/gpt.h"
 #include "ds/nn/llama.h"
 #include "poison_hooks.h"
+#include "small_decoders.h"
 
 namespace {
 
@@ -31,21 +32,8 @@ std::int64_t llama_block_floats(const ds::nn::LlamaConfig& c, std::int64_t N, st
 auto ckpt_on = [](auto& m) { m.set_activation_checkpointing(true); };
 auto ckpt_off = [](auto&) {};
 
-ds::nn::LlamaConfig llama_cfg(bool tie) {
-  ds::nn::LlamaConfig c;
-  c.n_layer = 3;
-  c.n_head = 4;
-  c.n_kv_head = 2;
-  c.n_embd = 16;
-  c.intermediate_size = 20;
-  c.block_size = 8;
-  c.vocab_size = 11;
-  c.tie_embeddings = tie;
-  return c;
-}
-
 TEST(NnActivationCheckpointing, GptSameBits) {
-  const ds::nn::GptConfig cfg{3, 2, 16, 8, 13};
+  const ds::nn::GptConfig cfg = gpt_cfg();
   const Data a = tokens(3, 8, cfg.vocab_size, 1), b = tokens(3, 5, cfg.vocab_size, 2);
   for (int threads : {1, 2})
     for (ds::DType dt : {ds::DType::F32, ds::DType::BF16})

@@ -13,6 +13,7 @@
 #include "ds/nn/llama.h"
 #include "ds/nn/mlp.h"
 #include "poison_hooks.h"
+#include "small_decoders.h"
 
 namespace {
 
@@ -38,21 +39,6 @@ std::vector<std::string> decoder_groups(int layers) {
   for (int l = 0; l < layers; ++l) out.push_back("h." + std::to_string(l));
   out.push_back("final");
   return out;
-}
-
-ds::nn::GptConfig gpt_cfg() { return {3, 2, 16, 8, 13}; }
-
-ds::nn::LlamaConfig llama_cfg(bool tie) {
-  ds::nn::LlamaConfig c;
-  c.n_layer = 3;
-  c.n_head = 4;
-  c.n_kv_head = 2;
-  c.n_embd = 16;
-  c.intermediate_size = 20;
-  c.block_size = 8;
-  c.vocab_size = 11;
-  c.tie_embeddings = tie;
-  return c;
 }
 
 TEST(NnGroupHooks, GroupsTileParametersInOrder) {

@@ -15,8 +15,8 @@
 
 namespace ds::nn {
 
-Decoder::Decoder(const char* name, std::int64_t block_size, std::int64_t vocab)
-    : name_(name), block_size_(block_size), vocab_(vocab) {}
+Decoder::Decoder(const char* name, std::int64_t block_size, std::int64_t vocab, std::int64_t width, bool tied_head)
+    : name_(name), block_size_(block_size), vocab_(vocab), width_(width), tied_head_(tied_head) {}
 
 void Decoder::init_parameters(std::span<const std::span<float>> params, std::uint64_t seed) {
   DS_CHECK(params.size() == ps_.infos().size(),
@@ -86,7 +86,17 @@ float Decoder::forward(const Batch& batch) {
   have_cache_ = false;
   const float loss = loss_forward(batch);
   have_cache_ = true;
+  cached_first_ = 0;
+  cached_last_ = num_layers();
   return loss;
+}
+
+void Decoder::backward(float scale, const std::function<void(std::size_t)>& grad_ready) {
+  take_cache();
+  DS_CHECK(cached_first_ == 0 && cached_last_ == num_layers(),
+           name_ << "::backward: the last forward was forward_layers(" << cached_first_ << ", " << cached_last_
+                 << "); its backward is backward_layers()");
+  run_backward(scale, grad_ready, 0, num_layers());
 }
 
 float Decoder::evaluate(const Batch& batch) {

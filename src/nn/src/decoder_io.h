@@ -17,6 +17,14 @@ std::size_t check_batch(const Batch& batch, std::int64_t block_size, std::int64_
 void take_batch(const Batch& batch, std::int64_t block_size, std::int64_t vocab, const char* who,
                 std::vector<std::int32_t>& tokens, std::vector<std::int32_t>& targets);
 
+// A layer range's batch (LayerSequence::forward_layers): sizes > 0 and seq <= block_size
+// always; the inputs (ids checked) when the range starts with the embedding, copied into
+// tokens (else tokens is batch x seq zeros: the blocks read positions, not ids); the targets
+// when it ends with the loss. Returns batch x seq.
+std::size_t take_layer_batch(const Batch& batch, std::int64_t block_size, std::int64_t vocab, const char* who,
+                             bool need_inputs, bool need_targets, std::vector<std::int32_t>& tokens,
+                             std::vector<std::int32_t>& targets);
+
 // The last block_size tokens of a non-empty context, ids checked.
 std::span<const std::int32_t> context_window(std::span<const std::int32_t> context, std::int64_t block_size,
                                              std::int64_t vocab, const char* who);

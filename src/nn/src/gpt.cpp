@@ -69,7 +69,7 @@ void Gpt::set_profiling(bool on) {
   prof_.reset(kOpNames);
 }
 
-Gpt::Gpt(const GptConfig& cfg) : Decoder("Gpt", cfg.block_size, cfg.vocab_size), cfg_(cfg) {
+Gpt::Gpt(const GptConfig& cfg) : Decoder("Gpt", cfg.block_size, cfg.vocab_size, cfg.n_embd, true), cfg_(cfg) {
   DS_CHECK(cfg.n_layer > 0 && cfg.n_head > 0 && cfg.n_embd > 0 && cfg.block_size > 0 &&
                cfg.vocab_size > 0,
            "GptConfig: n_layer, n_head, n_embd, block_size and vocab_size must all be > 0 (got "
@@ -188,10 +188,12 @@ std::size_t Gpt::backward_group(int stage) const {
   return std::size_t(L + 2 - stage);  // stage 2 -> block L-1 (group L)
 }
 
-void Gpt::run_forward(const std::int32_t* tokens, std::int64_t B, std::int64_t T) {
+void Gpt::run_layers(const std::int32_t* tokens, std::int64_t B, std::int64_t T, std::size_t first,
+                     std::size_t last) {
   ensure_scratch(B, T);
   B_ = B;
   T_ = T;
+  const int s_begin = int(first), s_end = last == num_layers() ? num_stages() : int(last);
   // Each thread runs the whole forward on its own sequences (every op is row-local): no
   // barrier between ops, and each thread's activations stay in its own caches. The kernels
   // called inside run single-threaded.
@@ -206,14 +208,14 @@ void Gpt::run_forward(const std::int32_t* tokens, std::int64_t B, std::int64_t T
     }
   };
   if (!hooks_) {
-    { GptProf pf(this, kParamsFwd, 0, modules_.model); ps_.prepare_forward(); }
-    region(0, num_stages());
+    { GptProf pf(this, kParamsFwd, 0, modules_.model); prepare_layers(first, last); }
+    region(s_begin, s_end);
     return;
   }
   // ZeRO-3: a region per stage, inside its group's bracket (half dtypes convert the group's
   // parameters there; the head reuses the embeddings' fp32 copy). The same rows per thread
   // and the same kernels: the same bits as one region.
-  for (int st = 0; st < num_stages(); ++st) {
+  for (int st = s_begin; st < s_end; ++st) {
     const std::size_t grp = forward_group(st);
     GroupUse use(hooks_, grp, Pass::Forward);
     if (st != num_stages() - 1) {
@@ -283,8 +285,12 @@ float Gpt::mean_loss(std::int64_t N) {
   return Decoder::mean_loss(N);
 }
 
-void Gpt::backward(float scale, const std::function<void(std::size_t)>& grad_ready) {
-  take_cache();
+void Gpt::run_backward(float scale, const std::function<void(std::size_t)>& grad_ready, std::size_t first,
+                       std::size_t last) {
+  // Layer i (0 < i <= n_layer) is backward stage n_layer + 2 - i; the head stages 0 and 1, the
+  // embedding stage n_layer + 2.
+  bwd_s0_ = last == num_layers() ? 0 : num_stages() - int(last);
+  bwd_s1_ = num_stages() - int(first);
   // With several threads, each runs the whole backward on its own sequences, as a rank would,
   // with the kernels single-threaded: thread 0 into the gradients, every other thread into its
   // own fp32 partial, added in once every thread has passed the parameter. On the 2-vCPU guests
@@ -302,17 +308,16 @@ void Gpt::backward(float scale, const std::function<void(std::size_t)>& grad_rea
   for (const LayerIdx& P : layers_)
     for (std::size_t id : {P.qkvw, P.projw, P.fcw, P.fcprojw}) ps_.set_direct_grad(id, direct);
   { GptProf pf(this, kParamsFwd, 0); ps_.prepare_backward(); }
-  const int stages = num_stages();
   if (!split) {
     auto done = [&](std::size_t id) {
       GptProf pf(this, kGradFold);
       ps_.finish_grad(id, grad_ready);
     };
     if (!hooks_) {
-      backward_rows(0, B_, nullptr, -1, scale, done, 0, stages);
+      backward_rows(0, B_, nullptr, -1, scale, done, bwd_s0_, bwd_s1_);
       return;
     }
-    for (int st = 0; st < stages; ++st) {
+    for (int st = bwd_s0_; st < bwd_s1_; ++st) {
       GroupUse use(hooks_, backward_group(st), Pass::Backward);
       backward_rows(0, B_, nullptr, -1, scale, done, st, st + 1);
     }
@@ -397,12 +402,12 @@ void Gpt::backward(float scale, const std::function<void(std::size_t)>& grad_rea
     if (report_error) std::rethrow_exception(report_error);
   };
   if (!hooks_) {
-    region(0, stages);
+    region(bwd_s0_, bwd_s1_);
     return;
   }
   // ZeRO-3: a region per stage inside its group's bracket; the gradients a stage completes
   // are folded and reported before its release.
-  for (int st = 0; st < stages; ++st) {
+  for (int st = bwd_s0_; st < bwd_s1_; ++st) {
     GroupUse use(hooks_, backward_group(st), Pass::Backward);
     region(st, st + 1);
   }
@@ -418,12 +423,14 @@ void Gpt::backward_rows(std::int64_t b0, std::int64_t B, float* part, int att_sl
   // Where this pass's gradients go: the ParamSet's, or the thread's partial. A partial's
   // Linear weights are written by their GEMM (overwrite: no zeroing); the other parameters'
   // parts (biases, LayerNorms, the position table) are zeroed first, and wte's is first
-  // written by the LM head's GEMM, then added to by the embedding backward.
+  // written by the LM head's GEMM, then added to by the embedding backward (zeroed first
+  // when the call's stages start past the head).
   auto g = [&](std::size_t id) { return part ? part + ps_.offset(id) : ps_.g(id); };
   const bool overwrite = part != nullptr;
-  if (part && s0 == 0)
+  if (part && s0 == bwd_s0_)
     for (std::size_t id = 0; id < gemm_grad_.size(); ++id)
-      if (!gemm_grad_[id]) std::memset(g(id), 0, ps_.infos()[id].numel() * sizeof(float));
+      if (!gemm_grad_[id] || (id == wte_ && bwd_s0_ > 0))
+        std::memset(g(id), 0, ps_.infos()[id].numel() * sizeof(float));
   auto half = [&](std::size_t id) {  // (backward() turns direct gradients off when there are partials)
     if (part || !ps_.direct_grad(id)) return k::HalfGrad{};
     return k::HalfGrad{ps_.bound_grad(id), ps_.dtype() == DType::BF16};
@@ -436,9 +443,12 @@ void Gpt::backward_rows(std::int64_t b0, std::int64_t B, float* part, int att_sl
       k::crossentropy_backward(at(logits_, V), at(lse_, 1), targets_.data() + r0, N, V, scale, B_ * T);
     }
     // LM head (tied to wte): dwte += dlogits^T lnf ; dlnf = dlogits wte.
-    GptProf pf(this, kLmHeadBwd, 2 * 2.0 * double(N) * double(V) * double(C));
-    k::linear_backward(at(dln_, C), g(wte_), nullptr, at(logits_, V), at(lnf_, C), ps_.w(wte_), N, C, V, false, prec_,
-                       {}, overwrite);
+    {
+      GptProf pf(this, kLmHeadBwd, 2 * 2.0 * double(N) * double(V) * double(C));
+      k::linear_backward(at(dln_, C), g(wte_), nullptr, at(logits_, V), at(lnf_, C), ps_.w(wte_), N, C, V, false,
+                         prec_, {}, overwrite);
+    }
+    if (bwd_s1_ < num_stages()) done(wte_);  // a range without the embedding: the head's share is final
   }
   if (in(1)) {
     std::memset(dres, 0, std::size_t(N * C) * sizeof(float));

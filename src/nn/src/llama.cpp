@@ -15,7 +15,8 @@ namespace ds::nn {
 
 namespace k = kernels;
 
-Llama::Llama(const LlamaConfig& cfg) : Decoder("Llama", cfg.block_size, cfg.vocab_size), cfg_(resolved(cfg)) {
+Llama::Llama(const LlamaConfig& cfg)
+    : Decoder("Llama", cfg.block_size, cfg.vocab_size, cfg.n_embd, cfg.tie_embeddings), cfg_(resolved(cfg)) {
   const std::vector<LlamaParam> layout = llama_parameters(cfg_);  // validates
   hd_ = cfg_.n_embd / cfg_.n_head;
   kv_ = cfg_.n_kv_head * hd_;
@@ -122,27 +123,30 @@ void Llama::layer_forward(std::size_t l) {
   { auto t = in(M.down); k::linear_forward(resid_[l + 1], a.h, ps_.w(P.down), nullptr, a.x1, N, I, C, prec_); }
 }
 
-void Llama::run_forward(const std::int32_t* tokens, std::int64_t B, std::int64_t T) {
+void Llama::run_layers(const std::int32_t* tokens, std::int64_t B, std::int64_t T, std::size_t first,
+                       std::size_t last) {
   if (!hooks_) {
     ModuleTimer t(mprof_, modules_.model);
-    ps_.prepare_forward();
+    prepare_layers(first, last);
   }
   ensure_scratch(B, T);
   B_ = B;
   T_ = T;
   const std::int64_t N = B * T, C = cfg_.n_embd, V = cfg_.vocab_size;
   const float eps = float(cfg_.rms_norm_eps);
-  {
+  if (first == 0) {
     GroupUse use(hooks_, 0, Pass::Forward);
     prepare_group(0);
     ModuleTimer t(mprof_, modules_.embed);
     k::embedding_forward(resid_[0], tokens, ps_.w(embed_), nullptr, B, T, C);
   }
-  for (std::size_t l = 0; l < layers_.size(); ++l) {
+  // Layer l + 1 is block l.
+  for (std::size_t l = first == 0 ? 0 : first - 1; l + 1 < std::min(last, num_layers() - 1); ++l) {
     GroupUse use(hooks_, l + 1, Pass::Forward);
     prepare_group(l + 1);
     layer_forward(l);
   }
+  if (last < num_layers()) return;
   GroupUse use(hooks_, final_group(), Pass::Forward);
   prepare_group(final_group());
   { ModuleTimer t(mprof_, modules_.final_norm); k::rmsnorm_forward(lnf_, rstdf_, resid_.back(), ps_.w(normf_), N, C, eps); }
@@ -151,28 +155,36 @@ void Llama::run_forward(const std::int32_t* tokens, std::int64_t B, std::int64_t
   k::linear_forward(logits_, lnf_, ps_.w(head_), nullptr, nullptr, N, C, V, prec_);
 }
 
-void Llama::backward(float scale, const std::function<void(std::size_t)>& grad_ready) {
-  take_cache();
+void Llama::head_backward(float scale, const std::function<void(std::size_t)>& done, bool with_embedding) {
+  auto g = [&](std::size_t id) { return ps_.g(id); };
+  auto w = [&](std::size_t id) { return ps_.w(id); };
+  const std::int64_t N = B_ * T_, C = cfg_.n_embd, V = cfg_.vocab_size;
+  // Softmax + cross-entropy gradient in place over the logits; then the LM head.
+  k::crossentropy_backward(logits_, lse_, targets_.data(), N, V, scale);
+  GroupUse use(hooks_, final_group(), Pass::Backward);
+  {
+    GroupUse head(hooks_, head_group(), Pass::Backward);
+    k::linear_backward(dln_, g(head_), nullptr, logits_, lnf_, w(head_), N, C, V, false, prec_);
+    // Tied: the embedding adds its share later, unless the range stops before it.
+    if (!cfg_.tie_embeddings || !with_embedding) done(head_);
+  }
+  std::memset(dres_, 0, std::size_t(N * C) * sizeof(float));
+  k::rmsnorm_backward(dres_, g(normf_), dln_, resid_.back(), w(normf_), rstdf_, N, C);
+  done(normf_);
+}
+
+void Llama::run_backward(float scale, const std::function<void(std::size_t)>& grad_ready, std::size_t first,
+                         std::size_t last) {
   ps_.prepare_backward();
   auto done = [&](std::size_t id) { ps_.finish_grad(id, grad_ready); };
   auto g = [&](std::size_t id) { return ps_.g(id); };
   auto w = [&](std::size_t id) { return ps_.w(id); };
-  const std::int64_t B = B_, T = T_, N = B * T, C = cfg_.n_embd, V = cfg_.vocab_size, KV = kv_;
+  const std::int64_t B = B_, T = T_, N = B * T, C = cfg_.n_embd, KV = kv_;
   const std::int64_t I = cfg_.intermediate_size, NH = cfg_.n_head, NKV = cfg_.n_kv_head;
-  // Softmax + cross-entropy gradient in place over the logits; then the LM head.
-  k::crossentropy_backward(logits_, lse_, targets_.data(), N, V, scale);
-  {
-    GroupUse use(hooks_, final_group(), Pass::Backward);
-    {
-      GroupUse head(hooks_, head_group(), Pass::Backward);
-      k::linear_backward(dln_, g(head_), nullptr, logits_, lnf_, w(head_), N, C, V, false, prec_);
-      if (!cfg_.tie_embeddings) done(head_);
-    }
-    std::memset(dres_, 0, std::size_t(N * C) * sizeof(float));
-    k::rmsnorm_backward(dres_, g(normf_), dln_, resid_.back(), w(normf_), rstdf_, N, C);
-    done(normf_);
-  }
-  for (std::size_t li = layers_.size(); li-- > 0;) {
+  if (last == num_layers()) head_backward(scale, done, first == 0);
+  // Layer l + 1 is block l: blocks [b0, b1) from the last.
+  const std::size_t b0 = first == 0 ? 0 : first - 1, b1 = std::min(last, num_layers() - 1) - 1;
+  for (std::size_t li = b1; li-- > b0;) {
     GroupUse use(hooks_, li + 1, Pass::Backward);
     // Checkpointing: layer li's activations again from its input (the last layer's are still
     // there from the forward).
@@ -205,6 +217,7 @@ void Llama::backward(float scale, const std::function<void(std::size_t)>& grad_r
     k::rmsnorm_backward(dres_, g(P.ln1), dln_, resid_[li], w(P.ln1), a.rstd1, N, C);
     done(P.ln1);
   }
+  if (first > 0) return;
   GroupUse use(hooks_, 0, Pass::Backward);
   k::embedding_backward(g(embed_), nullptr, dres_, tokens_.data(), B, T, C);
   done(embed_);

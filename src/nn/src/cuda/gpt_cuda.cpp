@@ -2,7 +2,7 @@
 // kernels of ds/nn/cuda_kernels.h for the rest; everything on one non-blocking stream.
 //
 // The forward/backward sequence, the grad_ready order and the sampler are those of
-// src/nn/src/gpt.cpp (Gpt::run_forward / Gpt::backward / Gpt::generate); keep them in step.
+// src/nn/src/gpt.cpp (Gpt::run_layers / Gpt::run_backward / Gpt::generate); keep them in step.
 //
 // The GEMMs (row-major tensors through column-major cuBLAS, the block-causal attention
 // products), the bound views, the arena and the staging are DecoderCuda's (decoder_cuda.h),
@@ -196,7 +196,7 @@ struct GptCuda::Impl : kc::DecoderCuda {
     return carve_tail(c, sf);
   }
 
-  // Gpt::run_forward on the device; tokens already in d_tokens.
+  // Gpt::run_layers over every layer on the device; tokens already in d_tokens.
   void run_forward(std::int64_t Bn, std::int64_t Tn) override {
     const std::int64_t C = cfg.n_embd, NH = cfg.n_head, V = cfg.vocab_size, N = Bn * Tn;
     const std::int64_t hs = C / NH, BNH = Bn * NH;
@@ -292,7 +292,7 @@ struct GptCuda::Impl : kc::DecoderCuda {
     DecoderCuda::loss_kernels(N);
   }
 
-  // Gpt::backward on the device, the same grad_ready order.
+  // Gpt::run_backward over every layer on the device, the same grad_ready order.
   void backward(float scale, const std::function<void(std::size_t)>& grad_ready) override {
     take_cache();
     auto ready = [&](std::size_t i) {

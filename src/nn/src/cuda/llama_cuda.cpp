@@ -1,6 +1,6 @@
 // LlamaCuda: ds::nn::Llama on a CUDA device (see ds/nn/llama_cuda.h). The forward/backward
 // sequence, the grad_ready order, the group brackets and the sampler are those of
-// src/nn/src/llama.cpp (Llama::layer_forward / run_forward / backward); keep them in step.
+// src/nn/src/llama.cpp (Llama::layer_forward / run_layers / run_backward); keep them in step.
 // The GEMMs, the block-causal attention products (over the per-head tensors qh, kh, vh), the
 // bound views, the arena and the staging are DecoderCuda's (decoder_cuda.h), shared with GptCuda.
 #include "ds/nn/llama_cuda.h"
@@ -167,7 +167,7 @@ struct LlamaCuda::Impl : kc::DecoderCuda {
     kc::add_bias_residual(resid[l + 1], nullptr, a.x1, N, C, dt, stream);
   }
 
-  // Llama::run_forward on the device; tokens already in d_tokens.
+  // Llama::run_layers over every layer on the device; tokens already in d_tokens.
   void run_forward(std::int64_t Bn, std::int64_t Tn) override {
     const std::int64_t C = cfg.n_embd, V = cfg.vocab_size, N = Bn * Tn;
     B = Bn;

@@ -40,7 +40,6 @@ class Gpt : public Decoder {
   explicit Gpt(const GptConfig& cfg);  // validates cfg (n_embd % n_head == 0, all > 0)
 
   bool init_parameter_range(std::size_t first, std::span<const std::span<float>> params, std::uint64_t seed) override;
-  void backward(float scale, const std::function<void(std::size_t)>& grad_ready) override;
 
   const GptConfig& config() const { return cfg_; }
 
@@ -59,9 +58,13 @@ class Gpt : public Decoder {
 
  private:
   struct LayerIdx { std::size_t ln1w, ln1b, qkvw, qkvb, projw, projb, ln2w, ln2b, fcw, fcb, fcprojw, fcprojb; };
-  void ensure_scratch(std::int64_t B, std::int64_t T);
+  void ensure_scratch(std::int64_t B, std::int64_t T) override;
   std::int64_t arena_floats(std::int64_t N, std::int64_t T, int slots, bool checkpointing) const override;
-  void run_forward(const std::int32_t* tokens, std::int64_t B, std::int64_t T) override;
+  // Layer i is forward stage i (the head: stages n_layer + 1 and n_layer + 2).
+  void run_layers(const std::int32_t* tokens, std::int64_t B, std::int64_t T, std::size_t first,
+                  std::size_t last) override;
+  void run_backward(float scale, const std::function<void(std::size_t)>& grad_ready, std::size_t first,
+                    std::size_t last) override;
   float mean_loss(std::int64_t N) override;  // Decoder's, profiled
   void add_forward_macs(ModuleProfile& out, std::int64_t B, std::int64_t T) const override {
     add_gpt_forward_macs(cfg_, modules_, B, T, out);
@@ -72,7 +75,7 @@ class Gpt : public Decoder {
   int num_stages() const { return int(layers_.size()) + 3; }
   std::size_t forward_group(int stage) const;
   std::size_t backward_group(int stage) const;
-  // The forward of sequences [b0, b0 + B) of the batch set up by run_forward (one thread's
+  // The forward of sequences [b0, b0 + B) of the batch set up by run_layers (one thread's
   // share), stages [s0, s1).
   void forward_rows(const std::int32_t* tokens, std::int64_t b0, std::int64_t B, std::int64_t T, int s0, int s1);
   // The backward of sequences [b0, b0 + B) of the batch forward() ran: into the ParamSet's
@@ -80,7 +83,7 @@ class Gpt : public Decoder {
   // as ParamSet::offset says (see backward()); done(i) as parameter i's share is complete.
   // att_slot: the attention's dP scratch slot of a thread running its own rows, or -1 when
   // the kernels run their own threads (a slot each).
-  // Backward stages [s0, s1) (see num_stages).
+  // Backward stages [s0, s1) (see num_stages) of the call's stages [bwd_s0_, bwd_s1_).
   void backward_rows(std::int64_t b0, std::int64_t B, float* part, int att_slot, float scale,
                      const std::function<void(std::size_t)>& done, int s0, int s1);
 
@@ -94,9 +97,8 @@ class Gpt : public Decoder {
   // Activations and backward scratch, carved from Decoder's arena.
   struct LayerAct { float *ln1, *ln1_mean, *ln1_rstd, *qkv, *att, *atty, *x1, *ln2, *ln2_mean, *ln2_rstd, *fch, *fch_gelu; };
   std::vector<LayerAct> acts_;
-  std::vector<float*> resid_;  // n_layer + 1 residual streams [BT, C]
   float *lnf_ = nullptr, *lnf_mean_ = nullptr, *lnf_rstd_ = nullptr;
-  float *dres_ = nullptr, *dln_ = nullptr, *dqkv_ = nullptr, *datty_ = nullptr, *dfch_ = nullptr,
+  float *dln_ = nullptr, *dqkv_ = nullptr, *datty_ = nullptr, *dfch_ = nullptr,
         *datt_scratch_ = nullptr;
   // Per-thread backward (backward()): whether a GEMM writes a parameter's partial first (the
   // Linear weights, wte: no zeroing), the partials (threads - 1 of them, at most
@@ -109,6 +111,7 @@ class Gpt : public Decoder {
   std::vector<std::atomic<int>> finished_;
   std::vector<std::atomic<bool>> claimed_, folded_;
   std::vector<std::size_t> done_order_;
+  int bwd_s0_ = 0, bwd_s1_ = 0;  // the backward stages of the running run_backward
 };
 
 }  // namespace ds::nn

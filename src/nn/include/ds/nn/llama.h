@@ -23,7 +23,6 @@ class Llama : public Decoder {
   explicit Llama(const LlamaConfig& cfg);  // validates cfg (see validate(LlamaConfig))
 
   bool init_parameter_range(std::size_t first, std::span<const std::span<float>> params, std::uint64_t seed) override;
-  void backward(float scale, const std::function<void(std::size_t)>& grad_ready) override;
 
   // The config with intermediate_size resolved.
   const LlamaConfig& config() const { return cfg_; }
@@ -36,11 +35,16 @@ class Llama : public Decoder {
  private:
   using LayerIdx = LlamaIndex::Layer;
   struct LayerAct { float *ln1, *rstd1, *q, *k, *v, *att, *atty, *x1, *ln2, *rstd2, *gate, *up, *h; };
-  void ensure_scratch(std::int64_t B, std::int64_t T);
+  void ensure_scratch(std::int64_t B, std::int64_t T) override;
   std::int64_t arena_floats(std::int64_t N, std::int64_t T, int slots, bool checkpointing) const override;
-  // Decoder layer l's forward over the batch run_forward set up (B_ x T_).
+  // Decoder layer l's forward over the batch run_layers set up (B_ x T_).
   void layer_forward(std::size_t l);
-  void run_forward(const std::int32_t* tokens, std::int64_t B, std::int64_t T) override;
+  void run_layers(const std::int32_t* tokens, std::int64_t B, std::int64_t T, std::size_t first,
+                  std::size_t last) override;
+  void run_backward(float scale, const std::function<void(std::size_t)>& grad_ready, std::size_t first,
+                    std::size_t last) override;
+  // The head's backward (the loss, the LM head, the final norm) into dres_.
+  void head_backward(float scale, const std::function<void(std::size_t)>& done, bool with_embedding);
   void add_forward_macs(ModuleProfile& out, std::int64_t B, std::int64_t T) const override {
     add_llama_forward_macs(cfg_, modules_, B, T, out);
   }
@@ -56,9 +60,8 @@ class Llama : public Decoder {
 
   // Activations and backward scratch, carved from Decoder's arena.
   std::vector<LayerAct> acts_;
-  std::vector<float*> resid_;  // n_layer + 1 residual streams [BT, C]
   float *lnf_ = nullptr, *rstdf_ = nullptr;
-  float *dres_ = nullptr, *dln_ = nullptr, *datty_ = nullptr, *dq_ = nullptr, *dk_ = nullptr, *dv_ = nullptr,
+  float *dln_ = nullptr, *datty_ = nullptr, *dq_ = nullptr, *dk_ = nullptr, *dv_ = nullptr,
         *dgate_ = nullptr, *dup_ = nullptr, *dh_ = nullptr, *datt_scratch_ = nullptr;
   std::vector<float> rope_cos_, rope_sin_;  // [block_size, hd / 2]
 };
