@@ -90,7 +90,7 @@ fi
 /usr/bin/python3 - "$out/results.jsonl" >"$out/results.md" <<'PY'
 import json, sys
 recs = [json.loads(l) for l in open(sys.argv[1]) if l.strip()]
-keys = ("impl", "dtype", "ranks", "world", "threads", "stage", "in_place")
+keys = ("impl", "cpu_isa", "dtype", "ranks", "world", "threads", "stage", "in_place")
 print("| bench | setup | checks | headline | ratio | min_ratio | verdict |")
 print("| --- | --- | --- | --- | --- | --- | --- |")
 for r in recs:
