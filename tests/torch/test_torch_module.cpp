@@ -97,6 +97,21 @@ TEST(TorchModule, GradReadyFollowsAutogradOrder) {
   EXPECT_LT(order[3], 2u);
 }
 
+// A second bind moves the views: the gradients land in the new storage only, and each
+// parameter is still reported once (the accumulators, the same in the same dtype, keep one hook).
+TEST(TorchModule, RebindMovesTheViews) {
+  TorchModule m(torch_model("regression"));
+  Bound first(m);
+  Bound second(m);
+  RegressionData data;
+  m.forward(data.batch(0, 8));
+  std::vector<int> count(m.parameters().size(), 0);
+  m.backward(1.0f, [&](std::size_t i) { ++count[i]; });
+  for (std::size_t i = 0; i < count.size(); ++i) EXPECT_EQ(count[i], 1) << m.parameters()[i].name;
+  for (float g : first.grads[3]) EXPECT_EQ(g, 0.0f);
+  EXPECT_NE(second.grads[3][0], 0.0f);
+}
+
 // A branch forward does not take: its parameters are reported too (at the end), unchanged.
 TEST(TorchModule, UnusedBranchIsReported) {
   TorchModule m(torch_model("unused"));
