@@ -5,6 +5,8 @@
 // every layer alone, fp32 and bf16, activation checkpointing on and off, the GPT's
 // single-thread and per-thread backward. The tied embedding's two shares, summed in another
 // order where a cut separates its users, agree to rounding (bit for bit in fp32 on one thread).
+// Also under ZeRO-3 group hooks that poison every group outside its brackets (one set of hooks
+// for all the instances: they guard the shared storage): a range uses its own groups only.
 #include <gtest/gtest.h>
 
 #include <algorithm>
@@ -66,50 +68,92 @@ struct MicroBatches {
 };
 
 template <class M, class Cfg>
-Outcome whole(const Cfg& cfg, ds::DType dt, bool ckpt, const MicroBatches& mb) {
+Outcome whole(const Cfg& cfg, ds::DType dt, bool ckpt, const MicroBatches& mb, bool hooked) {
   auto m = make<M>(cfg, ckpt);
   Harness h(*m, 1, dt);
   randomize(h, 5, 0.3f);
+  std::unique_ptr<PoisonHooks> hooks;
+  if (hooked) {
+    hooks = std::make_unique<PoisonHooks>(h, m->parameter_groups());
+    m->set_group_hooks(hooks.get());
+  }
   Outcome r;
   r.ready_count.assign(h.infos.size(), 0);
   for (std::size_t b = 0; b < mb.data.size(); ++b) {
+    if (hooks) hooks->begin(ds::Pass::Forward);
     r.losses.push_back(m->forward(mb.data[b].batch));
-    m->backward(mb.scales[b], [&](std::size_t i) { ++r.ready_count[i]; });
+    if (hooks) hooks->check_call("whole forward");
+    if (hooks) hooks->begin(ds::Pass::Backward);
+    m->backward(mb.scales[b], [&](std::size_t i) {
+      if (hooks) hooks->ready(i);
+      ++r.ready_count[i];
+    });
+    if (hooks) hooks->check_call("whole backward");
   }
+  if (hooks) hooks->restore_all();
   for (std::size_t i = 0; i < h.infos.size(); ++i) r.grads.push_back(h.grad(i));
   return r;
 }
+
+// Group hooks (null: none) around one range's call: the pass it runs in, then its brackets
+// closed and its layers' groups (layer i is group i) acquired.
+struct RangeCall {
+  PoisonHooks* hooks;
+  std::size_t first, last;
+  RangeCall(PoisonHooks* h, ds::Pass pass, std::size_t f, std::size_t l) : hooks(h), first(f), last(l) {
+    if (hooks) hooks->begin(pass);
+  }
+  ~RangeCall() {
+    if (!hooks) return;
+    const std::string what = "layers [" + std::to_string(first) + ", " + std::to_string(last) + ")";
+    hooks->check_brackets(what);
+    for (std::size_t g = first; g < last; ++g) EXPECT_TRUE(hooks->seen(g)) << what << ": group " << g;
+  }
+};
 
 // Layers [cuts[k], cuts[k + 1]) on model instance k: every forward, then every backward from
 // the last range, each range's input gradient the previous range's output gradient.
 template <class M, class Cfg>
 void run_ranges(std::vector<std::unique_ptr<M>>& stages, const Cfg& cfg, const ds::Batch& batch, float scale,
-                const std::vector<std::size_t>& cuts, Outcome& r) {
+                const std::vector<std::size_t>& cuts, PoisonHooks* hooks, Outcome& r) {
   std::vector<std::vector<float>> acts(cuts.size());  // acts[k]: the activation into layer cuts[k]
   for (std::size_t k = 0; k < stages.size(); ++k) {
     const bool last = k + 1 == stages.size();
     if (!last) acts[k + 1].resize(std::size_t(batch.batch * batch.seq * cfg.n_embd));
+    RangeCall call(hooks, ds::Pass::Forward, cuts[k], cuts[k + 1]);
     const float loss = stages[k]->forward_layers(batch, cuts[k], cuts[k + 1], acts[k], acts[k + 1]);
     if (last) r.losses.push_back(loss);
   }
   std::vector<float> grad_out, grad_in;
   for (std::size_t k = stages.size(); k-- > 0;) {
     grad_in.assign(acts[k].size(), 0.0f);
-    stages[k]->backward_layers(scale, grad_out, grad_in, [&](std::size_t i) { ++r.ready_count[i]; });
+    RangeCall call(hooks, ds::Pass::Backward, cuts[k], cuts[k + 1]);
+    stages[k]->backward_layers(scale, grad_out, grad_in, [&](std::size_t i) {
+      if (hooks) hooks->ready(i);
+      ++r.ready_count[i];
+    });
     grad_out.swap(grad_in);
   }
 }
 
 template <class M, class Cfg>
-Outcome ranges(const Cfg& cfg, ds::DType dt, bool ckpt, const MicroBatches& mb, const std::vector<std::size_t>& cuts) {
+Outcome ranges(const Cfg& cfg, ds::DType dt, bool ckpt, const MicroBatches& mb, const std::vector<std::size_t>& cuts,
+               bool hooked) {
   std::vector<std::unique_ptr<M>> stages;
   for (std::size_t k = 0; k + 1 < cuts.size(); ++k) stages.push_back(make<M>(cfg, ckpt));
   Harness h(*stages[0], 1, dt);
   randomize(h, 5, 0.3f);
   for (std::size_t k = 1; k < stages.size(); ++k) bind_to(h, *stages[k]);
+  std::unique_ptr<PoisonHooks> hooks;
+  if (hooked) {
+    hooks = std::make_unique<PoisonHooks>(h, stages[0]->parameter_groups());
+    for (auto& m : stages) m->set_group_hooks(hooks.get());
+  }
   Outcome r;
   r.ready_count.assign(h.infos.size(), 0);
-  for (std::size_t b = 0; b < mb.data.size(); ++b) run_ranges(stages, cfg, mb.data[b].batch, mb.scales[b], cuts, r);
+  for (std::size_t b = 0; b < mb.data.size(); ++b)
+    run_ranges(stages, cfg, mb.data[b].batch, mb.scales[b], cuts, hooks.get(), r);
+  if (hooks) hooks->restore_all();
   for (std::size_t i = 0; i < h.infos.size(); ++i) r.grads.push_back(h.grad(i));
   return r;
 }
@@ -125,7 +169,7 @@ bool separates(const std::vector<ds::TiedWeight>& tied, std::size_t i, const std
 }
 
 template <class M, class Cfg>
-void expect_same(const Cfg& cfg, ds::DType dt, bool ckpt, int threads, const std::string& name) {
+void expect_same(const Cfg& cfg, ds::DType dt, bool ckpt, int threads, bool hooked, const std::string& name) {
   M probe(cfg);
   const std::size_t n = probe.layers().size();
   const std::vector<ds::TiedWeight> tied = probe.tied_weights();
@@ -133,17 +177,17 @@ void expect_same(const Cfg& cfg, ds::DType dt, bool ckpt, int threads, const std
   const MicroBatches mb(cfg.vocab_size);
   const std::size_t micro = mb.data.size();
   ds::test::on_threads(threads, [&] {
-    const Outcome ref = whole<M>(cfg, dt, ckpt, mb);
+    const Outcome ref = whole<M>(cfg, dt, ckpt, mb, hooked);
     std::vector<std::vector<std::size_t>> splits;
     for (std::size_t c = 1; c < n; ++c) splits.push_back({0, c, n});
     std::vector<std::size_t> every(n + 1);
     for (std::size_t c = 0; c <= n; ++c) every[c] = c;
     splits.push_back(every);
     for (const auto& cuts : splits) {
-      std::string what = name + (dt == ds::DType::F32 ? " fp32" : " bf16") + (ckpt ? " checkpointing" : "") +
+      std::string what = name + (dt == ds::DType::F32 ? " fp32" : " bf16") + (ckpt ? " checkpointing" : "") + (hooked ? " hooked" : "") +
                          " threads " + std::to_string(threads) + " cuts";
       for (std::size_t c : cuts) what.append(" ").append(std::to_string(c));
-      const Outcome got = ranges<M>(cfg, dt, ckpt, mb, cuts);
+      const Outcome got = ranges<M>(cfg, dt, ckpt, mb, cuts, hooked);
       EXPECT_EQ(ds::test::first_bit_difference(ref.losses, got.losses), "") << what << ": losses";
       for (std::size_t i = 0; i < infos.size(); ++i) {
         const bool split_tie = separates(tied, i, cuts);
@@ -203,14 +247,16 @@ TEST(NnLayerSequence, LlamaTiedOnlyWhenTied) {
 TEST(NnLayerSequence, GptRangesSameBits) {
   for (int threads : {1, 2})
     for (ds::DType dt : {ds::DType::F32, ds::DType::BF16})
-      for (bool ckpt : {false, true}) expect_same<ds::nn::Gpt>(gpt_cfg(), dt, ckpt, threads, "gpt");
+      for (bool ckpt : {false, true})
+        for (bool hooked : {false, true}) expect_same<ds::nn::Gpt>(gpt_cfg(), dt, ckpt, threads, hooked, "gpt");
 }
 
 TEST(NnLayerSequence, LlamaRangesSameBits) {
   for (bool tie : {true, false})
     for (ds::DType dt : {ds::DType::F32, ds::DType::BF16})
       for (bool ckpt : {false, true})
-        expect_same<ds::nn::Llama>(llama_cfg(tie), dt, ckpt, 2, tie ? "llama tied" : "llama untied");
+        for (bool hooked : {false, true})
+          expect_same<ds::nn::Llama>(llama_cfg(tie), dt, ckpt, 2, hooked, tie ? "llama tied" : "llama untied");
 }
 
 TEST(NnLayerSequence, RangeErrorsNameTheMismatch) {
