@@ -11,7 +11,8 @@
 // Call order, as Module::forward/backward: forward_layers(first, last) then backward_layers(),
 // which undoes that forward; one range's activations are kept at a time (a forward, evaluate
 // or another forward_layers drops them). Module::bind() storage is what both read and
-// accumulate into, as Module::backward does.
+// accumulate into, as Module::backward does. With group hooks (Module::set_group_hooks) a
+// range brackets as forward/backward do, acquiring only the groups its layers use.
 #pragma once
 
 #include <cstddef>
