@@ -308,227 +308,286 @@ void Gpt::run_backward(float scale, const std::function<void(std::size_t)>& grad
   for (const LayerIdx& P : layers_)
     for (std::size_t id : {P.qkvw, P.projw, P.fcw, P.fcprojw}) ps_.set_direct_grad(id, direct);
   { GptProf pf(this, kParamsFwd, 0); ps_.prepare_backward(); }
-  if (!split) {
-    auto done = [&](std::size_t id) {
-      GptProf pf(this, kGradFold);
-      ps_.finish_grad(id, grad_ready);
-    };
-    if (!hooks_) {
-      backward_rows(0, B_, nullptr, -1, scale, done, bwd_s0_, bwd_s1_);
-      return;
-    }
-    for (int st = bwd_s0_; st < bwd_s1_; ++st) {
-      GroupUse use(hooks_, backward_group(st), Pass::Backward);
-      backward_rows(0, B_, nullptr, -1, scale, done, st, st + 1);
-    }
+  if (split) run_backward_partials(scale, grad_ready, threads, total);
+  else run_backward_shared(scale, grad_ready);
+}
+
+void Gpt::run_backward_shared(float scale, const std::function<void(std::size_t)>& grad_ready) {
+  auto done = [&](std::size_t id) {
+    GptProf pf(this, kGradFold);
+    ps_.finish_grad(id, grad_ready);
+  };
+  if (!hooks_) {
+    backward_rows(0, B_, nullptr, -1, scale, done, bwd_s0_, bwd_s1_);
     return;
   }
-  const std::size_t need = std::size_t(threads - 1) * total;
-  if (partial_.count() < need) partial_ = HostBuffer(need, DType::F32);
-  float* partial = partial_.as<float>();
-  const auto& infos = ps_.infos();
-  done_order_.clear();
-  for (std::size_t id = 0; id < infos.size(); ++id) {
-    finished_[id].store(0, std::memory_order_relaxed);
-    claimed_[id].store(false, std::memory_order_relaxed);
-    folded_[id].store(false, std::memory_order_relaxed);
+  for (int st = bwd_s0_; st < bwd_s1_; ++st) {
+    GroupUse use(hooks_, backward_group(st), Pass::Backward);
+    backward_rows(0, B_, nullptr, -1, scale, done, st, st + 1);
   }
-  // A parameter's gradient is final once every thread has passed it; then its partials are added
-  // into the gradient, in thread order (the same bits whoever adds them). The thread that passed
-  // it first does that, when it next finishes a parameter of its own: a thread ahead of the
-  // others takes the folds, not the one behind, whose vCPU may be the slower (with the last
-  // thread to pass a parameter adding its partials, bf16 on 2 threads made ~1.7% fewer tokens/s
-  // than with the partials added after a barrier, medians of 8 interleaved pairs; this way, even
-  // with it). Thread 0 (the caller's thread, where MPI may be called) reports the folded
-  // gradients to grad_ready in its own completion order as it goes, so the engine starts its
-  // bucket reductions during the backward, not after it. Past its last parameter a thread folds
-  // whatever is left as it becomes final.
-  std::size_t reported = 0;
+}
+
+// The per-thread backward's shared state: the partials and thread 0's reports to grad_ready.
+// A parameter's gradient is final once every thread has passed it; then its partials are added
+// into the gradient, in thread order (the same bits whoever adds them). The thread that passed
+// it first does that, when it next finishes a parameter of its own: a thread ahead of the
+// others takes the folds, not the one behind, whose vCPU may be the slower (with the last
+// thread to pass a parameter adding its partials, bf16 on 2 threads made ~1.7% fewer tokens/s
+// than with the partials added after a barrier, medians of 8 interleaved pairs; this way, even
+// with it). Thread 0 (the caller's thread, where MPI may be called) reports the folded
+// gradients to grad_ready in its own completion order as it goes, so the engine starts its
+// bucket reductions during the backward, not after it. Past its last parameter a thread folds
+// whatever is left as it becomes final.
+struct Gpt::PartialsPass {
+  Gpt& gpt;
+  const std::function<void(std::size_t)>& grad_ready;
+  float scale;
+  int threads;
+  std::size_t total;  // floats per partial (every parameter)
+  float* partial;     // threads - 1 partials, one after the other
+  std::size_t reported = 0;  // how many of done_order_ grad_ready has had
   std::exception_ptr report_error;
-  auto report_folded = [&] {
+
+  void report_folded() {
     if (report_error) return;
     try {
-      while (reported < done_order_.size() && folded_[done_order_[reported]].load(std::memory_order_acquire)) {
-        GptProf pf(this, kGradFold);
-        const std::size_t id = done_order_[reported++];
+      while (reported < gpt.done_order_.size() &&
+             gpt.folded_[gpt.done_order_[reported]].load(std::memory_order_acquire)) {
+        GptProf pf(&gpt, kGradFold);
+        const std::size_t id = gpt.done_order_[reported++];
         if (grad_ready) grad_ready(id);
       }
     } catch (...) {
       report_error = std::current_exception();  // rethrown after the region (an exception may not leave it)
     }
-  };
-  auto fold = [&](std::size_t id, int nt) {
-    GptProf pf(this, kGradFold);
-    float* g = ps_.g(id);  // grad += partial 1 + partial 2 + ..., in thread order
+  }
+  void fold(std::size_t id, int nt) {
+    GptProf pf(&gpt, kGradFold);
+    float* g = gpt.ps_.g(id);  // grad += partial 1 + partial 2 + ..., in thread order
     for (int u = 1; u < nt; ++u)
-      k::add_inplace(g, partial + std::size_t(u - 1) * total + ps_.offset(id), std::int64_t(infos[id].numel()));
-    ps_.fold_grad(id);  // half dtypes: the fp32 sum into the 16-bit gradient
-    folded_[id].store(true, std::memory_order_release);
-  };
+      k::add_inplace(g, partial + std::size_t(u - 1) * total + gpt.ps_.offset(id),
+                     std::int64_t(gpt.ps_.infos()[id].numel()));
+    gpt.ps_.fold_grad(id);  // half dtypes: the fp32 sum into the 16-bit gradient
+    gpt.folded_[id].store(true, std::memory_order_release);
+  }
   // Whether every thread has passed parameter id (acquire: their writes to it are visible).
-  auto final_grad = [&](std::size_t id, int nt) { return finished_[id].load(std::memory_order_acquire) == nt; };
+  bool final_grad(std::size_t id, int nt) const {
+    return gpt.finished_[id].load(std::memory_order_acquire) == nt;
+  }
+  void run_thread(int s0, int s1);
   // Stages [s0, s1) in one parallel region; every gradient the region passed is folded and
   // reported when it returns.
-  auto region = [&](int s0, int s1) {
+  void region(int s0, int s1) {
 #pragma omp parallel num_threads(threads)
-    {
-      // threads <= B_: every thread has at least one sequence.
-      const int nt = omp_get_num_threads(), t = omp_get_thread_num();
-      const std::int64_t b0 = B_ * t / nt, b1 = B_ * (t + 1) / nt;
-      float* part = t == 0 ? nullptr : partial + std::size_t(t - 1) * total;
-      // The parameters this thread passed (thread 0's list is done_order_, which grad_ready
-      // follows) and those it passed first.
-      std::vector<std::size_t> mine, first;
-      std::vector<std::size_t>& passed = t == 0 ? done_order_ : mine;
-      const std::size_t from = passed.size();  // earlier regions' parameters are all folded
-      passed.reserve(infos.size());
-      first.reserve(infos.size());
-      std::size_t next_fold = 0;  // into `first`
-      backward_rows(b0, b1 - b0, part, t, scale, [&](std::size_t id) {
-        passed.push_back(id);
-        if (finished_[id].fetch_add(1, std::memory_order_acq_rel) == 0) first.push_back(id);
-        for (; next_fold < first.size() && final_grad(first[next_fold], nt); ++next_fold)
-          if (!claimed_[first[next_fold]].exchange(true, std::memory_order_acq_rel)) fold(first[next_fold], nt);
-        if (t == 0) report_folded();
-      }, s0, s1);
-      for (std::size_t i = from; i < passed.size(); ++i) {
-        const std::size_t id = passed[i];
-        spin_then_yield([&] { return final_grad(id, nt); }, 4096);
-        if (!claimed_[id].exchange(true, std::memory_order_acq_rel)) fold(id, nt);
-        if (t == 0) report_folded();
-      }
-    }
+    run_thread(s0, s1);
     report_folded();  // the region's end: every gradient it passed is folded
     if (report_error) std::rethrow_exception(report_error);
-  };
+  }
+};
+
+// One thread's share of a region: its sequences' backward, folding the gradients it passed
+// first as they become final.
+void Gpt::PartialsPass::run_thread(int s0, int s1) {
+  // threads <= B_: every thread has at least one sequence.
+  const int nt = omp_get_num_threads(), t = omp_get_thread_num();
+  const std::int64_t b0 = gpt.B_ * t / nt, b1 = gpt.B_ * (t + 1) / nt;
+  float* part = t == 0 ? nullptr : partial + std::size_t(t - 1) * total;
+  // The parameters this thread passed (thread 0's list is done_order_, which grad_ready
+  // follows) and those it passed first.
+  std::vector<std::size_t> mine, first;
+  std::vector<std::size_t>& passed = t == 0 ? gpt.done_order_ : mine;
+  const std::size_t from = passed.size();  // earlier regions' parameters are all folded
+  passed.reserve(gpt.ps_.infos().size());
+  first.reserve(gpt.ps_.infos().size());
+  std::size_t next_fold = 0;  // into `first`
+  gpt.backward_rows(b0, b1 - b0, part, t, scale, [&](std::size_t id) {
+    passed.push_back(id);
+    if (gpt.finished_[id].fetch_add(1, std::memory_order_acq_rel) == 0) first.push_back(id);
+    for (; next_fold < first.size() && final_grad(first[next_fold], nt); ++next_fold)
+      if (!gpt.claimed_[first[next_fold]].exchange(true, std::memory_order_acq_rel)) fold(first[next_fold], nt);
+    if (t == 0) report_folded();
+  }, s0, s1);
+  for (std::size_t i = from; i < passed.size(); ++i) {
+    const std::size_t id = passed[i];
+    spin_then_yield([&] { return final_grad(id, nt); }, 4096);
+    if (!gpt.claimed_[id].exchange(true, std::memory_order_acq_rel)) fold(id, nt);
+    if (t == 0) report_folded();
+  }
+}
+
+void Gpt::run_backward_partials(float scale, const std::function<void(std::size_t)>& grad_ready, int threads,
+                                std::size_t total) {
+  const std::size_t need = std::size_t(threads - 1) * total;
+  if (partial_.count() < need) partial_ = HostBuffer(need, DType::F32);
+  done_order_.clear();
+  for (std::size_t id = 0; id < ps_.infos().size(); ++id) {
+    finished_[id].store(0, std::memory_order_relaxed);
+    claimed_[id].store(false, std::memory_order_relaxed);
+    folded_[id].store(false, std::memory_order_relaxed);
+  }
+  PartialsPass pass{*this, grad_ready, scale, threads, total, partial_.as<float>(), 0, nullptr};
   if (!hooks_) {
-    region(bwd_s0_, bwd_s1_);
+    pass.region(bwd_s0_, bwd_s1_);
     return;
   }
   // ZeRO-3: a region per stage inside its group's bracket; the gradients a stage completes
   // are folded and reported before its release.
   for (int st = bwd_s0_; st < bwd_s1_; ++st) {
     GroupUse use(hooks_, backward_group(st), Pass::Backward);
-    region(st, st + 1);
+    pass.region(st, st + 1);
   }
 }
 
+// One backward_rows call: its rows, and where its gradients go: the ParamSet's, or the
+// thread's partial. A partial's Linear weights are written by their GEMM (overwrite: no
+// zeroing); the other parameters' parts (biases, LayerNorms, the position table) are zeroed
+// first, and wte's is first written by the LM head's GEMM, then added to by the embedding
+// backward (zeroed first when the call's stages start past the head).
+struct Gpt::RowsPass {
+  ParamSet& ps;
+  std::int64_t b0, B, T, N, r0;  // sequences [b0, b0 + B); rows [r0, r0 + N)
+  float* part;
+  bool overwrite;  // part != nullptr
+  const std::function<void(std::size_t)>& done;
+  template <class E>
+  E* at(E* p, std::int64_t width) const { return p + r0 * width; }
+  float* g(std::size_t id) const { return part ? part + ps.offset(id) : ps.g(id); }
+  k::HalfGrad half(std::size_t id) const {  // (backward() turns direct gradients off when there are partials)
+    if (part || !ps.direct_grad(id)) return k::HalfGrad{};
+    return k::HalfGrad{ps.bound_grad(id), ps.dtype() == DType::BF16};
+  }
+};
+
 void Gpt::backward_rows(std::int64_t b0, std::int64_t B, float* part, int att_slot, float scale,
                         const std::function<void(std::size_t)>& done, int s0, int s1) {
-  const std::int64_t T = T_, C = cfg_.n_embd, NH = cfg_.n_head, V = cfg_.vocab_size;
-  const std::int64_t N = B * T, r0 = b0 * T;
+  const std::int64_t T = T_;
   const int L = int(layers_.size());
+  const RowsPass r{ps_, b0, B, T, B * T, b0 * T, part, part != nullptr, done};
   auto in = [&](int st) { return s0 <= st && st < s1; };
-  auto at = [&](auto* p, std::int64_t width) { return p + r0 * width; };
-  // Where this pass's gradients go: the ParamSet's, or the thread's partial. A partial's
-  // Linear weights are written by their GEMM (overwrite: no zeroing); the other parameters'
-  // parts (biases, LayerNorms, the position table) are zeroed first, and wte's is first
-  // written by the LM head's GEMM, then added to by the embedding backward (zeroed first
-  // when the call's stages start past the head).
-  auto g = [&](std::size_t id) { return part ? part + ps_.offset(id) : ps_.g(id); };
-  const bool overwrite = part != nullptr;
   if (part && s0 == bwd_s0_)
     for (std::size_t id = 0; id < gemm_grad_.size(); ++id)
       if (!gemm_grad_[id] || (id == wte_ && bwd_s0_ > 0))
-        std::memset(g(id), 0, ps_.infos()[id].numel() * sizeof(float));
-  auto half = [&](std::size_t id) {  // (backward() turns direct gradients off when there are partials)
-    if (part || !ps_.direct_grad(id)) return k::HalfGrad{};
-    return k::HalfGrad{ps_.bound_grad(id), ps_.dtype() == DType::BF16};
-  };
-  float* dres = at(dres_, C);
-  if (in(0)) {
-    // Fused softmax + cross-entropy gradient, in place over the logits (the mean over the batch).
-    {
-      GptProf pf(this, kXentBwd, 0);
-      k::crossentropy_backward(at(logits_, V), at(lse_, 1), targets_.data() + r0, N, V, scale, B_ * T);
-    }
-    // LM head (tied to wte): dwte += dlogits^T lnf ; dlnf = dlogits wte.
-    {
-      GptProf pf(this, kLmHeadBwd, 2 * 2.0 * double(N) * double(V) * double(C));
-      k::linear_backward(at(dln_, C), g(wte_), nullptr, at(logits_, V), at(lnf_, C), ps_.w(wte_), N, C, V, false,
-                         prec_, {}, overwrite);
-    }
-    if (bwd_s1_ < num_stages()) done(wte_);  // a range without the embedding: the head's share is final
-  }
-  if (in(1)) {
-    std::memset(dres, 0, std::size_t(N * C) * sizeof(float));
-    {
-      GptProf pf(this, kLnBwd, 0);
-      k::layernorm_backward(dres, g(lnfw_), g(lnfb_), at(dln_, C), at(resid_.back(), C), ps_.w(lnfw_),
-                            at(lnf_mean_, 1), at(lnf_rstd_, 1), N, C);
-    }
-    done(lnfw_);
-    done(lnfb_);
-  }
+        std::memset(r.g(id), 0, ps_.infos()[id].numel() * sizeof(float));
+  if (in(0)) head_backward(r, scale);
+  if (in(1)) final_norm_backward(r);
   // The attention's dP scratch: this thread's slot, or a slot for each of the kernel's threads.
   float* att_scratch = datt_scratch_ + std::int64_t(std::max(att_slot, 0)) * T * T;
   const int att_slots = att_slot >= 0 ? 1 : att_slots_;
   for (std::size_t li = layers_.size(); li-- > 0;) {
     if (!in(L + 1 - int(li))) continue;  // block li is stage n_layer + 1 - li
-    const LayerIdx& P = layers_[li];
-    const LayerAct& a = acts_[li];
     // Checkpointing: block li's activations again from its input (these rows, the forward's
     // kernels: the same bits); the last block's are still there from the forward.
-    if (ckpt_ && int(li) + 1 < L) forward_rows(tokens_.data() + r0, b0, B, T, int(li) + 1, int(li) + 2);
-    // MLP: x2 = x1 + c_proj(gelu(c_fc(ln_2(x1)))); dres holds dL/dx2.
-    {
-      GptProf pf(this, kFcProjBwd, 2 * 2.0 * double(N) * double(4 * C) * double(C));
-      k::linear_backward(at(dfch_, 4 * C), g(P.fcprojw), g(P.fcprojb), dres, at(a.fch_gelu, 4 * C),
-                         ps_.w(P.fcprojw), N, 4 * C, C, false, prec_, half(P.fcprojw), overwrite);
-    }
-    done(P.fcprojw);
-    done(P.fcprojb);
-    { GptProf pf(this, kGeluBwd, 0); k::gelu_backward(at(dfch_, 4 * C), at(a.fch, 4 * C), at(dfch_, 4 * C), 4 * N * C); }
-    {
-      GptProf pf(this, kFcBwd, 2 * 2.0 * double(N) * double(4 * C) * double(C));
-      k::linear_backward(at(dln_, C), g(P.fcw), g(P.fcb), at(dfch_, 4 * C), at(a.ln2, C), ps_.w(P.fcw), N, C, 4 * C,
-                         false, prec_, half(P.fcw), overwrite);
-    }
-    done(P.fcw);
-    done(P.fcb);
-    {
-      GptProf pf(this, kLnBwd, 0);
-      k::layernorm_backward(dres, g(P.ln2w), g(P.ln2b), at(dln_, C), at(a.x1, C), ps_.w(P.ln2w),
-                            at(a.ln2_mean, 1), at(a.ln2_rstd, 1), N, C);
-    }
-    done(P.ln2w);
-    done(P.ln2b);
-    // Attention: x1 = x + c_proj(attn(c_attn(ln_1(x)))); dres holds dL/dx1.
-    {
-      GptProf pf(this, kAttProjBwd, 2 * 2.0 * double(N) * double(C) * double(C));
-      k::linear_backward(at(datty_, C), g(P.projw), g(P.projb), dres, at(a.atty, C), ps_.w(P.projw), N, C, C,
-                         false, prec_, half(P.projw), overwrite);
-    }
-    done(P.projw);
-    done(P.projb);
-    {
-      GptProf pf(this, kAttBwd, 8.0 * double(B * NH) * double(T) * double(T) * double(C / NH));
-      k::attention_backward(at(dqkv_, 3 * C), at(datty_, C), at(a.qkv, 3 * C), a.att + b0 * NH * T * T, B, T, C,
-                            NH, att_scratch, att_slots);
-    }
-    {
-      GptProf pf(this, kQkvBwd, 2 * 2.0 * double(N) * double(3 * C) * double(C));
-      k::linear_backward(at(dln_, C), g(P.qkvw), g(P.qkvb), at(dqkv_, 3 * C), at(a.ln1, C), ps_.w(P.qkvw), N, C,
-                         3 * C, false, prec_, half(P.qkvw), overwrite);
-    }
-    done(P.qkvw);
-    done(P.qkvb);
-    {
-      GptProf pf(this, kLnBwd, 0);
-      k::layernorm_backward(dres, g(P.ln1w), g(P.ln1b), at(dln_, C), at(resid_[li], C), ps_.w(P.ln1w),
-                            at(a.ln1_mean, 1), at(a.ln1_rstd, 1), N, C);
-    }
-    done(P.ln1w);
-    done(P.ln1b);
+    if (ckpt_ && int(li) + 1 < L) forward_rows(tokens_.data() + r.r0, b0, B, T, int(li) + 1, int(li) + 2);
+    mlp_backward(r, li);
+    attention_backward(r, li, att_scratch, att_slots);
   }
-  if (in(L + 2)) {
-    {
-      GptProf pf(this, kEmbBwd, 0);
-      k::embedding_backward(g(wte_), g(wpe_), dres, tokens_.data() + r0, B, T, C);
-    }
-    done(wpe_);
-    done(wte_);
+  if (in(L + 2)) embedding_backward(r);
+}
+
+void Gpt::head_backward(const RowsPass& r, float scale) {
+  const std::int64_t C = cfg_.n_embd, V = cfg_.vocab_size, N = r.N;
+  // Fused softmax + cross-entropy gradient, in place over the logits (the mean over the batch).
+  {
+    GptProf pf(this, kXentBwd, 0);
+    k::crossentropy_backward(r.at(logits_, V), r.at(lse_, 1), targets_.data() + r.r0, N, V, scale, B_ * r.T);
   }
+  // LM head (tied to wte): dwte += dlogits^T lnf ; dlnf = dlogits wte.
+  {
+    GptProf pf(this, kLmHeadBwd, 2 * 2.0 * double(N) * double(V) * double(C));
+    k::linear_backward(r.at(dln_, C), r.g(wte_), nullptr, r.at(logits_, V), r.at(lnf_, C), ps_.w(wte_), N, C, V,
+                       false, prec_, {}, r.overwrite);
+  }
+  if (bwd_s1_ < num_stages()) r.done(wte_);  // a range without the embedding: the head's share is final
+}
+
+void Gpt::final_norm_backward(const RowsPass& r) {
+  const std::int64_t C = cfg_.n_embd, N = r.N;
+  float* dres = r.at(dres_, C);
+  std::memset(dres, 0, std::size_t(N * C) * sizeof(float));
+  {
+    GptProf pf(this, kLnBwd, 0);
+    k::layernorm_backward(dres, r.g(lnfw_), r.g(lnfb_), r.at(dln_, C), r.at(resid_.back(), C), ps_.w(lnfw_),
+                          r.at(lnf_mean_, 1), r.at(lnf_rstd_, 1), N, C);
+  }
+  r.done(lnfw_);
+  r.done(lnfb_);
+}
+
+// MLP: x2 = x1 + c_proj(gelu(c_fc(ln_2(x1)))); dres holds dL/dx2, then dL/dx1.
+void Gpt::mlp_backward(const RowsPass& r, std::size_t li) {
+  const std::int64_t C = cfg_.n_embd, N = r.N;
+  const LayerIdx& P = layers_[li];
+  const LayerAct& a = acts_[li];
+  float* dres = r.at(dres_, C);
+  {
+    GptProf pf(this, kFcProjBwd, 2 * 2.0 * double(N) * double(4 * C) * double(C));
+    k::linear_backward(r.at(dfch_, 4 * C), r.g(P.fcprojw), r.g(P.fcprojb), dres, r.at(a.fch_gelu, 4 * C),
+                       ps_.w(P.fcprojw), N, 4 * C, C, false, prec_, r.half(P.fcprojw), r.overwrite);
+  }
+  r.done(P.fcprojw);
+  r.done(P.fcprojb);
+  {
+    GptProf pf(this, kGeluBwd, 0);
+    k::gelu_backward(r.at(dfch_, 4 * C), r.at(a.fch, 4 * C), r.at(dfch_, 4 * C), 4 * N * C);
+  }
+  {
+    GptProf pf(this, kFcBwd, 2 * 2.0 * double(N) * double(4 * C) * double(C));
+    k::linear_backward(r.at(dln_, C), r.g(P.fcw), r.g(P.fcb), r.at(dfch_, 4 * C), r.at(a.ln2, C), ps_.w(P.fcw), N,
+                       C, 4 * C, false, prec_, r.half(P.fcw), r.overwrite);
+  }
+  r.done(P.fcw);
+  r.done(P.fcb);
+  {
+    GptProf pf(this, kLnBwd, 0);
+    k::layernorm_backward(dres, r.g(P.ln2w), r.g(P.ln2b), r.at(dln_, C), r.at(a.x1, C), ps_.w(P.ln2w),
+                          r.at(a.ln2_mean, 1), r.at(a.ln2_rstd, 1), N, C);
+  }
+  r.done(P.ln2w);
+  r.done(P.ln2b);
+}
+
+// Attention: x1 = x + c_proj(attn(c_attn(ln_1(x)))); dres holds dL/dx1, then dL/dx.
+void Gpt::attention_backward(const RowsPass& r, std::size_t li, float* att_scratch, int att_slots) {
+  const std::int64_t T = r.T, C = cfg_.n_embd, NH = cfg_.n_head, N = r.N;
+  const LayerIdx& P = layers_[li];
+  const LayerAct& a = acts_[li];
+  float* dres = r.at(dres_, C);
+  {
+    GptProf pf(this, kAttProjBwd, 2 * 2.0 * double(N) * double(C) * double(C));
+    k::linear_backward(r.at(datty_, C), r.g(P.projw), r.g(P.projb), dres, r.at(a.atty, C), ps_.w(P.projw), N, C,
+                       C, false, prec_, r.half(P.projw), r.overwrite);
+  }
+  r.done(P.projw);
+  r.done(P.projb);
+  {
+    GptProf pf(this, kAttBwd, 8.0 * double(r.B * NH) * double(T) * double(T) * double(C / NH));
+    k::attention_backward(r.at(dqkv_, 3 * C), r.at(datty_, C), r.at(a.qkv, 3 * C), a.att + r.b0 * NH * T * T, r.B,
+                          T, C, NH, att_scratch, att_slots);
+  }
+  {
+    GptProf pf(this, kQkvBwd, 2 * 2.0 * double(N) * double(3 * C) * double(C));
+    k::linear_backward(r.at(dln_, C), r.g(P.qkvw), r.g(P.qkvb), r.at(dqkv_, 3 * C), r.at(a.ln1, C), ps_.w(P.qkvw),
+                       N, C, 3 * C, false, prec_, r.half(P.qkvw), r.overwrite);
+  }
+  r.done(P.qkvw);
+  r.done(P.qkvb);
+  {
+    GptProf pf(this, kLnBwd, 0);
+    k::layernorm_backward(dres, r.g(P.ln1w), r.g(P.ln1b), r.at(dln_, C), r.at(resid_[li], C), ps_.w(P.ln1w),
+                          r.at(a.ln1_mean, 1), r.at(a.ln1_rstd, 1), N, C);
+  }
+  r.done(P.ln1w);
+  r.done(P.ln1b);
+}
+
+void Gpt::embedding_backward(const RowsPass& r) {
+  {
+    GptProf pf(this, kEmbBwd, 0);
+    k::embedding_backward(r.g(wte_), r.g(wpe_), r.at(dres_, cfg_.n_embd), tokens_.data() + r.r0, r.B, r.T,
+                          cfg_.n_embd);
+  }
+  r.done(wpe_);
+  r.done(wte_);
 }
 
 double Gpt::flops_per_token(std::int64_t seq) const {

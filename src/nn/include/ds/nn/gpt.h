@@ -86,6 +86,20 @@ class Gpt : public Decoder {
   // Backward stages [s0, s1) (see num_stages) of the call's stages [bwd_s0_, bwd_s1_).
   void backward_rows(std::int64_t b0, std::int64_t B, float* part, int att_slot, float scale,
                      const std::function<void(std::size_t)>& done, int s0, int s1);
+  // run_backward's two ways: one pass into the gradients (the kernels run their own threads),
+  // or a pass per thread with fp32 partials (PartialsPass, gpt.cpp).
+  struct PartialsPass;
+  void run_backward_shared(float scale, const std::function<void(std::size_t)>& grad_ready);
+  void run_backward_partials(float scale, const std::function<void(std::size_t)>& grad_ready, int threads,
+                             std::size_t total);
+  // backward_rows' steps, over one call's rows (RowsPass, gpt.cpp): the cross-entropy and the
+  // tied head, ln_f, block li's MLP then attention half, the embeddings.
+  struct RowsPass;
+  void head_backward(const RowsPass& r, float scale);
+  void final_norm_backward(const RowsPass& r);
+  void mlp_backward(const RowsPass& r, std::size_t li);
+  void attention_backward(const RowsPass& r, std::size_t li, float* att_scratch, int att_slots);
+  void embedding_backward(const RowsPass& r);
 
   friend struct GptProf;
   GptConfig cfg_;
