@@ -7,11 +7,13 @@ OUTDIR/regression.pt      MLP regression, forward(inputs [B,6], targets [B,3]) -
 OUTDIR/regression_x.f32   STEPS*BATCH samples of 6 floats; regression_y.f32: 3 floats each
 OUTDIR/regression_<opt>.txt  PyTorch's loss per step, micro-batch BATCH, one step per batch
 OUTDIR/classifier.pt      MLP classifier, integer class ids as targets (cross-entropy)
+OUTDIR/classifier_logits.pt  the same classifier (same weights) as forward(inputs) -> logits
 OUTDIR/unused.pt          the regression MLP with a branch forward never takes
 OUTDIR/dropout.pt         the regression MLP with dropout (train mode vs eval mode)
 OUTDIR/lm.pt              token LM (embedding + linear, cross-entropy), vocab 256
+OUTDIR/lm_logits.pt       the same LM (same weights) as forward(inputs) -> logits [B, T, vocab]
 OUTDIR/digits_cnn.pt      small CNN for scikit-learn's 8x8 digits (inputs [B,8,8], class ids)
-OUTDIR/wrong_arity.pt, vector_loss.pt, no_params.pt, replaces_data.pt: the contract's error cases"""
+OUTDIR/wrong_arity.pt (three arguments), vector_loss.pt, no_params.pt, replaces_data.pt: the contract's error cases"""
 import os
 import sys
 
@@ -42,6 +44,11 @@ class Classifier(Regression):
 
     def forward(self, inputs, targets):
         return F.cross_entropy(self.fc2(torch.relu(self.fc1(inputs))), targets)
+
+
+class ClassifierLogits(Classifier):
+    def forward(self, inputs):  # the app applies the cross-entropy
+        return self.fc2(torch.relu(self.fc1(inputs)))
 
 
 class Dropout(Regression):
@@ -78,6 +85,11 @@ class TokenLm(nn.Module):
         return F.cross_entropy(logits.view(-1, logits.size(-1)), targets.view(-1))
 
 
+class TokenLmLogits(TokenLm):
+    def forward(self, inputs):
+        return self.head(self.wte(inputs))
+
+
 class DigitsCnn(nn.Module):
     """scikit-learn's 8x8 digits: inputs [B, 8, 8] float, targets [B] class ids."""
 
@@ -96,8 +108,8 @@ class WrongArity(nn.Module):
         super().__init__()
         self.fc = nn.Linear(N_IN, 1)
 
-    def forward(self, inputs):
-        return self.fc(inputs).mean()
+    def forward(self, inputs, targets, weights):
+        return (self.fc(inputs) * weights).mean()
 
 
 class VectorLoss(Regression):
@@ -134,10 +146,16 @@ def main(out):
     os.makedirs(out, exist_ok=True)
     torch.manual_seed(0)
     torch.set_num_threads(1)
+    models = {}
     for name, cls in [("regression", Regression), ("classifier", Classifier), ("unused", Unused), ("dropout", Dropout), ("lm", TokenLm), ("digits_cnn", DigitsCnn),
                       ("wrong_arity", WrongArity), ("vector_loss", VectorLoss), ("no_params", NoParams),
                       ("replaces_data", ReplacesData)]:
-        torch.jit.script(cls()).save(os.path.join(out, name + ".pt"))
+        models[name] = cls()
+        torch.jit.script(models[name]).save(os.path.join(out, name + ".pt"))
+    for name, cls in [("classifier", ClassifierLogits), ("lm", TokenLmLogits)]:  # the logits form, same weights
+        twin = cls()
+        twin.load_state_dict(models[name].state_dict())
+        torch.jit.script(twin).save(os.path.join(out, name + "_logits.pt"))
     x = torch.randn(STEPS * BATCH, N_IN)
     y = torch.sin(x[:, :N_OUT]) + 0.1 * torch.randn(STEPS * BATCH, N_OUT)
     x.numpy().tofile(os.path.join(out, "regression_x.f32"))

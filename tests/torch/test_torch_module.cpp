@@ -38,6 +38,16 @@ struct Bound {
   }
 };
 
+// Eight regression inputs with class ids 0-3 as targets (for the 4-way classifier).
+constexpr std::int32_t kClassIds[8] = {0, 1, 2, 3, 3, 2, 1, 0};
+ds::Batch class_batch(const RegressionData& data) {
+  ds::Batch b = data.batch(0, 8);
+  b.target_values = {};
+  b.target_shape = {};
+  b.targets = kClassIds;
+  return b;
+}
+
 }  // namespace
 
 TEST(TorchModule, ParametersAreNamedParametersInOrder) {
@@ -143,14 +153,56 @@ TEST(TorchModule, IntegerTargetsAreClassIds) {
   TorchModule m(torch_model("classifier"));
   Bound s(m);
   RegressionData data;
-  std::vector<std::int32_t> ids{0, 1, 2, 3, 3, 2, 1, 0};
-  ds::Batch b = data.batch(0, 8);
-  b.target_values = {};
-  b.target_shape = {};
-  b.targets = ids;
-  const float loss = m.forward(b);
+  const float loss = m.forward(class_batch(data));
   EXPECT_GT(loss, 0.5f);  // about ln 4 for an untrained 4-way classifier
   EXPECT_LT(loss, 3.0f);
+}
+
+namespace {
+
+// The loss form `name` and its logits twin `name`_logits (same weights): the same loss,
+// gradients and validation loss on `b`.
+void expect_logits_form_matches(const std::string& name, const ds::Batch& b) {
+  TorchModule loss_form(torch_model(name)), logits_form(torch_model(name + "_logits"));
+  Bound with_loss(loss_form), with_logits(logits_form);
+  const float loss = loss_form.forward(b);
+  EXPECT_GT(loss, 0.5f) << name;
+  EXPECT_FLOAT_EQ(logits_form.forward(b), loss) << name;
+  loss_form.backward(1.0f, [](std::size_t) {});
+  logits_form.backward(1.0f, [](std::size_t) {});
+  for (std::size_t i = 0; i < with_loss.grads.size(); ++i)
+    for (std::size_t k = 0; k < with_loss.grads[i].size(); ++k)
+      ASSERT_NEAR(with_logits.grads[i][k], with_loss.grads[i][k], 1e-6f * (1 + std::fabs(with_loss.grads[i][k])))
+          << name << " " << loss_form.parameters()[i].name << "[" << k << "]";
+  EXPECT_FLOAT_EQ(logits_form.evaluate(b), loss_form.evaluate(b)) << name;
+}
+
+}  // namespace
+
+// forward(inputs) -> logits: the cross-entropy the adapter applies equals the module's own,
+// for class ids [batch] (logits [batch, classes]) and tokens [batch, seq] ([batch, seq, vocab]).
+TEST(TorchModule, LogitsFormGivesTheLossFormsLosses) {
+  RegressionData data;
+  expect_logits_form_matches("classifier", class_batch(data));
+
+  std::vector<std::int32_t> tokens(2 * 17);
+  for (std::size_t k = 0; k < tokens.size(); ++k) tokens[k] = std::int32_t((k * 37 + 11) % 256);
+  ds::Batch text;
+  text.batch = 2;
+  text.seq = 16;
+  text.inputs = std::span<const std::int32_t>(tokens).subspan(0, 32);
+  text.targets = std::span<const std::int32_t>(tokens).subspan(2, 32);
+  expect_logits_form_matches("lm", text);
+}
+
+// Logits need class ids: float targets are an error naming the file, before forward runs.
+TEST(TorchModule, LogitsFormRefusesFloatTargets) {
+  const std::string path = torch_model("classifier_logits");
+  TorchModule m(path);
+  Bound s(m);
+  RegressionData data;
+  EXPECT_HAS(error_of([&] { m.forward(data.batch(0, 8)); }),
+             path + ": forward(inputs) returns logits, which need class ids as targets");
 }
 
 TEST(TorchModule, ContractErrorsNameTheFile) {
@@ -191,6 +243,6 @@ TEST(TorchModule, LibtorchErrorsBecomeDsErrors) {
   b.features = b.features.subspan(0, 8 * 3);
   b.sample_shape = wide;
   const std::string err = error_of([&] { m.forward(b); });
-  EXPECT_HAS(err, torch_model("regression") + ": m.module.forward");
+  EXPECT_HAS(err, torch_model("regression") + ": module.forward");
   EXPECT_HAS(err, "shapes cannot be multiplied");
 }

@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # train --model torchscript:PATH end to end: make_models.py's token LM (embedding + linear,
 # cross-entropy) on the embedded corpus at 2 ranks, in fp32 (ZeRO stage 0, and stage 3 with
-# offload to host memory: the same losses) and bf16 under ZeRO stage 2, and
+# offload to host memory: the same losses; the LM in its logits form: the same losses) and
+# bf16 under ZeRO stage 2, and
 # the errors a user meets (a file that is missing or is not a module, a wrong forward, --device
 # cuda), each one line naming the file.
 source "$DS_SOURCE_DIR/tests/apps/lib.sh"
@@ -21,6 +22,10 @@ write_config z3_offload.json "$CONFIGS/default.json" \
   'c["zero_optimization"] = {"stage": 3, "offload_param": {"device": "cpu"}, "offload_optimizer": {"device": "cpu"}}'
 must_run 2 z3 --config z3_offload.json --model "$LM" --block_size 32 --eval_iters 2 --steps 40 --loss_csv z3.csv
 compare_losses fp32.csv z3.csv 1e-5
+
+# The same LM written as forward(inputs) -> logits (the app takes the cross-entropy): the same losses.
+must_run 2 logits --model "torchscript:$WORK/models/lm_logits.pt" "${RUN[@]}" --steps 40 --loss_csv logits.csv
+compare_losses fp32.csv logits.csv 1e-6
 
 write_config bf16_z2.json "$CONFIGS/default.json" 'c["bf16"] = {"enabled": True}; c["zero_optimization"] = {"stage": 2}'
 must_run 2 bf16 --config bf16_z2.json --model "$LM" --steps 20 --block_size 32 --eval_iters 2

@@ -1,5 +1,6 @@
-// A Batch as the scripted forward receives it, and forward's result checked as the loss
-// (the contract in ds/torch/torch_module.h).
+// A Batch as the scripted forward receives it, and forward's result checked as the loss, or
+// as logits that the cross-entropy against the class ids turns into the loss (the contract in
+// ds/torch/torch_module.h).
 #include "torch_call.h"
 #include "torch_impl.h"
 
@@ -31,9 +32,11 @@ at::Tensor owned(std::span<const T> data, const std::vector<std::int64_t>& dims,
   return dtype == from ? view.clone() : view.to(dtype);
 }
 
-}  // namespace
+struct BatchTensors {
+  at::Tensor inputs, targets;
+};
 
-std::vector<c10::IValue> batch_inputs(const Batch& b, at::ScalarType working, const std::string& path) {
+BatchTensors batch_tensors(const Batch& b, at::ScalarType working, const std::string& path) {
   if (b.features.empty()) {  // token model
     const std::vector<std::int64_t> dims{b.batch, b.seq};
     return {owned(b.inputs, dims, at::kInt, at::kLong, path), owned(b.targets, dims, at::kInt, at::kLong, path)};
@@ -57,6 +60,34 @@ at::Tensor checked_loss(const c10::IValue& out, bool need_grad, const std::strin
   DS_CHECK(!need_grad || loss.requires_grad(),
            path << ": the loss forward returned does not depend on any parameter that requires grad");
   return loss.reshape({});
+}
+
+// The mean cross-entropy of logits [*target shape, classes] against class ids, in fp32
+// whatever the working dtype, as F.cross_entropy(logits.view(-1, classes), targets.view(-1)).
+at::Tensor logits_loss(const c10::IValue& out, const at::Tensor& targets, const std::string& path) {
+  DS_CHECK(out.isTensor(), path << ": forward(inputs) must return the logits tensor, got " << out.tagKind());
+  const at::Tensor logits = out.toTensor();
+  const bool shaped = logits.dim() == targets.dim() + 1 && logits.sizes().slice(0, std::size_t(targets.dim())) ==
+                                                               targets.sizes();
+  DS_CHECK(shaped && at::isFloatingType(logits.scalar_type()),
+           path << ": forward(inputs) must return floating-point logits, the targets' shape " << targets.sizes()
+                << " and a class axis, got shape " << logits.sizes() << " and dtype " << logits.scalar_type());
+  return at::cross_entropy_loss(logits.reshape({-1, logits.size(-1)}).to(at::kFloat), targets.reshape({-1}));
+}
+
+}  // namespace
+
+at::Tensor TorchModule::Impl::forward_loss(const Batch& batch, bool need_grad) {
+  DS_CHECK(!returns_logits || batch.target_values.empty(),
+           path << ": forward(inputs) returns logits, which need class ids as targets; this data has float "
+                   "targets: write forward(inputs, targets) returning the loss instead");
+  BatchTensors t = batch_tensors(batch, working, path);
+  std::vector<c10::IValue> args{t.inputs};
+  if (!returns_logits) args.emplace_back(t.targets);
+  const c10::IValue out = DS_TORCH_CALL(path, module.forward(std::move(args)));
+  if (!returns_logits) return checked_loss(out, need_grad, path);
+  const at::Tensor loss = DS_TORCH_CALL(path, logits_loss(out, t.targets, path));
+  return checked_loss(loss, need_grad, path);
 }
 
 }  // namespace ds::torch

@@ -31,6 +31,7 @@ struct TorchModule::Impl {
   std::vector<char> reported;
   const std::function<void(std::size_t)>* grad_ready = nullptr;  // set during backward only
   bool training = true;
+  bool returns_logits = false;  // forward(inputs) -> logits, not forward(inputs, targets) -> loss
 
   // The hook's call: reports parameter i once per backward (and nothing outside backward).
   void ready(std::size_t i) {
@@ -40,15 +41,18 @@ struct TorchModule::Impl {
   }
   // After backward: every .grad and parameter is still the engine's memory (else ds::Error).
   void check_still_bound() const;
+  // The batch's mean loss through the scripted forward: its own loss, or the cross-entropy
+  // of its logits against the class ids (torch_batch.cpp). Checked against the contract.
+  at::Tensor forward_loss(const Batch& batch, bool need_grad);
   at::Tensor loss;  // forward's, for backward
-  bool checked_loss = false;
 };
 
+// A loaded module and which form of forward it has.
+struct LoadedModule {
+  ::torch::jit::Module module;
+  bool returns_logits = false;
+};
 // Loads the file and checks forward's signature (torch_load.cpp).
-::torch::jit::Module load_checked(const std::string& path);
-// The forward arguments for a batch: float inputs in the working dtype (torch_batch.cpp).
-std::vector<c10::IValue> batch_inputs(const Batch& batch, at::ScalarType working, const std::string& path);
-// Checks forward's result is a scalar floating-point loss and returns it (torch_batch.cpp).
-at::Tensor checked_loss(const c10::IValue& out, bool need_grad, const std::string& path);
+LoadedModule load_checked(const std::string& path);
 
 }  // namespace ds::torch

@@ -50,7 +50,9 @@ at::Tensor view_of(const TensorView& v, const ParamInfo& info, at::ScalarType dt
 TorchModule::TorchModule(const std::string& path) : impl_(std::make_unique<Impl>()) {
   Impl& m = *impl_;
   m.path = path;
-  m.module = load_checked(path);
+  LoadedModule loaded = load_checked(path);
+  m.module = std::move(loaded.module);
+  m.returns_logits = loaded.returns_logits;
   for (const auto& p : m.module.named_parameters(/*recurse=*/true)) {
     m.names.push_back(p.name);
     m.params.push_back(p.value);
@@ -144,9 +146,7 @@ float TorchModule::forward(const Batch& batch) {
   Impl& m = *impl_;
   set_training(m.module, m.training, true, m.path);
   ::torch::AutoGradMode grad_mode(true);
-  auto inputs = batch_inputs(batch, m.working, m.path);
-  const c10::IValue out = DS_TORCH_CALL(m.path, m.module.forward(std::move(inputs)));
-  m.loss = checked_loss(out, /*need_grad=*/true, m.path);
+  m.loss = m.forward_loss(batch, /*need_grad=*/true);
   return DS_TORCH_CALL(m.path, m.loss.detach().to(at::kFloat).item<float>());
 }
 
@@ -154,9 +154,7 @@ float TorchModule::evaluate(const Batch& batch) {
   Impl& m = *impl_;
   set_training(m.module, m.training, false, m.path);
   ::torch::NoGradGuard no_grad;
-  auto inputs = batch_inputs(batch, m.working, m.path);
-  const c10::IValue out = DS_TORCH_CALL(m.path, m.module.forward(std::move(inputs)));
-  const at::Tensor loss = checked_loss(out, /*need_grad=*/false, m.path);
+  const at::Tensor loss = m.forward_loss(batch, /*need_grad=*/false);
   return DS_TORCH_CALL(m.path, loss.to(at::kFloat).item<float>());
 }
 

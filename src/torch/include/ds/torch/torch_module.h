@@ -1,9 +1,13 @@
 // ds::torch::TorchModule: a TorchScript module (torch.jit.script(model).save(path)) trained by
 // the engine as any ds::Module. No torch header here: libtorch stays inside ds_torch.
 //
-// The contract for the scripted module, checked when the file is loaded:
+// The contract for the scripted module, checked when the file is loaded (forward's arity
+// says which form it is):
 //   forward(self, inputs: Tensor, targets: Tensor) -> Tensor   -- the mean loss, a scalar
-// (0-dim or one element, floating point, depending on the parameters). What the module gets:
+// (0-dim or one element, floating point, depending on the parameters), or
+//   forward(self, inputs: Tensor) -> Tensor   -- logits [*targets' shape, classes], whose
+// mean cross-entropy against the int64 targets (in fp32) is the loss; float targets are an
+// error with this form. What the module gets:
 //   token batches   inputs int64 [batch, seq], targets int64 [batch, seq]
 //   feature batches inputs float [batch, *sample_shape] in the working dtype, and targets
 //                   int64 [batch, *target_shape] (class ids) or fp32 [batch, *target_shape]
