@@ -198,9 +198,7 @@ struct GptCuda::Impl : kc::DecoderCuda {
 
   // Gpt::run_layers over every layer on the device; tokens already in d_tokens.
   void run_forward(std::int64_t Bn, std::int64_t Tn) override {
-    const std::int64_t C = cfg.n_embd, NH = cfg.n_head, V = cfg.vocab_size, N = Bn * Tn;
-    const std::int64_t hs = C / NH, BNH = Bn * NH;
-    const float att_scale = 1.0f / std::sqrt(float(hs));
+    const std::int64_t C = cfg.n_embd, V = cfg.vocab_size, N = Bn * Tn;
     B = Bn;
     T = Tn;
     {
@@ -210,70 +208,7 @@ struct GptCuda::Impl : kc::DecoderCuda {
     }
     for (std::size_t l = 0; l < layers.size(); ++l) {
       GroupUse use(hooks, l + 1, Pass::Forward);
-      const LayerIdx& P = layers[l];
-      const LayerAct& a = acts[l];
-      const void* x = resid[l];
-      {
-        Scope op(this, "layernorm fwd");
-        kc::layernorm_forward(a.ln1, a.ln1_mean, a.ln1_rstd, x, w[P.ln1w], w[P.ln1b], N, C, dt, stream);
-      }
-      {
-        Scope op(this, "qkv linear fwd (GEMM)");
-        linear_fwd(a.qkv, a.ln1, w[P.qkvw], N, C, 3 * C);
-      }
-      {
-        Scope op(this, "bias/residual add");
-        kc::add_bias_residual(a.qkv, w[P.qkvb], nullptr, N, 3 * C, dt, stream);
-      }
-      {
-        // Attention: scores into att, softmax in place, yh = att v, heads merged into atty.
-        Scope op(this, "attention fwd");
-        kc::split_qkv(q, k, v, a.qkv, Bn, Tn, C, NH, dt, stream);
-        if (flash) {
-          kc::flash_attention_forward(yh, a.att_lse, q, k, v, BNH, Tn, hs, att_scale, dt, stream);
-        } else {
-          // Block-causal (see att_block): for the query rows [q0, q0 + nq) only keys < q0 + nq.
-          const std::int64_t Bq = std::min(att_block, Tn);
-          attention_scores(a.att, q, k, hs, Bq, BNH);
-          kc::causal_softmax_forward_blocks(a.att, a.att, att_scale, BNH, Tn, Bq, dt, stream);
-          attention_values(yh, a.att, v, hs, Bq, BNH);
-        }
-        kc::merge_heads(a.atty, yh, Bn, Tn, C, NH, dt, stream);
-      }
-      {
-        // x1 = x + c_proj(atty)
-        Scope op(this, "attn proj linear fwd (GEMM)");
-        linear_fwd(a.x1, a.atty, w[P.projw], N, C, C);
-      }
-      {
-        Scope op(this, "bias/residual add");
-        kc::add_bias_residual(a.x1, w[P.projb], x, N, C, dt, stream);
-      }
-      // x2 = x1 + c_proj(gelu(c_fc(ln_2(x1))))
-      {
-        Scope op(this, "layernorm fwd");
-        kc::layernorm_forward(a.ln2, a.ln2_mean, a.ln2_rstd, a.x1, w[P.ln2w], w[P.ln2b], N, C, dt, stream);
-      }
-      {
-        Scope op(this, "fc linear fwd (GEMM)");
-        linear_fwd(a.fch, a.ln2, w[P.fcw], N, C, 4 * C);
-      }
-      {
-        Scope op(this, "bias/residual add");
-        kc::add_bias_residual(a.fch, w[P.fcb], nullptr, N, 4 * C, dt, stream);
-      }
-      {
-        Scope op(this, "gelu fwd");
-        kc::gelu_forward(a.fch_gelu, a.fch, 4 * N * C, dt, stream);
-      }
-      {
-        Scope op(this, "fc proj linear fwd (GEMM)");
-        linear_fwd(resid[l + 1], a.fch_gelu, w[P.fcprojw], N, 4 * C, C);
-      }
-      {
-        Scope op(this, "bias/residual add");
-        kc::add_bias_residual(resid[l + 1], w[P.fcprojb], a.x1, N, C, dt, stream);
-      }
+      block_forward(l, Bn, Tn);
     }
     {
       GroupUse use(hooks, layers.size() + 1, Pass::Forward);
@@ -287,20 +222,93 @@ struct GptCuda::Impl : kc::DecoderCuda {
     }
   }
 
+  // Block l: resid[l + 1] from resid[l], its activations into acts[l].
+  void block_forward(std::size_t l, std::int64_t Bn, std::int64_t Tn) {
+    const std::int64_t C = cfg.n_embd, N = Bn * Tn;
+    const LayerIdx& P = layers[l];
+    const LayerAct& a = acts[l];
+    const void* x = resid[l];
+    {
+      Scope op(this, "layernorm fwd");
+      kc::layernorm_forward(a.ln1, a.ln1_mean, a.ln1_rstd, x, w[P.ln1w], w[P.ln1b], N, C, dt, stream);
+    }
+    {
+      Scope op(this, "qkv linear fwd (GEMM)");
+      linear_fwd(a.qkv, a.ln1, w[P.qkvw], N, C, 3 * C);
+    }
+    {
+      Scope op(this, "bias/residual add");
+      kc::add_bias_residual(a.qkv, w[P.qkvb], nullptr, N, 3 * C, dt, stream);
+    }
+    attention_forward(a, Bn, Tn);
+    {
+      // x1 = x + c_proj(atty)
+      Scope op(this, "attn proj linear fwd (GEMM)");
+      linear_fwd(a.x1, a.atty, w[P.projw], N, C, C);
+    }
+    {
+      Scope op(this, "bias/residual add");
+      kc::add_bias_residual(a.x1, w[P.projb], x, N, C, dt, stream);
+    }
+    // x2 = x1 + c_proj(gelu(c_fc(ln_2(x1))))
+    {
+      Scope op(this, "layernorm fwd");
+      kc::layernorm_forward(a.ln2, a.ln2_mean, a.ln2_rstd, a.x1, w[P.ln2w], w[P.ln2b], N, C, dt, stream);
+    }
+    {
+      Scope op(this, "fc linear fwd (GEMM)");
+      linear_fwd(a.fch, a.ln2, w[P.fcw], N, C, 4 * C);
+    }
+    {
+      Scope op(this, "bias/residual add");
+      kc::add_bias_residual(a.fch, w[P.fcb], nullptr, N, 4 * C, dt, stream);
+    }
+    {
+      Scope op(this, "gelu fwd");
+      kc::gelu_forward(a.fch_gelu, a.fch, 4 * N * C, dt, stream);
+    }
+    {
+      Scope op(this, "fc proj linear fwd (GEMM)");
+      linear_fwd(resid[l + 1], a.fch_gelu, w[P.fcprojw], N, 4 * C, C);
+    }
+    {
+      Scope op(this, "bias/residual add");
+      kc::add_bias_residual(resid[l + 1], w[P.fcprojb], a.x1, N, C, dt, stream);
+    }
+  }
+
+  // Attention: scores into att, softmax in place, yh = att v, heads merged into atty.
+  void attention_forward(const LayerAct& a, std::int64_t Bn, std::int64_t Tn) {
+    const std::int64_t C = cfg.n_embd, NH = cfg.n_head, hs = C / NH, BNH = Bn * NH;
+    const float att_scale = 1.0f / std::sqrt(float(hs));
+    Scope op(this, "attention fwd");
+    kc::split_qkv(q, k, v, a.qkv, Bn, Tn, C, NH, dt, stream);
+    if (flash) {
+      kc::flash_attention_forward(yh, a.att_lse, q, k, v, BNH, Tn, hs, att_scale, dt, stream);
+    } else {
+      // Block-causal (see att_block): for the query rows [q0, q0 + nq) only keys < q0 + nq.
+      const std::int64_t Bq = std::min(att_block, Tn);
+      attention_scores(a.att, q, k, hs, Bq, BNH);
+      kc::causal_softmax_forward_blocks(a.att, a.att, att_scale, BNH, Tn, Bq, dt, stream);
+      attention_values(yh, a.att, v, hs, Bq, BNH);
+    }
+    kc::merge_heads(a.atty, yh, Bn, Tn, C, NH, dt, stream);
+  }
+
   void loss_kernels(std::int64_t N) override {
     Scope op(this, "cross-entropy fwd");
     DecoderCuda::loss_kernels(N);
   }
 
+  using GradReady = std::function<void(std::size_t)>;
+  static void report_ready(const GradReady& grad_ready, std::size_t i) {
+    if (grad_ready) grad_ready(i);
+  }
+
   // Gpt::run_backward over every layer on the device, the same grad_ready order.
-  void backward(float scale, const std::function<void(std::size_t)>& grad_ready) override {
+  void backward(float scale, const GradReady& grad_ready) override {
     take_cache();
-    auto ready = [&](std::size_t i) {
-      if (grad_ready) grad_ready(i);
-    };
-    const std::int64_t C = cfg.n_embd, NH = cfg.n_head, V = cfg.vocab_size, N = B * T;
-    const std::int64_t hs = C / NH, BNH = B * NH;
-    const float att_scale = 1.0f / std::sqrt(float(hs));
+    const std::int64_t C = cfg.n_embd, V = cfg.vocab_size, N = B * T;
     {
       // Fused softmax + cross-entropy gradient, in place over the logits.
       Scope op(this, "cross-entropy bwd");
@@ -321,108 +329,127 @@ struct GptCuda::Impl : kc::DecoderCuda {
         kc::layernorm_backward(dres, g[lnfw], g[lnfb], dln, resid.back(), w[lnfw], lnf_mean, lnf_rstd, N, C, scratch,
                                dt, stream);
       }
-      ready(lnfw);
-      ready(lnfb);
+      report_ready(grad_ready, lnfw);
+      report_ready(grad_ready, lnfb);
     }
     for (std::size_t li = layers.size(); li-- > 0;) {
       GroupUse use(hooks, li + 1, Pass::Backward);
-      const LayerIdx& P = layers[li];
-      const LayerAct& a = acts[li];
-      // MLP: x2 = x1 + c_proj(gelu(c_fc(ln_2(x1)))); dres holds dL/dx2.
-      {
-        Scope op(this, "fc proj linear bwd (2 GEMMs)");
-        linear_dinp(dfch, dres, w[P.fcprojw], N, 4 * C, C);
-        linear_dw(g[P.fcprojw], dres, a.fch_gelu, N, 4 * C, C);
-      }
-      ready(P.fcprojw);
-      {
-        Scope op(this, "bias grad");
-        kc::bias_backward(g[P.fcprojb], dres, N, C, scratch, dt, stream);
-      }
-      ready(P.fcprojb);
-      {
-        Scope op(this, "gelu bwd");
-        kc::gelu_backward(dfch, a.fch, dfch, 4 * N * C, dt, stream);
-      }
-      {
-        Scope op(this, "fc linear bwd (2 GEMMs)");
-        linear_dinp(dln, dfch, w[P.fcw], N, C, 4 * C);
-        linear_dw(g[P.fcw], dfch, a.ln2, N, C, 4 * C);
-      }
-      ready(P.fcw);
-      {
-        Scope op(this, "bias grad");
-        kc::bias_backward(g[P.fcb], dfch, N, 4 * C, scratch, dt, stream);
-      }
-      ready(P.fcb);
-      {
-        Scope op(this, "layernorm bwd");
-        kc::layernorm_backward(dres, g[P.ln2w], g[P.ln2b], dln, a.x1, w[P.ln2w], a.ln2_mean, a.ln2_rstd, N, C,
-                               scratch, dt, stream);
-      }
-      ready(P.ln2w);
-      ready(P.ln2b);
-      // Attention: x1 = x + c_proj(attn(c_attn(ln_1(x)))); dres holds dL/dx1.
-      {
-        Scope op(this, "attn proj linear bwd (2 GEMMs)");
-        linear_dinp(datty, dres, w[P.projw], N, C, C);
-        linear_dw(g[P.projw], dres, a.atty, N, C, C);
-      }
-      ready(P.projw);
-      {
-        Scope op(this, "bias grad");
-        kc::bias_backward(g[P.projb], dres, N, C, scratch, dt, stream);
-      }
-      ready(P.projb);
-      {
-        Scope op(this, "attention bwd");
-        // q, k, v again from the saved qkv (cheaper than keeping them per layer).
-        kc::split_qkv(q, k, v, a.qkv, B, T, C, NH, dt, stream);
-        kc::split_heads(dyh, datty, B, T, C, NH, dt, stream);
-        if (flash) {
-          kc::split_heads(yh, a.atty, B, T, C, NH, dt, stream);  // the forward's output o
-          kc::flash_attention_backward(dq, dk, dv, q, k, v, yh, dyh, a.att_lse, scratch, BNH, T, hs, att_scale, dt,
-                                       stream);
-          kc::merge_qkv(dqkv, dq, dk, dv, B, T, C, NH, dt, stream);
-        }
-      }
-      if (!flash) {
-        Scope op(this, "attention bwd");
-        // Block-causal as the forward: query block [q0, q0 + nq) sees keys < q0 + nq; key block
-        // [k0, k0 + nk) is seen by queries >= k0 (above the diagonal inside the diagonal block
-        // the softmax wrote zeros, so those products add nothing).
-        const std::int64_t Bq = std::min(att_block, T);
-        attention_values_backward(datt, dv, dyh, a.att, v, hs, Bq, BNH);
-        kc::causal_softmax_backward_blocks(datt, a.att, datt, att_scale, BNH, T, Bq, dt, stream);  // datt -> dS
-        attention_scores_backward(dq, dk, datt, q, k, hs, Bq, BNH);
-        kc::merge_qkv(dqkv, dq, dk, dv, B, T, C, NH, dt, stream);
-      }
-      {
-        Scope op(this, "qkv linear bwd (2 GEMMs)");
-        linear_dinp(dln, dqkv, w[P.qkvw], N, C, 3 * C);
-        linear_dw(g[P.qkvw], dqkv, a.ln1, N, C, 3 * C);
-      }
-      ready(P.qkvw);
-      {
-        Scope op(this, "bias grad");
-        kc::bias_backward(g[P.qkvb], dqkv, N, 3 * C, scratch, dt, stream);
-      }
-      ready(P.qkvb);
-      {
-        Scope op(this, "layernorm bwd");
-        kc::layernorm_backward(dres, g[P.ln1w], g[P.ln1b], dln, resid[li], w[P.ln1w], a.ln1_mean, a.ln1_rstd, N, C,
-                               scratch, dt, stream);
-      }
-      ready(P.ln1w);
-      ready(P.ln1b);
+      mlp_backward(li, grad_ready);
+      attention_block_backward(li, grad_ready);
     }
     GroupUse use(hooks, 0, Pass::Backward);
     {
       Scope op(this, "embedding bwd");
       kc::embedding_backward(g[wte], g[wpe], dres, d_tokens, B, T, C, V, scratch, dt, stream);
     }
-    ready(wpe);
-    ready(wte);
+    report_ready(grad_ready, wpe);
+    report_ready(grad_ready, wte);
+  }
+
+  // MLP: x2 = x1 + c_proj(gelu(c_fc(ln_2(x1)))); dres holds dL/dx2, then dL/dx1.
+  void mlp_backward(std::size_t li, const GradReady& grad_ready) {
+    const std::int64_t C = cfg.n_embd, N = B * T;
+    const LayerIdx& P = layers[li];
+    const LayerAct& a = acts[li];
+    {
+      Scope op(this, "fc proj linear bwd (2 GEMMs)");
+      linear_dinp(dfch, dres, w[P.fcprojw], N, 4 * C, C);
+      linear_dw(g[P.fcprojw], dres, a.fch_gelu, N, 4 * C, C);
+    }
+    report_ready(grad_ready, P.fcprojw);
+    {
+      Scope op(this, "bias grad");
+      kc::bias_backward(g[P.fcprojb], dres, N, C, scratch, dt, stream);
+    }
+    report_ready(grad_ready, P.fcprojb);
+    {
+      Scope op(this, "gelu bwd");
+      kc::gelu_backward(dfch, a.fch, dfch, 4 * N * C, dt, stream);
+    }
+    {
+      Scope op(this, "fc linear bwd (2 GEMMs)");
+      linear_dinp(dln, dfch, w[P.fcw], N, C, 4 * C);
+      linear_dw(g[P.fcw], dfch, a.ln2, N, C, 4 * C);
+    }
+    report_ready(grad_ready, P.fcw);
+    {
+      Scope op(this, "bias grad");
+      kc::bias_backward(g[P.fcb], dfch, N, 4 * C, scratch, dt, stream);
+    }
+    report_ready(grad_ready, P.fcb);
+    {
+      Scope op(this, "layernorm bwd");
+      kc::layernorm_backward(dres, g[P.ln2w], g[P.ln2b], dln, a.x1, w[P.ln2w], a.ln2_mean, a.ln2_rstd, N, C,
+                             scratch, dt, stream);
+    }
+    report_ready(grad_ready, P.ln2w);
+    report_ready(grad_ready, P.ln2b);
+  }
+
+  // Attention: x1 = x + c_proj(attn(c_attn(ln_1(x)))); dres holds dL/dx1, then dL/dx.
+  void attention_block_backward(std::size_t li, const GradReady& grad_ready) {
+    const std::int64_t C = cfg.n_embd, N = B * T;
+    const LayerIdx& P = layers[li];
+    const LayerAct& a = acts[li];
+    {
+      Scope op(this, "attn proj linear bwd (2 GEMMs)");
+      linear_dinp(datty, dres, w[P.projw], N, C, C);
+      linear_dw(g[P.projw], dres, a.atty, N, C, C);
+    }
+    report_ready(grad_ready, P.projw);
+    {
+      Scope op(this, "bias grad");
+      kc::bias_backward(g[P.projb], dres, N, C, scratch, dt, stream);
+    }
+    report_ready(grad_ready, P.projb);
+    attention_backward(a);
+    {
+      Scope op(this, "qkv linear bwd (2 GEMMs)");
+      linear_dinp(dln, dqkv, w[P.qkvw], N, C, 3 * C);
+      linear_dw(g[P.qkvw], dqkv, a.ln1, N, C, 3 * C);
+    }
+    report_ready(grad_ready, P.qkvw);
+    {
+      Scope op(this, "bias grad");
+      kc::bias_backward(g[P.qkvb], dqkv, N, 3 * C, scratch, dt, stream);
+    }
+    report_ready(grad_ready, P.qkvb);
+    {
+      Scope op(this, "layernorm bwd");
+      kc::layernorm_backward(dres, g[P.ln1w], g[P.ln1b], dln, resid[li], w[P.ln1w], a.ln1_mean, a.ln1_rstd, N, C,
+                             scratch, dt, stream);
+    }
+    report_ready(grad_ready, P.ln1w);
+    report_ready(grad_ready, P.ln1b);
+  }
+
+  // The attention core: datty into dqkv.
+  void attention_backward(const LayerAct& a) {
+    const std::int64_t C = cfg.n_embd, NH = cfg.n_head, hs = C / NH, BNH = B * NH;
+    const float att_scale = 1.0f / std::sqrt(float(hs));
+    {
+      Scope op(this, "attention bwd");
+      // q, k, v again from the saved qkv (cheaper than keeping them per layer).
+      kc::split_qkv(q, k, v, a.qkv, B, T, C, NH, dt, stream);
+      kc::split_heads(dyh, datty, B, T, C, NH, dt, stream);
+      if (flash) {
+        kc::split_heads(yh, a.atty, B, T, C, NH, dt, stream);  // the forward's output o
+        kc::flash_attention_backward(dq, dk, dv, q, k, v, yh, dyh, a.att_lse, scratch, BNH, T, hs, att_scale, dt,
+                                     stream);
+        kc::merge_qkv(dqkv, dq, dk, dv, B, T, C, NH, dt, stream);
+      }
+    }
+    if (!flash) {
+      Scope op(this, "attention bwd");
+      // Block-causal as the forward: query block [q0, q0 + nq) sees keys < q0 + nq; key block
+      // [k0, k0 + nk) is seen by queries >= k0 (above the diagonal inside the diagonal block
+      // the softmax wrote zeros, so those products add nothing).
+      const std::int64_t Bq = std::min(att_block, T);
+      attention_values_backward(datt, dv, dyh, a.att, v, hs, Bq, BNH);
+      kc::causal_softmax_backward_blocks(datt, a.att, datt, att_scale, BNH, T, Bq, dt, stream);  // datt -> dS
+      attention_scores_backward(dq, dk, datt, q, k, hs, Bq, BNH);
+      kc::merge_qkv(dqkv, dq, dk, dv, B, T, C, NH, dt, stream);
+    }
   }
 };
 
