@@ -346,37 +346,35 @@ struct GptCuda::Impl : kc::DecoderCuda {
     report_ready(grad_ready, wte);
   }
 
+  // A Linear's backward: dinp = dout w, dw += dout^T inp (2 GEMMs, under `op`), then its bias
+  // gradient; grad_ready for the weight, then the bias. C: the input features, OC: the output's.
+  void linear_backward(const char* op, void* dinp, const void* dout, const void* inp, std::size_t wid, std::size_t bid,
+                       std::int64_t C, std::int64_t OC, const GradReady& grad_ready) {
+    const std::int64_t N = B * T;
+    {
+      Scope scope(this, op);
+      linear_dinp(dinp, dout, w[wid], N, C, OC);
+      linear_dw(g[wid], dout, inp, N, C, OC);
+    }
+    report_ready(grad_ready, wid);
+    {
+      Scope scope(this, "bias grad");
+      kc::bias_backward(g[bid], dout, N, OC, scratch, dt, stream);
+    }
+    report_ready(grad_ready, bid);
+  }
+
   // MLP: x2 = x1 + c_proj(gelu(c_fc(ln_2(x1)))); dres holds dL/dx2, then dL/dx1.
   void mlp_backward(std::size_t li, const GradReady& grad_ready) {
     const std::int64_t C = cfg.n_embd, N = B * T;
     const LayerIdx& P = layers[li];
     const LayerAct& a = acts[li];
-    {
-      Scope op(this, "fc proj linear bwd (2 GEMMs)");
-      linear_dinp(dfch, dres, w[P.fcprojw], N, 4 * C, C);
-      linear_dw(g[P.fcprojw], dres, a.fch_gelu, N, 4 * C, C);
-    }
-    report_ready(grad_ready, P.fcprojw);
-    {
-      Scope op(this, "bias grad");
-      kc::bias_backward(g[P.fcprojb], dres, N, C, scratch, dt, stream);
-    }
-    report_ready(grad_ready, P.fcprojb);
+    linear_backward("fc proj linear bwd (2 GEMMs)", dfch, dres, a.fch_gelu, P.fcprojw, P.fcprojb, 4 * C, C, grad_ready);
     {
       Scope op(this, "gelu bwd");
       kc::gelu_backward(dfch, a.fch, dfch, 4 * N * C, dt, stream);
     }
-    {
-      Scope op(this, "fc linear bwd (2 GEMMs)");
-      linear_dinp(dln, dfch, w[P.fcw], N, C, 4 * C);
-      linear_dw(g[P.fcw], dfch, a.ln2, N, C, 4 * C);
-    }
-    report_ready(grad_ready, P.fcw);
-    {
-      Scope op(this, "bias grad");
-      kc::bias_backward(g[P.fcb], dfch, N, 4 * C, scratch, dt, stream);
-    }
-    report_ready(grad_ready, P.fcb);
+    linear_backward("fc linear bwd (2 GEMMs)", dln, dfch, a.ln2, P.fcw, P.fcb, C, 4 * C, grad_ready);
     {
       Scope op(this, "layernorm bwd");
       kc::layernorm_backward(dres, g[P.ln2w], g[P.ln2b], dln, a.x1, w[P.ln2w], a.ln2_mean, a.ln2_rstd, N, C,
@@ -391,29 +389,9 @@ struct GptCuda::Impl : kc::DecoderCuda {
     const std::int64_t C = cfg.n_embd, N = B * T;
     const LayerIdx& P = layers[li];
     const LayerAct& a = acts[li];
-    {
-      Scope op(this, "attn proj linear bwd (2 GEMMs)");
-      linear_dinp(datty, dres, w[P.projw], N, C, C);
-      linear_dw(g[P.projw], dres, a.atty, N, C, C);
-    }
-    report_ready(grad_ready, P.projw);
-    {
-      Scope op(this, "bias grad");
-      kc::bias_backward(g[P.projb], dres, N, C, scratch, dt, stream);
-    }
-    report_ready(grad_ready, P.projb);
+    linear_backward("attn proj linear bwd (2 GEMMs)", datty, dres, a.atty, P.projw, P.projb, C, C, grad_ready);
     attention_backward(a);
-    {
-      Scope op(this, "qkv linear bwd (2 GEMMs)");
-      linear_dinp(dln, dqkv, w[P.qkvw], N, C, 3 * C);
-      linear_dw(g[P.qkvw], dqkv, a.ln1, N, C, 3 * C);
-    }
-    report_ready(grad_ready, P.qkvw);
-    {
-      Scope op(this, "bias grad");
-      kc::bias_backward(g[P.qkvb], dqkv, N, 3 * C, scratch, dt, stream);
-    }
-    report_ready(grad_ready, P.qkvb);
+    linear_backward("qkv linear bwd (2 GEMMs)", dln, dqkv, a.ln1, P.qkvw, P.qkvb, C, 3 * C, grad_ready);
     {
       Scope op(this, "layernorm bwd");
       kc::layernorm_backward(dres, g[P.ln1w], g[P.ln1b], dln, resid[li], w[P.ln1w], a.ln1_mean, a.ln1_rstd, N, C,
