@@ -85,6 +85,15 @@ else
   run zero bash bench/zero/run.sh "$build"
   run checkpoint bash bench/checkpoint/run.sh "$build" 100000000 3 "$ckpt_dir/ckpt"
 fi
+# TorchScript training against PyTorch, where train was built with torch support.
+if ldd "$build/apps/train/train" 2>/dev/null | grep -q libtorch; then
+  if [ "$quick" = 1 ]; then
+    run torch /usr/bin/python3 bench/torch/torch_bench.py --build "$build" --rounds 1 --steps 12 --batch 32 \
+      --features 64 --hidden 128 --layers 2
+  else
+    run torch /usr/bin/python3 bench/torch/torch_bench.py --build "$build"
+  fi
+fi
 
 # The summary: one row per record (the PyTorch references have no check or headline).
 /usr/bin/python3 - "$out/results.jsonl" >"$out/results.md" <<'PY'

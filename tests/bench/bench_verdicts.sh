@@ -34,6 +34,21 @@ print("   record:", r["bench"], "checks", [c["detail"] for c in r["checks"]], "r
     fail "$name: a check in the record failed"
 }
 
+# The TorchScript benchmark (`bench_verdicts.sh torch`, its own test where train has torch
+# support): a tiny MLP, one round, checked against PyTorch (first loss, losses fall) at both
+# layouts; a floor out of reach exits 3, a bad layout 2.
+if [ "${1:-}" = torch ]; then
+  tb=("$DS_SYSTEM_PYTHON" bench/torch/torch_bench.py --build "$DS_BINARY_DIR" --rounds 1 --steps 12 --batch 32
+      --features 64 --hidden 128 --layers 2)
+  expect "torch_bench" 0 "" "${tb[@]}"
+  [ "$(grep -c '^JSON: ' "$D/out")" = 2 ] || fail "torch_bench: not one record per layout"
+  expect "torch_bench --min_ratio 1000" 3 "is below --min_ratio 1000" "${tb[@]}" --layouts 2x1 --min_ratio 1000
+  expect "torch_bench --layouts 3x1" 2 "--layouts: expected RANKSxTHREADS with 1 or 2 ranks, got '3x1'" \
+    "${tb[@]}" --layouts 3x1
+  echo "bench_verdicts torch: OK"
+  exit 0
+fi
+
 comm=(--min_size 4K --max_size 64K --warmup 0 --budget 0.001)
 expect "comm_bench" 0 "" $MPI -np 2 "$B/comm/comm_bench" "${comm[@]}"
 expect "comm_bench --min_ratio 1000" 3 "is below --min_ratio 1000" $MPI -np 2 "$B/comm/comm_bench" "${comm[@]}" --min_ratio 1000
