@@ -1,5 +1,5 @@
-// A Batch as the scripted forward receives it, and forward's result checked as the loss, or
-// as logits that the cross-entropy against the class ids turns into the loss (the contract in
+// A Batch as the module receives it, and the source's result checked as the loss; logits
+// that the cross-entropy against the class ids turns into the loss (the contract in
 // ds/torch/torch_module.h).
 #include "torch_call.h"
 #include "torch_impl.h"
@@ -51,9 +51,8 @@ BatchTensors batch_tensors(const Batch& b, at::ScalarType working, const std::st
   return {std::move(inputs), std::move(targets)};
 }
 
-at::Tensor checked_loss(const c10::IValue& out, bool need_grad, const std::string& path) {
-  DS_CHECK(out.isTensor(), path << ": forward must return the loss tensor, got " << out.tagKind());
-  at::Tensor loss = out.toTensor();
+at::Tensor checked_loss(const at::Tensor& loss, bool need_grad, const std::string& path) {
+  DS_CHECK(loss.defined(), path << ": forward returned no loss (an undefined tensor)");
   DS_CHECK(loss.numel() == 1 && loss.dim() <= 1 && at::isFloatingType(loss.scalar_type()),
            path << ": forward must return the mean loss as a floating-point scalar, got a tensor of shape "
                 << loss.sizes() << " and dtype " << loss.scalar_type());
@@ -62,11 +61,11 @@ at::Tensor checked_loss(const c10::IValue& out, bool need_grad, const std::strin
   return loss.reshape({});
 }
 
+}  // namespace
+
 // The mean cross-entropy of logits [*target shape, classes] against class ids, in fp32
 // whatever the working dtype, as F.cross_entropy(logits.view(-1, classes), targets.view(-1)).
-at::Tensor logits_loss(const c10::IValue& out, const at::Tensor& targets, const std::string& path) {
-  DS_CHECK(out.isTensor(), path << ": forward(inputs) must return the logits tensor, got " << out.tagKind());
-  const at::Tensor logits = out.toTensor();
+at::Tensor logits_loss(const at::Tensor& logits, const at::Tensor& targets, const std::string& path) {
   const bool shaped = logits.dim() == targets.dim() + 1 && logits.sizes().slice(0, std::size_t(targets.dim())) ==
                                                                targets.sizes();
   DS_CHECK(shaped && at::isFloatingType(logits.scalar_type()),
@@ -75,19 +74,9 @@ at::Tensor logits_loss(const c10::IValue& out, const at::Tensor& targets, const 
   return at::cross_entropy_loss(logits.reshape({-1, logits.size(-1)}).to(at::kFloat), targets.reshape({-1}));
 }
 
-}  // namespace
-
 at::Tensor TorchModule::Impl::forward_loss(const Batch& batch, bool need_grad) {
-  DS_CHECK(!returns_logits || batch.target_values.empty(),
-           path << ": forward(inputs) returns logits, which need class ids as targets; this data has float "
-                   "targets: write forward(inputs, targets) returning the loss instead");
   BatchTensors t = batch_tensors(batch, working, path);
-  std::vector<c10::IValue> args{t.inputs};
-  if (!returns_logits) args.emplace_back(t.targets);
-  const c10::IValue out = DS_TORCH_CALL(path, module.forward(std::move(args)));
-  if (!returns_logits) return checked_loss(out, need_grad, path);
-  const at::Tensor loss = DS_TORCH_CALL(path, logits_loss(out, t.targets, path));
-  return checked_loss(loss, need_grad, path);
+  return checked_loss(source->loss(t.inputs, t.targets), need_grad, path);
 }
 
 }  // namespace ds::torch

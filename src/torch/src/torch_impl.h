@@ -1,4 +1,4 @@
-// TorchModule's state, shared by the files of ds_torch (load, batch, module).
+// TorchModule's state, shared by the files of ds_torch (load, batch, module, frontend).
 #pragma once
 
 #include <torch/csrc/autograd/function.h>
@@ -8,6 +8,7 @@
 #include <functional>
 #include <memory>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "ds/core/module.h"
@@ -15,9 +16,23 @@
 
 namespace ds::torch {
 
+// Where the parameters and the loss come from: a TorchScript file (torch_load.cpp) or a C++
+// torch::nn::Module with the user's loss function (torch_frontend.cpp). The rest of the
+// adapter (views, hooks, checks) is the same for both.
+class ModelSource {
+ public:
+  virtual ~ModelSource() = default;
+  // named_parameters(), recursively, in order; the tensors are the module's own.
+  virtual std::vector<std::pair<std::string, at::Tensor>> named_parameters() = 0;
+  virtual void to(at::ScalarType dtype) = 0;
+  virtual void train(bool on) = 0;
+  // The micro-batch's loss from the batch tensors (checked by the caller as a scalar).
+  virtual at::Tensor loss(const at::Tensor& inputs, const at::Tensor& targets) = 0;
+};
+
 struct TorchModule::Impl {
-  std::string path;
-  ::torch::jit::Module module;
+  std::string path;  // the model file, or the C++ module's name: what errors name
+  std::unique_ptr<ModelSource> source;
   std::vector<std::string> names;  // named_parameters() order
   std::vector<at::Tensor> params;  // the module's parameter tensors (their data is rebound)
   std::vector<ParamInfo> infos;
@@ -31,7 +46,6 @@ struct TorchModule::Impl {
   std::vector<char> reported;
   const std::function<void(std::size_t)>* grad_ready = nullptr;  // set during backward only
   bool training = true;
-  bool returns_logits = false;  // forward(inputs) -> logits, not forward(inputs, targets) -> loss
 
   // The hook's call: reports parameter i once per backward (and nothing outside backward).
   void ready(std::size_t i) {
@@ -39,20 +53,24 @@ struct TorchModule::Impl {
     reported[i] = 1;
     (*grad_ready)(i);
   }
+  void set_training(bool want) {
+    if (training == want) return;
+    source->train(want);
+    training = want;
+  }
   // After backward: every .grad and parameter is still the engine's memory (else ds::Error).
   void check_still_bound() const;
-  // The batch's mean loss through the scripted forward: its own loss, or the cross-entropy
-  // of its logits against the class ids (torch_batch.cpp). Checked against the contract.
+  // The batch's mean loss from the source (torch_batch.cpp), checked against the contract.
   at::Tensor forward_loss(const Batch& batch, bool need_grad);
   at::Tensor loss;  // forward's, for backward
+
+  // Takes the source's parameters (names, shapes, fp32 check): the constructors' common part.
+  void take_parameters();
 };
 
-// A loaded module and which form of forward it has.
-struct LoadedModule {
-  ::torch::jit::Module module;
-  bool returns_logits = false;
-};
 // Loads the file and checks forward's signature (torch_load.cpp).
-LoadedModule load_checked(const std::string& path);
+std::unique_ptr<ModelSource> load_script(const std::string& path);
+// The cross-entropy of logits [*targets' shape, classes] against class ids (torch_batch.cpp).
+at::Tensor logits_loss(const at::Tensor& logits, const at::Tensor& targets, const std::string& path);
 
 }  // namespace ds::torch

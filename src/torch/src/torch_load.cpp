@@ -4,7 +4,9 @@
 #include <torch/version.h>
 
 #include <filesystem>
+#include <memory>
 #include <sstream>
+#include <utility>
 
 #include "torch_call.h"
 #include "torch_impl.h"
@@ -32,18 +34,49 @@ std::string signature(const c10::FunctionSchema& schema) {
   return os.str();
 }
 
+// The scripted module: forward(inputs, targets) -> loss, or forward(inputs) -> logits.
+class ScriptSource final : public ModelSource {
+ public:
+  ScriptSource(std::string path, ::torch::jit::Module module, bool returns_logits)
+      : path_(std::move(path)), module_(std::move(module)), returns_logits_(returns_logits) {}
+  std::vector<std::pair<std::string, at::Tensor>> named_parameters() override {
+    std::vector<std::pair<std::string, at::Tensor>> out;
+    for (const auto& p : module_.named_parameters(/*recurse=*/true)) out.emplace_back(p.name, p.value);
+    return out;
+  }
+  void to(at::ScalarType dtype) override { DS_TORCH_CALL(path_, module_.to(dtype)); }
+  void train(bool on) override { DS_TORCH_CALL(path_, module_.train(on)); }
+  at::Tensor loss(const at::Tensor& inputs, const at::Tensor& targets) override {
+    DS_CHECK(!returns_logits_ || !at::isFloatingType(targets.scalar_type()),
+             path_ << ": forward(inputs) returns logits, which need class ids as targets; this data has float "
+                      "targets: write forward(inputs, targets) returning the loss instead");
+    std::vector<c10::IValue> args{inputs};
+    if (!returns_logits_) args.emplace_back(targets);
+    ::torch::jit::Module& module = module_;  // the call as errors quote it
+    const c10::IValue out = DS_TORCH_CALL(path_, module.forward(std::move(args)));
+    DS_CHECK(out.isTensor(), path_ << ": forward must return a tensor, got " << out.tagKind());
+    if (!returns_logits_) return out.toTensor();
+    return DS_TORCH_CALL(path_, logits_loss(out.toTensor(), targets, path_));
+  }
+
+ private:
+  std::string path_;
+  ::torch::jit::Module module_;
+  bool returns_logits_;  // forward(inputs) -> logits, not forward(inputs, targets) -> loss
+};
+
 }  // namespace
 
-LoadedModule load_checked(const std::string& path) {
+std::unique_ptr<ModelSource> load_script(const std::string& path) {
   DS_CHECK(std::filesystem::is_regular_file(path), "TorchScript model " << path << " does not exist");
-  LoadedModule loaded;
+  ::torch::jit::Module module;
   try {
-    loaded.module = ::torch::jit::load(path);
+    module = ::torch::jit::load(path);
   } catch (const std::exception& e) {
     DS_THROW(path << " is not a TorchScript module (save one with torch.jit.script(model).save(path)): "
                   << detail::torch_message(e.what()));
   }
-  const auto method = loaded.module.find_method("forward");
+  const auto method = module.find_method("forward");
   DS_CHECK(method, path << ": the module has no forward method");
   const c10::FunctionSchema& schema = method->function().getSchema();
   const auto& args = schema.arguments();  // self first
@@ -53,8 +86,7 @@ LoadedModule load_checked(const std::string& path) {
   DS_CHECK(ok, path << ": forward must be forward(self, inputs: Tensor, targets: Tensor) -> Tensor (the loss) or "
                        "forward(self, inputs: Tensor) -> Tensor (the logits), got "
                     << signature(schema));
-  loaded.returns_logits = args.size() == 2;
-  return loaded;
+  return std::make_unique<ScriptSource>(path, std::move(module), /*returns_logits=*/args.size() == 2);
 }
 
 std::string libtorch_version() { return TORCH_VERSION; }

@@ -1,5 +1,5 @@
 // TorchModule: parameters and gradients as views of the engine's storage, forward through the
-// scripted module, backward through autograd with a readiness hook per parameter.
+// module's forward and loss, backward through autograd with a readiness hook per parameter.
 #include <ATen/Parallel.h>
 #include <torch/csrc/autograd/variable.h>
 
@@ -48,20 +48,23 @@ at::Tensor view_of(const TensorView& v, const ParamInfo& info, at::ScalarType dt
 }  // namespace
 
 TorchModule::TorchModule(const std::string& path) : impl_(std::make_unique<Impl>()) {
-  Impl& m = *impl_;
-  m.path = path;
-  LoadedModule loaded = load_checked(path);
-  m.module = std::move(loaded.module);
-  m.returns_logits = loaded.returns_logits;
-  for (const auto& p : m.module.named_parameters(/*recurse=*/true)) {
-    m.names.push_back(p.name);
-    m.params.push_back(p.value);
-    m.infos.push_back({p.name, p.value.sizes().vec()});
+  impl_->path = path;
+  impl_->source = load_script(path);
+  impl_->take_parameters();
+}
+
+TorchModule::TorchModule(std::unique_ptr<Impl> impl) : impl_(std::move(impl)) { impl_->take_parameters(); }
+
+void TorchModule::Impl::take_parameters() {
+  for (auto& [name, value] : DS_TORCH_CALL(path, source->named_parameters())) {
+    names.push_back(name);
+    infos.push_back({name, value.sizes().vec()});
+    params.push_back(std::move(value));
   }
-  DS_CHECK(!m.params.empty(), path << ": the module has no parameters to train");
-  m.working = m.params.front().scalar_type();
-  DS_CHECK(m.working == at::kFloat, path << ": save the module in fp32 (its parameters are "
-                                         << m.working << "); the ds_config's bf16 / fp16 sections cast it");
+  DS_CHECK(!params.empty(), path << ": the module has no parameters to train");
+  working = params.front().scalar_type();
+  DS_CHECK(working == at::kFloat, path << ": the module's parameters must be fp32 (they are " << working
+                                       << "); the ds_config's bf16 / fp16 sections cast it");
 }
 
 TorchModule::~TorchModule() = default;
@@ -84,7 +87,7 @@ void TorchModule::init_parameters(std::span<const std::span<float>> params, std:
 
 // The module cast to the working dtype, then each parameter's data and .grad made views of
 // the engine's storage, and a readiness hook on each gradient accumulator. set_data() keeps
-// the parameter's identity (the scripted module holds the same tensor), so no copy is left.
+// the parameter's identity (the module holds the same tensor), so no copy is left.
 void TorchModule::bind(std::span<const TensorView> params, std::span<const TensorView> grads) {
   Impl& m = *impl_;
   DS_CHECK(params.size() == m.params.size() && grads.size() == m.params.size(),
@@ -93,7 +96,7 @@ void TorchModule::bind(std::span<const TensorView> params, std::span<const Tenso
   const at::ScalarType dtype = torch_dtype(params.front().dtype, m.path);
   ::torch::NoGradGuard no_grad;
   if (dtype != m.working) {
-    DS_TORCH_CALL(m.path, m.module.to(dtype));
+    m.source->to(dtype);
     m.working = dtype;
   }
   m.param_ptrs.resize(m.params.size());
@@ -119,16 +122,6 @@ void TorchModule::bind(std::span<const TensorView> params, std::span<const Tenso
   at::set_num_threads(std::max(1, cpu_threads()));
 }
 
-namespace {
-
-void set_training(::torch::jit::Module& module, bool& training, bool want, const std::string& path) {
-  if (training == want) return;
-  DS_TORCH_CALL(path, module.train(want));
-  training = want;
-}
-
-}  // namespace
-
 // The module must leave the engine's memory in place: a replaced .grad (create_graph, or
 // .grad set to None or assigned) or parameter data (set_, .data =) would train on copies.
 void TorchModule::Impl::check_still_bound() const {
@@ -144,7 +137,7 @@ void TorchModule::Impl::check_still_bound() const {
 
 float TorchModule::forward(const Batch& batch) {
   Impl& m = *impl_;
-  set_training(m.module, m.training, true, m.path);
+  m.set_training(true);
   ::torch::AutoGradMode grad_mode(true);
   m.loss = m.forward_loss(batch, /*need_grad=*/true);
   return DS_TORCH_CALL(m.path, m.loss.detach().to(at::kFloat).item<float>());
@@ -152,7 +145,7 @@ float TorchModule::forward(const Batch& batch) {
 
 float TorchModule::evaluate(const Batch& batch) {
   Impl& m = *impl_;
-  set_training(m.module, m.training, false, m.path);
+  m.set_training(false);
   ::torch::NoGradGuard no_grad;
   const at::Tensor loss = m.forward_loss(batch, /*need_grad=*/false);
   return DS_TORCH_CALL(m.path, loss.to(at::kFloat).item<float>());

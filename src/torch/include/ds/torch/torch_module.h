@@ -27,6 +27,9 @@
 // training. forward/backward run in train mode, evaluate in eval mode without autograd.
 // libtorch's intra-op threads are set at bind() to ds::cpu_threads() (the rank's share).
 // Every libtorch failure reaches the caller as ds::Error naming the file and the call.
+//
+// A C++ torch::nn::Module with a loss function is the other source (ds/torch/torch_frontend.h,
+// which includes libtorch's headers): the same contract, the loss function in forward's place.
 #pragma once
 
 #include <functional>
@@ -38,6 +41,8 @@
 #include "ds/core/module.h"
 
 namespace ds::torch {
+
+struct FrontendAccess;  // builds a TorchModule over a C++ module (torch_frontend.cpp)
 
 class TorchModule final : public Module {
  public:
@@ -54,10 +59,13 @@ class TorchModule final : public Module {
   void backward(float scale, const std::function<void(std::size_t)>& grad_ready) override;
   float evaluate(const Batch& batch) override;
 
+  // The model file, or "C++ module NAME" for a torch::nn::Module: what errors name.
   const std::string& path() const;
 
  private:
   struct Impl;
+  friend struct FrontendAccess;
+  explicit TorchModule(std::unique_ptr<Impl> impl);  // impl holds the source; takes its parameters
   std::unique_ptr<Impl> impl_;
 };
 
