@@ -121,7 +121,7 @@ struct CommsConfig {
 };
 
 // DeepSpeed's comms_logger: per collective kind and message size, counts, latencies and
-// bandwidths, a summary at the end of training (docs/user/config.md).
+// bandwidths, a summary at the end of training (docs/user/monitoring.md).
 struct CommsLoggerConfig {
   bool enabled = false;
   bool verbose = false;               // print each operation as it completes (rank 0)
@@ -173,7 +173,7 @@ using CsvMonitorConfig = MonitorConfig;
 
 // flops_profiler (DeepSpeed's keys and defaults): at the optimizer step that starts when
 // profile_step steps are done, global rank 0 prints the forward's profile per module
-// (docs/user/config.md "flops_profiler").
+// (docs/user/monitoring.md "flops_profiler").
 struct FlopsProfilerConfig {
   bool enabled = false;
   std::int64_t profile_step = 1;
