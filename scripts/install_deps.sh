@@ -29,7 +29,7 @@ TEST_PACKAGES=(
   libgtest-dev libgmock-dev libbenchmark-dev
   clang libclang-rt-14-dev
   python3 python3-mpi4py python3-h5py python3-numpy python3-torch libtorch-dev python3-sklearn
-  slurm-wlm munge
+  slurm-wlm slurm-client slurmctld slurmd munge
   iproute2 procps openssh-client
   debootstrap
 )
