@@ -36,6 +36,6 @@ grep -qF 'batch sizes do not fit the data-parallel world size 5' bad.err || fail
 rc=0
 run_train 2 refused --config pipe.json --steps 2 "${TINY[@]}" || rc=$?
 [ $rc -ne 0 ] || fail "train with pipeline.stages 2 exited 0"
-grep -qF 'pipe.json: pipeline.stages 2: pipeline-parallel training is not implemented yet' refused.err \
+grep -qF 'pipe.json: pipeline.stages 2: pipeline-parallel training is not supported' refused.err \
   || fail "train: no refusal line: $(tail -5 refused.err)"
 echo "pipeline_config_app: all passed"

@@ -92,7 +92,7 @@ TEST(PipelineConfig, TrainingWithStagesIsRefused) {
     FAIL() << "stages 2 accepted";
   } catch (const ds::Error& e) {
     EXPECT_EQ(e.message(),
-              "ds.json: pipeline.stages 2: pipeline-parallel training is not implemented yet (dstrain trains data "
+              "ds.json: pipeline.stages 2: pipeline-parallel training is not supported (dstrain trains data "
               "parallel only); set pipeline.stages to 1 or remove it. `ds_config check` and `ds_config "
               "pipe-schedule` show the grid and the schedules it would run");
   }

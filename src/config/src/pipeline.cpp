@@ -43,7 +43,7 @@ void parse_pipeline(Ctx& ctx, const Member& section, PipelineConfig& c) {
 
 void refuse_pipeline_training(const PipelineConfig& p, const std::string& source) {
   DS_CHECK(p.stages <= 1, source << ": pipeline.stages " << p.stages
-                                 << ": pipeline-parallel training is not implemented yet (dstrain trains data "
+                                 << ": pipeline-parallel training is not supported (dstrain trains data "
                                     "parallel only); set pipeline.stages to 1 or remove it. `ds_config check` and "
                                     "`ds_config pipe-schedule` show the grid and the schedules it would run");
 }
