@@ -27,9 +27,10 @@ namespace ds {
 // As DeepSpeed's DeepSpeedEngine.__init__: configure, then each piece in the order the next
 // one needs it (storage before the optimizer that steps it, values before binding them).
 Engine::Engine(config::DsConfig cfg, Module& module, std::shared_ptr<Communicator> comm,
-               std::shared_ptr<void> dist_keepalive, std::shared_ptr<Communicator> device_comm)
+               std::shared_ptr<void> dist_keepalive, std::shared_ptr<Communicator> device_comm,
+               PipelineStage pipeline)
     : cfg_(std::move(cfg)), module_(&module), comm_(std::move(comm)), dist_keepalive_(std::move(dist_keepalive)),
-      device_comm_(std::move(device_comm)), device_(module.device()) {
+      device_comm_(std::move(device_comm)), pipeline_(std::move(pipeline)), device_(module.device()) {
   DS_CHECK(comm_ != nullptr, "ds::Engine needs a communicator");
   CommCallerScope caller("initialize");  // comms_logger.debug's name for the collectives below
   rank_ = comm_->rank();
@@ -43,9 +44,10 @@ Engine::Engine(config::DsConfig cfg, Module& module, std::shared_ptr<Communicato
   scheduler_ = sched::make_scheduler(cfg_.scheduler.value_or(config::SchedulerConfig{}), ocfg.lr, ocfg.betas);
   configure_grad_sync(so);
   async_save_ = std::make_unique<engine::AsyncSave>();
-  monitors_ = std::make_unique<engine::Monitors>(cfg_, rank_ == 0);
+  const bool reports = rank_ == 0 && pipeline_.stage == 0;  // one writer per job
+  monitors_ = std::make_unique<engine::Monitors>(cfg_, reports);
   if (cfg_.flops_profiler.enabled)
-    flops_profiler_ = std::make_unique<engine::FlopsProfiler>(cfg_.flops_profiler, *module_, rank_ == 0, world_,
+    flops_profiler_ = std::make_unique<engine::FlopsProfiler>(cfg_.flops_profiler, *module_, reports, world_,
                                                               cfg_.train_micro_batch_size_per_gpu);
   DS_INFO("dstrain engine: " << (device_ == Device::Cuda ? "CUDA device, " : "") << map_.params.size()
           << " parameter tensors, " << map_.total_numel << " parameters, ZeRO stage " << map_.stage << ", "
@@ -58,7 +60,7 @@ Engine::Engine(config::DsConfig cfg, Module& module, std::shared_ptr<Communicato
 
 // The config for this world size, the dtypes it names, and the communicators' settings.
 void Engine::configure_precision_and_comms() {
-  config::refuse_pipeline_training(cfg_.pipeline, cfg_.source);  // before the batch arithmetic
+  if (!pipeline_.pipe) config::refuse_pipeline_training(cfg_.pipeline, cfg_.source);  // before the batch arithmetic
   config::resolve_batch_sizes(cfg_, world_);
   // "auto" values the caller has not filled (the train app fills them from its flags first):
   // filled from what the config knows, or refused (a learning rate, a precision).
@@ -373,7 +375,15 @@ precision::StepDecision Engine::host_step_decision(const precision::StepInputs& 
   const int own_inf = st.has_inf_or_nan ? 1 : 0;
   precision::StepStats red = precision::pack_step_stats(st.sum_of_squares, own_inf, in);
   if (world_ > 1) comm_->all_reduce(TensorView{red.v, 4, DType::F64}, ReduceOp::Sum);
-  return precision::decide_step(red, st.sum_of_squares, own_inf, in);
+  if (!pipeline_.pipe) return precision::decide_step(red, st.sum_of_squares, own_inf, in);
+  // A pipeline stage: its own sum of squares (as decide_step takes it) summed over the pipe's
+  // stages with the flags and the loss (only the last stage has one), then decided as
+  // partitioned statistics -- the same decision on every rank of the job.
+  if (!in.partitioned) red.v[0] = own_inf ? 0.0 : st.sum_of_squares;
+  pipeline_.pipe->all_reduce(TensorView{red.v, 4, DType::F64}, ReduceOp::Sum);
+  precision::StepInputs across = in;
+  across.partitioned = 1;
+  return precision::decide_step(red, st.sum_of_squares, own_inf, across);
 }
 
 void Engine::resolve_step() const {

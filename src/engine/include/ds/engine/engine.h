@@ -52,6 +52,17 @@ struct EngineTestSwitches {
   bool synchronous_device_steps = false;
 };
 
+// The stage side of a pipeline (ds/pipe/pipe_engine.h builds a stage's engine with it): the
+// engine's communicator is the stage's data-parallel group, `pipe` this rank's pipe (one rank
+// per stage, in stage order). The boundary step's statistics are summed over the pipe too, so
+// every stage takes one skip decision and clips by the norm over all stages; the monitors and
+// the flops profiler run on stage 0's first rank only.
+struct PipelineStage {
+  std::shared_ptr<Communicator> pipe;  // null: not a pipeline stage
+  int stage = 0;
+  int stages = 1;
+};
+
 // Engine::load_checkpoint options (DeepSpeed's keyword arguments).
 struct LoadOptions {
   bool load_module_strict = true;
@@ -74,8 +85,11 @@ class Engine {
   // modules, the gradients. For a CUDA module (module.device() == Device::Cuda) the
   // gradients and ZeRO's parameter gathers go over device_comm (NCCL, or StagedComm where
   // ranks share a GPU: ds/mpi/device_comm.h), required when comm has more than one rank.
+  // `pipeline`: set only by the pipeline engine (a stage of a pipe); without it a config with
+  // pipeline.stages > 1 is refused.
   Engine(config::DsConfig cfg, Module& module, std::shared_ptr<Communicator> comm,
-         std::shared_ptr<void> dist_keepalive = nullptr, std::shared_ptr<Communicator> device_comm = nullptr);
+         std::shared_ptr<void> dist_keepalive = nullptr, std::shared_ptr<Communicator> device_comm = nullptr,
+         PipelineStage pipeline = {});
   ~Engine();
   Engine(const Engine&) = delete;
   Engine& operator=(const Engine&) = delete;
@@ -145,6 +159,7 @@ class Engine {
   std::int64_t gradient_accumulation_steps() const { return cfg_.gradient_accumulation_steps; }
   const config::DsConfig& config() const { return cfg_; }
   Communicator& comm() const { return *comm_; }
+  const PipelineStage& pipeline_stage() const { return pipeline_; }
   Device device() const { return device_; }  // where the flat storage and the step live
   std::shared_ptr<Communicator> comm_ptr() const { return comm_; }
   int zero_stage() const { return map_.stage; }
@@ -220,6 +235,7 @@ class Engine {
   std::shared_ptr<Communicator> device_comm_;  // NCCL or staged group for a CUDA module's gradients (world > 1)
   Communicator* grad_comm_ = nullptr;       // where gradients and ZeRO gathers travel: device_comm_ or comm_
   std::shared_ptr<CommsLog> comms_log_;     // comms_logger.enabled: what comm_ and device_comm_ recorded
+  PipelineStage pipeline_;                  // a pipeline stage's pipe (null pipe: none)
   Device device_ = Device::Cpu;             // module.device()
   int rank_ = 0, world_ = 1;
   DType wdtype_ = DType::F32;               // working params and grads: F32 | F16 | BF16

@@ -1,0 +1,99 @@
+// PipeEngine (ds/pipe/pipe_engine.h): the grid's communicators, the stage and its engine
+// (here), and the schedules' execution (pipe_execute.cpp).
+#include "ds/pipe/pipe_engine.h"
+
+#include <algorithm>
+
+#include "ds/config/parse.h"
+#include "ds/core/error.h"
+#include "ds/core/log.h"
+#include "ds/mpi/mpi_comm.h"
+#include "ds/pipe/layer_weights.h"
+#include "ds/pipe/schedule.h"
+#include "pipe_impl.h"
+
+namespace ds::pipe {
+
+namespace {
+
+int comm_size(MPI_Comm comm) {
+  int n = 0;
+  DS_CHECK(MPI_Comm_size(comm, &n) == MPI_SUCCESS, "pipeline: MPI_Comm_size failed");
+  return n;
+}
+
+// A sub-communicator of `world` as an MpiComm (the split handle is freed: MpiComm keeps its own duplicate).
+std::shared_ptr<Communicator> split(MPI_Comm world, int color, int key) {
+  MPI_Comm part = MPI_COMM_NULL;
+  DS_CHECK(MPI_Comm_split(world, color, key, &part) == MPI_SUCCESS, "pipeline: MPI_Comm_split failed");
+  auto comm = std::make_shared<MpiComm>(part);
+  MPI_Comm_free(&part);
+  return comm;
+}
+
+void check_supported(const config::DsConfig& cfg) {
+  DS_CHECK(cfg.zero_optimization.stage <= 2,
+           cfg.source << ": zero_optimization.stage " << cfg.zero_optimization.stage << " with pipeline.stages "
+                      << cfg.pipeline.stages
+                      << ": a pipeline trains with ZeRO stages 0-2 (each stage's data-parallel group partitions its "
+                         "share of the model); stage 3 is not supported with pipeline parallelism");
+}
+
+}  // namespace
+
+PipeEngine::PipeEngine(config::DsConfig cfg, const ModelFactory& make_model, MPI_Comm world)
+    : grid_(comm_size(world), cfg.pipeline.stages), impl_(std::make_unique<Impl>()) {
+  check_supported(cfg);
+  world_comm_ = std::make_shared<MpiComm>(world);
+  coord_ = grid_.coord_of(world_comm_->rank());
+  // The batch rule for the data-parallel size, with the errors naming what does not divide.
+  config::resolve_batch_sizes(cfg, grid_.data_parallel_size());
+  pipe_batch(grid_, cfg.train_batch_size, cfg.train_micro_batch_size_per_gpu, cfg.gradient_accumulation_steps);
+  impl_->micro_batches = int(cfg.gradient_accumulation_steps);
+
+  // Partition the model's layers (from a probe instance: the stage's instances come after).
+  std::unique_ptr<Module> probe = make_model();
+  LayerSequence* seq = layer_sequence_of(*probe);
+  DS_CHECK(seq != nullptr, cfg.source << ": pipeline.stages " << cfg.pipeline.stages
+                                      << ": the model is not a layer sequence; pipeline parallelism splits the built-in "
+                                         "gpt and llama (or a model implementing ds/core/layer_sequence.h)");
+  const std::vector<ParamInfo> params = probe->parameters();
+  const std::vector<LayerInfo> infos = layer_infos(*seq, params);
+  for (const LayerInfo& l : infos) layer_names_.push_back(l.name);
+  bounds_ = partition_layers(infos, grid_.stages(), PartitionMethod::parse(cfg.pipeline.partition_method));
+  const std::vector<TiedWeight> tied = seq->tied_weights();
+  impl_->bounds = bounds_;
+
+  // One instance per pipe buffer of the train schedule (the inference schedule needs 2).
+  const int buffers = std::max(train_schedule(impl_->micro_batches, grid_.stages(), coord_.stage).num_pipe_buffers,
+                               inference_schedule(1, grid_.stages(), coord_.stage).num_pipe_buffers);
+  std::vector<std::unique_ptr<Module>> instances;
+  instances.push_back(std::move(probe));
+  while (int(instances.size()) < buffers) instances.push_back(make_model());
+  impl_->stage = std::make_unique<StageModule>(std::move(instances), std::size_t(bounds_[std::size_t(coord_.stage)]),
+                                               std::size_t(bounds_[std::size_t(coord_.stage) + 1]));
+  impl_->slots.resize(std::size_t(buffers));
+
+  // Communicators: the stage's data-parallel group, this rank's pipe (rank = stage), p2p on it.
+  impl_->data_comm = split(world, coord_.stage, coord_.data);
+  impl_->pipe_comm = split(world, coord_.data, coord_.stage);
+  MPI_Comm pipe_mpi = static_cast<MpiComm&>(*impl_->pipe_comm).mpi_comm();
+  impl_->link = std::make_unique<PeerLink>(pipe_mpi);
+  impl_->stage_id = coord_.stage;
+  impl_->stages = grid_.stages();
+
+  PipelineStage side{impl_->pipe_comm, coord_.stage, grid_.stages()};
+  impl_->engine = std::make_unique<Engine>(cfg, *impl_->stage, impl_->data_comm, nullptr, nullptr, side);
+  impl_->tied = std::make_unique<TiedSync>(tied, bounds_, coord_.stage, *impl_->stage, *impl_->link);
+  impl_->stage->set_before_shared_ready([t = impl_->tied.get()](std::size_t i) { t->receive_gradients(i); });
+  impl_->tied->sync_values();  // users start from the owner's initial values
+  DS_INFO("pipeline: " << grid_.stages() << " stages x " << grid_.data_parallel_size() << " data-parallel, "
+                       << describe_stages(bounds_, layer_names_) << "; " << impl_->micro_batches
+                       << " micro-batches per step");
+}
+
+PipeEngine::~PipeEngine() = default;
+
+Engine& PipeEngine::engine() const { return *impl_->engine; }
+
+}  // namespace ds::pipe
