@@ -12,6 +12,9 @@ OUTDIR/unused.pt          the regression MLP with a branch forward never takes
 OUTDIR/dropout.pt         the regression MLP with dropout (train mode vs eval mode)
 OUTDIR/lm.pt              token LM (embedding + linear, cross-entropy), vocab 256
 OUTDIR/lm_logits.pt       the same LM (same weights) as forward(inputs) -> logits [B, T, vocab]
+OUTDIR/blocks.pt          the regression as a sequence of blocks (a Sequential, a ModuleList's
+                          items, a head; ZeRO stage 3 gathers one block at a time)
+OUTDIR/blocks_logits.pt   a top-level nn.Sequential classifier, forward(inputs) -> logits
 OUTDIR/digits_cnn.pt      small CNN for scikit-learn's 8x8 digits (inputs [B,8,8], class ids)
 OUTDIR/wrong_arity.pt (three arguments), vector_loss.pt, no_params.pt, replaces_data.pt: the contract's error cases"""
 import os
@@ -90,6 +93,35 @@ class TokenLmLogits(TokenLm):
         return self.head(self.wte(inputs))
 
 
+class Block(nn.Module):
+    def __init__(self, width):
+        super().__init__()
+        self.fc = nn.Linear(width, width)
+
+    def forward(self, x):
+        return torch.tanh(self.fc(x))
+
+
+class Blocks(nn.Module):
+    """Blocks stem.0, blocks.0, blocks.1, head (stem.1 has no parameters), then the loss."""
+
+    def __init__(self):
+        super().__init__()
+        self.stem = nn.Sequential(nn.Linear(N_IN, 16), nn.Tanh())
+        self.blocks = nn.ModuleList([Block(16), Block(16)])
+        self.head = nn.Linear(16, N_OUT)
+
+    def forward(self, inputs, targets):
+        h = self.stem(inputs)
+        for block in self.blocks:
+            h = block(h)
+        return F.mse_loss(self.head(h).float(), targets)
+
+
+def blocks_logits():
+    return nn.Sequential(nn.Linear(N_IN, 16), nn.ReLU(), nn.Linear(16, 4))
+
+
 class DigitsCnn(nn.Module):
     """scikit-learn's 8x8 digits: inputs [B, 8, 8] float, targets [B] class ids."""
 
@@ -148,6 +180,7 @@ def main(out):
     torch.set_num_threads(1)
     models = {}
     for name, cls in [("regression", Regression), ("classifier", Classifier), ("unused", Unused), ("dropout", Dropout), ("lm", TokenLm), ("digits_cnn", DigitsCnn),
+                      ("blocks", Blocks), ("blocks_logits", blocks_logits),
                       ("wrong_arity", WrongArity), ("vector_loss", VectorLoss), ("no_params", NoParams),
                       ("replaces_data", ReplacesData)]:
         models[name] = cls()

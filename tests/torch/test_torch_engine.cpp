@@ -135,3 +135,18 @@ TEST(TorchEngine, UnusedBranchDoesNotHang) {
   }
   EXPECT_NE(after.params[0], before.params[0]);
 }
+
+// A sequence of blocks under stage 3 gets one group per block, each released right after
+// use (no persistence, no reuse distance: a parameter read outside its block's brackets would
+// read released pages, zeros), and trains as one rank at stage 0 does on the same global batch.
+TEST(TorchEngine, BlockGroupsTrainAsStageZero) {
+  const int W = g_world->size();
+  if (RegressionData::kBatch % W != 0) GTEST_SKIP() << "batch " << RegressionData::kBatch << " over " << W;
+  const TrainRun ref = train("blocks", optimizer("adamw"), RegressionData::kBatch, 1, self(), 10);
+  const json stage3{{"zero_optimization",
+                     {{"stage", 3}, {"stage3_param_persistence_threshold", 0}, {"stage3_max_reuse_distance", 0}}}};
+  const TrainRun ours = train("blocks", optimizer("adamw"), RegressionData::kBatch / W, 1, g_world, 10, stage3);
+  expect_losses_near(ours.losses, ref.losses, 1e-5);
+  ASSERT_EQ(ours.params.size(), ref.params.size());
+  for (std::size_t k = 0; k < ref.params.size(); ++k) EXPECT_NEAR(ours.params[k], ref.params[k], 1e-5) << k;
+}

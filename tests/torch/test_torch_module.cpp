@@ -11,44 +11,10 @@
 #include "../common/temp_dir.h"
 #include "torch_test_env.h"
 
+using ds::test::Bound;
 using ds::test::RegressionData;
 using ds::test::torch_model;
 using ds::torch::TorchModule;
-
-namespace {
-
-// Engine-like flat storage for a module: fp32 parameters (its own initial values) and
-// zeroed gradients, bound.
-struct Bound {
-  std::vector<std::vector<float>> params, grads;
-  explicit Bound(TorchModule& m) {
-    std::vector<std::span<float>> spans;
-    for (const auto& p : m.parameters()) {
-      params.emplace_back(p.numel());
-      grads.emplace_back(p.numel(), 0.0f);
-    }
-    for (auto& p : params) spans.emplace_back(p);
-    m.init_parameters(spans, 0);
-    std::vector<ds::TensorView> pv, gv;
-    for (std::size_t i = 0; i < params.size(); ++i) {
-      pv.push_back({params[i].data(), params[i].size(), ds::DType::F32});
-      gv.push_back({grads[i].data(), grads[i].size(), ds::DType::F32});
-    }
-    m.bind(pv, gv);
-  }
-};
-
-// Eight regression inputs with class ids 0-3 as targets (for the 4-way classifier).
-constexpr std::int32_t kClassIds[8] = {0, 1, 2, 3, 3, 2, 1, 0};
-ds::Batch class_batch(const RegressionData& data) {
-  ds::Batch b = data.batch(0, 8);
-  b.target_values = {};
-  b.target_shape = {};
-  b.targets = kClassIds;
-  return b;
-}
-
-}  // namespace
 
 TEST(TorchModule, ParametersAreNamedParametersInOrder) {
   TorchModule m(torch_model("regression"));
@@ -153,7 +119,7 @@ TEST(TorchModule, IntegerTargetsAreClassIds) {
   TorchModule m(torch_model("classifier"));
   Bound s(m);
   RegressionData data;
-  const float loss = m.forward(class_batch(data));
+  const float loss = m.forward(data.class_batch());
   EXPECT_GT(loss, 0.5f);  // about ln 4 for an untrained 4-way classifier
   EXPECT_LT(loss, 3.0f);
 }
@@ -183,7 +149,7 @@ void expect_logits_form_matches(const std::string& name, const ds::Batch& b) {
 // for class ids [batch] (logits [batch, classes]) and tokens [batch, seq] ([batch, seq, vocab]).
 TEST(TorchModule, LogitsFormGivesTheLossFormsLosses) {
   RegressionData data;
-  expect_logits_form_matches("classifier", class_batch(data));
+  expect_logits_form_matches("classifier", data.class_batch());
 
   std::vector<std::int32_t> tokens(2 * 17);
   for (std::size_t k = 0; k < tokens.size(); ++k) tokens[k] = std::int32_t((k * 37 + 11) % 256);

@@ -54,6 +54,31 @@ Batch RegressionData::batch(int first, int count) const {
   return b;
 }
 
+Batch RegressionData::class_batch() const {
+  static constexpr std::int32_t kClassIds[8] = {0, 1, 2, 3, 3, 2, 1, 0};
+  Batch b = batch(0, 8);
+  b.target_values = {};
+  b.target_shape = {};
+  b.targets = kClassIds;
+  return b;
+}
+
+Bound::Bound(torch::TorchModule& m) {
+  std::vector<std::span<float>> spans;
+  for (const auto& p : m.parameters()) {
+    params.emplace_back(p.numel());
+    grads.emplace_back(p.numel(), 0.0f);
+  }
+  for (auto& p : params) spans.emplace_back(p);
+  m.init_parameters(spans, 0);
+  std::vector<TensorView> pv, gv;
+  for (std::size_t i = 0; i < params.size(); ++i) {
+    pv.push_back({params[i].data(), params[i].size(), DType::F32});
+    gv.push_back({grads[i].data(), grads[i].size(), DType::F32});
+  }
+  m.bind(pv, gv);
+}
+
 std::vector<double> pytorch_losses(const std::string& optimizer) {
   std::ifstream in(torch_models() + "/regression_" + optimizer + ".txt");
   std::vector<double> losses;

@@ -9,6 +9,7 @@
 
 #include "ds/core/module.h"
 #include "ds/mpi/communicator.h"
+#include "ds/torch/torch_module.h"
 
 namespace ds::test {
 
@@ -26,6 +27,15 @@ struct RegressionData {
   RegressionData();
   // `count` samples from sample `first` as a feature batch (float targets).
   Batch batch(int first, int count) const;
+  // The first eight samples' inputs with class ids 0-3 as targets (for 4-way classifiers).
+  Batch class_batch() const;
+};
+
+// Engine-like flat storage for a module: fp32 parameters (its own initial values) and
+// zeroed gradients, bound.
+struct Bound {
+  std::vector<std::vector<float>> params, grads;
+  explicit Bound(torch::TorchModule& m);
 };
 
 // PyTorch's losses for the regression trained with `optimizer` ("adamw" or "sgd").

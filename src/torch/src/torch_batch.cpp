@@ -76,7 +76,7 @@ at::Tensor logits_loss(const at::Tensor& logits, const at::Tensor& targets, cons
 
 at::Tensor TorchModule::Impl::forward_loss(const Batch& batch, bool need_grad) {
   BatchTensors t = batch_tensors(batch, working, path);
-  return checked_loss(source->loss(t.inputs, t.targets), need_grad, path);
+  return checked_loss(source_loss(t.inputs, t.targets, need_grad), need_grad, path);
 }
 
 }  // namespace ds::torch

@@ -65,6 +65,7 @@ void TorchModule::Impl::take_parameters() {
   working = params.front().scalar_type();
   DS_CHECK(working == at::kFloat, path << ": the module's parameters must be fp32 (they are " << working
                                        << "); the ds_config's bf16 / fp16 sections cast it");
+  take_groups();
 }
 
 TorchModule::~TorchModule() = default;
@@ -159,6 +160,7 @@ void TorchModule::backward(float scale, const std::function<void(std::size_t)>& 
   DS_CHECK(m.loss.defined(), m.path << ": backward without a forward before it");
   DS_CHECK(!m.grad_ptrs.empty(), m.path << ": backward before bind()");
   std::fill(m.reported.begin(), m.reported.end(), 0);
+  m.begin_backward_groups();
   m.grad_ready = &grad_ready;
   const at::Tensor loss = std::move(m.loss);
   m.loss = at::Tensor();
@@ -166,9 +168,11 @@ void TorchModule::backward(float scale, const std::function<void(std::size_t)>& 
     DS_TORCH_CALL(m.path, loss.backward(at::full({}, double(scale), loss.options())));
   } catch (...) {
     m.grad_ready = nullptr;
+    m.end_backward_groups();
     throw;
   }
   m.grad_ready = nullptr;
+  m.end_backward_groups();  // the blocks whose parameters got no gradient: nothing accumulates there
   for (std::size_t i = 0; i < m.params.size(); ++i)
     if (!m.reported[i]) grad_ready(i);
   m.check_still_bound();

@@ -28,6 +28,21 @@
 // libtorch's intra-op threads are set at bind() to ds::cpu_threads() (the rank's share).
 // Every libtorch failure reaches the caller as ds::Error naming the file and the call.
 //
+// ZeRO stage 3: a model given as a sequence of blocks gets one parameter group per block
+// with parameters, so only one block's parameters are gathered at a time. The form, read
+// off forward's graph at load: forward passes `inputs` through submodules one after the
+// other (a top-level nn.Sequential, the items of an nn.ModuleList in a loop, or top-level
+// children called in order), each call taking only the previous output (and `targets`, if
+// it wants), then computes its result from the last output and `targets` alone (a loss
+// function without parameters); the blocks' parameters are consecutive in
+// named_parameters() order and cover them all. A called submodule whose forward is itself
+// such a chain with nothing after it (an nn.Sequential) is split into its calls. Under
+// stage 3 the adapter then runs the blocks itself, one by one, the same calls on the same
+// tensors: each is gathered just before it runs and released after; in backward it is
+// gathered again when the gradient of its output arrives and released once its parameters'
+// gradients are accumulated. Any other model is one group, gathered around the whole
+// forward and backward.
+//
 // A C++ torch::nn::Module with a loss function is the other source (ds/torch/torch_frontend.h,
 // which includes libtorch's headers): the same contract, the loss function in forward's place.
 #pragma once
@@ -58,6 +73,9 @@ class TorchModule final : public Module {
   float forward(const Batch& batch) override;
   void backward(float scale, const std::function<void(std::size_t)>& grad_ready) override;
   float evaluate(const Batch& batch) override;
+  // A model given as a sequence of blocks: one group per block (see "ZeRO stage 3" above).
+  std::vector<ParamGroup> parameter_groups() const override;
+  void set_group_hooks(GroupHooks* hooks) override;
 
   // The model file, or "C++ module NAME" for a torch::nn::Module: what errors name.
   const std::string& path() const;
