@@ -26,6 +26,19 @@ TEST(TorchModule, ParametersAreNamedParametersInOrder) {
   EXPECT_EQ(ps[3].numel(), 3u);
 }
 
+// A range alone gets the same values as the whole model (stage 3 initialises group by group).
+TEST(TorchModule, InitParameterRangeGivesTheModulesValues) {
+  TorchModule whole_model(torch_model("regression"));
+  const Bound whole(whole_model);
+  TorchModule m(torch_model("regression"));
+  std::vector<float> w(whole.params[2].size()), b(whole.params[3].size());
+  const std::vector<std::span<float>> spans{w, b};
+  EXPECT_TRUE(m.init_parameter_range(2, spans, 0));
+  EXPECT_EQ(w, whole.params[2]);
+  EXPECT_EQ(b, whole.params[3]);
+  EXPECT_THROW(m.init_parameter_range(3, spans, 0), ds::Error);
+}
+
 // backward(scale) adds scale * gradient into the bound views: twice the same batch with
 // scales 1 and 2 gives three times the first gradient, in the same memory.
 TEST(TorchModule, BackwardAccumulatesIntoTheBoundViews) {

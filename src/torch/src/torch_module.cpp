@@ -74,16 +74,29 @@ const std::string& TorchModule::path() const { return impl_->path; }
 
 std::vector<ParamInfo> TorchModule::parameters() const { return impl_->infos; }
 
-void TorchModule::init_parameters(std::span<const std::span<float>> params, std::uint64_t /*seed*/) {
+void TorchModule::init_parameters(std::span<const std::span<float>> params, std::uint64_t seed) {
   Impl& m = *impl_;
   DS_CHECK(params.size() == m.params.size(), m.path << ": init_parameters got " << params.size()
                                                     << " parameters, the module has " << m.params.size());
-  for (std::size_t i = 0; i < params.size(); ++i) {
+  init_parameter_range(0, params, seed);
+}
+
+// The module's own values, so any range can be copied on its own (stage 3 then initialises
+// a group at a time, and rank 0 never holds a second whole copy).
+bool TorchModule::init_parameter_range(std::size_t first, std::span<const std::span<float>> params,
+                                       std::uint64_t /*seed*/) {
+  Impl& m = *impl_;
+  DS_CHECK(first + params.size() <= m.params.size(), m.path << ": init_parameter_range(" << first << ") got "
+                                                            << params.size() << " parameters, the module has "
+                                                            << m.params.size());
+  for (std::size_t k = 0; k < params.size(); ++k) {
+    const std::size_t i = first + k;
     const at::Tensor values = DS_TORCH_CALL(m.path, m.params[i].detach().to(at::kFloat).contiguous());
-    DS_CHECK(params[i].size() == std::size_t(values.numel()), m.path << ": init_parameters: " << m.names[i]
+    DS_CHECK(params[k].size() == std::size_t(values.numel()), m.path << ": init_parameters: " << m.names[i]
                                                                      << " has " << values.numel() << " elements");
-    std::memcpy(params[i].data(), values.data_ptr<float>(), params[i].size_bytes());
+    std::memcpy(params[k].data(), values.data_ptr<float>(), params[k].size_bytes());
   }
+  return true;
 }
 
 // The module cast to the working dtype, then each parameter's data and .grad made views of

@@ -69,6 +69,8 @@ class TorchModule final : public Module {
 
   std::vector<ParamInfo> parameters() const override;
   void init_parameters(std::span<const std::span<float>> params, std::uint64_t seed) override;
+  bool init_parameter_range(std::size_t first, std::span<const std::span<float>> params,
+                            std::uint64_t seed) override;  // the module's values: always true
   void bind(std::span<const TensorView> params, std::span<const TensorView> grads) override;
   float forward(const Batch& batch) override;
   void backward(float scale, const std::function<void(std::size_t)>& grad_ready) override;
