@@ -90,8 +90,11 @@ if ldd "$build/apps/train/train" 2>/dev/null | grep -q libtorch; then
   if [ "$quick" = 1 ]; then
     run torch /usr/bin/python3 bench/torch/torch_bench.py --build "$build" --rounds 1 --steps 12 --batch 32 \
       --features 64 --hidden 128 --layers 2
+    run zero3_memory /usr/bin/python3 bench/torch/zero3_memory.py --build "$build" --ranks 2 --steps 2 \
+      --blocks 2 --width 256 --max_ratio 0
   else
     run torch /usr/bin/python3 bench/torch/torch_bench.py --build "$build"
+    run zero3_memory /usr/bin/python3 bench/torch/zero3_memory.py --build "$build"
   fi
 fi
 

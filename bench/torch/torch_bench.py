@@ -262,9 +262,14 @@ def main():
     return 1 if 1 in codes else 3 if 3 in codes else 0
 
 
-if __name__ == "__main__":
+def run_cli(main_fn, name):
+    """Exits with main_fn()'s code; a RuntimeError becomes one 'NAME: error: ...' line, exit 1."""
     try:
-        sys.exit(main())
+        sys.exit(main_fn())
     except RuntimeError as e:
-        print(f"torch_bench: error: {e}", file=sys.stderr)
+        print(f"{name}: error: {e}", file=sys.stderr)
         sys.exit(1)
+
+
+if __name__ == "__main__":
+    run_cli(main, "torch_bench")
