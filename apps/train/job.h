@@ -3,6 +3,7 @@
 #pragma once
 
 #include <cstdint>
+#include <functional>
 #include <optional>
 #include <string>
 #include <vector>
@@ -58,6 +59,12 @@ struct Job {
   }
   // The model (module, sampler, FLOPs, checkpointing line, batch adapter) from nn::make_model.
   nn::BuiltModel model;
+  // Another instance of the same model (a pipeline stage keeps one per pipe buffer).
+  std::function<nn::BuiltModel()> build_another;
+  // Pipeline parallelism (pipeline.stages or --pipeline_parallel_size): ranks form a stages x
+  // data grid; the data is split over the data-parallel size, this rank reads its data index's.
+  int stages = 1;
+  int dp_size = 1, dp_rank = 0;
   bool on_gpu = false;
   std::int64_t steps_per_epoch = 0;  // optimizer steps per epoch of the training split
   std::int64_t total_steps = 0;      // the run ends after this global step

@@ -46,6 +46,9 @@ void add_model_flags(CLI::App& app, TrainOptions& o) {
       ->check(CLI::IsMember({"true", "false"}));
   add_optional(app, "--block_size", o.block_size, "Context length in tokens (bytes)")
       ->check(CLI::Range(std::int64_t{1}, std::int64_t{1} << 20));
+  app.add_option("--pipeline_parallel_size", o.pipeline_parallel_size,
+                 "Pipeline stages (the config's pipeline.stages); the ranks form a stages x data grid (gpt, llama)")
+      ->check(CLI::Range(1, 1 << 20));
   app.add_flag("--activation_checkpointing", o.activation_checkpointing,
                "Recompute each block's activations in backward instead of keeping them (CPU gpt and llama; "
                "as the config's activation_checkpointing section)");

@@ -21,6 +21,7 @@ struct TrainOptions {
   std::optional<std::int64_t> n_kv_head, intermediate_size;  // llama
   std::optional<double> rope_theta, rms_norm_eps;             // llama
   std::optional<bool> tie_embeddings;                         // llama: --tie_embeddings true|false
+  std::optional<int> pipeline_parallel_size;  // DeepSpeed's pipeline.stages from the command line
   bool activation_checkpointing = false;  // as the config's activation_checkpointing section: recompute in backward
 
   // Data and run length.

@@ -18,6 +18,7 @@
 #include "ds/engine/args.h"
 #include "ds/mpi/device_comm.h"
 #include "ds/nn/llama.h"
+#include "ds/pipe/topology.h"
 #include "init_from.h"
 #include "job.h"
 #include "save_dir_check.h"
@@ -45,13 +46,23 @@ void check_local_rank(const TrainOptions& opts, const DistributedContext& dist) 
            "--local_rank " << *opts.local_rank << " disagrees with MPI's local rank " << dist.local_rank);
 }
 
-// The config file, its batch sizes for this world size, the model shape and the seed.
-void load_config(Job& j, int world_size) {
+// pipeline.stages (or --pipeline_parallel_size, which wins): the pipe x data grid this rank
+// is in (ds/pipe/topology.h; errors name both numbers when stages does not divide the world).
+void plan_pipeline(Job& j, const DistributedContext& dist) {
+  if (j.opts.pipeline_parallel_size) j.cfg.pipeline.stages = *j.opts.pipeline_parallel_size;
+  const pipe::PipeGrid grid(dist.world_size, j.cfg.pipeline.stages);
+  j.stages = grid.stages();
+  j.dp_size = grid.data_parallel_size();
+  j.dp_rank = grid.coord_of(dist.rank).data;
+}
+
+// The config file, its batch sizes for the data-parallel size, the model shape and the seed.
+void load_config(Job& j, const DistributedContext& dist) {
   const TrainOptions& opts = j.opts;
   DS_CHECK(std::filesystem::exists(opts.config), "config file " << opts.config << " does not exist");
   j.cfg = config::load_config_file(opts.config);
-  config::refuse_pipeline_training(j.cfg.pipeline, opts.config);  // before the batch arithmetic
-  config::resolve_batch_sizes(j.cfg, world_size);
+  plan_pipeline(j, dist);  // before the batch arithmetic, which is per data-parallel group
+  config::resolve_batch_sizes(j.cfg, j.dp_size);
   j.spec = resolve_model_spec(j.cfg.raw.contains("model") ? j.cfg.raw.at("model") : nlohmann::json(nullptr), opts,
                               opts.config);
   if (j.spec.type == "llama" && j.spec.intermediate_size == 0)  // shown and checked on resume
@@ -151,17 +162,18 @@ void plan_run_length(Job& j, const DataSource& src, const DistributedContext& di
   const std::int64_t seq = j.spec.block_size;
   const std::size_t train_samples = j.train_samples();
   const auto mb = std::size_t(j.cfg.train_micro_batch_size_per_gpu);
-  DS_CHECK(!j.feature_data() || train_samples >= mb * std::size_t(dist.world_size),
+  const int world_size = j.dp_size;  // the data is split over the data-parallel ranks
+  DS_CHECK(!j.feature_data() || train_samples >= mb * std::size_t(world_size),
            "--data " << j.opts.data << ": " << train_samples << " training samples (of "
                      << j.data_size() << "; --val_fraction holds out " << j.val_samples()
-                     << ") are fewer than one micro-batch of " << mb << " on each of " << dist.world_size
+                     << ") are fewer than one micro-batch of " << mb << " on each of " << world_size
                      << " rank(s); lower train_micro_batch_size_per_gpu or give more samples");
-  DS_CHECK(train_samples >= std::size_t(dist.world_size),
+  DS_CHECK(train_samples >= std::size_t(world_size),
            data_name(j.opts) << " is too small: " << (src.shards ? src.shards->size() : src.text.size())
                              << " tokens give " << train_samples << " training windows of block_size+1 = "
-                             << seq + 1 << " tokens; need at least one per rank (" << dist.world_size
+                             << seq + 1 << " tokens; need at least one per rank (" << world_size
                              << "). Use a smaller --block_size or more data");
-  data::DistributedSampler probe(train_samples, dist.world_size, dist.rank, mb, true, j.seed,
+  data::DistributedSampler probe(train_samples, std::size_t(world_size), std::size_t(j.dp_rank), mb, true, j.seed,
                                  j.cfg.dataloader_drop_last);
   DS_CHECK(probe.steps_per_epoch() > 0,
            data_name(j.opts) << " gives " << train_samples << " training windows: fewer than one micro-batch of " << mb
@@ -207,6 +219,34 @@ void set_identity(Job& j, const DataSource& src) {
                              : fnv1a64(t.data(), t.size_bytes());
 }
 
+// What a pipelined run does not do (yet another engine would be needed): each an error
+// naming the flag or key, before any work.
+void check_pipeline_job(const Job& j) {
+  if (j.stages == 1) return;
+  const std::string grid = "pipeline.stages " + std::to_string(j.stages);
+  DS_CHECK(j.spec.type == "gpt" || j.spec.type == "llama",
+           grid << ": pipeline parallelism splits the layers of --model gpt or llama; --model " << j.spec.type
+                << " is not a layer sequence");
+  DS_CHECK(!j.on_gpu, grid << ": pipeline-parallel training runs on CPUs; use --device cpu");
+  DS_CHECK(j.opts.save_dir.empty() && j.opts.load_dir.empty(),
+           grid << ": checkpoints of pipeline-parallel runs are not supported (--save_dir, --load_dir); train "
+                   "without them or with pipeline.stages 1");
+  DS_CHECK(j.opts.init_from.empty(), grid << ": --init_from is not supported with pipeline parallelism");
+  const std::int64_t interval = j.cfg.pipeline.activation_checkpoint_interval;
+  DS_CHECK(interval <= 1, j.opts.config << ": pipeline.activation_checkpoint_interval " << interval
+                                        << ": dstrain recomputes one block at a time (1) or none (0)");
+  if (j.cfg.pipeline.seed_layers)
+    DS_WARN(j.opts.config << ": pipeline.seed_layers has no effect: each layer's initial values already come from "
+                             "the seed and the layer's own parameters");
+  if (!j.cfg.pipeline.use_reentrant)
+    DS_WARN(j.opts.config << ": pipeline.use_reentrant has no effect (a PyTorch autograd mode; dstrain's "
+                             "recomputation has one mode)");
+  DS_CHECK(j.cfg.zero_optimization.stage <= 2,
+           j.opts.config << ": zero_optimization.stage " << j.cfg.zero_optimization.stage << " with " << grid
+                         << ": a pipeline trains with ZeRO stages 0-2; stage 3 is not supported with pipeline "
+                            "parallelism");
+}
+
 // The model for this device (nn::make_model), then --init_from: rank 0 checks the file
 // against the model now (an agreed error) and reads it at initialize; the engine broadcasts
 // rank 0's values.
@@ -215,12 +255,18 @@ void build_model(Job& j, int rank) {
   nn::ModelKernels kernels{j.cfg.kernels.attention, j.cfg.kernels.attention_block, j.cfg.kernels.cpu_bf16_gemm,
                            opts.config};
   nn::ModelCheckpointing ckpt;
-  ckpt.enabled = j.cfg.activation_checkpointing.enabled || opts.activation_checkpointing;
+  // pipeline.activation_checkpoint_interval 1 (a pipelined run): each block recomputed, as the flag does.
+  ckpt.enabled = j.cfg.activation_checkpointing.enabled || opts.activation_checkpointing ||
+                 (j.stages > 1 && j.cfg.pipeline.activation_checkpoint_interval == 1);
   ckpt.from = opts.activation_checkpointing ? std::string("--activation_checkpointing")
                                             : "activation_checkpointing in " + opts.config;
   ckpt.micro_batch = j.cfg.train_micro_batch_size_per_gpu;
   j.model = is_torchscript(j.spec.type) ? make_torchscript_model(j.spec, ckpt)
                                          : nn::make_model(j.spec, j.on_gpu, j.device, kernels, ckpt);
+  if (!is_torchscript(j.spec.type))
+    j.build_another = [spec = j.spec, on_gpu = j.on_gpu, device = j.device, kernels, ckpt] {
+      return nn::make_model(spec, on_gpu, device, kernels, ckpt);
+    };
   if (!opts.init_from.empty())
     j.model.module = init_from_file(std::move(j.model.module), opts.init_from, rank == 0, &j.init_from_note);
 }
@@ -240,15 +286,16 @@ JobPtr prepare(const TrainOptions& opts, const DistributedContext& dist) {
   Job& j = *job;
   j.opts = opts;
   check_local_rank(opts, dist);
-  load_config(j, dist.world_size);
+  load_config(j, dist);
   load_tokenizer(j);
   const DataSource src = open_data(opts);
-  split_data(j, src, dist.world_size);
+  split_data(j, src, j.dp_size);
   encode_prompt(j);
   plan_run_length(j, src, dist);
   check_save_targets(j);
   j.on_gpu = is_torchscript(j.spec.type) ? torchscript_on_gpu(opts.device) : nn::model_on_gpu(j.spec, opts.device);
   if (j.on_gpu) j.device = shared_device(dist.device, visible_device_count());
+  check_pipeline_job(j);
   set_identity(j, src);
   // Progress bar only on a terminal (rank 0's stdout; run() shares rank 0's verdict).
   j.bar = dist.rank == 0 && (opts.progress == "bar" || (opts.progress == "auto" && stdout_is_terminal()));

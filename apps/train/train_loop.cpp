@@ -18,6 +18,7 @@
 #include "ds/nn/gemm.h"
 #include "ds/optim/optimizer.h"
 #include "job.h"
+#include "pipe_loop.h"
 #include "report.h"
 #include "resume.h"
 #include "run_summary.h"
@@ -207,6 +208,7 @@ class Trainer {
 }  // namespace
 
 void run(Job& j, DistributedContext& dist) {
+  if (j.stages > 1) return run_pipelined(j, dist);
   const bool rank0 = dist.rank == 0;
   Communicator& comm = *dist.comm;
 

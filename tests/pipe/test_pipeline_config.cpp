@@ -92,9 +92,8 @@ TEST(PipelineConfig, TrainingWithStagesIsRefused) {
     FAIL() << "stages 2 accepted";
   } catch (const ds::Error& e) {
     EXPECT_EQ(e.message(),
-              "ds.json: pipeline.stages 2: pipeline-parallel training is not supported (dstrain trains data "
-              "parallel only); set pipeline.stages to 1 or remove it. `ds_config check` and `ds_config "
-              "pipe-schedule` show the grid and the schedules it would run");
+              "ds.json: pipeline.stages 2: ds::initialize trains data parallel only; a pipeline trains through "
+              "ds::pipe::PipeEngine (ds/pipe/pipe_engine.h), as `train` does for pipeline.stages > 1");
   }
   EXPECT_NO_THROW(ds::config::refuse_pipeline_training(parse_config_text("{}").pipeline, "x"));
 }

@@ -43,9 +43,8 @@ void parse_pipeline(Ctx& ctx, const Member& section, PipelineConfig& c) {
 
 void refuse_pipeline_training(const PipelineConfig& p, const std::string& source) {
   DS_CHECK(p.stages <= 1, source << ": pipeline.stages " << p.stages
-                                 << ": pipeline-parallel training is not supported (dstrain trains data "
-                                    "parallel only); set pipeline.stages to 1 or remove it. `ds_config check` and "
-                                    "`ds_config pipe-schedule` show the grid and the schedules it would run");
+                                 << ": ds::initialize trains data parallel only; a pipeline trains through "
+                                    "ds::pipe::PipeEngine (ds/pipe/pipe_engine.h), as `train` does for pipeline.stages > 1");
 }
 
 nlohmann::json pipeline_to_json(const PipelineConfig& p) {

@@ -3,6 +3,7 @@
 #include "ds/pipe/pipe_engine.h"
 
 #include <algorithm>
+#include <sstream>
 
 #include "ds/config/parse.h"
 #include "ds/core/error.h"
@@ -88,11 +89,21 @@ PipeEngine::PipeEngine(config::DsConfig cfg, const ModelFactory& make_model, MPI
   impl_->stage->set_before_shared_ready([t = impl_->tied.get()](std::size_t i) { t->receive_gradients(i); });
   impl_->tied->sync_values();  // users start from the owner's initial values
   DS_INFO("pipeline: " << grid_.stages() << " stages x " << grid_.data_parallel_size() << " data-parallel, "
-                       << describe_stages(bounds_, layer_names_) << "; " << impl_->micro_batches
+                       << describe_stages() << "; " << impl_->micro_batches
                        << " micro-batches per step");
 }
 
 PipeEngine::~PipeEngine() = default;
+
+std::string PipeEngine::describe_stages() const {
+  std::ostringstream os;
+  for (std::size_t s = 0; s + 1 < bounds_.size(); ++s) {
+    if (s > 0) os << " | ";
+    os << "stage " << s << ": " << layer_names_[std::size_t(bounds_[s])];
+    if (bounds_[s + 1] - bounds_[s] > 1) os << " .. " << layer_names_[std::size_t(bounds_[s + 1] - 1)];
+  }
+  return os.str();
+}
 
 Engine& PipeEngine::engine() const { return *impl_->engine; }
 

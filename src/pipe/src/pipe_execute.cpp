@@ -1,6 +1,5 @@
 // The pipeline engine's execution of a schedule (ds/pipe/schedule.h): each instruction of each
 // step in order, on this stage's buffers.
-#include <sstream>
 
 #include "ds/core/error.h"
 #include "pipe_impl.h"
@@ -19,16 +18,6 @@ std::size_t elements(const std::vector<std::int64_t>& shape) {
 }
 
 }  // namespace
-
-std::string describe_stages(const StageBounds& bounds, const std::vector<std::string>& names) {
-  std::ostringstream os;
-  for (std::size_t s = 0; s + 1 < bounds.size(); ++s) {
-    if (s > 0) os << " | ";
-    os << "stage " << s << ": " << names[std::size_t(bounds[s])];
-    if (bounds[s + 1] - bounds[s] > 1) os << " .. " << names[std::size_t(bounds[s + 1] - 1)];
-  }
-  return os.str();
-}
 
 void PipeEngine::Impl::ensure_loaded(PipeSlot& slot, int micro) {
   if (slot.micro_batch == micro) return;

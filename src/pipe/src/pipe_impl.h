@@ -45,7 +45,4 @@ struct PipeEngine::Impl {
   float mean_loss(Communicator& world, int count);
 };
 
-// "stage 0: embed .. h.1 | stage 1: h.2 .. head" for the log line.
-std::string describe_stages(const StageBounds& bounds, const std::vector<std::string>& names);
-
 }  // namespace ds::pipe

@@ -1,8 +1,9 @@
 // The pipeline section of ds_config.json: DeepSpeed's keys (runtime/config.py
 // get_pipeline_config) plus partition_method, which DeepSpeed takes as a PipelineModule
 // argument and dstrain, having no Python model constructor, reads here. The grid, schedules
-// and partitioning are ds/pipe's; dstrain's engine does not run pipelines yet, so training
-// with stages > 1 is refused (refuse_pipeline_training), never accepted and ignored.
+// and partitioning are ds/pipe's, and so is the pipeline engine (ds/pipe/pipe_engine.h);
+// ds::initialize's data-parallel engine refuses stages > 1 (refuse_pipeline_training) rather
+// than train a pipeline config as data parallel.
 #pragma once
 
 #include <cstdint>

@@ -66,6 +66,8 @@ class PipeEngine {
   // Stage boundaries over the model's layers (ds/pipe/partition.h) and the layers' names.
   const StageBounds& bounds() const { return bounds_; }
   const std::vector<std::string>& layer_names() const { return layer_names_; }
+  // "stage 0: embed .. h.1 | stage 1: h.2 .. head"
+  std::string describe_stages() const;
   bool is_first_stage() const { return coord_.stage == 0; }
   bool is_last_stage() const { return coord_.stage == grid_.stages() - 1; }
   // The world communicator (all ranks), the stage's data-parallel group, this rank's pipe.

@@ -1,0 +1,89 @@
+// run_pipelined (pipe_loop.h): the loop of train_loop.cpp over PipeEngine::train_batch, which
+// runs a whole optimizer step (gradient_accumulation_steps micro-batches through the pipe).
+#include "pipe_loop.h"
+
+#include <cstdio>
+#include <memory>
+#include <optional>
+
+#include "ds/data/feature_loader.h"
+#include "ds/data/sampler.h"
+#include "ds/pipe/pipe_engine.h"
+#include "report.h"
+#include "run_summary.h"
+
+namespace ds::train {
+
+namespace {
+
+constexpr std::int64_t kLossWindow = 10;  // the summary's train loss: mean of the last steps
+
+// The pipe's micro-batches come from the sampler of this rank's data index: every stage of a
+// pipe reads the same ones (the first stage uses the inputs, the last the targets).
+std::unique_ptr<data::Loader> make_loader(const Job& j, bool train) {
+  const std::size_t samples = train ? j.train_samples() : j.val_samples();
+  data::DistributedSampler sampler(samples, std::size_t(j.dp_size), std::size_t(j.dp_rank),
+                                   std::size_t(j.cfg.train_micro_batch_size_per_gpu), train, j.seed,
+                                   train && j.cfg.dataloader_drop_last);
+  return std::make_unique<data::Loader>(train ? j.train_src() : j.val_src(), j.spec.block_size, std::move(sampler));
+}
+
+// Validation through the pipe: the first eval_iters micro-batches of the validation split
+// (the same ones each time), their mean loss over micro-batches and data-parallel ranks.
+std::optional<double> validate(const Job& j, pipe::PipeEngine& pipe, data::Loader* val) {
+  if (!val) return std::nullopt;
+  val->sampler().set_state({});
+  const auto iters = std::min<std::int64_t>(j.eval_iters, std::int64_t(val->sampler().steps_per_epoch()));
+  if (iters <= 0) return std::nullopt;
+  return double(pipe.eval_batch([&] { return val->next(); }, int(iters)));
+}
+
+}  // namespace
+
+void run_pipelined(Job& j, DistributedContext& dist) {
+  const bool rank0 = dist.rank == 0;
+  std::int32_t bar_flag = j.bar ? 1 : 0;  // the engine's progress lines would tear the bar
+  dist.comm->broadcast(TensorView{&bar_flag, 1, DType::I32}, 0);
+  if (bar_flag) j.cfg.steps_per_print.reset();
+
+  // One instance per pipe buffer, built as prepare() built j.model (which the header reads).
+  const pipe::ModelFactory instances = [&] { return j.build_another().module; };
+  pipe::PipeEngine pipe(j.cfg, instances, dist.mpi_comm);
+  Engine& engine = pipe.engine();
+  auto train = make_loader(j, true);
+  std::unique_ptr<data::Loader> val;
+  if (j.val_samples() >= std::size_t(j.dp_size) && j.eval_iters > 0) val = make_loader(j, false);
+
+  if (rank0) {
+    print_run_header(j, engine, j.dp_size, 0, "");  // the batch arithmetic is per data-parallel rank
+    std::printf("[train] pipeline: %d stages x %d data-parallel rank(s), %lld micro-batches per step; %s\n", j.stages,
+                j.dp_size, static_cast<long long>(j.cfg.gradient_accumulation_steps), pipe.describe_stages().c_str());
+  }
+  Reporter rep(rank0, j.bar, 1, j.total_steps, engine.train_batch_size() * j.tokens_per_sample(), j.cfg.steps_per_print,
+               j.opts.loss_csv);
+  rep.set_unit(j.data_unit());
+  FinalLosses losses;
+  for (std::int64_t step = 1; step <= j.total_steps; ++step) {
+    StepRecord r;
+    r.step = step;
+    r.lr = engine.get_lr();  // the rate this step's update applies
+    r.loss = pipe.train_batch([&] { return train->next(); });
+    r.grad_norm = engine.get_global_grad_norm();
+    r.loss_scale = engine.loss_scale();
+    losses.recent_train.push_back(r.loss);
+    if (std::int64_t(losses.recent_train.size()) > kLossWindow) losses.recent_train.erase(losses.recent_train.begin());
+    const bool last = step == j.total_steps;
+    if (last || (j.eval_interval > 0 && step % j.eval_interval == 0)) {
+      r.val_loss = validate(j, pipe, val.get());
+      if (r.val_loss) engine.log_eval_loss(*r.val_loss);
+      if (last) losses.validation = r.val_loss;
+    }
+    rep.step(r);
+  }
+  rep.finish_bar();
+  if (rank0 && j.model.generate && j.opts.sample_tokens > 0)
+    std::printf("[train] sample: not generated (a pipeline-parallel model is split over the ranks)\n");
+  print_summary(j, engine, rep, 0, losses, rank0);
+}
+
+}  // namespace ds::train
