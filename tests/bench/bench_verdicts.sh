@@ -49,6 +49,24 @@ if [ "${1:-}" = torch ]; then
   exit 0
 fi
 
+# The pipeline benchmark (`bench_verdicts.sh pipe`, its own test): a tiny GPT in 2 and 4
+# stages (4 ranks oversubscribe a 2-core machine, which the run must say), checked (finite
+# losses, every step applied on every stage) at floor 0; a floor out of reach exits 3, a bad
+# flag 2.
+if [ "${1:-}" = pipe ]; then
+  pb=("$B/pipe/pipe_bench" --layers 2 --embd 32 --heads 2 --seq 16 --vocab 64 --micro_batches 4 --steps 2 --warmup 1)
+  for np in 2 4; do
+    expect "pipe_bench -np $np" 0 "every stage applied every optimizer step" env OMP_NUM_THREADS=1 \
+      $MPI -np $np "${pb[@]}" --min_ratio 0
+    tail -1 "$D/out" | grep -q "\"stages\":$np," || fail "pipe_bench -np $np: the record does not say $np stages"
+  done
+  [ "$(nproc)" -ge 4 ] || grep -q "oversubscribe the cores" "$D/out" || fail "pipe_bench -np 4: no oversubscription note"
+  expect "pipe_bench --min_ratio 1000" 3 "is below --min_ratio 1000" $MPI -np 2 "${pb[@]}" --min_ratio 1000
+  expect "pipe_bench --micro_batches 0" 2 "--micro_batches" "$B/pipe/pipe_bench" --micro_batches 0
+  echo "bench_verdicts pipe: OK"
+  exit 0
+fi
+
 comm=(--min_size 4K --max_size 64K --warmup 0 --budget 0.001)
 expect "comm_bench" 0 "" $MPI -np 2 "$B/comm/comm_bench" "${comm[@]}"
 expect "comm_bench --min_ratio 1000" 3 "is below --min_ratio 1000" $MPI -np 2 "$B/comm/comm_bench" "${comm[@]}" --min_ratio 1000
