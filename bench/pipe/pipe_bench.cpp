@@ -9,7 +9,8 @@
 // Reference, measured in the same run: every rank trains its own stage's layers alone -- a
 // one-rank ds::Engine over MPI_COMM_SELF on a module holding only those layers
 // (stage_alone.h) -- over the same m micro-batches (forward, backward and the optimizer step),
-// all ranks at once as the pipeline runs them; the stage compute is the slowest rank's time.
+// all ranks at once as the pipeline runs them; the stage compute is the slowest rank's
+// median (the median of each round's slowest would let one rank's noise set every round).
 // Not the pipelined stages' own engine timers: a stage's "backward" timer also holds its
 // blocking receive of the tied embedding's gradient from the last stage (the tied weight's
 // owner waits there), and a boundary "step" waits for the pipe's agreement on the skip
@@ -21,13 +22,15 @@
 // The stage compute includes its one optimizer step, which the ideal so scales by
 // (m + p - 1) / m as well: a slightly generous ideal. Also printed: each rank's resident
 // parameter bytes (its engine's working parameters plus the copy of a tied weight another
-// stage owns) and model-state bytes against 1/p of the whole model's (a one-rank engine on
-// the whole GPT, rank 0). Checks: the losses are finite, every stage applied every step.
+// stage owns) and model-state bytes (its engine's, plus that copy and its gradient) against
+// 1/p of the whole model's (a one-rank engine on the whole GPT, rank 0, which holds the tied
+// weight once). Checks: the losses are finite, every stage applied every step.
 // More ranks than CPUs oversubscribe the cores: the run says so and its ratio is not the
 // pipeline's alone. The last line on rank 0 is its JSON: record (bench/README.md).
 #include <mpi.h>
 #include <omp.h>
 
+#include <algorithm>
 #include <cmath>
 #include <cstdint>
 #include <cstdio>
@@ -96,11 +99,22 @@ double max_over_ranks(double v, MPI_Comm comm) {
   return v;
 }
 
+// Every rank's v, in rank order (with one pipe and no data parallelism: stage order).
+std::vector<double> gather(double v, MPI_Comm comm) {
+  int n = 0;
+  MPI_Comm_size(comm, &n);
+  std::vector<double> all(static_cast<std::size_t>(n));
+  MPI_Allgather(&v, 1, MPI_DOUBLE, all.data(), 1, MPI_DOUBLE, comm);
+  return all;
+}
+
 struct Rounds {
-  std::vector<double> reference_s, pipe_s;  // per timed round, the slowest rank's
-  std::vector<double> own_reference_s;      // this rank's alone time per timed round
-  double timers_ms = 0;                     // this rank's pipelined forward + backward timers per step
+  std::vector<double> pipe_s;           // per timed round, the slowest rank's pipelined step
+  std::vector<double> own_reference_s;  // this rank's alone step per timed round
+  double timers_ms = 0;                 // this rank's pipelined forward + backward timers per step
   bool losses_finite = true;
+  // After the rounds, per rank (stage order): the median alone step, the timers per step (ms).
+  std::vector<double> alone_ms, stage_timers_ms;
 };
 
 // One step of the reference engine over the micro-batches; this rank's seconds.
@@ -125,7 +139,6 @@ Rounds run_rounds(ds::pipe::PipeEngine& pipe, ds::Engine& alone, const std::vect
     if (i == o.warmup) timers0 = timers.total_ms("forward") + timers.total_ms("backward");
     MPI_Barrier(world);
     const double own = reference_step(alone, micro, o, r.losses_finite);
-    const double slowest = max_over_ranks(own, world);
     MPI_Barrier(world);
     std::size_t next = 0;
     const double t0 = MPI_Wtime();
@@ -134,10 +147,11 @@ Rounds run_rounds(ds::pipe::PipeEngine& pipe, ds::Engine& alone, const std::vect
     r.losses_finite = r.losses_finite && std::isfinite(loss);
     if (!timed) continue;
     r.own_reference_s.push_back(own);
-    r.reference_s.push_back(slowest);
     r.pipe_s.push_back(step);
   }
   r.timers_ms = (timers.total_ms("forward") + timers.total_ms("backward") - timers0) / o.steps;
+  r.alone_ms = gather(1e3 * ds::bench::median(r.own_reference_s), world);
+  r.stage_timers_ms = gather(r.timers_ms, world);
   return r;
 }
 
@@ -146,14 +160,6 @@ std::string cpu_model() {
   for (std::string line; std::getline(f, line);)
     if (line.rfind("model name", 0) == 0) return line.substr(line.find(':') + 2);
   return "unknown";
-}
-
-std::vector<double> gather(double v, MPI_Comm comm) {
-  int n = 0;
-  MPI_Comm_size(comm, &n);
-  std::vector<double> all(static_cast<std::size_t>(n));
-  MPI_Allgather(&v, 1, MPI_DOUBLE, all.data(), 1, MPI_DOUBLE, comm);
-  return all;
 }
 
 double mib(double bytes) { return bytes / (1024.0 * 1024.0); }
@@ -180,7 +186,7 @@ Memory measure_memory(const ds::pipe::PipeEngine& pipe, const ds::bench::StageAl
   const double foreign = double(alone.foreign_tied_numel() * sizeof(float));
   Memory m;
   m.params = gather(double(mine.params) + foreign, world);
-  m.states = gather(double(mine.total()), world);
+  m.states = gather(double(mine.total()) + 2 * foreign, world);  // the copy's gradient too
   if (rank == 0) {
     const ds::engine::ModelStateBytes whole = whole_model_states(o);
     m.whole_params = double(whole.params);
@@ -189,18 +195,15 @@ Memory measure_memory(const ds::pipe::PipeEngine& pipe, const ds::bench::StageAl
   return m;
 }
 
-void print_ranks(const ds::pipe::PipeEngine& pipe, const Rounds& r, const Memory& mem, int rank, MPI_Comm world) {
-  const std::vector<double> alone_ms = gather(1e3 * ds::bench::median(r.own_reference_s), world);
-  const std::vector<double> timers_ms = gather(r.timers_ms, world);
-  const int p = int(alone_ms.size());
-  if (rank != 0) return;
+void print_ranks(const ds::pipe::PipeEngine& pipe, const Rounds& r, const Memory& mem) {
+  const int p = int(r.alone_ms.size());
   const ds::pipe::StageBounds& b = pipe.bounds();
   const std::vector<std::string>& names = pipe.layer_names();
   for (int s = 0; s < p; ++s) {
     const std::string layers = names[std::size_t(b[std::size_t(s)])] + " .. " + names[std::size_t(b[std::size_t(s) + 1] - 1)];
     std::printf("  stage %d (%s): alone %.1f ms/step, pipelined forward+backward timers %.1f ms/step, "
                 "resident parameters %.2f MiB, model states %.2f MiB\n",
-                s, layers.c_str(), alone_ms[std::size_t(s)], timers_ms[std::size_t(s)], mib(mem.params[std::size_t(s)]),
+                s, layers.c_str(), r.alone_ms[std::size_t(s)], r.stage_timers_ms[std::size_t(s)], mib(mem.params[std::size_t(s)]),
                 mib(mem.states[std::size_t(s)]));
   }
   std::printf("  whole model on one rank: parameters %.2f MiB, model states %.2f MiB; 1/%d: %.2f MiB, %.2f MiB\n",
@@ -209,7 +212,8 @@ void print_ranks(const ds::pipe::PipeEngine& pipe, const Rounds& r, const Memory
 
 int finish(const Options& o, const Rounds& r, const Memory& mem, bool steps_applied, int rank) {
   const int p = int(mem.params.size()), m = o.micro_batches;
-  const double compute = ds::bench::median(r.reference_s), step = ds::bench::median(r.pipe_s);
+  const double compute = 1e-3 * *std::max_element(r.alone_ms.begin(), r.alone_ms.end());
+  const double step = ds::bench::median(r.pipe_s);
   const double ideal = compute * double(m + p - 1) / double(m);
   const bool oversubscribed = unsigned(p) > std::thread::hardware_concurrency();
   double worst_params = 0, worst_states = 0;
@@ -226,6 +230,8 @@ int finish(const Options& o, const Rounds& r, const Memory& mem, bool steps_appl
   report["threads"] = o.threads;
   report["cpu_model"] = cpu_model();
   report["oversubscribed"] = oversubscribed;
+  report["stage_alone_ms"] = r.alone_ms;
+  report["stage_timers_ms"] = r.stage_timers_ms;
   report["stage_compute_ms"] = 1e3 * compute;
   report["ideal_step_ms"] = 1e3 * ideal;
   report["pipelined_step_ms"] = 1e3 * step;
@@ -308,7 +314,7 @@ int main(int argc, char** argv) {
       const Rounds r = run_rounds(pipe, reference, micro, o, ctx.mpi_comm);
       const bool applied = pipe.engine().global_steps() == o.warmup + o.steps && pipe.engine().skipped_steps() == 0;
       const Memory mem = measure_memory(pipe, alone, o, ctx.rank, ctx.mpi_comm);
-      print_ranks(pipe, r, mem, ctx.rank, ctx.mpi_comm);
+      if (ctx.rank == 0) print_ranks(pipe, r, mem);
       Rounds all = r;
       all.losses_finite = all_ranks(r.losses_finite, ctx.mpi_comm);
       code = finish(o, all, mem, all_ranks(applied, ctx.mpi_comm), ctx.rank);
