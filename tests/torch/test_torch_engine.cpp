@@ -153,3 +153,15 @@ TEST(TorchEngine, BlockGroupsTrainAsStageZero) {
     for (std::size_t k = 0; k < ref.params.size(); ++k) EXPECT_NEAR(ours.params[k], ref.params[k], 1e-5) << k;
   }
 }
+
+// The same under bf16 (the blocks cast with the module): stage 3 by blocks follows stage 0.
+TEST(TorchEngine, BlockGroupsBf16FollowStageZero) {
+  const int W = g_world->size();
+  if (RegressionData::kBatch % W != 0) GTEST_SKIP() << "batch " << RegressionData::kBatch << " over " << W;
+  const json bf16{{"bf16", {{"enabled", true}}}};
+  json stage3 = bf16;
+  stage3["zero_optimization"] = {{"stage", 3}, {"stage3_param_persistence_threshold", 0}, {"stage3_max_reuse_distance", 0}};
+  const TrainRun ref = train("blocks", optimizer("adamw"), RegressionData::kBatch, 1, self(), 10, bf16);
+  const TrainRun ours = train("blocks", optimizer("adamw"), RegressionData::kBatch / W, 1, g_world, 10, stage3);
+  expect_losses_near(ours.losses, ref.losses, 1e-2);
+}
