@@ -39,7 +39,7 @@ cd "$root"
 source scripts/mpi_env.sh
 
 targets=(comm_bench optim_bench bench_train bench_train_engine bench_gemm_shapes bench_peak zero_bench
-         page_release_bench bench_checkpoint)
+         page_release_bench bench_checkpoint pipe_bench)
 [ "$quick" = 1 ] || targets+=(train)
 if [ "$build_first" = 1 ]; then
   cmake --build "$build" --target "${targets[@]}" || { echo "run_all.sh: error: the build failed" >&2; exit 1; }
@@ -73,6 +73,10 @@ if [ "$quick" = 1 ]; then
   run peak "$build/bench/train/bench_peak"
   run zero bash bench/zero/run.sh "$build" --steps 3 --warmup 1
   run checkpoint bash bench/checkpoint/run.sh "$build" 10000000 1 "$ckpt_dir/ckpt"
+  for np in 2 4; do
+    run "pipe_np$np" env OMP_NUM_THREADS=1 $mpi -np "$np" "$build/bench/pipe/pipe_bench" --layers 4 --embd 64 --seq 32 \
+      --vocab 256 --steps 3 --warmup 1 --min_ratio 0
+  done
 else
   run default_train bash -c "time mpirun -np 2 '$build/apps/train/train' --config configs/default.json 2>&1 | tail -3"
   for np in 2 4; do
@@ -84,6 +88,9 @@ else
   run peak "$build/bench/train/bench_peak"
   run zero bash bench/zero/run.sh "$build"
   run checkpoint bash bench/checkpoint/run.sh "$build" 100000000 3 "$ckpt_dir/ckpt"
+  for np in 2 4; do  # 4 ranks oversubscribe 2 cores: the run says so
+    run "pipe_np$np" env OMP_NUM_THREADS=1 $mpi -np "$np" "$build/bench/pipe/pipe_bench" --steps 20
+  done
 fi
 # TorchScript training against PyTorch, where train was built with torch support.
 if ldd "$build/apps/train/train" 2>/dev/null | grep -q libtorch; then

@@ -223,6 +223,7 @@ int finish(const Options& o, const Rounds& r, const Memory& mem, bool steps_appl
   }
   ds::bench::Report report("pipe_bench");
   report.min_ratio(o.min_ratio);
+  report["ranks"] = p;
   report["stages"] = p;
   report["micro_batches"] = m;
   report["micro_batch"] = o.micro;
