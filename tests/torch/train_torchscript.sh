@@ -17,11 +17,14 @@ grep -q "model: $LM block_size=32 vocab_size=256" fp32.out || fail "fp32: no mod
 v=$(final_val fp32)
 "$PY" -c "import sys; sys.exit(0 if float('$v') < 5.4 else 1)" || fail "fp32: final validation loss $v, not below 5.4"
 
-# ZeRO stage 3 with parameters and optimizer state offloaded to host memory: the same losses.
+# ZeRO stage 3 with parameters and optimizer state offloaded to host memory: the same losses,
+# the LM's embedding and head gathered one at a time (its forward is a sequence of blocks).
 write_config z3_offload.json "$CONFIGS/default.json" \
   'c["zero_optimization"] = {"stage": 3, "offload_param": {"device": "cpu"}, "offload_optimizer": {"device": "cpu"}}'
 must_run 2 z3 --config z3_offload.json --model "$LM" --block_size 32 --eval_iters 2 --steps 40 --loss_csv z3.csv
 compare_losses fp32.csv z3.csv 1e-5
+grep -q "lm.pt: ZeRO stage 3 gathers one block at a time (2 blocks: wte ... head)" z3.out z3.err \
+  || fail "z3: no line saying the LM is gathered a block at a time"
 
 # The same LM written as forward(inputs) -> logits (the app takes the cross-entropy): the same losses.
 must_run 2 logits --model "torchscript:$WORK/models/lm_logits.pt" "${RUN[@]}" --steps 40 --loss_csv logits.csv

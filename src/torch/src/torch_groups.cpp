@@ -8,6 +8,7 @@
 // so tensors autograd saved in forward read the gathered values again in backward.
 #include <algorithm>
 
+#include "ds/core/log.h"
 #include "torch_blocks.h"
 #include "torch_call.h"
 #include "torch_impl.h"
@@ -63,9 +64,20 @@ void TorchModule::Impl::end_backward_groups() noexcept {
 
 std::vector<ParamGroup> TorchModule::parameter_groups() const { return impl_->groups; }
 
+// Called by a stage-3 engine: say which way the model will be gathered, since the form is
+// read off forward and a user cannot otherwise tell.
 void TorchModule::set_group_hooks(GroupHooks* hooks) {
-  impl_->end_backward_groups();
-  impl_->hooks = hooks;
+  Impl& m = *impl_;
+  m.end_backward_groups();
+  m.hooks = hooks;
+  if (!hooks) return;
+  if (m.groups.empty()) {
+    DS_INFO(m.path << ": ZeRO stage 3 gathers the whole model around each forward and backward (forward is "
+                      "not a sequence of blocks)");
+  } else {
+    DS_INFO(m.path << ": ZeRO stage 3 gathers one block at a time (" << m.groups.size() << " blocks: "
+                   << m.groups.front().name << " ... " << m.groups.back().name << ")");
+  }
 }
 
 }  // namespace ds::torch
