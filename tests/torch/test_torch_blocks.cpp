@@ -9,6 +9,7 @@
 #include <cmath>
 #include <limits>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "ds/torch/torch_module.h"
@@ -39,9 +40,9 @@ class PoisonHooks final : public ds::GroupHooks {
   }
   void acquire(std::size_t g, ds::Pass pass) override {
     log_.push_back(tag(g, pass, '+'));
-    if (refs_[g]++ == 0) {
-      for (std::size_t i = first(g); i < end(g); ++i) std::copy(saved_[i].begin(), saved_[i].end(), s_.params[i].begin());
-    }
+    if (refs_[g]++ == 0)
+      for (std::size_t i = first(g); i < end(g); ++i)
+        std::copy(saved_[i].begin(), saved_[i].end(), s_.params[i].begin());
     held_most_ = std::max(held_most_, held());
   }
   void release(std::size_t g, ds::Pass pass) noexcept override {
@@ -51,10 +52,12 @@ class PoisonHooks final : public ds::GroupHooks {
       for (std::size_t i = first(g); i < end(g); ++i) grads_at_release_[i] = s_.grads[i];
     poison(g);
   }
-  std::size_t held() const { return std::size_t(std::count_if(refs_.begin(), refs_.end(), [](int r) { return r > 0; })); }
+  std::size_t held() const {
+    return std::size_t(std::count_if(refs_.begin(), refs_.end(), [](int r) { return r > 0; }));
+  }
+  std::size_t held_most() const { return held_most_; }  // groups acquired at once, at most
   std::vector<std::string> take_log() { return std::exchange(log_, {}); }
-  std::size_t held_most_ = 0;
-  std::vector<std::vector<float>> grads_at_release() const { return grads_at_release_; }
+  const std::vector<std::vector<float>>& grads_at_release() const { return grads_at_release_; }
 
  private:
   std::size_t first(std::size_t g) const { return groups_[g].first; }
@@ -76,6 +79,7 @@ class PoisonHooks final : public ds::GroupHooks {
   std::vector<int> refs_;
   std::vector<std::vector<float>> saved_, grads_at_release_;
   std::vector<std::string> log_;
+  std::size_t held_most_ = 0;
 };
 
 // `model` with the poisoning hooks against the same model without: the same losses and
@@ -100,7 +104,7 @@ void expect_bracketed(const std::string& model, const ds::Batch& batch) {
     want.push_back("F-" + std::to_string(g));
   }
   EXPECT_EQ(hooks.take_log(), want);
-  EXPECT_EQ(hooks.held_most_, 1u);
+  EXPECT_EQ(hooks.held_most(), 1u);
 
   m.backward(1.0f, [](std::size_t) {});
   std::vector<std::string> acquired;
@@ -109,7 +113,7 @@ void expect_bracketed(const std::string& model, const ds::Batch& batch) {
   std::vector<std::string> want_acquired;
   for (std::size_t g = n_groups; g-- > 0;) want_acquired.push_back("B+" + std::to_string(g));
   EXPECT_EQ(acquired, want_acquired);
-  EXPECT_LE(hooks.held_most_, 2u);  // the block running and, at most, the one after it
+  EXPECT_LE(hooks.held_most(), 2u);  // the block running and, at most, the one after it
   EXPECT_EQ(hooks.held(), 0u);
   // Last-bit differences: the module's forward runs as one graph (its autodiff), the blocks one by one.
   for (std::size_t i = 0; i < ref.grads.size(); ++i)

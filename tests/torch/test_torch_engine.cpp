@@ -147,7 +147,8 @@ TEST(TorchEngine, BlockGroupsTrainAsStageZero) {
                      {{"stage", 3}, {"stage3_param_persistence_threshold", 0}, {"stage3_max_reuse_distance", 0}}}};
   for (int gas : {1, 2}) {
     SCOPED_TRACE("gas " + std::to_string(gas));
-    const TrainRun ours = train("blocks", optimizer("adamw"), RegressionData::kBatch / W / gas, gas, g_world, 10, stage3);
+    const int micro = RegressionData::kBatch / W / gas;
+    const TrainRun ours = train("blocks", optimizer("adamw"), micro, gas, g_world, 10, stage3);
     expect_losses_near(ours.losses, ref.losses, 1e-5);
     ASSERT_EQ(ours.params.size(), ref.params.size());
     for (std::size_t k = 0; k < ref.params.size(); ++k) EXPECT_NEAR(ours.params[k], ref.params[k], 1e-5) << k;
@@ -160,7 +161,8 @@ TEST(TorchEngine, BlockGroupsBf16FollowStageZero) {
   if (RegressionData::kBatch % W != 0) GTEST_SKIP() << "batch " << RegressionData::kBatch << " over " << W;
   const json bf16{{"bf16", {{"enabled", true}}}};
   json stage3 = bf16;
-  stage3["zero_optimization"] = {{"stage", 3}, {"stage3_param_persistence_threshold", 0}, {"stage3_max_reuse_distance", 0}};
+  stage3["zero_optimization"] = {
+      {"stage", 3}, {"stage3_param_persistence_threshold", 0}, {"stage3_max_reuse_distance", 0}};
   const TrainRun ref = train("blocks", optimizer("adamw"), RegressionData::kBatch, 1, self(), 10, bf16);
   const TrainRun ours = train("blocks", optimizer("adamw"), RegressionData::kBatch / W, 1, g_world, 10, stage3);
   expect_losses_near(ours.losses, ref.losses, 1e-2);

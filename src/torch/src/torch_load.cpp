@@ -50,7 +50,9 @@ class ScriptSource final : public ModelSource {
     for (const auto& p : module_.named_parameters(/*recurse=*/true)) out.emplace_back(p.name, p.value);
     return out;
   }
-  std::vector<ParamGroup> parameter_groups() const override { return chain_ ? chain_->groups : std::vector<ParamGroup>{}; }
+  std::vector<ParamGroup> parameter_groups() const override {
+    return chain_ ? chain_->groups : std::vector<ParamGroup>{};
+  }
   void to(at::ScalarType dtype) override { DS_TORCH_CALL(path_, module_.to(dtype)); }
   void train(bool on) override { DS_TORCH_CALL(path_, module_.train(on)); }
   at::Tensor loss(const at::Tensor& inputs, const at::Tensor& targets) override {
