@@ -171,6 +171,16 @@ bool CheckpointReader::same_flat_layout(const std::vector<ExpectedParam>& expect
   return true;
 }
 
+bool CheckpointReader::holds_flat_layout(const std::vector<ExpectedParam>& expected) const {
+  std::map<std::string, const ManifestParam*> saved;
+  for (const auto& p : manifest_.params) saved[p.name] = &p;
+  for (const auto& e : expected) {
+    auto it = saved.find(e.name);
+    if (it == saved.end() || it->second->shape != e.shape || it->second->flat_offset != e.flat_offset) return false;
+  }
+  return true;
+}
+
 void CheckpointReader::verify_params(const std::vector<std::string>& names) {
   if (manifest_.params_in_master) {
     // The weights are fp32_master: checksum that dataset of every file holding part of them.

@@ -148,7 +148,35 @@ io::CheckpointContent Engine::checkpoint_content(const io::StateValue& client_st
   s["loss_scaler"]["consecutive_overflows"] = ls.consecutive_overflows;
   c.client_state = client_state;
   c.config_json = cfg_.raw.dump();
+  if (pipeline_.world) {
+    s["pipeline_stages"] = std::int64_t(pipeline_.stages);  // the grid it was saved on
+    s["world_size"] = std::int64_t(pipeline_.world->size());
+    place_in_whole_model(c);
+  }
   return c;
+}
+
+// A pipeline stage's checkpoint is the whole model's: every parameter listed at its dense
+// offset in the model, the weights in the master (params_in_master, as at stage 3), and this
+// rank's real part of its step range (stages 0-2: one slice, padding at its end) at the
+// stage's place in the model. Where the stage's ranks hold the same slice (ZeRO stage 0) its
+// data-parallel rank 0 writes it; the others write nothing.
+void Engine::place_in_whole_model(io::CheckpointContent& c) const {
+  c.params.clear();
+  std::size_t at = 0;
+  for (const ParamInfo& p : pipeline_.model_params) {
+    c.params.push_back({p.name, p.shape, wdtype_, nullptr, at});
+    at += p.numel();
+  }
+  c.flat_numel = at;
+  c.params_in_master = true;
+  const bool writes = store_->partitioned() || rank_ == 0;
+  const std::size_t lo = c.shard_offset;
+  const std::size_t real = writes && lo < map_.total_numel ? std::min(c.shard_count, map_.total_numel - lo) : 0;
+  c.has_shard = true;
+  c.shard_ranges.clear();
+  if (real > 0) c.shard_ranges.push_back({pipeline_.dense_offset + lo, real});
+  c.shard_count = real;
 }
 
 // Joins the background writer of a pending async save and commits it (collective).
@@ -157,7 +185,7 @@ std::string Engine::wait_for_checkpoint() {
   if (!a.in_flight) return "";
   if (a.worker.joinable()) a.worker.join();
   a.in_flight = false;
-  std::string dir = io::commit_save(*comm_, a.pending, a.result);
+  std::string dir = io::commit_save(checkpoint_comm(), a.pending, a.result);
   DS_INFO("saved checkpoint " << dir);  // the same line as a synchronous save, once committed
   return dir;
 }
@@ -187,15 +215,15 @@ void Engine::save_checkpoint(const std::string& save_dir, std::optional<std::str
     }
   } end_views{*store_};
   if (!cfg_.checkpoint.async_save) {
-    std::string dir = io::save_checkpoint(*comm_, save_dir, t, c, o);
+    std::string dir = io::save_checkpoint(checkpoint_comm(), save_dir, t, c, o);
     DS_INFO("saved checkpoint " << dir);
     return;
   }
   // Async: tag check + tmp dir now (collective, this thread), snapshot, write on a thread.
   engine::AsyncSave& a = *async_save_;
-  a.pending = io::begin_save(*comm_, save_dir, t, o, c);
+  a.pending = io::begin_save(checkpoint_comm(), save_dir, t, o, c);
   std::size_t bytes = 0;
-  const bool rank0 = rank_ == 0;
+  const bool rank0 = checkpoint_comm().rank() == 0;
   if (rank0 && !c.params_in_master) for (const auto& p : c.params) bytes += p.numel() * dtype_size(p.dtype);
   if (c.has_shard) bytes += c.shard.size() * c.shard_count * sizeof(float);
   bytes += 64 * (c.params.size() + c.shard.size());  // alignment slack
@@ -218,7 +246,7 @@ void Engine::save_checkpoint(const std::string& save_dir, std::optional<std::str
   }
   a.content = std::move(c);
   a.in_flight = true;
-  const int rank = rank_;
+  const int rank = checkpoint_comm().rank();
   a.worker = std::thread([&a, rank] { a.result = io::write_local(a.pending, rank, a.content); });
 }
 
@@ -243,11 +271,12 @@ struct CheckedLoad {
   std::vector<std::size_t> present;  // indices of the model's parameters found in the checkpoint
 };
 
-// The optimizer state: saved for the same flat layout and optimizer, every dataset present, and
-// the ranges this rank steps checksummed.
+// The optimizer state: saved for the same flat layout (a pipeline stage's: the same run of the
+// saved model) and optimizer, every dataset present, and the ranges this rank steps checksummed.
 void check_optimizer_state(io::CheckpointReader& r, const io::StateValue& es, const optim::Optimizer& optimizer,
-                           const std::vector<io::ExpectedParam>& expected, const std::vector<io::ShardRange>& ranges) {
-  DS_CHECK(r.same_flat_layout(expected),
+                           const std::vector<io::ExpectedParam>& expected, const std::vector<io::ShardRange>& ranges,
+                           bool part_of_model) {
+  DS_CHECK(part_of_model ? r.holds_flat_layout(expected) : r.same_flat_layout(expected),
            "checkpoint " << r.dir() << ": the saved parameter layout (names, shapes, order) differs from the model's, "
                          "so its optimizer state cannot be loaded; load with load_optimizer_states = false");
   std::string saved_opt = es.contains("optimizer") && es.at("optimizer").is_string() ? es.at("optimizer").as_string() : "?";
@@ -260,18 +289,37 @@ void check_optimizer_state(io::CheckpointReader& r, const io::StateValue& es, co
   for (const auto& rg : ranges) r.verify_flat_range(rg.offset, rg.count);
 }
 
+// A pipeline stage's parameters in a checkpoint of the whole model: each present with its
+// shape (a missing one is an error under load_module_strict); the other stages' are not its.
+void check_stage_params(const io::CheckpointReader& r, const std::vector<io::ExpectedParam>& expected, bool strict) {
+  for (const auto& e : expected) {
+    const auto& mp = r.manifest().params;
+    const auto it = std::find_if(mp.begin(), mp.end(), [&](const io::ManifestParam& q) { return q.name == e.name; });
+    if (it == mp.end()) {
+      DS_CHECK(!strict, "checkpoint " << r.dir() << " does not hold this pipeline stage's parameter " << e.name
+                                      << " (load_module_strict)");
+      DS_WARN("checkpoint " << r.dir() << ": missing in checkpoint: " << e.name);
+      continue;
+    }
+    DS_CHECK(it->shape == e.shape, "checkpoint " << r.dir() << ": shape of " << e.name << " differs from the model's");
+  }
+}
+
 // Opens and checks the checkpoint: names and shapes, the engine state's numbers, the client
 // state (the caller's check), the optimizer state when it is loaded, and the checksums of the
-// parameters. `ranges`: the dense ranges this rank steps.
+// parameters. `ranges`: the dense ranges this rank steps. A pipeline stage (`shift`: its place
+// in the model) checks its own parameters only.
 CheckedLoad check_checkpoint(const std::string& load_dir, const std::string& tag, int io_threads,
                              const engine::PartitionMap& map, const LoadOptions& opt, bool load_opt,
-                             const optim::Optimizer& optimizer, const std::vector<io::ShardRange>& ranges) {
+                             const optim::Optimizer& optimizer, const std::vector<io::ShardRange>& ranges,
+                             bool part_of_model, std::size_t shift) {
   CheckedLoad c;
   c.reader = std::make_unique<io::CheckpointReader>(load_dir, tag, io::LoadOptions{io_threads});
   io::CheckpointReader& r = *c.reader;
   std::vector<io::ExpectedParam> expected;
-  for (const auto& p : map.params) expected.push_back({p.name, p.shape, p.dense_offset});
-  r.check_model(expected, opt.load_module_strict);
+  for (const auto& p : map.params) expected.push_back({p.name, p.shape, shift + p.dense_offset});
+  if (part_of_model) check_stage_params(r, expected, opt.load_module_strict);
+  else r.check_model(expected, opt.load_module_strict);
   std::vector<std::string> names;
   const auto& mp = r.manifest().params;
   for (std::size_t i = 0; i < map.params.size(); ++i) {
@@ -286,7 +334,7 @@ CheckedLoad check_checkpoint(const std::string& load_dir, const std::string& tag
   check_engine_state(c.engine_state, where, !opt.load_module_only,
                      opt.load_lr_scheduler_states && !opt.load_module_only, load_opt);
   if (opt.check_client_state) opt.check_client_state(c.client_state, r.dir());
-  if (load_opt) check_optimizer_state(r, c.engine_state, optimizer, expected, ranges);
+  if (load_opt) check_optimizer_state(r, c.engine_state, optimizer, expected, ranges, part_of_model);
   r.verify_params(names);
   return c;
 }
@@ -325,17 +373,19 @@ void read_stage3_pieces(io::CheckpointReader& r, const engine::PartitionMap& map
 
 // Stages 0-2: every parameter's weights, and this rank's step range [off, off + cnt) of the
 // master and optimizer state (without them: the master from the loaded weights, as DeepSpeed's
-// _restore_from_bit16_weights).
+// _restore_from_bit16_weights). `saved`: the range's real elements in the checkpoint's flat
+// space (a pipeline stage's start further into the model; padding is not saved).
 void read_dense(io::CheckpointReader& r, const engine::PartitionMap& map, const CheckedLoad& c, bool load_opt,
-                DType wdtype, char* params, std::size_t off, std::size_t cnt, engine::StateViews& views) {
+                DType wdtype, char* params, std::size_t off, std::size_t cnt, io::ShardRange saved,
+                engine::StateViews& views) {
   const std::size_t wsz = dtype_size(wdtype);
   for (std::size_t i : c.present) {
     const auto& p = map.params[i];
     r.read_param(p.name, params + p.offset * wsz, wdtype, p.numel);
   }
   if (load_opt) {
-    r.read_flat("fp32_master", off, cnt, views.master.data());
-    for (auto& [name, span] : views.state) r.read_flat("optim/" + name, off, cnt, span.data());
+    r.read_flat("fp32_master", saved.offset, saved.count, views.master.data());
+    for (auto& [name, span] : views.state) r.read_flat("optim/" + name, saved.offset, saved.count, span.data());
   } else {
     convert(params + off * wsz, wdtype, views.master.data(), DType::F32, cnt);
   }
@@ -359,17 +409,25 @@ std::optional<std::pair<std::string, io::StateValue>> Engine::load_checkpoint(co
   const std::size_t cnt = store_->step_count();
   // The dense ranges this rank steps: its slice (stages 1-2), everything (stage 0), or its
   // pieces (stage 3).
-  const std::vector<io::ShardRange> ranges = s3 ? stage3_ranges() : std::vector<io::ShardRange>{{off, cnt}};
+  // A pipeline stage's slice sits further into the model's flat space, without its padding.
+  const bool part_of_model = pipeline_.world != nullptr;
+  const std::size_t shift = part_of_model ? pipeline_.dense_offset : 0;
+  const io::ShardRange saved{shift + off, part_of_model && off < map_.total_numel
+                                              ? std::min(cnt, map_.total_numel - off)
+                                              : cnt};
+  const std::vector<io::ShardRange> ranges = s3 ? stage3_ranges() : std::vector<io::ShardRange>{saved};
   std::string error;
   CheckedLoad c;
   try {
-    c = check_checkpoint(load_dir, *t, cfg_.checkpoint.io_threads, map_, opt, load_opt, *optimizer_, ranges);
+    c = check_checkpoint(load_dir, *t, cfg_.checkpoint.io_threads, map_, opt, load_opt, *optimizer_, ranges,
+                         part_of_model, shift);
   } catch (const std::exception& ex) {
     error = ex.what();
   }
-  // Every rank learns whether any rank failed, so all keep their state together.
+  // Every rank (of the job, for a pipeline stage) learns whether any rank failed, so all keep
+  // their state together.
   float bad = error.empty() ? 0.0f : 1.0f;
-  if (world_ > 1) comm_->all_reduce(TensorView{&bad, 1, DType::F32}, ReduceOp::Max);
+  if (checkpoint_comm().size() > 1) checkpoint_comm().all_reduce(TensorView{&bad, 1, DType::F32}, ReduceOp::Max);
   if (!error.empty()) throw Error(error);
   DS_CHECK(bad == 0.0f, "load_checkpoint: another rank failed to validate checkpoint " << load_dir << "/" << *t
                                                                                        << " (see its message); nothing was loaded");
@@ -382,7 +440,7 @@ std::optional<std::pair<std::string, io::StateValue>> Engine::load_checkpoint(co
     read_stage3_pieces(*c.reader, map_, rank_, c, load_opt, wdtype_, views);
   } else {
     read_dense(*c.reader, map_, c, load_opt, wdtype_, static_cast<char*>(store_->host_params().data()), off, cnt,
-               views);
+               saved, views);
   }
   store_->done_with_state_views(true);
   if (!opt.load_module_only) apply_engine_state(c.engine_state, opt, load_opt);

@@ -83,7 +83,8 @@ PipeEngine::PipeEngine(config::DsConfig cfg, const ModelFactory& make_model, MPI
   impl_->stage_id = coord_.stage;
   impl_->stages = grid_.stages();
 
-  PipelineStage side{impl_->pipe_comm, coord_.stage, grid_.stages()};
+  PipelineStage side{impl_->pipe_comm, coord_.stage, grid_.stages(), world_comm_, params, 0};
+  for (std::size_t i = 0; i < impl_->stage->first_param(); ++i) side.dense_offset += params[i].numel();
   impl_->engine = std::make_unique<Engine>(cfg, *impl_->stage, impl_->data_comm, nullptr, nullptr, side);
   impl_->tied = std::make_unique<TiedSync>(tied, bounds_, coord_.stage, *impl_->stage, *impl_->link);
   impl_->stage->set_before_shared_ready([t = impl_->tied.get()](std::size_t i) { t->receive_gradients(i); });
@@ -106,5 +107,18 @@ std::string PipeEngine::describe_stages() const {
 }
 
 Engine& PipeEngine::engine() const { return *impl_->engine; }
+
+void PipeEngine::save_checkpoint(const std::string& save_dir, std::optional<std::string> tag,
+                                 const io::StateValue& client_state) {
+  impl_->engine->save_checkpoint(save_dir, std::move(tag), client_state);
+}
+
+std::optional<std::pair<std::string, io::StateValue>> PipeEngine::load_checkpoint(const std::string& load_dir,
+                                                                                 std::optional<std::string> tag,
+                                                                                 const LoadOptions& options) {
+  auto loaded = impl_->engine->load_checkpoint(load_dir, std::move(tag), options);
+  if (loaded) impl_->tied->sync_values();  // the users' copies of tied weights: the loaded values
+  return loaded;
+}
 
 }  // namespace ds::pipe

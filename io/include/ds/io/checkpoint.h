@@ -258,6 +258,9 @@ class CheckpointReader {
   // True when the saved flat layout equals `expected` (same offsets), so flat (master,
   // optimizer) state can be re-cut into the new partitioning.
   bool same_flat_layout(const std::vector<ExpectedParam>& expected) const;
+  // True when every expected parameter is saved with its shape at its offset (a run of the
+  // saved model: a pipeline stage's parameters), so its flat state can be read.
+  bool holds_flat_layout(const std::vector<ExpectedParam>& expected) const;
 
   // Checksums: the model file's params (params_in_master: the fp32_master datasets of the
   // shard files holding the parameters' ranges), and every shard dataset of the files holding

@@ -56,11 +56,18 @@ struct EngineTestSwitches {
 // engine's communicator is the stage's data-parallel group, `pipe` this rank's pipe (one rank
 // per stage, in stage order). The boundary step's statistics are summed over the pipe too, so
 // every stage takes one skip decision and clips by the norm over all stages; the monitors and
-// the flops profiler run on stage 0's first rank only.
+// the flops profiler run on stage 0's first rank only. Checkpoints are the whole model's,
+// written and read by every rank of the job (`world`): the stage's parameters are a run of
+// `model_params` starting `dense_offset` elements into the model, and each rank writes its
+// own share of the master and optimizer state there (the layout a ZeRO-3 checkpoint has), so
+// any grid, and a data-parallel run, loads it.
 struct PipelineStage {
   std::shared_ptr<Communicator> pipe;  // null: not a pipeline stage
   int stage = 0;
   int stages = 1;
+  std::shared_ptr<Communicator> world;  // every rank of the job
+  std::vector<ParamInfo> model_params;  // the whole model's parameters, in order
+  std::size_t dense_offset = 0;         // elements of model_params before the stage's first
 };
 
 // Engine::load_checkpoint options (DeepSpeed's keyword arguments).
@@ -224,6 +231,9 @@ class Engine {
   void reset_cycle();
   // Checkpoints (engine_checkpoint.cpp).
   io::CheckpointContent checkpoint_content(const io::StateValue& client_state, std::vector<std::vector<float>>& scratch);
+  void place_in_whole_model(io::CheckpointContent& c) const;  // a pipeline stage's checkpoint
+  // The checkpoint's communicator and this rank in it: the stage's pipeline world, else comm_.
+  Communicator& checkpoint_comm() const { return pipeline_.world ? *pipeline_.world : *comm_; }
   std::vector<io::ShardRange> stage3_ranges() const;
   void apply_engine_state(const io::StateValue& es, const LoadOptions& opt, bool load_opt);
 

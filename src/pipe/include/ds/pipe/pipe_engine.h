@@ -23,6 +23,8 @@
 #include <mpi.h>
 
 #include <functional>
+#include <optional>
+#include <utility>
 #include <memory>
 #include <string>
 #include <vector>
@@ -58,6 +60,16 @@ class PipeEngine {
   // Forward passes over `micro_batches` micro-batches (DeepSpeed's eval_batch); the mean
   // loss on every rank. No gradients, no counters.
   float eval_batch(const MicroBatchSource& next, int micro_batches);
+
+  // Checkpoints of the whole model (collective over the world): Engine::save_checkpoint /
+  // load_checkpoint's layout and options. Each rank writes its stage's share; the checkpoint
+  // records the grid and loads on any grid, or in a data-parallel run (and a data-parallel
+  // run's checkpoint loads here).
+  void save_checkpoint(const std::string& save_dir, std::optional<std::string> tag = std::nullopt,
+                       const io::StateValue& client_state = io::StateValue());
+  std::optional<std::pair<std::string, io::StateValue>> load_checkpoint(const std::string& load_dir,
+                                                                        std::optional<std::string> tag = std::nullopt,
+                                                                        const LoadOptions& options = LoadOptions());
 
   // This stage's engine: counters, lr, loss scale, grad norm, memory report, timers.
   Engine& engine() const;
