@@ -1,15 +1,19 @@
 // run_pipelined (pipe_loop.h): the loop of train_loop.cpp over PipeEngine::train_batch, which
-// runs a whole optimizer step (gradient_accumulation_steps micro-batches through the pipe).
+// runs a whole optimizer step (gradient_accumulation_steps micro-batches through the pipe),
+// with resume and checkpoints of the whole model (loadable on any grid).
 #include "pipe_loop.h"
 
 #include <cstdio>
 #include <memory>
 #include <optional>
+#include <random>
+#include <string>
 
 #include "ds/data/feature_loader.h"
 #include "ds/data/sampler.h"
 #include "ds/pipe/pipe_engine.h"
 #include "report.h"
+#include "resume.h"
 #include "run_summary.h"
 
 namespace ds::train {
@@ -54,16 +58,23 @@ void run_pipelined(Job& j, DistributedContext& dist) {
   std::unique_ptr<data::Loader> val;
   if (j.val_samples() >= std::size_t(j.dp_size) && j.eval_iters > 0) val = make_loader(j, false);
 
+  std::mt19937_64 rng(j.seed);
+  const std::int64_t start_step =
+      resume(j, engine, train->sampler(), rng, j.dp_size, rank0,
+             [&](const std::string& dir, std::optional<std::string> tag, const LoadOptions& o) {
+               return pipe.load_checkpoint(dir, std::move(tag), o);
+             });
   if (rank0) {
-    print_run_header(j, engine, j.dp_size, 0, "");  // the batch arithmetic is per data-parallel rank
+    print_run_header(j, engine, j.dp_size, start_step, "");  // the batch arithmetic is per data-parallel rank
     std::printf("[train] pipeline: %d stages x %d data-parallel rank(s), %lld micro-batches per step; %s\n", j.stages,
                 j.dp_size, static_cast<long long>(j.cfg.gradient_accumulation_steps), pipe.describe_stages().c_str());
   }
-  Reporter rep(rank0, j.bar, 1, j.total_steps, engine.train_batch_size() * j.tokens_per_sample(), j.cfg.steps_per_print,
+  Reporter rep(rank0, j.bar, start_step + 1, j.total_steps, engine.train_batch_size() * j.tokens_per_sample(), j.cfg.steps_per_print,
                j.opts.loss_csv);
   rep.set_unit(j.data_unit());
   FinalLosses losses;
-  for (std::int64_t step = 1; step <= j.total_steps; ++step) {
+  const std::int64_t save_every = j.opts.save_interval.value_or(0);
+  for (std::int64_t step = start_step + 1; step <= j.total_steps; ++step) {
     StepRecord r;
     r.step = step;
     r.lr = engine.get_lr();  // the rate this step's update applies
@@ -79,11 +90,16 @@ void run_pipelined(Job& j, DistributedContext& dist) {
       if (last) losses.validation = r.val_loss;
     }
     rep.step(r);
+    if (!j.opts.save_dir.empty() && (last || (save_every > 0 && step % save_every == 0)))
+      pipe.save_checkpoint(j.opts.save_dir, "global_step" + std::to_string(step),
+                           train_client_state(j, step, train->sampler(),
+                                              j.cfg.train_micro_batch_size_per_gpu * std::int64_t(j.dp_size), rng));
   }
   rep.finish_bar();
+  engine.wait_for_checkpoint();  // checkpoint.async_save: commit the last save (collective)
   if (rank0 && j.model.generate && j.opts.sample_tokens > 0)
     std::printf("[train] sample: not generated (a pipeline-parallel model is split over the ranks)\n");
-  print_summary(j, engine, rep, 0, losses, rank0);
+  print_summary(j, engine, rep, start_step, losses, rank0);
 }
 
 }  // namespace ds::train

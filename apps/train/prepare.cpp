@@ -228,9 +228,6 @@ void check_pipeline_job(const Job& j) {
            grid << ": pipeline parallelism splits the layers of --model gpt or llama; --model " << j.spec.type
                 << " is not a layer sequence");
   DS_CHECK(!j.on_gpu, grid << ": pipeline-parallel training runs on CPUs; use --device cpu");
-  DS_CHECK(j.opts.save_dir.empty() && j.opts.load_dir.empty(),
-           grid << ": checkpoints of pipeline-parallel runs are not supported (--save_dir, --load_dir); train "
-                   "without them or with pipeline.stages 1");
   DS_CHECK(j.opts.init_from.empty(), grid << ": --init_from is not supported with pipeline parallelism");
   const std::int64_t interval = j.cfg.pipeline.activation_checkpoint_interval;
   DS_CHECK(interval <= 1, j.opts.config << ": pipeline.activation_checkpoint_interval " << interval

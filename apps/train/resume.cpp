@@ -36,8 +36,25 @@ void restore_sampler(const io::StateValue& cs, std::int64_t start_step, std::int
 
 }  // namespace
 
+io::StateValue train_client_state(const Job& j, std::int64_t step, const data::DistributedSampler& train_sampler,
+                                  std::int64_t global_micro_batch, const std::mt19937_64& rng) {
+  io::StateValue cs;
+  cs["step"] = step;
+  const auto s = train_sampler.state();
+  cs["sampler"]["epoch"] = std::int64_t(s.epoch);
+  cs["sampler"]["step"] = std::int64_t(s.step);
+  cs["sampler"]["global_micro_batch"] = global_micro_batch;
+  std::ostringstream os;
+  os << rng;
+  cs["rng"] = os.str();
+  cs["seed"] = std::int64_t(j.seed);
+  cs["model"] = j.spec.describe();  // a resume compares it: n_head changes no tensor shape
+  cs["data"] = data_identity_state(data_identity(j));
+  return cs;
+}
+
 std::int64_t resume(const Job& j, Engine& engine, data::DistributedSampler& train_sampler, std::mt19937_64& rng, int world_size,
-                    bool rank0) {
+                    bool rank0, const CheckpointLoad& load) {
   if (j.opts.load_dir.empty()) return 0;
   std::optional<std::string> tag;
   if (!j.opts.ckpt_id.empty()) tag = j.opts.ckpt_id;
@@ -49,7 +66,7 @@ std::int64_t resume(const Job& j, Engine& engine, data::DistributedSampler& trai
   load_opts.check_client_state = [&expect](const io::StateValue& cs, const std::string& dir) {
     check_client_state(cs, dir, expect);
   };
-  auto loaded = engine.load_checkpoint(j.opts.load_dir, tag, load_opts);
+  auto loaded = load ? load(j.opts.load_dir, tag, load_opts) : engine.load_checkpoint(j.opts.load_dir, tag, load_opts);
   DS_CHECK(loaded.has_value(), "--load_dir " << j.opts.load_dir << ": no checkpoint found"
                                              << (tag ? " with tag " + *tag : std::string(" (no 'latest' file)")));
   const io::StateValue& cs = loaded->second;

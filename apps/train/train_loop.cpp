@@ -183,18 +183,8 @@ class Trainer {
 
   // The engine's checkpoint plus the client state a resume needs (see resume.h).
   void save(std::int64_t step) {
-    io::StateValue cs;
-    cs["step"] = step;
-    const auto s = train_loader_->sampler().state();
-    cs["sampler"]["epoch"] = std::int64_t(s.epoch);
-    cs["sampler"]["step"] = std::int64_t(s.step);
-    cs["sampler"]["global_micro_batch"] = std::int64_t(micro_batch()) * world_size_;
-    std::ostringstream os;
-    os << rng_;
-    cs["rng"] = os.str();
-    cs["seed"] = std::int64_t(j_.seed);
-    cs["model"] = j_.spec.describe();  // a resume compares it: n_head changes no tensor shape
-    cs["data"] = data_identity_state(data_identity(j_));
+    const io::StateValue cs = train_client_state(j_, step, train_loader_->sampler(),
+                                                 std::int64_t(micro_batch()) * world_size_, rng_);
     engine_.save_checkpoint(j_.opts.save_dir, "global_step" + std::to_string(step), cs);  // the engine reports it
   }
 

@@ -2,7 +2,8 @@
 # train with pipeline parallelism as a user runs it: pipeline.stages in the config (or
 # --pipeline_parallel_size) splits the GPT over the ranks, and the losses are those of the
 # data-parallel run with the same global batch (the same micro-batches in the same order);
-# what a pipelined run does not do is one error line.
+# checkpoints resume across pipelined and data-parallel runs; what a pipelined run does not
+# do is one error line.
 source "$(dirname "$0")/../apps/lib.sh"
 
 write_config base.json "$CONFIGS/default.json" '
@@ -11,12 +12,38 @@ c["gradient_clipping"] = 0.5'
 write_config pipe.json base.json 'c["pipeline"] = {"stages": 2}'
 ARGS=(--steps 6 --n_layer 3 --n_head 2 --n_embd 32 --block_size 16 --eval_iters 2 --eval_interval 3)
 
-# 2x1 (one pipe) against one data-parallel rank: the same 4 micro-batches per step.
-must_run 1 dp1 --config base.json "${ARGS[@]}" --loss_csv dp1.csv
-must_run 2 pp2 --config pipe.json "${ARGS[@]}" --loss_csv pp2.csv
+# 2x1 (one pipe) against one data-parallel rank: the same 4 micro-batches per step. Both
+# save at step 3 for the resumes below.
+must_run 1 dp1 --config base.json "${ARGS[@]}" --loss_csv dp1.csv --save_dir ck_dp --save_interval 3
+must_run 2 pp2 --config pipe.json "${ARGS[@]}" --loss_csv pp2.csv --save_dir ck_pp --save_interval 3
 grep -qF '[train] pipeline: 2 stages x 1 data-parallel rank(s), 4 micro-batches per step; stage 0: embed .. h.0 | stage 1: h.1 .. head' pp2.out \
   || fail "no pipeline line: $(grep pipeline pp2.out)"
 compare_losses pp2.csv dp1.csv 1e-5 || fail "2x1 losses differ from one rank's"
+
+# A pipelined checkpoint resumes data parallel, and a data-parallel one pipelined: steps 4-6
+# as the uninterrupted runs had them.
+must_run 1 res_dp --config base.json "${ARGS[@]}" --loss_csv res_dp.csv --load_dir ck_pp --ckpt_id global_step3
+grep -qF 'resumed from' res_dp.out || fail "no resume line: $(tail -3 res_dp.out)"
+compare_losses res_dp.csv pp2.csv 1e-5 4 || fail "data-parallel resume of a 2x1 checkpoint"
+must_run 2 res_pp --config pipe.json "${ARGS[@]}" --loss_csv res_pp.csv --load_dir ck_dp --ckpt_id global_step3
+compare_losses res_pp.csv dp1.csv 1e-5 4 || fail "2x1 resume of a data-parallel checkpoint"
+# ds_to_fp32 exports the pipelined checkpoint like the data-parallel one: the same tensors,
+# equal within the runs' difference (1e-5 relative losses).
+TO_FP32=$DS_BINARY_DIR/apps/ds_to_fp32/ds_to_fp32
+"$TO_FP32" ck_pp pp.safetensors --format safetensors >/dev/null 2>to_fp32.err || fail "ds_to_fp32: $(cat to_fp32.err)"
+"$TO_FP32" ck_dp dp.safetensors --format safetensors >/dev/null 2>to_fp32.err || fail "ds_to_fp32: $(cat to_fp32.err)"
+"$PY" - <<'PYEOF' || fail "exported tensors differ"
+import json, struct
+def read(path):
+    b = open(path, "rb").read(); n = struct.unpack("<Q", b[:8])[0]; h = json.loads(b[8:8 + n])
+    h.pop("__metadata__", None)
+    return {k: struct.unpack("<%df" % ((v["data_offsets"][1] - v["data_offsets"][0]) // 4),
+                             b[8 + n + v["data_offsets"][0]:8 + n + v["data_offsets"][1]]) for k, v in h.items()}
+a, b = read("pp.safetensors"), read("dp.safetensors")
+assert a.keys() == b.keys() and a, (sorted(a), sorted(b))
+worst = max(abs(x - y) for k in a for x, y in zip(a[k], b[k]))
+assert worst < 1e-4, worst
+PYEOF
 
 # 2x2 (two pipes of two stages, --pipeline_parallel_size) against two data-parallel ranks,
 # ZeRO-1 over each stage's pair, partition_method uniform.
@@ -42,8 +69,8 @@ refused() {  # refused NP NAME 'expected text' train-args...
   [ "$(grep -c 'train: error:' "$name.err")" -eq 1 ] || fail "$name: $(cat "$name.err")"
   grep -qF "$want" "$name.err" || fail "$name: $(grep 'train: error' "$name.err")"
 }
-refused 2 save 'pipeline.stages 2: checkpoints of pipeline-parallel runs are not supported (--save_dir, --load_dir)' \
-  --config pipe.json "${ARGS[@]}" --save_dir ckpt
+refused 2 init 'pipeline.stages 2: --init_from is not supported with pipeline parallelism' \
+  --config pipe.json "${ARGS[@]}" --init_from ck_dp/global_step3
 refused 2 grid 'the world size 2 is not divisible by pipeline.stages 3' --config pipe.json --pipeline_parallel_size 3 "${ARGS[@]}"
 refused 2 mlp 'pipeline parallelism splits the layers of --model gpt or llama; --model mlp is not a layer sequence' \
   --config pipe.json --model mlp "${ARGS[@]}"
