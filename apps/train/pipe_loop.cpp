@@ -15,6 +15,7 @@
 #include "report.h"
 #include "resume.h"
 #include "run_summary.h"
+#include "sample.h"
 
 namespace ds::train {
 
@@ -40,6 +41,23 @@ std::optional<double> validate(const Job& j, pipe::PipeEngine& pipe, data::Loade
   const auto iters = std::min<std::int64_t>(j.eval_iters, std::int64_t(val->sampler().steps_per_epoch()));
   if (iters <= 0) return std::nullopt;
   return double(pipe.eval_batch([&] { return val->next(); }, int(iters)));
+}
+
+// The sample: the stages' weights gathered on rank 0 into the whole model prepare() built
+// (unused by the pipe: its instances are others), in fp32, which rank 0 samples alone.
+void sample_on_rank0(Job& j, pipe::PipeEngine& pipe, bool rank0, std::uint64_t seed) {
+  std::vector<float> whole = pipe.gather_model_fp32();  // collective
+  if (!rank0) return;
+  std::vector<TensorView> params, grads;
+  HostBuffer grad_storage(whole.size(), DType::F32);
+  std::size_t at = 0;
+  for (const ParamInfo& p : j.model.module->parameters()) {
+    params.push_back(TensorView{whole.data() + at, p.numel(), DType::F32});
+    grads.push_back(TensorView{grad_storage.as<float>() + at, p.numel(), DType::F32});
+    at += p.numel();
+  }
+  j.model.module->bind(params, grads);
+  print_sample(j, true, true, seed);
 }
 
 }  // namespace
@@ -97,8 +115,7 @@ void run_pipelined(Job& j, DistributedContext& dist) {
   }
   rep.finish_bar();
   engine.wait_for_checkpoint();  // checkpoint.async_save: commit the last save (collective)
-  if (rank0 && j.model.generate && j.opts.sample_tokens > 0)
-    std::printf("[train] sample: not generated (a pipeline-parallel model is split over the ranks)\n");
+  if (j.model.generate && j.opts.sample_tokens > 0) sample_on_rank0(j, pipe, rank0, rng());
   print_summary(j, engine, rep, start_step, losses, rank0);
 }
 

@@ -19,6 +19,7 @@ must_run 2 pp2 --config pipe.json "${ARGS[@]}" --loss_csv pp2.csv --save_dir ck_
 grep -qF '[train] pipeline: 2 stages x 1 data-parallel rank(s), 4 micro-batches per step; stage 0: embed .. h.0 | stage 1: h.1 .. head' pp2.out \
   || fail "no pipeline line: $(grep pipeline pp2.out)"
 compare_losses pp2.csv dp1.csv 1e-5 || fail "2x1 losses differ from one rank's"
+grep -qF '[train] end of sample' pp2.out || fail "2x1: no sample from the gathered model"
 
 # A pipelined checkpoint resumes data parallel, and a data-parallel one pipelined: steps 4-6
 # as the uninterrupted runs had them.

@@ -80,6 +80,15 @@ PipeEngine::PipeEngine(config::DsConfig cfg, const ModelFactory& make_model, MPI
   impl_->pipe_comm = split(world, coord_.data, coord_.stage);
   MPI_Comm pipe_mpi = static_cast<MpiComm&>(*impl_->pipe_comm).mpi_comm();
   impl_->link = std::make_unique<PeerLink>(pipe_mpi);
+  impl_->world_link = std::make_unique<PeerLink>(world);
+  const std::vector<LayerSpec> specs = seq->layers();
+  std::size_t param = 0, dense = 0;
+  for (int s = 0; s < grid_.stages(); ++s) {
+    impl_->stage_offsets.push_back(dense);
+    const LayerSpec& last = specs[std::size_t(bounds_[std::size_t(s) + 1] - 1)];
+    for (; param < last.first + last.count; ++param) dense += params[param].numel();
+  }
+  impl_->stage_offsets.push_back(dense);
   impl_->stage_id = coord_.stage;
   impl_->stages = grid_.stages();
 
@@ -107,6 +116,22 @@ std::string PipeEngine::describe_stages() const {
 }
 
 Engine& PipeEngine::engine() const { return *impl_->engine; }
+
+std::vector<float> PipeEngine::gather_model_fp32() const {
+  constexpr int kTagWeights = 128;
+  std::vector<float> stage = impl_->engine->gather_params_fp32();  // collective over the stage's group
+  const std::vector<std::size_t>& at = impl_->stage_offsets;
+  if (world_comm_->rank() != 0) {
+    if (coord_.data == 0) impl_->world_link->isend(stage.data(), stage.size() * sizeof(float), 0, kTagWeights).wait();
+    return {};
+  }
+  std::vector<float> whole(at.back());
+  std::copy(stage.begin(), stage.end(), whole.begin());
+  for (int s = 1; s < grid_.stages(); ++s)
+    impl_->world_link->recv(whole.data() + at[std::size_t(s)], (at[std::size_t(s) + 1] - at[std::size_t(s)]) * sizeof(float),
+                            grid_.rank_of({s, 0}), kTagWeights);
+  return whole;
+}
 
 void PipeEngine::save_checkpoint(const std::string& save_dir, std::optional<std::string> tag,
                                  const io::StateValue& client_state) {

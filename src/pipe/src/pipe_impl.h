@@ -23,6 +23,8 @@ struct PipeEngine::Impl {
   std::unique_ptr<StageModule> stage;
   std::shared_ptr<Communicator> data_comm, pipe_comm;
   std::unique_ptr<PeerLink> link;  // over the pipe: peer rank = stage
+  std::unique_ptr<PeerLink> world_link;  // over the world (gather_model_fp32)
+  std::vector<std::size_t> stage_offsets;  // dense element offset of each stage's parameters, and the total
   std::unique_ptr<Engine> engine;
   std::unique_ptr<TiedSync> tied;
   std::vector<PipeSlot> slots;

@@ -71,6 +71,11 @@ class PipeEngine {
                                                                         std::optional<std::string> tag = std::nullopt,
                                                                         const LoadOptions& options = LoadOptions());
 
+  // Collective over the world: the whole model's current weights in fp32 (flat, in the
+  // model's parameters() order) on world rank 0, empty elsewhere -- for a sample or an export
+  // at the end of training.
+  std::vector<float> gather_model_fp32() const;
+
   // This stage's engine: counters, lr, loss scale, grad norm, memory report, timers.
   Engine& engine() const;
   const PipeGrid& grid() const { return grid_; }
