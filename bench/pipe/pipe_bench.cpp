@@ -14,7 +14,8 @@
 // Not the pipelined stages' own engine timers: a stage's "backward" timer also holds its
 // blocking receive of the tied embedding's gradient from the last stage (the tied weight's
 // owner waits there), and a boundary "step" waits for the pipe's agreement on the skip
-// decision and the global norm; the alone run has neither. The timers are printed beside it.
+// decision and the global norm; the alone run has neither. The timers (forward + backward,
+// step) are printed beside it: what of the pipelined step they leave is waiting and transfers.
 // Rounds alternate the reference step and the pipelined step so a change of load hits both.
 //
 // Headline: ideal / pipelined step time, medians, with ideal = stage compute x (m + p - 1) / m
@@ -111,10 +112,10 @@ std::vector<double> gather(double v, MPI_Comm comm) {
 struct Rounds {
   std::vector<double> pipe_s;           // per timed round, the slowest rank's pipelined step
   std::vector<double> own_reference_s;  // this rank's alone step per timed round
-  double timers_ms = 0;                 // this rank's pipelined forward + backward timers per step
+  double timers_ms = 0, step_timer_ms = 0;  // this rank's pipelined forward + backward, step timers per step
   bool losses_finite = true;
   // After the rounds, per rank (stage order): the median alone step, the timers per step (ms).
-  std::vector<double> alone_ms, stage_timers_ms;
+  std::vector<double> alone_ms, stage_timers_ms, stage_step_timer_ms;
 };
 
 // One step of the reference engine over the micro-batches; this rank's seconds.
@@ -133,10 +134,13 @@ Rounds run_rounds(ds::pipe::PipeEngine& pipe, ds::Engine& alone, const std::vect
                   MPI_Comm world) {
   Rounds r;
   const ds::Timers& timers = pipe.engine().timers();
-  double timers0 = 0;
+  double timers0 = 0, step0 = 0;
   for (int i = 0; i < o.warmup + o.steps; ++i) {
     const bool timed = i >= o.warmup;
-    if (i == o.warmup) timers0 = timers.total_ms("forward") + timers.total_ms("backward");
+    if (i == o.warmup) {
+      timers0 = timers.total_ms("forward") + timers.total_ms("backward");
+      step0 = timers.total_ms("step");
+    }
     MPI_Barrier(world);
     const double own = reference_step(alone, micro, o, r.losses_finite);
     MPI_Barrier(world);
@@ -151,7 +155,9 @@ Rounds run_rounds(ds::pipe::PipeEngine& pipe, ds::Engine& alone, const std::vect
   }
   r.timers_ms = (timers.total_ms("forward") + timers.total_ms("backward") - timers0) / o.steps;
   r.alone_ms = gather(1e3 * ds::bench::median(r.own_reference_s), world);
+  r.step_timer_ms = (timers.total_ms("step") - step0) / o.steps;
   r.stage_timers_ms = gather(r.timers_ms, world);
+  r.stage_step_timer_ms = gather(r.step_timer_ms, world);
   return r;
 }
 
@@ -201,10 +207,11 @@ void print_ranks(const ds::pipe::PipeEngine& pipe, const Rounds& r, const Memory
   const std::vector<std::string>& names = pipe.layer_names();
   for (int s = 0; s < p; ++s) {
     const std::string layers = names[std::size_t(b[std::size_t(s)])] + " .. " + names[std::size_t(b[std::size_t(s) + 1] - 1)];
-    std::printf("  stage %d (%s): alone %.1f ms/step, pipelined forward+backward timers %.1f ms/step, "
+    const std::size_t k = std::size_t(s);
+    std::printf("  stage %d (%s): alone %.1f ms/step; pipelined timers forward+backward %.1f, step %.1f ms/step; "
                 "resident parameters %.2f MiB, model states %.2f MiB\n",
-                s, layers.c_str(), r.alone_ms[std::size_t(s)], r.stage_timers_ms[std::size_t(s)], mib(mem.params[std::size_t(s)]),
-                mib(mem.states[std::size_t(s)]));
+                s, layers.c_str(), r.alone_ms[k], r.stage_timers_ms[k], r.stage_step_timer_ms[k], mib(mem.params[k]),
+                mib(mem.states[k]));
   }
   std::printf("  whole model on one rank: parameters %.2f MiB, model states %.2f MiB; 1/%d: %.2f MiB, %.2f MiB\n",
               mib(mem.whole_params), mib(mem.whole_states), p, mib(mem.whole_params / p), mib(mem.whole_states / p));
@@ -233,6 +240,7 @@ int finish(const Options& o, const Rounds& r, const Memory& mem, bool steps_appl
   report["oversubscribed"] = oversubscribed;
   report["stage_alone_ms"] = r.alone_ms;
   report["stage_timers_ms"] = r.stage_timers_ms;
+  report["stage_step_timer_ms"] = r.stage_step_timer_ms;
   report["stage_compute_ms"] = 1e3 * compute;
   report["ideal_step_ms"] = 1e3 * ideal;
   report["pipelined_step_ms"] = 1e3 * step;
