@@ -50,7 +50,8 @@ PYEOF
 # ZeRO-1 over each stage's pair, partition_method uniform.
 write_config z1.json base.json 'c["zero_optimization"] = {"stage": 1}; c["pipeline"] = {"partition_method": "uniform"}'
 must_run 2 dp2 --config z1.json "${ARGS[@]}" --loss_csv dp2.csv
-must_run 4 pp22 --config z1.json --pipeline_parallel_size 2 "${ARGS[@]}" --loss_csv pp22.csv
+must_run 4 pp22 --config z1.json --pipeline_parallel_size 2 "${ARGS[@]}" --loss_csv pp22.csv --save_dir ck22 \
+  --save_interval 3
 grep -qF '2 stages x 2 data-parallel rank(s)' pp22.out || fail "2x2: $(grep pipeline pp22.out)"
 compare_losses pp22.csv dp2.csv 1e-5 || fail "2x2 losses differ from two data-parallel ranks'"
 "$PY" - <<'PYEOF' || fail "validation losses"
@@ -60,6 +61,11 @@ b = {r["step"]: r["val_loss"] for r in csv.DictReader(open("dp2.csv")) if r.get(
 assert a.keys() == b.keys() and a, (a, b)
 for s in a: assert abs(float(a[s]) - float(b[s])) <= 1e-4 * abs(float(b[s])), (s, a[s], b[s])
 PYEOF
+
+# The 2x2 checkpoint on 2 ranks as 2x1 (the same global batch: 8 micro-batches per pipe).
+write_config g8.json z1.json 'c["gradient_accumulation_steps"] = 8; c["pipeline"]["stages"] = 2'
+must_run 2 res21 --config g8.json "${ARGS[@]}" --loss_csv res21.csv --load_dir ck22 --ckpt_id global_step3
+compare_losses res21.csv pp22.csv 1e-5 4 || fail "2x1 resume of a 2x2 checkpoint"
 
 # What a pipelined run refuses: one agreed error line, exit 1, before any work.
 refused() {  # refused NP NAME 'expected text' train-args...
