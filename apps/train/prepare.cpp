@@ -238,10 +238,6 @@ void check_pipeline_job(const Job& j) {
   if (!j.cfg.pipeline.use_reentrant)
     DS_WARN(j.opts.config << ": pipeline.use_reentrant has no effect (a PyTorch autograd mode; dstrain's "
                              "recomputation has one mode)");
-  DS_CHECK(j.cfg.zero_optimization.stage <= 2,
-           j.opts.config << ": zero_optimization.stage " << j.cfg.zero_optimization.stage << " with " << grid
-                         << ": a pipeline trains with ZeRO stages 0-2; stage 3 is not supported with pipeline "
-                            "parallelism");
 }
 
 // The model for this device (nn::make_model), then --init_from: rank 0 checks the file

@@ -170,6 +170,10 @@ void Engine::place_in_whole_model(io::CheckpointContent& c) const {
   }
   c.flat_numel = at;
   c.params_in_master = true;
+  if (map_.stage == 3) {  // the rank's pieces, already dense: moved to the stage's place
+    for (io::ShardRange& r : c.shard_ranges) r.offset += pipeline_.dense_offset;
+    return;
+  }
   const bool writes = store_->partitioned() || rank_ == 0;
   const std::size_t lo = c.shard_offset;
   const std::size_t real = writes && lo < map_.total_numel ? std::min(c.shard_count, map_.total_numel - lo) : 0;
@@ -342,14 +346,14 @@ CheckedLoad check_checkpoint(const std::string& load_dir, const std::string& tag
 // Stage 3: this rank's pieces only. With the optimizer state: the master's dense ranges;
 // without: each parameter's weights (DeepSpeed's _restore_from_bit16_weights), cut to the pieces.
 void read_stage3_pieces(io::CheckpointReader& r, const engine::PartitionMap& map, int rank, const CheckedLoad& c,
-                        bool load_opt, DType wdtype, engine::StateViews& views) {
+                        bool load_opt, DType wdtype, std::size_t shift, engine::StateViews& views) {
   float* master = views.master.data();
   if (load_opt) {
     for (std::size_t gi = 0; gi < map.groups.size(); ++gi) {
       const auto& g = map.groups[gi];
       const std::size_t n = g.piece_real(rank);
       if (n == 0) continue;
-      const std::size_t dense = g.dense_offset + std::size_t(rank) * g.piece;
+      const std::size_t dense = shift + g.dense_offset + std::size_t(rank) * g.piece;
       r.read_flat("fp32_master", dense, n, master + g.part_offset);
       for (auto& [name, span] : views.state) r.read_flat("optim/" + name, dense, n, span.data() + g.part_offset);
     }
@@ -415,7 +419,9 @@ std::optional<std::pair<std::string, io::StateValue>> Engine::load_checkpoint(co
   const io::ShardRange saved{shift + off, part_of_model && off < map_.total_numel
                                               ? std::min(cnt, map_.total_numel - off)
                                               : cnt};
-  const std::vector<io::ShardRange> ranges = s3 ? stage3_ranges() : std::vector<io::ShardRange>{saved};
+  std::vector<io::ShardRange> ranges = s3 ? stage3_ranges() : std::vector<io::ShardRange>{saved};
+  if (s3)
+    for (io::ShardRange& rg : ranges) rg.offset += shift;
   std::string error;
   CheckedLoad c;
   try {
@@ -437,7 +443,7 @@ std::optional<std::pair<std::string, io::StateValue>> Engine::load_checkpoint(co
   // partition rounded from them, by done_with_state_views).
   engine::StateViews views = store_->state_views(*optimizer_);
   if (s3) {
-    read_stage3_pieces(*c.reader, map_, rank_, c, load_opt, wdtype_, views);
+    read_stage3_pieces(*c.reader, map_, rank_, c, load_opt, wdtype_, shift, views);
   } else {
     read_dense(*c.reader, map_, c, load_opt, wdtype_, static_cast<char*>(store_->host_params().data()), off, cnt,
                saved, views);

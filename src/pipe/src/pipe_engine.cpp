@@ -32,19 +32,10 @@ std::shared_ptr<Communicator> split(MPI_Comm world, int color, int key) {
   return comm;
 }
 
-void check_supported(const config::DsConfig& cfg) {
-  DS_CHECK(cfg.zero_optimization.stage <= 2,
-           cfg.source << ": zero_optimization.stage " << cfg.zero_optimization.stage << " with pipeline.stages "
-                      << cfg.pipeline.stages
-                      << ": a pipeline trains with ZeRO stages 0-2 (each stage's data-parallel group partitions its "
-                         "share of the model); stage 3 is not supported with pipeline parallelism");
-}
-
 }  // namespace
 
 PipeEngine::PipeEngine(config::DsConfig cfg, const ModelFactory& make_model, MPI_Comm world)
     : grid_(comm_size(world), cfg.pipeline.stages), impl_(std::make_unique<Impl>()) {
-  check_supported(cfg);
   world_comm_ = std::make_shared<MpiComm>(world);
   coord_ = grid_.coord_of(world_comm_->rank());
   // The batch rule for the data-parallel size, with the errors naming what does not divide.

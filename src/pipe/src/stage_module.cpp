@@ -62,7 +62,46 @@ StageModule::StageModule(std::vector<std::unique_ptr<Module>> instances, std::si
   std::sort(foreign_.begin(), foreign_.end());
 }
 
+// The model's group g (its layer g) is the stage's group g - first_layer; groups of other
+// stages are not the engine's here (a tied weight another stage owns is stage-local storage).
+class StageModule::StageHooks : public GroupHooks {
+ public:
+  StageHooks(GroupHooks& engine, std::size_t first, std::size_t last) : engine_(engine), first_(first), last_(last) {}
+  void acquire(std::size_t group, Pass pass) override {
+    if (group >= first_ && group < last_) engine_.acquire(group - first_, pass);
+  }
+  void release(std::size_t group, Pass pass) noexcept override {
+    if (group >= first_ && group < last_) engine_.release(group - first_, pass);
+  }
+
+ private:
+  GroupHooks& engine_;
+  std::size_t first_, last_;
+};
+
 StageModule::~StageModule() = default;
+
+std::vector<ParamGroup> StageModule::parameter_groups() const {
+  std::vector<ParamGroup> out;
+  const std::vector<LayerSpec> layers = seqs_.front()->layers();
+  for (std::size_t l = first_layer_; l < last_layer_; ++l)
+    out.push_back({layers[l].name, layers[l].first - first_param_, layers[l].count});
+  return out;
+}
+
+void StageModule::set_group_hooks(GroupHooks* hooks) {
+  engine_hooks_ = hooks;
+  stage_hooks_ = hooks ? std::make_unique<StageHooks>(*hooks, first_layer_, last_layer_) : nullptr;
+  for (auto& m : instances_) m->set_group_hooks(stage_hooks_.get());
+}
+
+std::unique_ptr<GroupUse> StageModule::use_group_of(std::size_t model_index, Pass pass) const {
+  const std::vector<LayerSpec> layers = seqs_.front()->layers();
+  for (std::size_t l = first_layer_; l < last_layer_; ++l)
+    if (model_index >= layers[l].first && model_index < layers[l].first + layers[l].count)
+      return std::make_unique<GroupUse>(engine_hooks_, l - first_layer_, pass);
+  DS_THROW("pipeline stage: parameter " << model_index << " is not this stage's");
+}
 
 std::vector<ParamInfo> StageModule::parameters() const {
   return {model_params_.begin() + std::ptrdiff_t(first_param_), model_params_.begin() + std::ptrdiff_t(end_param_)};

@@ -70,6 +70,14 @@ class StageModule : public Module {
   float forward(const Batch& batch) override;
   float evaluate(const Batch& batch) override { return forward(batch); }
   void backward(float scale, const std::function<void(std::size_t)>& grad_ready) override;
+  // ZeRO stage 3: one group per layer of the stage (the model's groups are its layers); the
+  // instances bracket them as the whole model does, through hooks that pass the stage's
+  // groups to the engine and ignore the others (a foreign tied weight is always here).
+  std::vector<ParamGroup> parameter_groups() const override;
+  void set_group_hooks(GroupHooks* hooks) override;
+  // Brackets a use of owned parameter `model_index` outside forward/backward (stage 3: its
+  // group gathered until the returned object goes; otherwise nothing).
+  std::unique_ptr<GroupUse> use_group_of(std::size_t model_index, Pass pass) const;
 
  private:
   void bind_instances(DType dtype, std::span<const TensorView> params, std::span<const TensorView> grads);
@@ -83,6 +91,9 @@ class StageModule : public Module {
   std::vector<std::size_t> shared_owned_;  // model indices
   std::vector<TensorView> params_, grads_;  // the engine's views of the owned parameters
   std::vector<HostBuffer> foreign_values_, foreign_grads_;  // by position in foreign_
+  class StageHooks;
+  std::unique_ptr<StageHooks> stage_hooks_;
+  GroupHooks* engine_hooks_ = nullptr;
   struct Reservation;
   std::unique_ptr<Reservation> absent_;  // inaccessible views for parameters of other stages
   int buffer_ = 0;

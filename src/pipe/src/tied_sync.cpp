@@ -85,19 +85,20 @@ void TiedSync::send_gradients() {
 }
 
 void TiedSync::sync_values() {
-  std::vector<P2PRequest> value_sends;
   for (const Tie& t : ties_) {
     if (t.owner == stage_) {
+      // ZeRO-3: the weight's group gathered while it is sent. The engine's next step rewrites
+      // the values, so the sends finish here (the users receive at the same point).
+      const auto use = module_.use_group_of(t.model_index, Pass::Forward);
       const TensorView v = module_.bound_param(t.model_index);
-      for (int user : t.users) value_sends.push_back(link_.isend(v.data, v.bytes(), user, kTagTiedValues + t.tag_offset));
+      std::vector<P2PRequest> sends;
+      for (int user : t.users) sends.push_back(link_.isend(v.data, v.bytes(), user, kTagTiedValues + t.tag_offset));
+      for (P2PRequest& r : sends) r.wait();
     } else if (std::find(t.users.begin(), t.users.end(), stage_) != t.users.end()) {
       const TensorView v = module_.foreign_param(t.model_index);
       link_.recv(v.data, v.bytes(), t.owner, kTagTiedValues + t.tag_offset);
     }
   }
-  // The engine's next step rewrites the owner's values: the sends finish here (the users
-  // receive at the same point of the schedule).
-  for (P2PRequest& r : value_sends) r.wait();
 }
 
 }  // namespace ds::pipe
