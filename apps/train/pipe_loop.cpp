@@ -70,7 +70,8 @@ void run_pipelined(Job& j, DistributedContext& dist) {
 
   // One instance per pipe buffer, built as prepare() built j.model (which the header reads).
   const pipe::ModelFactory instances = [&] { return j.build_another().module; };
-  pipe::PipeEngine pipe(j.cfg, instances, dist.mpi_comm);
+  // --init_from: the model prepare() built reads the file (each stage keeps its share).
+  pipe::PipeEngine pipe(j.cfg, instances, dist.mpi_comm, j.opts.init_from.empty() ? nullptr : j.model.module.get());
   Engine& engine = pipe.engine();
   auto train = make_loader(j, true);
   std::unique_ptr<data::Loader> val;

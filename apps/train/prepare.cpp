@@ -228,7 +228,6 @@ void check_pipeline_job(const Job& j) {
            grid << ": pipeline parallelism splits the layers of --model gpt or llama; --model " << j.spec.type
                 << " is not a layer sequence");
   DS_CHECK(!j.on_gpu, grid << ": pipeline-parallel training runs on CPUs; use --device cpu");
-  DS_CHECK(j.opts.init_from.empty(), grid << ": --init_from is not supported with pipeline parallelism");
   const std::int64_t interval = j.cfg.pipeline.activation_checkpoint_interval;
   DS_CHECK(interval <= 1, j.opts.config << ": pipeline.activation_checkpoint_interval " << interval
                                         << ": dstrain recomputes one block at a time (1) or none (0)");
@@ -261,7 +260,9 @@ void build_model(Job& j, int rank) {
       return nn::make_model(spec, on_gpu, device, kernels, ckpt);
     };
   if (!opts.init_from.empty())
-    j.model.module = init_from_file(std::move(j.model.module), opts.init_from, rank == 0, &j.init_from_note);
+    // A pipeline's stages initialise apart: each stage's data-parallel rank 0 reads the file.
+    j.model.module = init_from_file(std::move(j.model.module), opts.init_from,
+                                    j.stages > 1 ? j.dp_rank == 0 : rank == 0, &j.init_from_note);
 }
 
 // Two ranks on two cores: without OMP_NUM_THREADS every rank would start one OpenMP thread

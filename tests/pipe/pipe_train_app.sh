@@ -46,6 +46,14 @@ worst = max(abs(x - y) for k in a for x, y in zip(a[k], b[k]))
 assert worst < 1e-4, worst
 PYEOF
 
+# --init_from the exported weights: a 2x1 run starts where one data-parallel rank starts.
+must_run 1 init_dp --config base.json "${ARGS[@]:2}" --steps 2 --loss_csv init_dp.csv --init_from dp.safetensors
+must_run 2 init_pp --config pipe.json "${ARGS[@]:2}" --steps 2 --loss_csv init_pp.csv --init_from dp.safetensors
+compare_losses init_pp.csv init_dp.csv 1e-5 || fail "2x1 --init_from differs from one rank's"
+"$PY" -c "
+import csv; a=[float(r['loss']) for r in csv.DictReader(open('init_pp.csv'))]; b=[float(r['loss']) for r in csv.DictReader(open('pp2.csv'))]
+assert abs(a[0] - b[0]) > 1e-3, (a, b)" || fail "--init_from: the first loss is the random init's"
+
 # 2x2 (two pipes of two stages, --pipeline_parallel_size) against two data-parallel ranks,
 # ZeRO-1 over each stage's pair, partition_method uniform.
 write_config z1.json base.json 'c["zero_optimization"] = {"stage": 1}; c["pipeline"] = {"partition_method": "uniform"}'
@@ -81,8 +89,6 @@ refused() {  # refused NP NAME 'expected text' train-args...
   [ "$(grep -c 'train: error:' "$name.err")" -eq 1 ] || fail "$name: $(cat "$name.err")"
   grep -qF "$want" "$name.err" || fail "$name: $(grep 'train: error' "$name.err")"
 }
-refused 2 init 'pipeline.stages 2: --init_from is not supported with pipeline parallelism' \
-  --config pipe.json "${ARGS[@]}" --init_from ck_dp/global_step3
 refused 2 grid 'the world size 2 is not divisible by pipeline.stages 3' --config pipe.json --pipeline_parallel_size 3 "${ARGS[@]}"
 refused 2 mlp 'pipeline parallelism splits the layers of --model gpt or llama; --model mlp is not a layer sequence' \
   --config pipe.json --model mlp "${ARGS[@]}"

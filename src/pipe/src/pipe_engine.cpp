@@ -34,7 +34,7 @@ std::shared_ptr<Communicator> split(MPI_Comm world, int color, int key) {
 
 }  // namespace
 
-PipeEngine::PipeEngine(config::DsConfig cfg, const ModelFactory& make_model, MPI_Comm world)
+PipeEngine::PipeEngine(config::DsConfig cfg, const ModelFactory& make_model, MPI_Comm world, Module* initial_values)
     : grid_(comm_size(world), cfg.pipeline.stages), impl_(std::make_unique<Impl>()) {
   world_comm_ = std::make_shared<MpiComm>(world);
   coord_ = grid_.coord_of(world_comm_->rank());
@@ -65,6 +65,7 @@ PipeEngine::PipeEngine(config::DsConfig cfg, const ModelFactory& make_model, MPI
   impl_->stage = std::make_unique<StageModule>(std::move(instances), std::size_t(bounds_[std::size_t(coord_.stage)]),
                                                std::size_t(bounds_[std::size_t(coord_.stage) + 1]));
   impl_->slots.resize(std::size_t(buffers));
+  impl_->stage->set_initial_values(initial_values);
 
   // Communicators: the stage's data-parallel group, this rank's pipe (rank = stage), p2p on it.
   impl_->data_comm = split(world, coord_.stage, coord_.data);

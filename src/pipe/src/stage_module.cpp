@@ -110,8 +110,8 @@ std::vector<ParamInfo> StageModule::parameters() const {
 void StageModule::init_parameters(std::span<const std::span<float>> params, std::uint64_t seed) {
   DS_CHECK(params.size() == end_param_ - first_param_,
            "pipeline stage: " << params.size() << " parameter spans for " << end_param_ - first_param_ << " parameters");
-  Module& model = *instances_.front();
-  if (model.init_parameter_range(first_param_, params, seed)) return;
+  Module& model = initial_values_ ? *initial_values_ : *instances_.front();
+  if (!initial_values_ && model.init_parameter_range(first_param_, params, seed)) return;
   // The model initialises only as a whole: do that in scratch memory and keep the stage's share.
   std::vector<std::vector<float>> whole(model_params_.size());
   std::vector<std::span<float>> views;

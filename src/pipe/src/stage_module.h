@@ -59,6 +59,9 @@ class StageModule : public Module {
   void select(int buffer, const Io& io);
   // Called with the model index of an owned parameter other stages also use, just before
   // its grad_ready goes to the engine (the pipe engine adds their gradient there).
+  // A module of the whole model's parameters whose init_parameters gives the initial weights
+  // (init_parameters then takes the stage's share of them); null: the instances' own init.
+  void set_initial_values(Module* whole) { initial_values_ = whole; }
   void set_before_shared_ready(std::function<void(std::size_t)> hook) { before_shared_ready_ = std::move(hook); }
   // Model indices of the tied weights this stage owns and other stages use.
   const std::vector<std::size_t>& shared_owned() const { return shared_owned_; }
@@ -96,6 +99,7 @@ class StageModule : public Module {
   GroupHooks* engine_hooks_ = nullptr;
   struct Reservation;
   std::unique_ptr<Reservation> absent_;  // inaccessible views for parameters of other stages
+  Module* initial_values_ = nullptr;
   int buffer_ = 0;
   Io io_;
   std::function<void(std::size_t)> before_shared_ready_;

@@ -48,8 +48,10 @@ class PipeEngine {
   // Collective over `world`: the grid of cfg.pipeline.stages, the layers split by
   // cfg.pipeline.partition_method, this rank's stage and its engine. Throws ds::Error (on
   // every rank) for a grid or batch that does not divide, a model that is not a layer
-  // sequence, ZeRO stage 3, or a GPU model.
-  PipeEngine(config::DsConfig cfg, const ModelFactory& make_model, MPI_Comm world);
+  // sequence, or a GPU model. `initial_values` (optional, outliving the constructor): a module
+  // of the same parameters whose init_parameters gives the initial weights of the whole model
+  // (weights from a file); without it the instances initialise their own.
+  PipeEngine(config::DsConfig cfg, const ModelFactory& make_model, MPI_Comm world, Module* initial_values = nullptr);
   ~PipeEngine();
   PipeEngine(const PipeEngine&) = delete;
   PipeEngine& operator=(const PipeEngine&) = delete;
