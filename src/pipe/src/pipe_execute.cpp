@@ -62,6 +62,18 @@ void PipeEngine::Impl::backward_pass(PipeSlot& slot, int buffer, int micro) {
   slot.micro_batch = -1;
 }
 
+// Every send in flight, finished. Before a collective: a large send progresses only while its
+// sender is inside MPI, and a shared-memory collective waits without calling MPI, so a sender
+// that entered one with a send pending would hang a receiver that waits for it (Open MPI
+// without single-copy transfers).
+void PipeEngine::Impl::finish_sends() {
+  for (PipeSlot& s : slots) {
+    s.act_send.wait();
+    s.grad_send.wait();
+  }
+  tied->finish_sends();
+}
+
 void PipeEngine::Impl::execute(const Instruction& ins) {
   PipeSlot* slot = ins.buffer_id >= 0 ? &slots.at(std::size_t(ins.buffer_id)) : nullptr;
   switch (ins.op) {
@@ -91,6 +103,7 @@ void PipeEngine::Impl::execute(const Instruction& ins) {
     case Op::ReduceTiedGrads:
     case Op::ReduceGrads: break;
     case Op::OptimizerStep:
+      finish_sends();
       engine->step();
       tied->sync_values();
       break;
@@ -103,6 +116,7 @@ void PipeEngine::Impl::run(const Schedule& schedule) {
   for (PipeSlot& s : slots) s.micro_batch = -1;
   for (const Step& step : schedule.steps)
     for (const Instruction& ins : step) execute(ins);
+  finish_sends();  // before the loss's collective
 }
 
 float PipeEngine::Impl::mean_loss(Communicator& world, int count) {

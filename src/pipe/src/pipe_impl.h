@@ -43,6 +43,7 @@ struct PipeEngine::Impl {
   void size_activations(PipeSlot& slot);
   void forward_pass(PipeSlot& slot, int buffer);
   void backward_pass(PipeSlot& slot, int buffer, int micro);
+  void finish_sends();
   // The mean over the world of the last stages' loss_sum / count.
   float mean_loss(Communicator& world, int count);
 };

@@ -84,6 +84,10 @@ void TiedSync::send_gradients() {
   }
 }
 
+void TiedSync::finish_sends() {
+  for (P2PRequest& r : sends_) r.wait();
+}
+
 void TiedSync::sync_values() {
   for (const Tie& t : ties_) {
     if (t.owner == stage_) {

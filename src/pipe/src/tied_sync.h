@@ -31,6 +31,8 @@ class TiedSync {
   // User: sends the current micro-batch's gradients of the foreign tied weights to their
   // owners, then zeroes them for the next backward.
   void send_gradients();
+  // Waits for the gradient sends in flight.
+  void finish_sends();
   // After an optimizer step (and once at the start): owners send values, users receive them.
   void sync_values();
 
