@@ -37,6 +37,7 @@ struct Case {
   double clip = 1.0;
   std::string dtype = "fp32";
   int scale_power = 8;  // fp16's initial_scale_power
+  std::string offload;  // the pipeline's offload_optimizer device ("", "cpu", "nvme")
 };
 
 std::unique_ptr<ds::Module> make_model(const Case& c) {
@@ -57,7 +58,12 @@ std::string config_text(const Case& c, int data_parallel, int stages) {
                   R"(, "gradient_accumulation_steps": )" + std::to_string(c.gas * (stages == 1 ? data_parallel : 1)) +
                   R"(, "gradient_clipping": )" + std::to_string(c.clip) +
                   R"(, "optimizer": {"type": "AdamW", "params": {"lr": 0.003, "weight_decay": 0.01}})" +
-                  R"(, "zero_optimization": {"stage": )" + std::to_string(stages == 1 ? 0 : c.zero) + "}" +
+                  R"(, "zero_optimization": {"stage": )" + std::to_string(stages == 1 ? 0 : c.zero) +
+                  (stages > 1 && !c.offload.empty()
+                       ? R"(, "offload_optimizer": {"device": ")" + c.offload + R"(", "nvme_path": ")" +
+                             std::filesystem::temp_directory_path().string() + R"("})"
+                       : std::string()) +
+                  "}" +
                   R"(, "pipeline": {"stages": )" + std::to_string(stages) + "}";
   if (c.dtype == "bf16") t += R"(, "bf16": {"enabled": true})";
   if (c.dtype == "fp16") t += R"(, "fp16": {"enabled": true, "initial_scale_power": )" + std::to_string(c.scale_power) + "}";
@@ -202,6 +208,18 @@ TEST(PipeEngine, GptTwoStagesEachZeroStage) {
     Case c;
     c.stages = kTwoStages;
     c.zero = zero;
+    expect_same(c, 3, 1e-6, 1e-5);
+  }
+}
+
+// Offloaded optimizer states (host memory, NVMe swap files) inside the stages.
+TEST(PipeEngine, OffloadInsideStages) {
+  for (const char* device : {"cpu", "nvme"}) {
+    SCOPED_TRACE(device);
+    Case c;
+    c.stages = kTwoStages;
+    c.zero = 2;
+    c.offload = device;
     expect_same(c, 3, 1e-6, 1e-5);
   }
 }
