@@ -107,12 +107,25 @@ ASAN_OPTIONS=detect_leaks=1:abort_on_error=0 LSAN_OPTIONS=suppressions=$ROOT/tes
   ctest --test-dir build-asan -j"$JOBS" -L unit --output-on-failure --timeout 600
 stamp "ctest (ASan+UBSan, unit) ok"
 
-# Fuzzers, bounded; both share one clang build directory.
+# Fuzzers, bounded. They share one clang build directory, so they are built one after the
+# other, then run at once: a fuzzer is one process, so each still has a core to itself for its
+# DS_FUZZ_SECONDS. Their output goes to build-fuzz/<script>.out, shown when both are done.
 export DS_FUZZ_BUILD_DIR=$ROOT/build-fuzz
-for f in scripts/fuzz_config.sh scripts/fuzz_launcher.sh; do
-  [ -x "$f" ] || [ -f "$f" ] || continue
-  bash "$f" "${DS_FUZZ_SECONDS:-20}"
+fuzzers=(scripts/fuzz_config.sh scripts/fuzz_launcher.sh)
+for f in "${fuzzers[@]}"; do DS_FUZZ_STEP=build bash "$f"; done
+fuzz_pids=()
+for f in "${fuzzers[@]}"; do
+  DS_FUZZ_STEP=run bash "$f" "${DS_FUZZ_SECONDS:-20}" >"build-fuzz/$(basename "$f" .sh).out" 2>&1 </dev/null &
+  fuzz_pids+=($!)
 done
+fuzz_rc=0
+for i in "${!fuzzers[@]}"; do
+  rc=0
+  wait "${fuzz_pids[$i]}" || rc=$?
+  cat "build-fuzz/$(basename "${fuzzers[$i]}" .sh).out"
+  [ "$rc" = 0 ] || { echo "test.sh: ${fuzzers[$i]} failed (exit $rc; its output is above)" >&2; fuzz_rc=1; }
+done
+[ "$fuzz_rc" = 0 ] || exit 1
 stamp "fuzzing ok"
 # The per-test Open MPI session bases (tests/CMakeLists.txt) that Open MPI left empty.
 find /tmp -maxdepth 1 -name 'dstest-*' -type d -empty -delete 2>/dev/null || true
