@@ -36,12 +36,13 @@ stamp "build ok"
 # The arm64 check (scripts/check_arm64.sh) runs beside them the same way, its build on one
 # core (its output: build/check-arm64.log).
 #
-# The ASan+UBSan build of step 4 starts beside them too, at the lowest CPU priority (nice 19):
-# it only takes the CPU time the tests and the checks leave idle (tests waiting on timers,
-# daemons or signals, apt and dpkg waiting on the disk, single-threaded configure and link
-# steps, the end of the stage once the first of them is done), so it slows neither, and what
-# is left of it runs after them at full speed (its output: build/asan-build.log).
-# At -O0 with line tables only (-g1): the reports' stack traces need file and line, not
+# The builds of steps 4 and 5 (ASan+UBSan, the fuzz targets) start beside them too, at the
+# lowest CPU priority (nice 19): they only take the CPU time the tests and the checks leave
+# idle (tests waiting on timers, daemons or signals, apt and dpkg waiting on the disk,
+# single-threaded configure and link steps, the end of the stage once the first of them is
+# done), so they slow neither, and what is left of them runs after at full speed (logs:
+# build/asan-build.log, build/fuzz-build.log).
+# ASan at -O0 with line tables only (-g1): the reports' stack traces need file and line, not
 # variables. -O0 compiles these sources 2.3-2.9x faster than -O1 and the unit tests run about as
 # fast, so the stage is mostly the build (bench/results/test-suite-time.md); nothing is
 # optimised away from the checks. CPU code only, benchmarks off.
@@ -52,27 +53,41 @@ asan_build() {
   cmake --build build-asan -j"$JOBS" --target ds_unit_tests || return 1
   stamp "ASan+UBSan build done"
 }
-fresh_pid= arm64_pid= asan_pid=
+# Both fuzz targets in one clang build directory, one after the other. A failure here only
+# costs time: step 5 runs the same build steps again and reports it.
+fuzz_build() {
+  export DS_FUZZ_BUILD_DIR=$ROOT/build-fuzz DS_FUZZ_STEP=build
+  bash scripts/fuzz_config.sh && bash scripts/fuzz_launcher.sh || return 1
+  stamp "fuzz build done"
+}
+# start_low VAR LOG FUNCTION: runs FUNCTION (above) in the background in a session of its own
+# (stopped as a whole by the EXIT trap), at nice 19; VAR gets its pid. Where the kernel groups
+# tasks by session (CONFIG_SCHED_AUTOGROUP, as Debian's), the CPU is shared between the
+# sessions first and a task's nice only counts inside its own, so the session's group gets
+# nice 19 too (measured: a nice 19 session without it took as much CPU as a nice 0 one; with
+# it, a tenth).
+start_low() {
+  setsid nice -n 19 bash -c "echo 19 2>/dev/null >/proc/\$\$/autogroup; $(declare -f stamp "$3")
+                             ROOT=$ROOT T0=$T0 JOBS=$JOBS; $3" >"$2" 2>&1 </dev/null &
+  printf -v "$1" '%s' "$!"
+}
+fresh_pid= arm64_pid= asan_pid= fuzzbuild_pid=
 if [ "${DS_TEST_QUICK:-0}" != 1 ]; then
   bash scripts/check_fresh_debian.sh >build/ctest-fresh.log 2>&1 </dev/null &
   fresh_pid=$!
   # In a session of its own, so that stopping it stops its build and qemu processes too.
   DS_JOBS=1 setsid bash scripts/check_arm64.sh >build/check-arm64.log 2>&1 </dev/null &
   arm64_pid=$!
-  # Also in a session of its own (a bash given the two functions). Where the kernel groups
-  # tasks by session (CONFIG_SCHED_AUTOGROUP, as Debian's), the CPU is shared between the
-  # sessions first and a task's nice only counts inside its own, so the new session's group
-  # gets nice 19 too (measured: a nice 19 session without it took as much CPU as a nice 0
-  # one; with it, a tenth).
-  setsid nice -n 19 bash -c "echo 19 2>/dev/null >/proc/\$\$/autogroup; $(declare -f stamp asan_build)
-                             T0=$T0 JOBS=$JOBS; asan_build" >build/asan-build.log 2>&1 </dev/null &
-  asan_pid=$!
-  # A failing stage ends the script: the checks and the build are stopped too (the fresh
+  start_low asan_pid build/asan-build.log asan_build
+  start_low fuzzbuild_pid build/fuzz-build.log fuzz_build
+  # A failing stage ends the script: the checks and the builds are stopped too (the fresh
   # check's trap removes its root).
-  trap '[ -z "$fresh_pid" ] || kill -TERM "$fresh_pid" 2>/dev/null
-        [ -z "$arm64_pid" ] || kill -TERM -- "-$arm64_pid" 2>/dev/null
-        [ -z "$asan_pid" ] || kill -TERM -- "-$asan_pid" 2>/dev/null; wait 2>/dev/null; true' EXIT
-  stamp "fresh-machine check, arm64 check and ASan build (nice 19) started (logs: build/ctest-fresh.log, build/check-arm64.log, build/asan-build.log)"
+  trap '[ -z "$fresh_pid" ] || kill -TERM "$fresh_pid" 2>/dev/null || true
+        for pid in "$arm64_pid" "$asan_pid" "$fuzzbuild_pid"; do
+          [ -z "$pid" ] || kill -TERM -- "-$pid" 2>/dev/null || true
+        done; wait 2>/dev/null; true' EXIT
+  stamp "fresh-machine check, arm64 check and (nice 19) the ASan and fuzz builds started"
+  echo "  logs: build/ctest-fresh.log, build/check-arm64.log, build/asan-build.log, build/fuzz-build.log"
 fi
 ctest --test-dir build -j"$JOBS" -LE fresh --output-on-failure --timeout 600 2>&1 | tee build/ctest-release.log
 stamp "ctest (Release) ok"
@@ -108,8 +123,11 @@ ASAN_OPTIONS=detect_leaks=1:abort_on_error=0 LSAN_OPTIONS=suppressions=$ROOT/tes
 stamp "ctest (ASan+UBSan, unit) ok"
 
 # Fuzzers, bounded. They share one clang build directory, so they are built one after the
-# other, then run at once: a fuzzer is one process, so each still has a core to itself for its
-# DS_FUZZ_SECONDS. Their output goes to build-fuzz/<script>.out, shown when both are done.
+# other (mostly done beside step 2 already: fuzz_build), then run at once: a fuzzer is one
+# process, so each still has a core to itself for its DS_FUZZ_SECONDS. Their output goes to
+# build-fuzz/<script>.out, shown when both are done.
+wait "$fuzzbuild_pid" || true
+fuzzbuild_pid=
 export DS_FUZZ_BUILD_DIR=$ROOT/build-fuzz
 fuzzers=(scripts/fuzz_config.sh scripts/fuzz_launcher.sh)
 for f in "${fuzzers[@]}"; do DS_FUZZ_STEP=build bash "$f"; done
