@@ -10,7 +10,8 @@
 #      step 2's tests and running beside them,
 #   4. the unit tests again under AddressSanitizer + UBSan (built at the lowest CPU priority
 #      beside steps 2-3, run after them),
-#   5. the libFuzzer targets for a bounded time on seed corpora from configs/ and tests/.
+#   5. the libFuzzer targets (built like step 4's binaries) for a bounded time on seed
+#      corpora from configs/ and tests/.
 # Usage: scripts/test.sh            (everything)
 #        DS_TEST_QUICK=1 scripts/test.sh   (steps 1-2 only)
 set -euo pipefail
