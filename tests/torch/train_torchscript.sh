@@ -47,4 +47,10 @@ expect_error not_module "$WORK/notes.pt is not a TorchScript module" --model "to
 expect_error arity "wrong_arity.pt: forward must be forward(self, inputs: Tensor, targets: Tensor)" \
   --model "torchscript:$WORK/models/wrong_arity.pt" "${RUN[@]}" --steps 2
 expect_error cuda "a TorchScript model trains on the CPU" --model "$LM" --device cuda "${RUN[@]}" --steps 2
+# A train without its adapter plugin beside it (a copy elsewhere) says where it looked; the
+# built-in models do not need the plugin (train does not load libtorch for them).
+mkdir -p alone && cp "$TRAIN" alone/train
+TRAIN=$WORK/alone/train expect_error no_plugin "the PyTorch adapter libds_train_torch.so is not installed beside train" \
+  --model "$LM" "${RUN[@]}" --steps 2
+! ldd "$TRAIN" | grep -q libtorch || fail "train links libtorch; it should load it only for --model torchscript:"
 echo "PASS"
