@@ -72,6 +72,14 @@ int MpiComm::node_size() const { return impl_->node_size; }
 int MpiComm::num_nodes() const { return impl_->nnodes; }
 bool MpiComm::uses_progress_thread() const { return impl_->threaded(); }
 MPI_Comm MpiComm::mpi_comm() const { return impl_->comm; }
+
+std::shared_ptr<MpiComm> MpiComm::split(int color, int key) const {
+  MPI_Comm part = MPI_COMM_NULL;
+  DS_MPI_CHECK(MPI_Comm_split(impl_->comm, color, key, &part));
+  auto out = std::make_shared<MpiComm>(part, impl_->opt, impl_->runtime);  // keeps its own duplicate
+  DS_MPI_CHECK(MPI_Comm_free(&part));
+  return out;
+}
 const MpiCommOptions& MpiComm::options() const { return impl_->opt; }
 
 namespace {

@@ -17,26 +17,11 @@ namespace ds::pipe {
 
 namespace {
 
-int comm_size(MPI_Comm comm) {
-  int n = 0;
-  DS_CHECK(MPI_Comm_size(comm, &n) == MPI_SUCCESS, "pipeline: MPI_Comm_size failed");
-  return n;
-}
-
-// A sub-communicator of `world` as an MpiComm (the split handle is freed: MpiComm keeps its own duplicate).
-std::shared_ptr<Communicator> split(MPI_Comm world, int color, int key) {
-  MPI_Comm part = MPI_COMM_NULL;
-  DS_CHECK(MPI_Comm_split(world, color, key, &part) == MPI_SUCCESS, "pipeline: MPI_Comm_split failed");
-  auto comm = std::make_shared<MpiComm>(part);
-  MPI_Comm_free(&part);
-  return comm;
-}
-
 }  // namespace
 
 PipeEngine::PipeEngine(config::DsConfig cfg, const ModelFactory& make_model, MPI_Comm world, Module* initial_values)
-    : grid_(comm_size(world), cfg.pipeline.stages), impl_(std::make_unique<Impl>()) {
-  world_comm_ = std::make_shared<MpiComm>(world);
+    : world_comm_(std::make_shared<MpiComm>(world)), grid_(world_comm_->size(), cfg.pipeline.stages),
+      impl_(std::make_unique<Impl>()) {
   coord_ = grid_.coord_of(world_comm_->rank());
   // The batch rule for the data-parallel size, with the errors naming what does not divide.
   config::resolve_batch_sizes(cfg, grid_.data_parallel_size());
@@ -68,10 +53,10 @@ PipeEngine::PipeEngine(config::DsConfig cfg, const ModelFactory& make_model, MPI
   impl_->stage->set_initial_values(initial_values);
 
   // Communicators: the stage's data-parallel group, this rank's pipe (rank = stage), p2p on it.
-  impl_->data_comm = split(world, coord_.stage, coord_.data);
-  impl_->pipe_comm = split(world, coord_.data, coord_.stage);
-  MPI_Comm pipe_mpi = static_cast<MpiComm&>(*impl_->pipe_comm).mpi_comm();
-  impl_->link = std::make_unique<PeerLink>(pipe_mpi);
+  impl_->data_comm = world_comm_->split(coord_.stage, coord_.data);
+  auto pipe_comm = world_comm_->split(coord_.data, coord_.stage);
+  impl_->link = std::make_unique<PeerLink>(pipe_comm->mpi_comm());
+  impl_->pipe_comm = std::move(pipe_comm);
   impl_->world_link = std::make_unique<PeerLink>(world);
   const std::vector<LayerSpec> specs = seq->layers();
   std::size_t param = 0, dense = 0;

@@ -156,6 +156,9 @@ class MpiComm final : public Communicator {
   int num_nodes() const;
   bool uses_progress_thread() const;
   MPI_Comm mpi_comm() const;    // our duplicate
+  // Collective: the ranks with the same `color` as one communicator, ordered by `key`
+  // (MPI_Comm_split), with this one's options and runtime.
+  std::shared_ptr<MpiComm> split(int color, int key) const;
   const MpiCommOptions& options() const;
 
   struct Impl;

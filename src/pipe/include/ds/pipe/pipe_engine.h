@@ -32,6 +32,7 @@
 #include "ds/config/ds_config.h"
 #include "ds/core/module.h"
 #include "ds/engine/engine.h"
+#include "ds/mpi/mpi_comm.h"
 #include "ds/pipe/partition.h"
 #include "ds/pipe/topology.h"
 
@@ -94,11 +95,11 @@ class PipeEngine {
 
  private:
   struct Impl;
+  std::shared_ptr<MpiComm> world_comm_;  // first: the grid is sized from it
   PipeGrid grid_;
   GridCoord coord_;
   StageBounds bounds_;
   std::vector<std::string> layer_names_;
-  std::shared_ptr<Communicator> world_comm_;
   std::unique_ptr<Impl> impl_;
 };
 
