@@ -45,7 +45,7 @@ void PipeEngine::Impl::size_activations(PipeSlot& slot) {
 }
 
 void PipeEngine::Impl::forward_pass(PipeSlot& slot, int buffer) {
-  slot.act_send.wait();
+  // act_out is free: its previous send was waited for when the micro-batch was loaded.
   stage->select(buffer, {slot.act_in, slot.act_out, {}, {}});
   slot.loss = training ? engine->forward(slot.batch) : engine->evaluate(slot.batch);
   if (last()) loss_sum += double(slot.loss);

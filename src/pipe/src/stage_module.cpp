@@ -49,7 +49,8 @@ StageModule::StageModule(std::vector<std::unique_ptr<Module>> instances, std::si
     seqs_.push_back(seq);
   }
   model_params_ = instances_.front()->parameters();
-  const std::vector<LayerSpec> layers = seqs_.front()->layers();
+  layers_ = seqs_.front()->layers();
+  const std::vector<LayerSpec>& layers = layers_;
   DS_CHECK(first_layer < last_layer && last_layer <= layers.size(),
            "pipeline stage: layers [" << first_layer << ", " << last_layer << ") outside the model's " << layers.size());
   first_param_ = layers[first_layer].first;
@@ -83,9 +84,8 @@ StageModule::~StageModule() = default;
 
 std::vector<ParamGroup> StageModule::parameter_groups() const {
   std::vector<ParamGroup> out;
-  const std::vector<LayerSpec> layers = seqs_.front()->layers();
   for (std::size_t l = first_layer_; l < last_layer_; ++l)
-    out.push_back({layers[l].name, layers[l].first - first_param_, layers[l].count});
+    out.push_back({layers_[l].name, layers_[l].first - first_param_, layers_[l].count});
   return out;
 }
 
@@ -96,9 +96,8 @@ void StageModule::set_group_hooks(GroupHooks* hooks) {
 }
 
 std::unique_ptr<GroupUse> StageModule::use_group_of(std::size_t model_index, Pass pass) const {
-  const std::vector<LayerSpec> layers = seqs_.front()->layers();
   for (std::size_t l = first_layer_; l < last_layer_; ++l)
-    if (model_index >= layers[l].first && model_index < layers[l].first + layers[l].count)
+    if (model_index >= layers_[l].first && model_index < layers_[l].first + layers_[l].count)
       return std::make_unique<GroupUse>(engine_hooks_, l - first_layer_, pass);
   DS_THROW("pipeline stage: parameter " << model_index << " is not this stage's");
 }
@@ -124,17 +123,11 @@ void StageModule::init_parameters(std::span<const std::span<float>> params, std:
     std::copy(whole[first_param_ + i].begin(), whole[first_param_ + i].end(), params[i].begin());
 }
 
-TensorView StageModule::foreign_param(std::size_t model_index) const {
+// The view of a foreign tied weight's buffer in `buffers` (its values or its gradient).
+TensorView StageModule::foreign_view(const std::vector<HostBuffer>& buffers, std::size_t model_index) const {
   const auto at = std::size_t(std::find(foreign_.begin(), foreign_.end(), model_index) - foreign_.begin());
-  DS_CHECK(at < foreign_values_.size(), "pipeline stage: parameter " << model_index << " is not a bound foreign tied weight");
-  const HostBuffer& b = foreign_values_[at];
-  return TensorView{const_cast<void*>(b.data()), b.count(), b.dtype()};
-}
-
-TensorView StageModule::foreign_grad(std::size_t model_index) const {
-  const auto at = std::size_t(std::find(foreign_.begin(), foreign_.end(), model_index) - foreign_.begin());
-  DS_CHECK(at < foreign_grads_.size(), "pipeline stage: parameter " << model_index << " is not a bound foreign tied weight");
-  const HostBuffer& b = foreign_grads_[at];
+  DS_CHECK(at < buffers.size(), "pipeline stage: parameter " << model_index << " is not a bound foreign tied weight");
+  const HostBuffer& b = buffers[at];
   return TensorView{const_cast<void*>(b.data()), b.count(), b.dtype()};
 }
 

@@ -41,8 +41,8 @@ class StageModule : public Module {
   // Model parameter indices of the tied weights this stage uses but does not own.
   const std::vector<std::size_t>& foreign_tied() const { return foreign_; }
   // Their storage (working dtype, valid after bind()).
-  TensorView foreign_param(std::size_t model_index) const;
-  TensorView foreign_grad(std::size_t model_index) const;
+  TensorView foreign_param(std::size_t model_index) const { return foreign_view(foreign_values_, model_index); }
+  TensorView foreign_grad(std::size_t model_index) const { return foreign_view(foreign_grads_, model_index); }
   // The engine's storage of an owned parameter (valid after bind()).
   TensorView bound_param(std::size_t model_index) const { return params_.at(model_index - first_param_); }
   TensorView bound_grad(std::size_t model_index) const { return grads_.at(model_index - first_param_); }
@@ -83,11 +83,13 @@ class StageModule : public Module {
   std::unique_ptr<GroupUse> use_group_of(std::size_t model_index, Pass pass) const;
 
  private:
+  TensorView foreign_view(const std::vector<HostBuffer>& buffers, std::size_t model_index) const;
   void bind_instances(DType dtype, std::span<const TensorView> params, std::span<const TensorView> grads);
 
   std::vector<std::unique_ptr<Module>> instances_;
   std::vector<LayerSequence*> seqs_;
   std::vector<ParamInfo> model_params_;
+  std::vector<LayerSpec> layers_;  // the model's layers (the instances all have these)
   std::size_t first_layer_ = 0, last_layer_ = 0;
   std::size_t first_param_ = 0, end_param_ = 0;
   std::vector<std::size_t> foreign_;       // model indices, ascending
