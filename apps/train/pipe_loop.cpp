@@ -9,9 +9,9 @@
 #include <random>
 #include <string>
 
-#include "ds/data/feature_loader.h"
 #include "ds/data/sampler.h"
 #include "ds/pipe/pipe_engine.h"
+#include "loaders.h"
 #include "report.h"
 #include "resume.h"
 #include "run_summary.h"
@@ -23,19 +23,9 @@ namespace {
 
 constexpr std::int64_t kLossWindow = 10;  // the summary's train loss: mean of the last steps
 
-// The pipe's micro-batches come from the sampler of this rank's data index: every stage of a
-// pipe reads the same ones (the first stage uses the inputs, the last the targets).
-std::unique_ptr<data::Loader> make_loader(const Job& j, bool train) {
-  const std::size_t samples = train ? j.train_samples() : j.val_samples();
-  data::DistributedSampler sampler(samples, std::size_t(j.dp_size), std::size_t(j.dp_rank),
-                                   std::size_t(j.cfg.train_micro_batch_size_per_gpu), train, j.seed,
-                                   train && j.cfg.dataloader_drop_last);
-  return std::make_unique<data::Loader>(train ? j.train_src() : j.val_src(), j.spec.block_size, std::move(sampler));
-}
-
 // Validation through the pipe: the first eval_iters micro-batches of the validation split
 // (the same ones each time), their mean loss over micro-batches and data-parallel ranks.
-std::optional<double> validate(const Job& j, pipe::PipeEngine& pipe, data::Loader* val) {
+std::optional<double> validate(const Job& j, pipe::PipeEngine& pipe, data::BatchLoader* val) {
   if (!val) return std::nullopt;
   val->sampler().set_state({});
   const auto iters = std::min<std::int64_t>(j.eval_iters, std::int64_t(val->sampler().steps_per_epoch()));
@@ -73,9 +63,10 @@ void run_pipelined(Job& j, DistributedContext& dist) {
   // --init_from: the model prepare() built reads the file (each stage keeps its share).
   pipe::PipeEngine pipe(j.cfg, instances, dist.mpi_comm, j.opts.init_from.empty() ? nullptr : j.model.module.get());
   Engine& engine = pipe.engine();
-  auto train = make_loader(j, true);
-  std::unique_ptr<data::Loader> val;
-  if (j.val_samples() >= std::size_t(j.dp_size) && j.eval_iters > 0) val = make_loader(j, false);
+  // The pipe's micro-batches come from its data index's loaders: every stage of a pipe reads
+  // the same ones (the first stage uses the inputs, the last the targets).
+  auto train = make_train_loader(j);
+  auto val = make_val_loader(j);
 
   std::mt19937_64 rng(j.seed);
   const std::int64_t start_step =

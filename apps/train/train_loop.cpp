@@ -9,7 +9,6 @@
 #include <sstream>
 #include <vector>
 
-#include "ds/data/feature_loader.h"
 #include "ds/data/sampler.h"
 #include "ds/engine/engine.h"
 #include "ds/io/state_value.h"
@@ -18,6 +17,7 @@
 #include "ds/nn/gemm.h"
 #include "ds/optim/optimizer.h"
 #include "job.h"
+#include "loaders.h"
 #include "pipe_loop.h"
 #include "report.h"
 #include "resume.h"
@@ -87,27 +87,12 @@ void note_nothing_to_train(const Job& j, std::int64_t start_step, Reporter& rep)
   }
 }
 
-// The loader of a split: token windows of the text or token files, or the samples of the
-// HDF5 arrays (feature data).
-std::unique_ptr<data::BatchLoader> make_loader(const Job& j, bool train, data::DistributedSampler sampler) {
-  if (j.feature_data())
-    return std::make_unique<data::FeatureLoader>(train ? *j.train_arrays : *j.val_arrays, std::move(sampler));
-  return std::make_unique<data::Loader>(train ? j.train_src() : j.val_src(), j.spec.block_size, std::move(sampler));
-}
-
 // The loop's state: loaders, RNG, and the steps that use them (train, validate, save).
 class Trainer {
  public:
   Trainer(const Job& j, Engine& engine, const DistributedContext& dist)
       : j_(j), engine_(engine), world_size_(dist.world_size), rng_(j.seed),
-        train_loader_(make_loader(j, true,
-                                  data::DistributedSampler(j.train_samples(), dist.world_size, dist.rank,
-                                                           micro_batch(), true, j.seed, j.cfg.dataloader_drop_last))) {
-    const std::size_t val_samples = j.val_samples();
-    if (val_samples >= std::size_t(dist.world_size) && j.eval_iters > 0)
-      val_loader_ = make_loader(
-          j, false, data::DistributedSampler(val_samples, dist.world_size, dist.rank, micro_batch(), false, j.seed, false));
-  }
+        train_loader_(make_train_loader(j)), val_loader_(make_val_loader(j)) {}
 
   data::DistributedSampler& train_sampler() { return train_loader_->sampler(); }
   std::mt19937_64& rng() { return rng_; }
