@@ -29,7 +29,13 @@ TEST_PACKAGES=(
   libgtest-dev libgmock-dev libbenchmark-dev
   clang libclang-rt-14-dev
   python3 python3-mpi4py python3-h5py python3-numpy python3-torch libtorch-dev python3-sklearn
-  slurm-wlm slurm-client slurmctld slurmd munge
+  # Slurm: sbatch/srun/sinfo (slurm-client), the controller and node daemons the tests start
+  # (slurmctld, slurmd), munge for their authentication; slurm-wlm is Debian's bundle of them.
+  slurm-client
+  slurmctld
+  slurmd
+  munge
+  slurm-wlm
   iproute2 procps openssh-client
   debootstrap
 )
